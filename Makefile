@@ -1,0 +1,40 @@
+# Entry points for people and CI. `make serve` and `make test` install what is
+# missing (Debian packages), build, then serve or test.
+JOBS ?= 2
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
+
+.PHONY: all deps build build-asan build-tsan serve test test-fast clean
+
+all: build
+
+deps:
+	@./scripts/install-deps.sh
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DPOWER_WERROR=ON >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+
+build-asan: deps
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DPOWER_SANITIZE=address -DPOWER_WERROR=ON >/dev/null
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+
+build-tsan: deps
+	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DPOWER_SANITIZE=thread -DPOWER_WERROR=ON >/dev/null
+	cmake --build $(TSAN_BUILD) -j $(JOBS)
+
+serve: build
+	./scripts/serve.sh $(BUILD)/power
+
+# Every test, in the release build and again under ASan+UBSan and TSan.
+test: build build-asan build-tsan
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -LE slow
+	ctest --test-dir $(TSAN_BUILD) --output-on-failure -j $(JOBS) -L tsan
+
+test-fast: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)

@@ -1,0 +1,23 @@
+/* cli.h - subcommand entry points and shared option helpers. Each
+ * subcommand gets argv with argv[0] = its name and returns the exit status. */
+#ifndef PW_CLI_CLI_H
+#define PW_CLI_CLI_H
+
+#include <stddef.h>
+
+int cmd_run(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+
+/* Resolves the model path: explicit (may be NULL), else $POWER_MODEL, else
+ * the default model in ../shared/models (relative to the working directory
+ * or the executable). Writes a one-line error naming how to give a model
+ * and returns NULL when none is found. Returned string is static or the
+ * argument itself. */
+const char *cli_resolve_model(const char *explicit_path, char *err, size_t errlen);
+
+/* Parses a non-negative integer / a float option value; returns 0 or -1
+ * after printing "power <cmd>: invalid value for <opt>: <v>". */
+int cli_parse_long(const char *cmd, const char *opt, const char *v, long lo, long hi, long *out);
+int cli_parse_double(const char *cmd, const char *opt, const char *v, double lo, double hi, double *out);
+
+#endif

@@ -1,0 +1,72 @@
+/* cli_common.c - helpers shared by subcommands: model resolution, option
+ * value parsing. */
+#include "cli/cli.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The default model, tried in this order inside a ../shared/models folder. */
+static const char *k_default_models[] = {"codelm-py-Q8_0.gguf", "syn-qwen2-Q4_K_M.gguf",
+                                         "syn-llama3-Q8_0.gguf"};
+
+static const char *try_dir(const char *dir) {
+  static char path[PATH_MAX + 64];
+  for (size_t i = 0; i < sizeof k_default_models / sizeof k_default_models[0]; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, k_default_models[i]);
+    if (access(path, R_OK) == 0) return path;
+  }
+  return NULL;
+}
+
+const char *cli_resolve_model(const char *explicit_path, char *err, size_t errlen) {
+  if (explicit_path && *explicit_path) return explicit_path;
+  const char *env = getenv("POWER_MODEL");
+  if (env && *env) return env;
+  const char *p = try_dir("../shared/models");
+  if (p) return p;
+  /* Relative to the executable: <repo>/build/power -> <repo>/../shared/models. */
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    exe[n] = 0;
+    char dir[PATH_MAX + 32];
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = 0;
+    snprintf(dir, sizeof dir, "%s/../../shared/models", exe);
+    if ((p = try_dir(dir))) return p;
+  }
+  snprintf(err, errlen,
+           "no model given: pass --model PATH.gguf, set POWER_MODEL, or put models in ../shared/models");
+  return NULL;
+}
+
+int cli_parse_long(const char *cmd, const char *opt, const char *v, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long x = v ? strtol(v, &end, 10) : 0;
+  if (!v || !*v || *end || errno || x < lo || x > hi) {
+    fprintf(stderr, "power %s: invalid value for %s: '%s' (expected an integer in %ld..%ld)\n", cmd, opt,
+            v ? v : "", lo, hi);
+    return -1;
+  }
+  *out = x;
+  return 0;
+}
+
+int cli_parse_double(const char *cmd, const char *opt, const char *v, double lo, double hi, double *out) {
+  char *end;
+  errno = 0;
+  double x = v ? strtod(v, &end) : 0;
+  if (!v || !*v || *end || errno || isnan(x) || x < lo || x > hi) {
+    fprintf(stderr, "power %s: invalid value for %s: '%s' (expected a number in %g..%g)\n", cmd, opt,
+            v ? v : "", lo, hi);
+    return -1;
+  }
+  *out = x;
+  return 0;
+}

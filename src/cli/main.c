@@ -1,0 +1,46 @@
+/* main.c - the `power` command: dispatches to subcommands. The CLI is the
+ * only layer that wires the others together. */
+#include "cli/cli.h"
+
+#include "power.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct subcommand {
+  const char *name;
+  int (*fn)(int argc, char **argv);
+  const char *help;
+} subcommand;
+
+static const subcommand k_cmds[] = {
+    {"run", cmd_run, "generate from a prompt (--prompt-ids, --prompt or --chat)"},
+    {"inspect", cmd_inspect, "describe a GGUF file (--sha256 for its identity)"},
+};
+
+static void usage(FILE *out) {
+  fprintf(out, "power %s - LLM inference runtime\n\nusage: power <command> [options]\n\ncommands:\n",
+          pw_version());
+  for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
+    fprintf(out, "  %-10s %s\n", k_cmds[i].name, k_cmds[i].help);
+  fprintf(out, "\nrun 'power <command> --help' for a command's options\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    usage(stdout);
+    return 0;
+  }
+  if (!strcmp(argv[1], "--version")) {
+    printf("power %s\n", pw_version());
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
+    if (!strcmp(argv[1], k_cmds[i].name)) return k_cmds[i].fn(argc - 1, argv + 1);
+  fprintf(stderr, "power: unknown command '%s' (try 'power --help')\n", argv[1]);
+  return 2;
+}
