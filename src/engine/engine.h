@@ -1,0 +1,182 @@
+/* engine.h - the inference engine: sequences, a scheduler thread running
+ * continuous batching, admission, deadlines, cancellation.
+ *
+ * One engine thread runs steps. Each step is ONE batched model_forward over
+ * every active sequence: one decode token per generating sequence plus
+ * prompt chunks of sequences still prefilling (chunked prefill under a
+ * per-step token budget), so a long prompt never stalls other streams. New
+ * requests join at the next step. A request's tokens never depend on what
+ * else is in the batch (the model's forward pass is batch-invariant and each
+ * request samples with its own RNG).
+ *
+ * Admission: at most max_active sequences run, at most max_queue wait. When
+ * both are full, engine_submit fails at once with PW_EBUSY (never a silent
+ * drop). KV for a sequence's whole budget (prompt + max_tokens, capped by
+ * the context) is reserved when it is admitted to run, so an admitted
+ * request cannot fail later for lack of KV.
+ *
+ * Context budget: a generation's prompt must leave room for at least one
+ * generated token (n_prompt <= n_ctx - 1, an embedding's n_prompt <= n_ctx),
+ * else engine_submit fails with PW_ECONTEXT. max_tokens is then capped to
+ * n_ctx - n_prompt (never an error); reaching it ends with
+ * ENGINE_FINISH_LENGTH. Each running sequence owns one KV slot of n_ctx
+ * positions, so the budget always fits.
+ *
+ * Deadlines: a request carries a monotonic admission deadline; if it cannot
+ * start before it, it ends with PW_ETIMEOUT. Cancellation (engine_cancel or
+ * engine_release) makes the sequence leave the batch within one step and
+ * frees its KV.
+ *
+ * Slow consumers: each request's event queue holds at most
+ * engine_opts.max_events undelivered events. The engine never waits for a
+ * consumer: a request whose consumer falls that far behind is cancelled and
+ * ends with ERROR PW_ELIMIT (a slot is always kept for that final event).
+ *
+ * Text: TOKEN events carry the text each token completes after holding back
+ * incomplete UTF-8 characters and possible beginnings of stop strings; a
+ * matched stop string and everything after it are never emitted. What is
+ * still held back when generation ends (a stop-string prefix that never
+ * completed) comes in DONE's text; consumers append it.
+ *
+ * Threads: every function may be called from any thread; one request's
+ * events should be read by one consumer at a time.
+ *
+ * No sockets and no JSON here: the server and the CLI both drive this API.
+ * Tokens and text come back through a per-request event queue with a wakeup. */
+#ifndef PW_ENGINE_ENGINE_H
+#define PW_ENGINE_ENGINE_H
+
+#include "sample/sample.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct engine engine;
+typedef struct engine_req engine_req; /* one submitted request (handle) */
+
+typedef struct engine_opts {
+  const char *model_path; /* GGUF file (required) */
+  int n_threads;          /* kernel threads; 0 = 2 */
+  int max_active;         /* sequences decoding at once (KV slots); 0 = 4 */
+  int max_queue;          /* requests waiting for a slot; 0 = 16 */
+  int n_ctx;              /* context per sequence; 0 = min(model's, 4096) */
+  int step_tokens;        /* token budget of one step (decode + prefill chunks); 0 = 512;
+                           * raised to max_active if smaller */
+  int max_events;         /* undelivered events per request before it is cancelled
+                           * with PW_ELIMIT (slow consumer); 0 = 256 */
+} engine_opts;
+
+#define ENGINE_MAX_STOP 8        /* stop strings per request */
+#define ENGINE_MAX_STOP_LEN 256  /* bytes per stop string */
+
+typedef struct engine_params {
+  const int32_t *prompt;  /* borrowed during engine_submit, copied */
+  int n_prompt;           /* >= 1 */
+  int max_tokens;         /* generated tokens; <= 0 = up to the context */
+  pw_sampler_params sampling;
+  const char *stop[ENGINE_MAX_STOP]; /* NUL-terminated; copied; trimmed from the text */
+  int n_stop;
+  int n_logprobs;         /* 0 = no logprobs; 1..PW_SAMPLE_MAX_PROBS alternatives (+ chosen) */
+  bool want_logprobs;
+  bool ignore_eos;        /* keep generating past end-of-generation tokens */
+  bool embedding;         /* compute a pooled embedding of the prompt instead of generating */
+  uint64_t deadline_ns;   /* monotonic (pw_now_ns) deadline for admission; 0 = none */
+} engine_params;
+/* Notes: sampling.seed is used as given. Penalties (repeat/frequency/
+ * presence) also count the last repeat_last_n prompt tokens, as llama.cpp
+ * does. Logprobs are computed when want_logprobs or n_logprobs > 0, over the
+ * model's raw logits. An end-of-generation token ends the request with STOP,
+ * counts as a completion token and is not emitted (unless ignore_eos, when it
+ * is an ordinary token). Embeddings finish with STOP and 0 completion
+ * tokens. */
+
+typedef enum engine_ev_type {
+  ENGINE_EV_TOKEN = 1, /* a generated token and the text it completes (may be empty) */
+  ENGINE_EV_DONE = 2,  /* finished: finish reason and usage are set; last event */
+  ENGINE_EV_ERROR = 3, /* failed: status and message are set; last event */
+} engine_ev_type;
+
+typedef enum engine_finish {
+  ENGINE_FINISH_NONE = 0,
+  ENGINE_FINISH_STOP = 1,   /* end-of-generation token or stop string */
+  ENGINE_FINISH_LENGTH = 2, /* max_tokens or context reached */
+  ENGINE_FINISH_CANCEL = 3, /* cancelled (engine_cancel) */
+} engine_finish;
+
+typedef struct engine_usage {
+  int prompt_tokens;
+  int completion_tokens;
+  int cached_tokens; /* prompt tokens whose KV was reused */
+} engine_usage;
+
+typedef struct engine_event {
+  engine_ev_type type;
+  int32_t token;              /* TOKEN */
+  char text[1024];            /* TOKEN: UTF-8 text now safe to emit (held-back bytes come later);
+                               * DONE: the last held-back text (usually empty). NUL-terminated */
+  int text_len;
+  float logprob;              /* TOKEN with want_logprobs: of the chosen token */
+  pw_logprob top[PW_SAMPLE_MAX_PROBS]; /* TOKEN with n_logprobs */
+  int n_top;
+  engine_finish finish;       /* DONE */
+  engine_usage usage;         /* DONE */
+  int status;                 /* ERROR: negative PW_E*: PW_ETIMEOUT (admission deadline),
+                               * PW_ELIMIT (consumer too slow), PW_ECANCELED (engine stopped),
+                               * PW_ERANGE (sampling impossible), others from the model */
+  char message[256];          /* ERROR */
+} engine_event;
+
+typedef struct engine_stats {
+  int active;      /* sequences running */
+  int queued;      /* waiting for admission */
+  int max_active, max_queue;
+  uint64_t requests_total;     /* accepted by engine_submit */
+  uint64_t requests_rejected;  /* PW_EBUSY from engine_submit */
+  uint64_t requests_timeout;   /* ended with PW_ETIMEOUT */
+  uint64_t requests_cancelled; /* ended with ENGINE_FINISH_CANCEL */
+  uint64_t prompt_tokens_total, generated_tokens_total; /* evaluated / sampled */
+  uint64_t steps_total;        /* scheduler steps run */
+} engine_stats;
+
+/* Loads the model and vocabulary and starts the engine thread. */
+int engine_create(const engine_opts *opts, engine **out, char *err);
+/* Stops the thread: what is still running or queued ends with ERROR
+ * PW_ECANCELED; frees everything. Requests still held by callers stay valid
+ * (their remaining events can be read) until engine_release. */
+void engine_destroy(engine *e);
+/* Graceful shutdown: from now on engine_submit fails with PW_EBUSY; waits up
+ * to grace_ms (< 0 = forever, 0 = not at all) for running and queued
+ * requests to end. 0 when none is left, PW_ETIMEOUT otherwise (then cancel
+ * them or call engine_destroy). */
+int engine_drain(engine *e, int grace_ms);
+
+/* Model facts for API layers (borrowed, valid for the engine's life). */
+const struct tok_vocab *engine_vocab(const engine *e);
+const char *engine_model_id(const engine *e);     /* file name without .gguf */
+const char *engine_chat_template(const engine *e); /* model's template or ChatML */
+int engine_n_ctx(const engine *e);
+int engine_n_embd(const engine *e);
+/* SHA-256 of the model file as hex (computed once at create). */
+const char *engine_model_sha256(const engine *e);
+
+/* Queues a request. PW_EBUSY when active and queue are full; PW_EINVAL for
+ * bad parameters; PW_ECONTEXT when the prompt does not fit the context (the
+ * message names the prompt's token count and the limit). */
+int engine_submit(engine *e, const engine_params *p, engine_req **out, char *err);
+/* Waits up to timeout_ms (-1 = forever, 0 = poll) for the next event.
+ * Returns 0 with *ev filled, or PW_ETIMEOUT if none arrived in time. After
+ * DONE/ERROR no more events come: further calls return PW_EINVAL at once. */
+int engine_next(engine_req *r, engine_event *ev, int timeout_ms);
+/* For embedding requests after DONE: the L2-normalised mean-pooled vector
+ * (n_embd floats, borrowed until release). */
+const float *engine_embedding(const engine_req *r);
+/* Asks the engine to stop the request; it leaves the batch within a step
+ * and ends with DONE (finish CANCEL). Never blocks. */
+void engine_cancel(engine_req *r);
+/* Cancels if still running and frees the handle (r may be NULL). Never
+ * blocks; unread events are dropped. */
+void engine_release(engine_req *r);
+void engine_get_stats(engine *e, engine_stats *out);
+
+#endif

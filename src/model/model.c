@@ -1,0 +1,572 @@
+/* model.c - hyperparameters, weight binding and validation, KV cache, and
+ * the batched forward pass for llama-family decoders.
+ *
+ * Numerics follow llama.cpp's CPU graph where it matters for parity:
+ * RMSNorm sums squares in double, RoPE angles are built by repeated
+ * multiplication with theta_scale (as ggml's rope cache does), matmuls
+ * quantize activations to the weight's dot-product type (tensor/matmul.h),
+ * K/V are stored as F16 and attention accumulates V in F16 like llama.cpp's
+ * CPU flash attention. */
+#include "model/model.h"
+
+#include "base/error.h"
+#include "tensor/dtype.h"
+#include "tensor/matmul.h"
+#include "tensor/quants.h"
+#include "tensor/traits.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct arch_desc {
+  const char *name;
+  model_arch arch;
+  bool rope_neox;   /* rotate halves instead of adjacent pairs */
+  bool qkv_bias;    /* attn_{q,k,v}.bias present (required) */
+  bool qk_norm;     /* per-head attn_{q,k}_norm (required) */
+} arch_desc;
+
+static const arch_desc k_archs[] = {
+    {"llama", MODEL_ARCH_LLAMA, false, false, false},
+    {"qwen2", MODEL_ARCH_QWEN2, true, true, false},
+    {"qwen3", MODEL_ARCH_QWEN3, true, false, true},
+};
+
+typedef struct layer_w {
+  const float *attn_norm; /* [n_embd] */
+  model_weight wq, wk, wv, wo;
+  const float *bq, *bk, *bv; /* biases or NULL */
+  const float *q_norm, *k_norm; /* [head_dim] or NULL */
+  const float *ffn_norm;
+  model_weight w_gate, w_up, w_down;
+} layer_w;
+
+struct model {
+  gguf_file *f;
+  model_hparams hp;
+  const arch_desc *ad;
+  model_weight tok_embd; /* n_vocab rows of n_embd */
+  model_weight output;   /* n_vocab rows of n_embd (tied: = tok_embd) */
+  const float *output_norm;
+  const float *rope_freqs; /* [head_dim/2] or NULL */
+  layer_w *layers;
+  pw_pool *pool;
+};
+
+struct model_kv {
+  int n_layer, n_seq, n_ctx, kv_dim;
+  uint16_t *k, *v; /* [n_layer][n_seq][n_ctx][kv_dim] F16 */
+  int *len;        /* [n_seq] */
+};
+
+struct model_ctx {
+  const model *m;
+  int max_batch, max_ctx;
+  float *x, *xn, *q, *k, *v, *att, *gate, *up; /* [max_batch][...] */
+  float *rows;          /* [max_batch][n_embd] gathered rows for logits */
+  float *rope_cos, *rope_sin; /* [max_batch][head_dim/2] */
+  void *mm_scratch;
+};
+
+/* ---- loading ---------------------------------------------------------- */
+
+static int get_u32_key(const gguf_file *f, const char *arch, const char *suffix, bool required, uint32_t *out,
+                       char *err) {
+  char key[128];
+  snprintf(key, sizeof key, "%s.%s", arch, suffix);
+  if (gguf_get_u32(f, key, out)) return 0;
+  if (!required) return 1;
+  if (gguf_find_kv(f, key)) return pw_seterr(err, PW_EFORMAT, "metadata %s has a non-integer type", key);
+  return pw_seterr(err, PW_EFORMAT, "metadata %s is missing", key);
+}
+
+static int bind_weight(const gguf_file *f, const char *name, int64_t n_in, int64_t n_out, model_weight *w,
+                       bool required, char *err) {
+  const gguf_tensor *t = gguf_find_tensor(f, name);
+  memset(w, 0, sizeof *w);
+  if (!t) return required ? pw_seterr(err, PW_EFORMAT, "tensor %s is missing", name) : 1;
+  const pw_dtype_info *di = pw_dtype_get(t->type);
+  if (!di || !di->weight_ok || !pw_traits_get(t->type))
+    return pw_seterr(err, PW_EUNSUPPORTED, "tensor %s has unsupported type %s (%u)", name,
+                     di ? di->name : "unknown", t->type);
+  if (t->n_dims > 2 || (int64_t)t->ne[0] != n_in || (int64_t)t->ne[1] != n_out)
+    return pw_seterr(err, PW_EFORMAT, "tensor %s has shape [%llu, %llu], expected [%lld, %lld]", name,
+                     (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (long long)n_in,
+                     (long long)n_out);
+  w->data = t->data;
+  w->type = t->type;
+  w->n_in = n_in;
+  w->n_out = n_out;
+  return 0;
+}
+
+/* A 1-D F32 vector of n elements (norm weights, biases). */
+static int bind_vec(const gguf_file *f, const char *name, int64_t n, const float **out, bool required,
+                    char *err) {
+  const gguf_tensor *t = gguf_find_tensor(f, name);
+  *out = NULL;
+  if (!t) return required ? pw_seterr(err, PW_EFORMAT, "tensor %s is missing", name) : 1;
+  if (t->type != PW_DT_F32)
+    return pw_seterr(err, PW_EUNSUPPORTED, "tensor %s: type %s, expected F32", name,
+                     pw_dtype_name(t->type) ? pw_dtype_name(t->type) : "unknown");
+  if (t->n_dims != 1 || (int64_t)t->ne[0] != n)
+    return pw_seterr(err, PW_EFORMAT, "tensor %s has %llu elements, expected %lld", name,
+                     (unsigned long long)t->ne[0], (long long)n);
+  if ((uintptr_t)t->data % 4) return pw_seterr(err, PW_EFORMAT, "tensor %s is misaligned", name);
+  *out = t->data;
+  return 0;
+}
+
+static int load_hparams(model *m, char *err) {
+  const gguf_file *f = m->f;
+  model_hparams *hp = &m->hp;
+  int rc;
+  if (!gguf_get_cstr(f, "general.architecture", hp->arch_name, sizeof hp->arch_name))
+    return pw_seterr(err, PW_EFORMAT, "metadata general.architecture is missing");
+  for (size_t i = 0; i < sizeof k_archs / sizeof k_archs[0]; i++)
+    if (!strcmp(hp->arch_name, k_archs[i].name)) m->ad = &k_archs[i];
+  if (!m->ad) return pw_seterr(err, PW_EUNSUPPORTED, "unsupported architecture '%s' (supported: llama, qwen2, qwen3)",
+                               hp->arch_name);
+  hp->arch = m->ad->arch;
+  hp->rope_neox = m->ad->rope_neox;
+  const char *a = hp->arch_name;
+  uint32_t v;
+  if ((rc = get_u32_key(f, a, "embedding_length", true, &v, err))) return rc;
+  hp->n_embd = (int32_t)v;
+  if ((rc = get_u32_key(f, a, "block_count", true, &v, err))) return rc;
+  hp->n_layer = (int32_t)v;
+  if ((rc = get_u32_key(f, a, "attention.head_count", true, &v, err))) return rc;
+  hp->n_head = (int32_t)v;
+  hp->n_head_kv = hp->n_head;
+  if ((rc = get_u32_key(f, a, "attention.head_count_kv", false, &v, err)) < 0) return rc;
+  if (rc == 0) hp->n_head_kv = (int32_t)v;
+  if ((rc = get_u32_key(f, a, "feed_forward_length", true, &v, err))) return rc;
+  hp->n_ff = (int32_t)v;
+  hp->n_ctx_train = 2048;
+  if ((rc = get_u32_key(f, a, "context_length", false, &v, err)) < 0) return rc;
+  if (rc == 0) hp->n_ctx_train = (int32_t)v;
+  if (hp->n_embd <= 0 || hp->n_embd > 65536 || hp->n_layer <= 0 || hp->n_layer > 1024 || hp->n_head <= 0 ||
+      hp->n_head > 1024 || hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv || hp->n_ff <= 0 ||
+      hp->n_ff > 1 << 20 || hp->n_ctx_train <= 0)
+    return pw_seterr(err, PW_EFORMAT,
+                     "invalid hyperparameters: n_embd %d, n_layer %d, n_head %d, n_head_kv %d, n_ff %d, n_ctx %d",
+                     hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->n_ff, hp->n_ctx_train);
+  hp->head_dim = hp->n_embd / hp->n_head;
+  if ((rc = get_u32_key(f, a, "attention.key_length", false, &v, err)) < 0) return rc;
+  if (rc == 0) hp->head_dim = (int32_t)v;
+  uint32_t vlen;
+  if (get_u32_key(f, a, "attention.value_length", false, &vlen, err) == 0 && (int32_t)vlen != hp->head_dim)
+    return pw_seterr(err, PW_EUNSUPPORTED, "value_length %u differs from key_length %d", vlen, hp->head_dim);
+  if (hp->head_dim <= 0 || hp->head_dim % 2 || hp->head_dim > 1024)
+    return pw_seterr(err, PW_EFORMAT, "invalid head dimension %d", hp->head_dim);
+  uint32_t rope_dims;
+  if (get_u32_key(f, a, "rope.dimension_count", false, &rope_dims, err) == 0 && (int32_t)rope_dims != hp->head_dim)
+    return pw_seterr(err, PW_EUNSUPPORTED, "partial RoPE (%u of %d dims) is not supported", rope_dims, hp->head_dim);
+  char key[128];
+  hp->rope_base = 10000.0f;
+  snprintf(key, sizeof key, "%s.rope.freq_base", a);
+  gguf_get_f32(f, key, &hp->rope_base);
+  hp->rope_scale = 1.0f;
+  char stype[32] = "";
+  snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+  gguf_get_cstr(f, key, stype, sizeof stype);
+  snprintf(key, sizeof key, "%s.rope.scaling.factor", a);
+  float factor = 0;
+  if (gguf_get_f32(f, key, &factor) && factor > 0 && strcmp(stype, "none")) {
+    if (*stype && strcmp(stype, "linear"))
+      return pw_seterr(err, PW_EUNSUPPORTED, "rope scaling type '%s' is not supported", stype);
+    hp->rope_scale = 1.0f / factor;
+  }
+  hp->rms_eps = 1e-5f;
+  snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", a);
+  gguf_get_f32(f, key, &hp->rms_eps);
+  if (!(hp->rope_base > 0) || !(hp->rms_eps >= 0))
+    return pw_seterr(err, PW_EFORMAT, "invalid rope base %g or rms epsilon %g", (double)hp->rope_base,
+                     (double)hp->rms_eps);
+  return 0;
+}
+
+static int bind_weights(model *m, char *err) {
+  const gguf_file *f = m->f;
+  model_hparams *hp = &m->hp;
+  int rc;
+  const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
+  if (!te) return pw_seterr(err, PW_EFORMAT, "tensor token_embd.weight is missing");
+  if (te->ne[1] < 1 || te->ne[1] > (1u << 24)) return pw_seterr(err, PW_EFORMAT, "token_embd.weight: bad vocabulary size");
+  hp->n_vocab = (int32_t)te->ne[1];
+  if ((rc = bind_weight(f, "token_embd.weight", hp->n_embd, hp->n_vocab, &m->tok_embd, true, err))) return rc;
+  rc = bind_weight(f, "output.weight", hp->n_embd, hp->n_vocab, &m->output, false, err);
+  if (rc < 0) return rc;
+  if (rc == 1) m->output = m->tok_embd; /* tied output */
+  if ((rc = bind_vec(f, "output_norm.weight", hp->n_embd, &m->output_norm, true, err))) return rc;
+  rc = bind_vec(f, "rope_freqs.weight", hp->head_dim / 2, &m->rope_freqs, false, err);
+  if (rc < 0) return rc;
+  m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+  if (!m->layers) return pw_seterr(err, PW_ENOMEM, "out of memory");
+  int64_t e = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
+  for (int il = 0; il < hp->n_layer; il++) {
+    layer_w *L = &m->layers[il];
+    char n[96];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", il, s), n)
+    if ((rc = bind_vec(f, NAME("attn_norm.weight"), e, &L->attn_norm, true, err))) return rc;
+    if ((rc = bind_weight(f, NAME("attn_q.weight"), e, qd, &L->wq, true, err))) return rc;
+    if ((rc = bind_weight(f, NAME("attn_k.weight"), e, kvd, &L->wk, true, err))) return rc;
+    if ((rc = bind_weight(f, NAME("attn_v.weight"), e, kvd, &L->wv, true, err))) return rc;
+    if ((rc = bind_weight(f, NAME("attn_output.weight"), qd, e, &L->wo, true, err))) return rc;
+    bool need_bias = m->ad->qkv_bias;
+    if ((rc = bind_vec(f, NAME("attn_q.bias"), qd, &L->bq, need_bias, err)) < 0) return rc;
+    if ((rc = bind_vec(f, NAME("attn_k.bias"), kvd, &L->bk, need_bias, err)) < 0) return rc;
+    if ((rc = bind_vec(f, NAME("attn_v.bias"), kvd, &L->bv, need_bias, err)) < 0) return rc;
+    bool need_norm = m->ad->qk_norm;
+    if ((rc = bind_vec(f, NAME("attn_q_norm.weight"), hp->head_dim, &L->q_norm, need_norm, err)) < 0) return rc;
+    if ((rc = bind_vec(f, NAME("attn_k_norm.weight"), hp->head_dim, &L->k_norm, need_norm, err)) < 0) return rc;
+    if ((rc = bind_vec(f, NAME("ffn_norm.weight"), e, &L->ffn_norm, true, err))) return rc;
+    if ((rc = bind_weight(f, NAME("ffn_gate.weight"), e, hp->n_ff, &L->w_gate, true, err))) return rc;
+    if ((rc = bind_weight(f, NAME("ffn_up.weight"), e, hp->n_ff, &L->w_up, true, err))) return rc;
+    if ((rc = bind_weight(f, NAME("ffn_down.weight"), hp->n_ff, e, &L->w_down, true, err))) return rc;
+#undef NAME
+  }
+  return 0;
+}
+
+int model_load(const char *path, const model_opts *opts, model **out, char *err) {
+  *out = NULL;
+  pw_tensor_init();
+  model *m = calloc(1, sizeof *m);
+  if (!m) return pw_seterr(err, PW_ENOMEM, "out of memory");
+  int rc = gguf_open(path, &m->f, err);
+  if (rc) goto fail;
+  if ((rc = load_hparams(m, err)) || (rc = bind_weights(m, err))) goto fail;
+  int nt = opts && opts->n_threads > 0 ? opts->n_threads : 2;
+  m->pool = pw_pool_create(nt);
+  if (!m->pool) {
+    rc = pw_seterr(err, PW_ENOMEM, "cannot start %d threads", nt);
+    goto fail;
+  }
+  *out = m;
+  return 0;
+fail:
+  model_destroy(m);
+  return rc;
+}
+
+void model_destroy(model *m) {
+  if (!m) return;
+  pw_pool_destroy(m->pool);
+  free(m->layers);
+  gguf_close(m->f);
+  free(m);
+}
+
+const model_hparams *model_hp(const model *m) { return &m->hp; }
+const gguf_file *model_gguf(const model *m) { return m->f; }
+pw_pool *model_pool(const model *m) { return m->pool; }
+
+/* ---- KV cache --------------------------------------------------------- */
+
+int model_kv_create(const model *m, int n_seq, int n_ctx, model_kv **out, char *err) {
+  *out = NULL;
+  if (n_seq < 1 || n_seq > 4096 || n_ctx < 1 || n_ctx > (1 << 22))
+    return pw_seterr(err, PW_EINVAL, "invalid KV cache size: %d sequences x %d positions", n_seq, n_ctx);
+  model_kv *kv = calloc(1, sizeof *kv);
+  if (!kv) return pw_seterr(err, PW_ENOMEM, "out of memory");
+  kv->n_layer = m->hp.n_layer;
+  kv->n_seq = n_seq;
+  kv->n_ctx = n_ctx;
+  kv->kv_dim = m->hp.n_head_kv * m->hp.head_dim;
+  size_t n = (size_t)kv->n_layer * n_seq * n_ctx * kv->kv_dim;
+  kv->k = malloc(n * sizeof(uint16_t));
+  kv->v = malloc(n * sizeof(uint16_t));
+  kv->len = calloc((size_t)n_seq, sizeof(int));
+  if (!kv->k || !kv->v || !kv->len) {
+    model_kv_destroy(kv);
+    return pw_seterr(err, PW_ENOMEM, "out of memory for a KV cache of %zu MiB", 2 * n * 2 >> 20);
+  }
+  *out = kv;
+  return 0;
+}
+
+void model_kv_destroy(model_kv *kv) {
+  if (!kv) return;
+  free(kv->k);
+  free(kv->v);
+  free(kv->len);
+  free(kv);
+}
+
+int model_kv_n_seq(const model_kv *kv) { return kv->n_seq; }
+int model_kv_n_ctx(const model_kv *kv) { return kv->n_ctx; }
+int model_kv_len(const model_kv *kv, int seq) { return kv->len[seq]; }
+size_t model_kv_bytes(const model_kv *kv) {
+  return 2 * (size_t)kv->n_layer * kv->n_seq * kv->n_ctx * kv->kv_dim * sizeof(uint16_t);
+}
+
+void model_kv_truncate(model_kv *kv, int seq, int len) {
+  PW_ASSERT(seq >= 0 && seq < kv->n_seq && len >= 0 && len <= kv->len[seq]);
+  kv->len[seq] = len;
+}
+
+static size_t kv_off(const model_kv *kv, int layer, int seq, int pos) {
+  return (((size_t)layer * kv->n_seq + seq) * kv->n_ctx + pos) * kv->kv_dim;
+}
+
+void model_kv_copy(model_kv *kv, int dst, int src, int len) {
+  PW_ASSERT(len >= 0 && len <= kv->len[src]);
+  if (dst != src)
+    for (int l = 0; l < kv->n_layer; l++) {
+      memcpy(kv->k + kv_off(kv, l, dst, 0), kv->k + kv_off(kv, l, src, 0), (size_t)len * kv->kv_dim * 2);
+      memcpy(kv->v + kv_off(kv, l, dst, 0), kv->v + kv_off(kv, l, src, 0), (size_t)len * kv->kv_dim * 2);
+    }
+  kv->len[dst] = len;
+}
+
+/* ---- forward ---------------------------------------------------------- */
+
+int model_ctx_create(const model *m, int max_batch, int max_ctx, model_ctx **out, char *err) {
+  *out = NULL;
+  if (max_batch < 1 || max_batch > 65536 || max_ctx < 1)
+    return pw_seterr(err, PW_EINVAL, "invalid batch size %d", max_batch);
+  model_ctx *c = calloc(1, sizeof *c);
+  if (!c) return pw_seterr(err, PW_ENOMEM, "out of memory");
+  const model_hparams *hp = &m->hp;
+  c->m = m;
+  c->max_batch = max_batch;
+  c->max_ctx = max_ctx;
+  size_t B = (size_t)max_batch, qd = (size_t)hp->n_head * hp->head_dim, kvd = (size_t)hp->n_head_kv * hp->head_dim;
+  c->x = malloc(B * hp->n_embd * sizeof(float));
+  c->xn = malloc(B * (qd > (size_t)hp->n_embd ? qd : (size_t)hp->n_embd) * sizeof(float));
+  c->q = malloc(B * qd * sizeof(float));
+  c->k = malloc(B * kvd * sizeof(float));
+  c->v = malloc(B * kvd * sizeof(float));
+  c->att = malloc(B * qd * sizeof(float));
+  c->gate = malloc(B * hp->n_ff * sizeof(float));
+  c->up = malloc(B * hp->n_ff * sizeof(float));
+  c->rows = malloc(B * hp->n_embd * sizeof(float));
+  c->rope_cos = malloc(B * hp->head_dim / 2 * sizeof(float));
+  c->rope_sin = malloc(B * hp->head_dim / 2 * sizeof(float));
+  /* Scratch for the largest activation quantization of any matmul. */
+  size_t mm = 0;
+  int64_t ins[2] = {hp->n_embd, hp->n_ff};
+  for (int l = 0; l < hp->n_layer; l++) {
+    const layer_w *L = &m->layers[l];
+    const model_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+      size_t s = pw_matmul_scratch_size(ws[i]->type, ws[i]->n_in, max_batch);
+      if (s > mm) mm = s;
+    }
+  }
+  size_t so = pw_matmul_scratch_size(m->output.type, m->output.n_in, max_batch);
+  if (so > mm) mm = so;
+  (void)ins;
+  c->mm_scratch = malloc(mm ? mm : 1);
+  if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->rows ||
+      !c->rope_cos || !c->rope_sin || !c->mm_scratch) {
+    model_ctx_destroy(c);
+    return pw_seterr(err, PW_ENOMEM, "out of memory for batch scratch");
+  }
+  *out = c;
+  return 0;
+}
+
+void model_ctx_destroy(model_ctx *c) {
+  if (!c) return;
+  free(c->x);
+  free(c->xn);
+  free(c->q);
+  free(c->k);
+  free(c->v);
+  free(c->att);
+  free(c->gate);
+  free(c->up);
+  free(c->rows);
+  free(c->rope_cos);
+  free(c->rope_sin);
+  free(c->mm_scratch);
+  free(c);
+}
+
+/* y = x / sqrt(mean(x^2) + eps) * w, the sum of squares in double as ggml. */
+static void rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
+  double sum = 0;
+  for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+  float mean = (float)(sum / n);
+  float scale = 1.0f / sqrtf(mean + eps);
+  for (int i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
+}
+
+static void matmul(model_ctx *c, const model_weight *w, const float *x, int n, float *y) {
+  pw_matmul(c->m->pool, w->type, w->data, w->n_in, w->n_out, x, n, y, c->mm_scratch);
+}
+
+static void add_bias(float *y, const float *b, int n_tok, int dim) {
+  if (!b) return;
+  for (int t = 0; t < n_tok; t++)
+    for (int i = 0; i < dim; i++) y[(size_t)t * dim + i] += b[i];
+}
+
+/* cos/sin of each rotation angle for every entry, as ggml's rope cache:
+ * theta starts at pos and is multiplied by base^(-2/d) per pair. */
+static void rope_tables(model_ctx *c, const model_entry *e, int n) {
+  const model_hparams *hp = &c->m->hp;
+  int half = hp->head_dim / 2;
+  float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->head_dim);
+  for (int t = 0; t < n; t++) {
+    float theta = (float)e[t].pos;
+    for (int i = 0; i < half; i++) {
+      float ff = c->m->rope_freqs ? c->m->rope_freqs[i] : 1.0f;
+      float th = hp->rope_scale * (theta / ff);
+      c->rope_cos[(size_t)t * half + i] = cosf(th);
+      c->rope_sin[(size_t)t * half + i] = sinf(th);
+      theta *= theta_scale;
+    }
+  }
+}
+
+static void rope_apply(const model_ctx *c, float *v, int n_tok, int n_heads) {
+  const model_hparams *hp = &c->m->hp;
+  int hd = hp->head_dim, half = hd / 2;
+  for (int t = 0; t < n_tok; t++) {
+    const float *cs = c->rope_cos + (size_t)t * half, *sn = c->rope_sin + (size_t)t * half;
+    for (int h = 0; h < n_heads; h++) {
+      float *x = v + ((size_t)t * n_heads + h) * hd;
+      for (int i = 0; i < half; i++) {
+        int i0 = hp->rope_neox ? i : 2 * i, i1 = hp->rope_neox ? i + half : 2 * i + 1;
+        float a = x[i0], b = x[i1];
+        x[i0] = a * cs[i] - b * sn[i];
+        x[i1] = a * sn[i] + b * cs[i];
+      }
+    }
+  }
+}
+
+typedef struct attn_job {
+  model_ctx *c;
+  model_kv *kv;
+  const model_entry *e;
+  int n, layer;
+} attn_job;
+
+/* One (entry, head) pair at a time, over the sequence's cache up to and
+ * including the entry's own position. */
+static void attn_worker(void *ctx, int ith, int nth) {
+  attn_job *j = ctx;
+  model_ctx *c = j->c;
+  const model_hparams *hp = &c->m->hp;
+  model_kv *kv = j->kv;
+  int hd = hp->head_dim, gqa = hp->n_head / hp->n_head_kv;
+  float scale = 1.0f / sqrtf((float)hd);
+  long lo, hi;
+  pw_split((long)j->n * hp->n_head, ith, nth, &lo, &hi);
+  for (long w = lo; w < hi; w++) {
+    int t = (int)(w / hp->n_head), h = (int)(w % hp->n_head), hk = h / gqa;
+    const model_entry *en = &j->e[t];
+    /* llama.cpp multiplies the F16 cache with Q rounded to F16. */
+    float q[1024];
+    const float *qs = c->q + ((size_t)t * hp->n_head + h) * hd;
+    for (int i = 0; i < hd; i++) q[i] = pw_fp16_to_fp32(pw_fp32_to_fp16(qs[i]));
+    int npos = en->pos + 1;
+    float *o = c->att + ((size_t)t * hp->n_head + h) * hd;
+    /* Online softmax with an F16 accumulator, as llama.cpp's CPU flash
+     * attention does (its reference outputs were made that way): running
+     * max M, running sum S, acc = sum_p exp(s_p - M) * V_p kept in F16. */
+    float S = 0, M = -INFINITY;
+    uint16_t acc[1024];
+    for (int i = 0; i < hd; i++) acc[i] = 0;
+    for (int p = 0; p < npos; p++) {
+      const uint16_t *kr = kv->k + kv_off(kv, j->layer, en->seq, p) + (size_t)hk * hd;
+      float s = 0;
+      for (int i = 0; i < hd; i++) s += q[i] * pw_fp16_to_fp32(kr[i]);
+      s *= scale;
+      float Mold = M, ms = 1.0f, vs = 1.0f;
+      if (s > M) {
+        M = s;
+        ms = expf(Mold - M);
+        for (int i = 0; i < hd; i++) acc[i] = pw_fp32_to_fp16(pw_fp16_to_fp32(acc[i]) * ms);
+      } else {
+        vs = expf(s - M);
+      }
+      const uint16_t *vr = kv->v + kv_off(kv, j->layer, en->seq, p) + (size_t)hk * hd;
+      for (int i = 0; i < hd; i++) acc[i] = pw_fp32_to_fp16(pw_fp16_to_fp32(acc[i]) + pw_fp16_to_fp32(vr[i]) * vs);
+      S = S * ms + vs;
+    }
+    for (int i = 0; i < hd; i++) o[i] = pw_fp16_to_fp32(acc[i]) / S;
+  }
+}
+
+int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float *logits, float *hidden,
+                  char *err) {
+  const model *m = c->m;
+  const model_hparams *hp = &m->hp;
+  if (n < 1 || n > c->max_batch) return pw_seterr(err, PW_EINVAL, "batch of %d entries (limit %d)", n, c->max_batch);
+  /* Validate every entry before touching the cache: positions must extend
+   * each sequence contiguously. */
+  for (int t = 0; t < n; t++) {
+    if (e[t].seq < 0 || e[t].seq >= kv->n_seq)
+      return pw_seterr(err, PW_EINVAL, "entry %d: sequence %d out of range", t, e[t].seq);
+    if (e[t].token < 0 || e[t].token >= hp->n_vocab)
+      return pw_seterr(err, PW_EINVAL, "entry %d: token %d out of range (vocabulary %d)", t, e[t].token, hp->n_vocab);
+    int expect = kv->len[e[t].seq];
+    for (int u = 0; u < t; u++)
+      if (e[u].seq == e[t].seq) expect++;
+    if (e[t].pos != expect)
+      return pw_seterr(err, PW_EINVAL, "entry %d: position %d does not continue sequence %d (expected %d)", t,
+                       e[t].pos, e[t].seq, expect);
+    if (e[t].pos >= kv->n_ctx || e[t].pos >= c->max_ctx)
+      return pw_seterr(err, PW_ECONTEXT, "sequence %d: position %d exceeds the context of %d", e[t].seq, e[t].pos,
+                       kv->n_ctx);
+  }
+  int E = hp->n_embd, hd = hp->head_dim;
+  int qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
+  for (int t = 0; t < n; t++) pw_get_row(m->tok_embd.type, m->tok_embd.data, E, e[t].token, c->x + (size_t)t * E);
+  rope_tables(c, e, n);
+  for (int il = 0; il < hp->n_layer; il++) {
+    const layer_w *L = &m->layers[il];
+    for (int t = 0; t < n; t++) rmsnorm(c->xn + (size_t)t * E, c->x + (size_t)t * E, L->attn_norm, E, hp->rms_eps);
+    matmul(c, &L->wq, c->xn, n, c->q);
+    matmul(c, &L->wk, c->xn, n, c->k);
+    matmul(c, &L->wv, c->xn, n, c->v);
+    add_bias(c->q, L->bq, n, qd);
+    add_bias(c->k, L->bk, n, kvd);
+    add_bias(c->v, L->bv, n, kvd);
+    if (L->q_norm) {
+      for (int r = 0; r < n * hp->n_head; r++) rmsnorm(c->q + (size_t)r * hd, c->q + (size_t)r * hd, L->q_norm, hd, hp->rms_eps);
+      for (int r = 0; r < n * hp->n_head_kv; r++) rmsnorm(c->k + (size_t)r * hd, c->k + (size_t)r * hd, L->k_norm, hd, hp->rms_eps);
+    }
+    rope_apply(c, c->q, n, hp->n_head);
+    rope_apply(c, c->k, n, hp->n_head_kv);
+    for (int t = 0; t < n; t++) {
+      uint16_t *kd = kv->k + kv_off(kv, il, e[t].seq, e[t].pos);
+      uint16_t *vd = kv->v + kv_off(kv, il, e[t].seq, e[t].pos);
+      for (int i = 0; i < kvd; i++) {
+        kd[i] = pw_fp32_to_fp16(c->k[(size_t)t * kvd + i]);
+        vd[i] = pw_fp32_to_fp16(c->v[(size_t)t * kvd + i]);
+      }
+    }
+    attn_job job = {c, kv, e, n, il};
+    pw_pool_run(m->pool, attn_worker, &job);
+    matmul(c, &L->wo, c->att, n, c->xn);
+    for (size_t i = 0; i < (size_t)n * E; i++) c->x[i] += c->xn[i];
+    for (int t = 0; t < n; t++) rmsnorm(c->xn + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm, E, hp->rms_eps);
+    matmul(c, &L->w_gate, c->xn, n, c->gate);
+    matmul(c, &L->w_up, c->xn, n, c->up);
+    for (size_t i = 0; i < (size_t)n * hp->n_ff; i++) {
+      float g = c->gate[i];
+      c->gate[i] = g / (1.0f + expf(-g)) * c->up[i];
+    }
+    matmul(c, &L->w_down, c->gate, n, c->xn);
+    for (size_t i = 0; i < (size_t)n * E; i++) c->x[i] += c->xn[i];
+  }
+  for (int t = 0; t < n; t++) kv->len[e[t].seq] = e[t].pos + 1 > kv->len[e[t].seq] ? e[t].pos + 1 : kv->len[e[t].seq];
+  int nw = 0;
+  for (int t = 0; t < n; t++)
+    if (e[t].want_logits) {
+      rmsnorm(c->rows + (size_t)nw * E, c->x + (size_t)t * E, m->output_norm, E, hp->rms_eps);
+      nw++;
+    }
+  if (nw == 0) return 0;
+  if (hidden) memcpy(hidden, c->rows, (size_t)nw * E * sizeof(float));
+  if (logits) matmul(c, &m->output, c->rows, nw, logits);
+  return 0;
+}

@@ -1,0 +1,100 @@
+/* model.h - a GGUF transformer bound to its weights, its KV cache, and the
+ * batched forward pass.
+ *
+ * The model is decoder-only with RMSNorm, RoPE, GQA attention and a SwiGLU
+ * MLP: architectures `llama`, `qwen2` (QKV biases), `qwen3` (per-head Q/K
+ * RMSNorm). Weights are views into the GGUF mapping (never copied).
+ *
+ * The forward pass takes a batch of (sequence, position, token) entries from
+ * several sequences and returns logits for the entries that ask for them.
+ * A sequence's entries in a batch must be in position order and continue its
+ * KV cache exactly (pos == current length, then +1...). The result for an
+ * entry never depends on the other entries of the batch (batch invariance).
+ *
+ * Not here: tokenization, sampling, scheduling. */
+#ifndef PW_MODEL_MODEL_H
+#define PW_MODEL_MODEL_H
+
+#include "base/pool.h"
+#include "gguf/gguf.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3 } model_arch;
+
+typedef struct model_hparams {
+  model_arch arch;
+  char arch_name[32];
+  int32_t n_vocab;   /* rows of token_embd */
+  int32_t n_embd;    /* hidden size */
+  int32_t n_layer;
+  int32_t n_head;
+  int32_t n_head_kv;
+  int32_t head_dim;  /* per head, = key_length when present */
+  int32_t n_ff;      /* MLP hidden size */
+  int32_t n_ctx_train;
+  float rope_base;
+  float rope_scale;  /* linear position scale (1 = none) */
+  float rms_eps;
+  bool rope_neox;    /* true: rotate halves (qwen); false: adjacent pairs (llama) */
+} model_hparams;
+
+/* A weight matrix: n_out rows of n_in elements of `type` (view). */
+typedef struct model_weight {
+  const void *data;
+  uint32_t type;
+  int64_t n_in, n_out;
+} model_weight;
+
+typedef struct model model;
+
+typedef struct model_opts {
+  int n_threads; /* kernel threads (>= 1); 0 = 2 */
+} model_opts;
+
+/* Opens and validates a model; owns the GGUF mapping. */
+int model_load(const char *path, const model_opts *opts, model **out, char *err);
+void model_destroy(model *m);
+const model_hparams *model_hp(const model *m);
+/* The underlying file (borrowed; lives as long as the model), e.g. for the
+ * tokenizer and chat template. */
+const gguf_file *model_gguf(const model *m);
+pw_pool *model_pool(const model *m);
+
+/* KV cache: n_seq sequences of up to n_ctx positions each, F16, allocated
+ * once at creation (bounded; model_kv_bytes tells the size). */
+typedef struct model_kv model_kv;
+int model_kv_create(const model *m, int n_seq, int n_ctx, model_kv **out, char *err);
+void model_kv_destroy(model_kv *kv);
+int model_kv_n_seq(const model_kv *kv);
+int model_kv_n_ctx(const model_kv *kv);
+int model_kv_len(const model_kv *kv, int seq);
+/* Drops positions >= len (len <= current length). */
+void model_kv_truncate(model_kv *kv, int seq, int len);
+/* Copies the first len positions of src into dst (dst is replaced). */
+void model_kv_copy(model_kv *kv, int dst, int src, int len);
+size_t model_kv_bytes(const model_kv *kv);
+
+typedef struct model_entry {
+  int32_t seq;
+  int32_t pos;
+  int32_t token;
+  bool want_logits;
+} model_entry;
+
+/* Per-caller scratch for batches of up to max_batch entries. Not shared
+ * between threads. */
+typedef struct model_ctx model_ctx;
+int model_ctx_create(const model *m, int max_batch, int max_ctx, model_ctx **out, char *err);
+void model_ctx_destroy(model_ctx *c);
+
+/* Runs the batch. logits: [n_want][n_vocab] in entry order for entries with
+ * want_logits (may be NULL if none). hidden: optional [n_want][n_embd] final
+ * normalised hidden states (for embeddings). On error nothing is written to
+ * the KV cache lengths (positions written past the old length are ignored). */
+int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float *logits, float *hidden,
+                  char *err);
+
+#endif

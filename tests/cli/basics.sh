@@ -1,0 +1,79 @@
+#!/bin/sh
+# CLI behaviour: exit codes, stdout/stderr separation, one-line errors.
+# usage: basics.sh POWER_BIN SHARED_DIR
+set -u
+bin=$1
+shared=$2
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+check() { # check DESC COND...
+  desc=$1
+  shift
+  if "$@"; then :; else
+    echo "FAIL: $desc"
+    fail=1
+  fi
+}
+model=$shared/models/syn-llama-Q4_0.gguf
+[ -f "$model" ] || { echo "FAIL: missing test asset $model"; exit 1; }
+
+# inspect: valid file
+"$bin" inspect "$model" >"$tmp/out" 2>"$tmp/err"
+check "inspect exits 0" [ $? -eq 0 ]
+check "inspect names the architecture" grep -q "architecture: llama" "$tmp/out"
+check "inspect counts tensors by type" grep -q "Q4_0" "$tmp/out"
+
+# inspect --sha256 equals sha256sum
+"$bin" inspect "$model" --sha256 >"$tmp/out" 2>&1
+want=$(sha256sum "$model" | cut -d' ' -f1)
+check "inspect --sha256 matches sha256sum" grep -q "$want" "$tmp/out"
+
+# inspect: truncated file -> non-zero, exactly one line naming the defect
+head -c 100000 "$model" >"$tmp/trunc.gguf"
+"$bin" inspect "$tmp/trunc.gguf" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "inspect truncated exits non-zero" [ $rc -ne 0 ]
+check "inspect truncated prints one line" [ "$(wc -l <"$tmp/err")" -eq 1 ]
+check "inspect truncated says truncated" grep -q "truncated" "$tmp/err"
+check "inspect truncated prints nothing on stdout" [ ! -s "$tmp/out" ]
+
+# not a GGUF file
+echo "hello world, this is not a model file at all......" >"$tmp/bad.gguf"
+"$bin" inspect "$tmp/bad.gguf" >/dev/null 2>"$tmp/err"
+check "inspect non-gguf fails" [ $? -ne 0 ]
+check "inspect non-gguf names the magic" grep -q "magic" "$tmp/err"
+
+# run: ids out on stdout only, deterministic
+"$bin" run --model "$model" --prompt-ids "1,9038,2501" -n 8 >"$tmp/a" 2>"$tmp/err"
+check "run exits 0" [ $? -eq 0 ]
+check "run prints 8 ids" [ "$(wc -w <"$tmp/a")" -eq 8 ]
+check "run prints only digits and spaces" [ -z "$(tr -d '0-9 \n' <"$tmp/a")" ]
+"$bin" run --model "$model" --prompt-ids "1,9038,2501" -n 8 --threads 1 >"$tmp/b" 2>/dev/null
+check "run greedy is the same at 1 and 2 threads" cmp -s "$tmp/a" "$tmp/b"
+"$bin" run --model "$model" --prompt-ids "1,9038,2501" -n 8 --temperature 0.9 --seed 7 >"$tmp/c" 2>/dev/null
+"$bin" run --model "$model" --prompt-ids "1,9038,2501" -n 8 --temperature 0.9 --seed 7 --threads 1 >"$tmp/d" 2>/dev/null
+check "run seeded sampling is reproducible across thread counts" cmp -s "$tmp/c" "$tmp/d"
+
+# run: errors
+POWER_MODEL= "$bin" run --model "$tmp/missing.gguf" --prompt-ids 1 >/dev/null 2>"$tmp/err"
+check "run missing model fails" [ $? -ne 0 ]
+check "run missing model is one line" [ "$(wc -l <"$tmp/err")" -eq 1 ]
+"$bin" run --model "$model" --prompt-ids "1,x" >/dev/null 2>"$tmp/err"
+check "run bad ids fails" [ $? -ne 0 ]
+"$bin" run --model "$model" --prompt-ids "1,99999999" >/dev/null 2>"$tmp/err"
+check "run out-of-vocabulary id fails" [ $? -ne 0 ]
+check "run out-of-vocabulary id says so" grep -q "vocabulary" "$tmp/err"
+"$bin" run --model "$model" --prompt-ids "1" --temperature -1 >/dev/null 2>"$tmp/err"
+check "run negative temperature fails" [ $? -ne 0 ]
+
+# no model anywhere: a clear one-line error saying how to give one
+mkdir -p "$tmp/empty/bin"
+cp "$bin" "$tmp/empty/bin/power"
+(cd "$tmp/empty" && POWER_MODEL= ./bin/power run --prompt-ids 1 >/dev/null 2>"$tmp/err")
+check "no model fails" [ $? -ne 0 ]
+check "no model says how to give one" grep -q -- "--model" "$tmp/err"
+check "no model mentions POWER_MODEL" grep -q "POWER_MODEL" "$tmp/err"
+
+[ $fail -eq 0 ] && echo "cli basics: all checks passed"
+exit $fail

@@ -1,0 +1,113 @@
+/* test_model.c - forward-pass contracts: batch invariance (an entry's logits
+ * are bit-identical alone or batched with other sequences), thread-count
+ * invariance, KV truncation and replay (rollback), and clean errors for bad
+ * batches and bad models. */
+#include "base/error.h"
+#include "model/model.h"
+#include "test.h"
+
+static const int32_t k_prompt[] = {1, 9038, 2501, 263, 931, 29892, 727, 471, 263, 2217};
+#define NP 10
+
+static float *run_alone(model *m, int threads_tag, int *n_vocab) {
+  (void)threads_tag;
+  const model_hparams *hp = model_hp(m);
+  *n_vocab = hp->n_vocab;
+  model_kv *kv;
+  model_ctx *c;
+  char err[PW_ERRMAX];
+  CHECK(model_kv_create(m, 1, 64, &kv, err) == 0);
+  CHECK(model_ctx_create(m, 16, 64, &c, err) == 0);
+  float *lg = malloc(sizeof(float) * hp->n_vocab * NP);
+  model_entry e[NP];
+  for (int i = 0; i < NP; i++) e[i] = (model_entry){0, i, k_prompt[i], true};
+  CHECK_MSG(model_forward(c, kv, e, NP, lg, NULL, err) == 0, "%s", err);
+  model_ctx_destroy(c);
+  model_kv_destroy(kv);
+  return lg;
+}
+
+static void test_invariance(const char *file) {
+  char path[1024], err[PW_ERRMAX];
+  snprintf(path, sizeof path, "%s/models/%s", POWER_SHARED_DIR, file);
+  model *m1, *m2;
+  model_opts o1 = {1}, o2 = {2};
+  CHECK_MSG(model_load(path, &o1, &m1, err) == 0, "%s", err);
+  CHECK_MSG(model_load(path, &o2, &m2, err) == 0, "%s", err);
+  int V;
+  float *a = run_alone(m1, 1, &V);
+  float *b = run_alone(m2, 2, &V);
+  CHECK_MSG(memcmp(a, b, sizeof(float) * V * NP) == 0, "%s: 1 vs 2 threads differ", file);
+  /* Same prompt token by token on seq 2, interleaved with another sequence's
+   * tokens in every batch; logits must equal the alone run bit for bit. */
+  model_kv *kv;
+  model_ctx *c;
+  CHECK(model_kv_create(m2, 3, 64, &kv, err) == 0);
+  CHECK(model_ctx_create(m2, 16, 64, &c, err) == 0);
+  float *lg = malloc(sizeof(float) * V * 3);
+  int mismatch = 0;
+  for (int i = 0; i < NP; i++) {
+    model_entry e[3] = {{0, i, (k_prompt[NP - 1 - i] + 7) % V, true}, {2, i, k_prompt[i], true}, {1, i, 3, false}};
+    CHECK_MSG(model_forward(c, kv, e, 3, lg, NULL, err) == 0, "%s", err);
+    if (memcmp(lg + V, a + (size_t)i * V, sizeof(float) * V)) mismatch++;
+  }
+  CHECK_MSG(mismatch == 0, "%s: %d positions differ when batched", file, mismatch);
+  /* Rollback: truncate seq 2 to 5 and replay; same logits again. */
+  model_kv_truncate(kv, 2, 5);
+  CHECK_EQ_INT(model_kv_len(kv, 2), 5);
+  model_entry e[5];
+  for (int i = 5; i < NP; i++) e[i - 5] = (model_entry){2, i, k_prompt[i], true};
+  float *lg5 = malloc(sizeof(float) * V * 5);
+  CHECK(model_forward(c, kv, e, 5, lg5, NULL, err) == 0);
+  CHECK_MSG(memcmp(lg5, a + (size_t)5 * V, sizeof(float) * V * 5) == 0, "%s: replay after truncate differs", file);
+  /* Copy seq 2's first 7 positions into seq 1 and continue from there. */
+  model_kv_copy(kv, 1, 2, 7);
+  model_entry e7 = {1, 7, k_prompt[7], true};
+  CHECK(model_forward(c, kv, &e7, 1, lg, NULL, err) == 0);
+  CHECK_MSG(memcmp(lg, a + (size_t)7 * V, sizeof(float) * V) == 0, "%s: continuing a copied KV differs", file);
+  /* Bad batches: clean errors, cache untouched. */
+  int len_before = model_kv_len(kv, 2);
+  model_entry bad_pos = {2, 99, 1, true};
+  CHECK(model_forward(c, kv, &bad_pos, 1, lg, NULL, err) == PW_EINVAL && strstr(err, "position"));
+  model_entry bad_tok = {2, len_before, V + 5, true};
+  CHECK(model_forward(c, kv, &bad_tok, 1, lg, NULL, err) == PW_EINVAL && strstr(err, "token"));
+  model_entry bad_seq = {7, 0, 1, true};
+  CHECK(model_forward(c, kv, &bad_seq, 1, lg, NULL, err) == PW_EINVAL);
+  CHECK_EQ_INT(model_kv_len(kv, 2), len_before);
+  model_kv_truncate(kv, 0, 0);
+  model_entry full[16];
+  int over = 0;
+  for (int i = 0; i < 64 + 1 && over == 0; i += 16) {
+    int n = 0;
+    for (int k = 0; k < 16; k++) full[n++] = (model_entry){0, i + k, 5, false};
+    over = model_forward(c, kv, full, n, NULL, NULL, err);
+  }
+  CHECK_MSG(over == PW_ECONTEXT, "context overflow gives %d", over);
+  free(lg5);
+  free(lg);
+  free(a);
+  free(b);
+  model_ctx_destroy(c);
+  model_kv_destroy(kv);
+  model_destroy(m1);
+  model_destroy(m2);
+}
+
+static void test_bad_model(void) {
+  char err[PW_ERRMAX];
+  model *m;
+  char path[1024];
+  /* A vocabulary-only file is a valid GGUF but not a model. */
+  snprintf(path, sizeof path, "%s/tokenizer/ggml-vocab-llama-spm.gguf", POWER_SHARED_DIR);
+  int rc = model_load(path, NULL, &m, err);
+  CHECK_MSG(rc < 0 && m == NULL, "vocab-only file loaded as a model");
+  CHECK_MSG(strstr(err, "missing") || strstr(err, "architecture"), "message: %s", err);
+}
+
+int main(void) {
+  test_invariance("syn-llama-Q4_K_M.gguf");
+  test_invariance("syn-qwen3-Q8_0.gguf");
+  test_invariance("syn-qwen2-Q4_K_M.gguf");
+  test_bad_model();
+  TEST_DONE();
+}
