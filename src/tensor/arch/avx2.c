@@ -1,0 +1,662 @@
+/* avx2.c - AVX2/FMA/F16C kernels for the quantized formats: dot products of
+ * weight rows with quantized activation rows, activation quantizers, and a
+ * few dequantizers. Compiled with -mavx2 -mfma -mf16c; installed by
+ * pw_tensor_init only when the CPU has all three.
+ *
+ * Dot products follow ggml's AVX2 approach (maddubs/madd integer products
+ * per block, one float FMA per block or super-block) and process 1..4
+ * activation rows per pass over the weights. Every per-row float operation
+ * is the same sequence whatever nx is, so out[j] never depends on how rows
+ * are grouped (see pw_vec_dot_fn). Integer parts use exact identities where
+ * they save work: for Q3_K and Q6_K the constant offsets (4, 32) are taken
+ * out through the activation's per-16 sums (bsums).
+ *
+ * Activation quantizers reproduce the scalar references bit for bit. */
+#include "tensor/quants.h"
+#include "tensor/dtype.h"
+#include "tensor/traits.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define AI static inline __attribute__((always_inline))
+
+AI float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+AI float hsum4(__m128 s) {
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+AI int hsum8i(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+AI float h2f(pw_half h) { return _cvtsh_ss(h); }
+
+AI __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* 32 nibbles -> 32 bytes: element j<16 is the low nibble of p[j], element
+ * j+16 the high nibble. */
+AI __m256i nibbles32(const uint8_t *p) {
+  __m128i t = _mm_loadu_si128((const __m128i *)p);
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
+}
+
+/* 32 bits (little-endian u32 at p) -> 32 bytes of 0xFF (bit set) or 0. */
+AI __m256i bits32(const uint8_t *p) {
+  uint32_t x;
+  memcpy(&x, p, 4);
+  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+  __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x), shuf);
+  b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+  return _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1));
+}
+
+/* sum of x*y over 32 signed bytes, as 8 float lanes; |x|, |y| <= 127 */
+AI __m256 dot_i8_signed(__m256i ax, __m256i x, __m256i y) {
+  __m256i p = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, x));
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+/* x unsigned bytes */
+AI __m256 dot_u8_i8(__m256i x, __m256i y) {
+  __m256i p = _mm256_maddubs_epi16(x, y);
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+
+/* int16 vector: first 8 lanes a, last 8 lanes b */
+AI __m256i scale_pair(int a, int b) {
+  return _mm256_set_m128i(_mm_set1_epi16((short)b), _mm_set1_epi16((short)a));
+}
+
+#define XROW(T, x, xs, j) ((const T *)((const char *)(x) + (size_t)(j) * (xs)))
+
+#define NX_DISPATCH(name)                                                                       \
+  static void name(int64_t n, const void *w, const void *x, size_t xs, int nx, float *out) {    \
+    switch (nx) {                                                                               \
+    case 1: name##_k(n, w, x, xs, 1, out); break;                                               \
+    case 2: name##_k(n, w, x, xs, 2, out); break;                                               \
+    case 3: name##_k(n, w, x, xs, 3, out); break;                                               \
+    default: name##_k(n, w, x, xs, 4, out); break;                                              \
+    }                                                                                           \
+  }
+
+/* ---- 32-element blocks ---------------------------------------------- */
+
+AI void vd_q8_0_k(int64_t n, const void *vw, const void *x, size_t xs, const int nx, float *out) {
+  const block_q8_0 *w = vw;
+  __m256 acc[4];
+  for (int j = 0; j < nx; j++) acc[j] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / QK8_0; i++) {
+    const __m256i qw = loadu256(w[i].qs);
+    const __m256i aw = _mm256_sign_epi8(qw, qw);
+    const float dw = h2f(w[i].d);
+    for (int j = 0; j < nx; j++) {
+      const block_q8_0 *y = XROW(block_q8_0, x, xs, j) + i;
+      __m256 p = dot_i8_signed(aw, qw, loadu256(y->qs));
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(y->d)), p, acc[j]);
+    }
+  }
+  for (int j = 0; j < nx; j++) out[j] = hsum8(acc[j]);
+}
+NX_DISPATCH(vd_q8_0)
+
+AI void vd_q4_0_k(int64_t n, const void *vw, const void *x, size_t xs, const int nx, float *out) {
+  const block_q4_0 *w = vw;
+  __m256 acc[4];
+  for (int j = 0; j < nx; j++) acc[j] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / QK4_0; i++) {
+    const __m256i qw = _mm256_sub_epi8(nibbles32(w[i].qs), _mm256_set1_epi8(8));
+    const __m256i aw = _mm256_sign_epi8(qw, qw);
+    const float dw = h2f(w[i].d);
+    for (int j = 0; j < nx; j++) {
+      const block_q8_0 *y = XROW(block_q8_0, x, xs, j) + i;
+      __m256 p = dot_i8_signed(aw, qw, loadu256(y->qs));
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(y->d)), p, acc[j]);
+    }
+  }
+  for (int j = 0; j < nx; j++) out[j] = hsum8(acc[j]);
+}
+NX_DISPATCH(vd_q4_0)
+
+AI void vd_q5_0_k(int64_t n, const void *vw, const void *x, size_t xs, const int nx, float *out) {
+  const block_q5_0 *w = vw;
+  __m256 acc[4];
+  for (int j = 0; j < nx; j++) acc[j] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / QK5_0; i++) {
+    /* q-16: nibble where the fifth bit is set, nibble|0xF0 (= nibble-16) where not */
+    const __m256i hi = _mm256_andnot_si256(bits32(w[i].qh), _mm256_set1_epi8((char)0xF0));
+    const __m256i qw = _mm256_or_si256(nibbles32(w[i].qs), hi);
+    const __m256i aw = _mm256_sign_epi8(qw, qw);
+    const float dw = h2f(w[i].d);
+    for (int j = 0; j < nx; j++) {
+      const block_q8_0 *y = XROW(block_q8_0, x, xs, j) + i;
+      __m256 p = dot_i8_signed(aw, qw, loadu256(y->qs));
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(y->d)), p, acc[j]);
+    }
+  }
+  for (int j = 0; j < nx; j++) out[j] = hsum8(acc[j]);
+}
+NX_DISPATCH(vd_q5_0)
+
+AI void vd_q4_1_k(int64_t n, const void *vw, const void *x, size_t xs, const int nx, float *out) {
+  const block_q4_1 *w = vw;
+  __m256 acc[4];
+  float summs[4];
+  for (int j = 0; j < nx; j++) {
+    acc[j] = _mm256_setzero_ps();
+    summs[j] = 0;
+  }
+  for (int64_t i = 0; i < n / QK4_1; i++) {
+    const __m256i qw = nibbles32(w[i].qs);
+    const float dw = h2f(w[i].d), mw = h2f(w[i].m);
+    for (int j = 0; j < nx; j++) {
+      const block_q8_1 *y = XROW(block_q8_1, x, xs, j) + i;
+      summs[j] += mw * h2f(y->s);
+      __m256 p = dot_u8_i8(qw, loadu256(y->qs));
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(y->d)), p, acc[j]);
+    }
+  }
+  for (int j = 0; j < nx; j++) out[j] = hsum8(acc[j]) + summs[j];
+}
+NX_DISPATCH(vd_q4_1)
+
+AI void vd_q5_1_k(int64_t n, const void *vw, const void *x, size_t xs, const int nx, float *out) {
+  const block_q5_1 *w = vw;
+  __m256 acc[4];
+  float summs[4];
+  for (int j = 0; j < nx; j++) {
+    acc[j] = _mm256_setzero_ps();
+    summs[j] = 0;
+  }
+  for (int64_t i = 0; i < n / QK5_1; i++) {
+    const __m256i hi = _mm256_and_si256(bits32(w[i].qh), _mm256_set1_epi8(0x10));
+    const __m256i qw = _mm256_or_si256(nibbles32(w[i].qs), hi);
+    const float dw = h2f(w[i].d), mw = h2f(w[i].m);
+    for (int j = 0; j < nx; j++) {
+      const block_q8_1 *y = XROW(block_q8_1, x, xs, j) + i;
+      summs[j] += mw * h2f(y->s);
+      __m256 p = dot_u8_i8(qw, loadu256(y->qs));
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(y->d)), p, acc[j]);
+    }
+  }
+  for (int j = 0; j < nx; j++) out[j] = hsum8(acc[j]) + summs[j];
+}
+NX_DISPATCH(vd_q5_1)
+
+/* ---- K-quants ------------------------------------------------------------ */
+
+AI void vd_q2_k_k(int64_t n, const void *vw, const void *x, size_t xs, const int nx, float *out) {
+  const block_q2_K *w = vw;
+  const __m256i m3 = _mm256_set1_epi8(3);
+  __m256 acc[4];
+  for (int j = 0; j < nx; j++) acc[j] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const uint8_t *sc = w[i].scales;
+    const float dw = h2f(w[i].d), dmw = h2f(w[i].dmin);
+    const __m128i sc128 = _mm_loadu_si128((const __m128i *)sc);
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc128, 4), _mm_set1_epi8(0x0F)));
+    __m256i sumi[4];
+    for (int j = 0; j < nx; j++) {
+      const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
+      __m256i prod = _mm256_madd_epi16(mins, loadu256(y->bsums));
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(-(y->d * dmw)), _mm256_cvtepi32_ps(prod), acc[j]);
+      sumi[j] = _mm256_setzero_si256();
+    }
+    for (int h = 0; h < 2; h++) {
+      const __m256i bits = loadu256(w[i].qs + 32 * h);
+      for (int k = 0; k < 4; k++) {
+        const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
+        const __m256i s = scale_pair(sc[8 * h + 2 * k] & 0xF, sc[8 * h + 2 * k + 1] & 0xF);
+        for (int j = 0; j < nx; j++) {
+          const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
+          __m256i p = _mm256_maddubs_epi16(q, loadu256(y->qs + 128 * h + 32 * k));
+          sumi[j] = _mm256_add_epi32(sumi[j], _mm256_madd_epi16(s, p));
+        }
+      }
+    }
+    for (int j = 0; j < nx; j++) {
+      const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y->d), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
+    }
+  }
+  for (int j = 0; j < nx; j++) out[j] = hsum8(acc[j]);
+}
+NX_DISPATCH(vd_q2_k)
+
+AI void vd_q3_k_k(int64_t n, const void *vw, const void *x, size_t xs, const int nx, float *out) {
+  const block_q3_K *w = vw;
+  const __m256i m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
+  const uint32_t km1 = 0x03030303, km2 = 0x0f0f0f0f;
+  __m256 acc[4];
+  for (int j = 0; j < nx; j++) acc[j] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    uint32_t a[4], t;
+    memcpy(a, w[i].scales, 12);
+    t = a[2];
+    a[2] = ((a[0] >> 4) & km2) | (((t >> 4) & km1) << 4);
+    a[3] = ((a[1] >> 4) & km2) | (((t >> 6) & km1) << 4);
+    a[0] = (a[0] & km2) | (((t >> 0) & km1) << 4);
+    a[1] = (a[1] & km2) | (((t >> 2) & km1) << 4);
+    int8_t sc[16];
+    const __m128i s8 = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)a), _mm_set1_epi8(32));
+    _mm_storeu_si128((__m128i *)sc, s8);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(s8);
+    const float dw = h2f(w[i].d);
+    __m256i sumi[4];
+    /* value = (low | hbit<<2) - 4: the -4 comes out as -4 * sum(sc * bsum) */
+    for (int j = 0; j < nx; j++) {
+      const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
+      __m256i corr = _mm256_madd_epi16(sc16, loadu256(y->bsums));
+      sumi[j] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 2));
+    }
+    const __m256i hbits = loadu256(w[i].hmask);
+    for (int h = 0; h < 2; h++) {
+      const __m256i bits = loadu256(w[i].qs + 32 * h);
+      for (int k = 0; k < 4; k++) {
+        const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
+        const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hbits, 4 * h + k), m1);
+        const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2));
+        const __m256i s = scale_pair(sc[8 * h + 2 * k], sc[8 * h + 2 * k + 1]);
+        for (int j = 0; j < nx; j++) {
+          const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
+          __m256i p = _mm256_maddubs_epi16(q, loadu256(y->qs + 128 * h + 32 * k));
+          sumi[j] = _mm256_add_epi32(sumi[j], _mm256_madd_epi16(s, p));
+        }
+      }
+    }
+    for (int j = 0; j < nx; j++) {
+      const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y->d), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
+    }
+  }
+  for (int j = 0; j < nx; j++) out[j] = hsum8(acc[j]);
+}
+NX_DISPATCH(vd_q3_k)
+
+/* q4_K/q5_K scales[12] -> bytes 0..7 scales, 8..15 mins (ggml's unpack) */
+AI void k4_unpack(const uint8_t *s, uint32_t u[4]) {
+  const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
+  memcpy(u, s, 12);
+  u[3] = ((u[2] >> 4) & km2) | (((u[1] >> 6) & km3) << 4);
+  const uint32_t aux = u[1] & km1;
+  u[1] = (u[2] & km2) | (((u[0] >> 6) & km3) << 4);
+  u[2] = aux;
+  u[0] &= km1;
+}
+
+AI void vd_q45_k_k(int64_t n, const void *vw, const void *x, size_t xs, const int nx, float *out,
+                   const int five) {
+  const __m256i m4 = _mm256_set1_epi8(0xF), m1 = _mm256_set1_epi8(1);
+  const size_t bsz = five ? sizeof(block_q5_K) : sizeof(block_q4_K);
+  __m256 acc[4];
+  __m128 accm[4];
+  for (int j = 0; j < nx; j++) {
+    acc[j] = _mm256_setzero_ps();
+    accm[j] = _mm_setzero_ps();
+  }
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const uint8_t *blk = (const uint8_t *)vw + (size_t)i * bsz;
+    const block_q4_K *w4 = (const block_q4_K *)blk;
+    const block_q5_K *w5 = (const block_q5_K *)blk;
+    const uint8_t *qs = five ? w5->qs : w4->qs;
+    uint32_t u[4];
+    k4_unpack(five ? w5->scales : w4->scales, u);
+    const uint8_t *sc = (const uint8_t *)u;
+    const __m128i mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)u[3], (int)u[2]));
+    const float dw = h2f(w4->d), dmw = h2f(w4->dmin); /* same offsets in both */
+    __m256i sumi[4];
+    for (int j = 0; j < nx; j++) {
+      const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
+      const __m256i bs = loadu256(y->bsums);
+      const __m128i s8 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+      const __m128i prod = _mm_madd_epi16(mins, s8);
+      accm[j] = _mm_fmadd_ps(_mm_set1_ps(-(y->d * dmw)), _mm_cvtepi32_ps(prod), accm[j]);
+      sumi[j] = _mm256_setzero_si256();
+    }
+    __m256i hb = five ? loadu256(w5->qh) : _mm256_setzero_si256();
+    for (int c = 0; c < 4; c++) {
+      const __m256i bits = loadu256(qs + 32 * c);
+      __m256i ql = _mm256_and_si256(bits, m4);
+      __m256i qh = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+      if (five) {
+        ql = _mm256_or_si256(ql, _mm256_slli_epi16(_mm256_and_si256(hb, m1), 4));
+        qh = _mm256_or_si256(qh, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), m1), 4));
+        hb = _mm256_srli_epi16(hb, 2);
+      }
+      const __m256i sl = _mm256_set1_epi16(sc[2 * c]), sh = _mm256_set1_epi16(sc[2 * c + 1]);
+      for (int j = 0; j < nx; j++) {
+        const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
+        __m256i pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(ql, loadu256(y->qs + 64 * c)));
+        __m256i ph = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(qh, loadu256(y->qs + 64 * c + 32)));
+        sumi[j] = _mm256_add_epi32(sumi[j], _mm256_add_epi32(pl, ph));
+      }
+    }
+    for (int j = 0; j < nx; j++) {
+      const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y->d), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
+    }
+  }
+  for (int j = 0; j < nx; j++) out[j] = hsum8(acc[j]) + hsum4(accm[j]);
+}
+AI void vd_q4_k_k(int64_t n, const void *w, const void *x, size_t xs, const int nx, float *out) {
+  vd_q45_k_k(n, w, x, xs, nx, out, 0);
+}
+AI void vd_q5_k_k(int64_t n, const void *w, const void *x, size_t xs, const int nx, float *out) {
+  vd_q45_k_k(n, w, x, xs, nx, out, 1);
+}
+NX_DISPATCH(vd_q4_k)
+NX_DISPATCH(vd_q5_k)
+
+AI void vd_q6_k_k(int64_t n, const void *vw, const void *x, size_t xs, const int nx, float *out) {
+  const block_q6_K *w = vw;
+  const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
+  __m256 acc[4];
+  for (int j = 0; j < nx; j++) acc[j] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const int8_t *sc = w[i].scales;
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+    const float dw = h2f(w[i].d);
+    __m256i sumi[4];
+    /* value = q - 32: the -32 comes out as -32 * sum(sc * bsum) */
+    for (int j = 0; j < nx; j++) {
+      const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
+      __m256i corr = _mm256_madd_epi16(sc16, loadu256(y->bsums));
+      sumi[j] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
+    }
+    for (int h = 0; h < 2; h++) {
+      const __m256i l0 = loadu256(w[i].ql + 64 * h), l1 = loadu256(w[i].ql + 64 * h + 32);
+      const __m256i hh = loadu256(w[i].qh + 32 * h);
+      for (int k = 0; k < 4; k++) {
+        const __m256i lb = k & 1 ? l1 : l0;
+        const __m256i lo = _mm256_and_si256(k < 2 ? lb : _mm256_srli_epi16(lb, 4), m4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hh, 2 * k), m3);
+        const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+        const __m256i s = scale_pair(sc[8 * h + 2 * k], sc[8 * h + 2 * k + 1]);
+        for (int j = 0; j < nx; j++) {
+          const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
+          __m256i p = _mm256_maddubs_epi16(q, loadu256(y->qs + 128 * h + 32 * k));
+          sumi[j] = _mm256_add_epi32(sumi[j], _mm256_madd_epi16(s, p));
+        }
+      }
+    }
+    for (int j = 0; j < nx; j++) {
+      const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y->d), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
+    }
+  }
+  for (int j = 0; j < nx; j++) out[j] = hsum8(acc[j]);
+}
+NX_DISPATCH(vd_q6_k)
+
+/* ---- float rows: 16 elements per step, two accumulators per row --------- */
+
+AI __m256 ld_f32(const void *p, int64_t i) { return _mm256_loadu_ps((const float *)p + i); }
+AI __m256 ld_f16(const void *p, int64_t i) {
+  return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i)));
+}
+AI __m256 ld_bf16(const void *p, int64_t i) {
+  __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+AI float el_f32(const void *p, int64_t i) { return ((const float *)p)[i]; }
+AI float el_f16(const void *p, int64_t i) { return h2f(((const uint16_t *)p)[i]); }
+AI float el_bf16(const void *p, int64_t i) { return pw_bf16_to_fp32(((const uint16_t *)p)[i]); }
+
+#define FLOAT_DOT(T, esz)                                                                        \
+  AI void vd_##T##_k(int64_t n, const void *w, const void *x, size_t xs, const int nx, float *out) { \
+    __m256 a0[4], a1[4];                                                                         \
+    for (int j = 0; j < nx; j++) a0[j] = a1[j] = _mm256_setzero_ps();                            \
+    int64_t i = 0;                                                                               \
+    for (; i + 16 <= n; i += 16) {                                                               \
+      const __m256 w0 = ld_##T(w, i), w1 = ld_##T(w, i + 8);                                     \
+      for (int j = 0; j < nx; j++) {                                                             \
+        const char *xr = (const char *)x + (size_t)j * xs;                                       \
+        a0[j] = _mm256_fmadd_ps(w0, ld_##T(xr, i), a0[j]);                                       \
+        a1[j] = _mm256_fmadd_ps(w1, ld_##T(xr, i + 8), a1[j]);                                   \
+      }                                                                                          \
+    }                                                                                            \
+    for (; i + 8 <= n; i += 8) {                                                                 \
+      const __m256 w0 = ld_##T(w, i);                                                            \
+      for (int j = 0; j < nx; j++)                                                               \
+        a0[j] = _mm256_fmadd_ps(w0, ld_##T((const char *)x + (size_t)j * xs, i), a0[j]);         \
+    }                                                                                            \
+    for (int j = 0; j < nx; j++) {                                                               \
+      const char *xr = (const char *)x + (size_t)j * xs;                                         \
+      float s = hsum8(_mm256_add_ps(a0[j], a1[j]));                                              \
+      for (int64_t t = i; t < n; t++) s += el_##T(w, t) * el_##T(xr, t);                         \
+      out[j] = s;                                                                                \
+    }                                                                                            \
+  }                                                                                              \
+  NX_DISPATCH(vd_##T)
+FLOAT_DOT(f32, 4)
+FLOAT_DOT(f16, 2)
+FLOAT_DOT(bf16, 2)
+
+/* ---- activation quantizers (bit-identical to the references) ------------ */
+
+/* roundf: round half away from zero */
+AI __m256 round_away(__m256 v) {
+  const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m256 sign = _mm256_and_ps(v, _mm256_set1_ps(-0.0f));
+  const __m256 absd = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(v, t));
+  const __m256 ge = _mm256_cmp_ps(absd, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+  return _mm256_add_ps(t, _mm256_and_ps(ge, _mm256_or_ps(sign, _mm256_set1_ps(1.0f))));
+}
+
+AI __m256 vabs(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
+
+AI float hmax8(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
+/* four int32 vectors (elements 0..31 in order) -> 32 int8 */
+AI __m256i pack32(__m256i i0, __m256i i1, __m256i i2, __m256i i3) {
+  i0 = _mm256_packs_epi32(i0, i1);
+  i2 = _mm256_packs_epi32(i2, i3);
+  i0 = _mm256_packs_epi16(i0, i2);
+  return _mm256_permutevar8x32_epi32(i0, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* shared by q8_0 and q8_1; returns sum of the 32 quants, *dout = d */
+AI int q8_block(const float *x, pw_half *dh, int8_t *qs, float *dout) {
+  __m256 v[4];
+  __m256 m = _mm256_setzero_ps();
+  for (int k = 0; k < 4; k++) {
+    v[k] = _mm256_loadu_ps(x + 8 * k);
+    m = _mm256_max_ps(m, vabs(v[k]));
+  }
+  const float amax = hmax8(m);
+  const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
+  *dh = pw_fp32_to_fp16(d);
+  *dout = d;
+  const __m256 vid = _mm256_set1_ps(id);
+  __m256i q[4];
+  for (int k = 0; k < 4; k++) q[k] = _mm256_cvtps_epi32(round_away(_mm256_mul_ps(v[k], vid)));
+  _mm256_storeu_si256((__m256i *)qs, pack32(q[0], q[1], q[2], q[3]));
+  return hsum8i(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+}
+
+static void qz_q8_0(const float *x, void *dst, int64_t n) {
+  block_q8_0 *y = dst;
+  float d;
+  for (int64_t i = 0; i < n / QK8_0; i++) q8_block(x + 32 * i, &y[i].d, y[i].qs, &d);
+}
+
+static void qz_q8_1(const float *x, void *dst, int64_t n) {
+  block_q8_1 *y = dst;
+  for (int64_t i = 0; i < n / QK8_1; i++) {
+    float d;
+    int sum = q8_block(x + 32 * i, &y[i].d, y[i].qs, &d);
+    y[i].s = pw_fp32_to_fp16(sum * d);
+  }
+}
+
+static void qz_q8_k(const float *x, void *dst, int64_t n) {
+  block_q8_K *y = dst;
+  for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+    __m256 m = _mm256_setzero_ps();
+    for (int k = 0; k < 32; k++) m = _mm256_max_ps(m, vabs(_mm256_loadu_ps(x + 8 * k)));
+    const float amax = hmax8(m);
+    if (!amax) {
+      memset(&y[i], 0, sizeof y[i]);
+      continue;
+    }
+    /* the first element of largest magnitude, with its sign (as the reference) */
+    float max = 0;
+    const __m256 va = _mm256_set1_ps(amax);
+    for (int k = 0; k < 32; k++) {
+      int mask = _mm256_movemask_ps(_mm256_cmp_ps(vabs(_mm256_loadu_ps(x + 8 * k)), va, _CMP_EQ_OQ));
+      if (mask) {
+        max = x[8 * k + __builtin_ctz((unsigned)mask)];
+        break;
+      }
+    }
+    const float iscale = -127.f / max;
+    const __m256 vis = _mm256_set1_ps(iscale);
+    const __m256i c127 = _mm256_set1_epi32(127);
+    for (int g = 0; g < 8; g++) { /* 32 elements per step */
+      __m256i q[4];
+      for (int k = 0; k < 4; k++) {
+        __m256 r = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * g + 8 * k), vis),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        q[k] = _mm256_min_epi32(_mm256_cvtps_epi32(r), c127);
+      }
+      _mm256_storeu_si256((__m256i *)(y[i].qs + 32 * g), pack32(q[0], q[1], q[2], q[3]));
+      y[i].bsums[2 * g] = (int16_t)hsum8i(_mm256_add_epi32(q[0], q[1]));
+      y[i].bsums[2 * g + 1] = (int16_t)hsum8i(_mm256_add_epi32(q[2], q[3]));
+    }
+    y[i].d = 1 / iscale;
+  }
+}
+
+static void qz_f16(const float *x, void *dst, int64_t n) {
+  uint16_t *y = dst;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < n; i++) y[i] = pw_fp32_to_fp16(x[i]);
+}
+
+/* ---- dequantizers (bit-identical to the references) ---------------------- */
+
+static void dq_f16(const void *src, float *y, int64_t n) {
+  const uint16_t *x = src;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, ld_f16(x, i));
+  for (; i < n; i++) y[i] = h2f(x[i]);
+}
+
+AI void store_i8x32(float *y, __m256i q, __m256 d) {
+  const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+  _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), d));
+  _mm256_storeu_ps(y + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), d));
+  _mm256_storeu_ps(y + 16, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), d));
+  _mm256_storeu_ps(y + 24, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), d));
+}
+
+static void dq_q8_0(const void *src, float *y, int64_t n) {
+  const block_q8_0 *x = src;
+  for (int64_t i = 0; i < n / QK8_0; i++) store_i8x32(y + 32 * i, loadu256(x[i].qs), _mm256_set1_ps(h2f(x[i].d)));
+}
+
+static void dq_q4_0(const void *src, float *y, int64_t n) {
+  const block_q4_0 *x = src;
+  for (int64_t i = 0; i < n / QK4_0; i++)
+    store_i8x32(y + 32 * i, _mm256_sub_epi8(nibbles32(x[i].qs), _mm256_set1_epi8(8)), _mm256_set1_ps(h2f(x[i].d)));
+}
+
+/* y[0..31] = d * q - m, q unsigned bytes */
+AI void store_u8x32_affine(float *y, __m256i q, float d, float m) {
+  const __m256 vd = _mm256_set1_ps(d), vm = _mm256_set1_ps(m);
+  const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+  const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+  for (int k = 0; k < 4; k++) {
+    __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[k]));
+    _mm256_storeu_ps(y + 8 * k, _mm256_sub_ps(_mm256_mul_ps(vd, f), vm));
+  }
+}
+
+static void dq_q4_k(const void *src, float *y, int64_t n) {
+  const block_q4_K *x = src;
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const float d = h2f(x[i].d), dmin = h2f(x[i].dmin);
+    for (int c = 0; c < 4; c++) {
+      uint8_t s0, m0, s1, m1;
+      quants_get_scale_min_k4(2 * c, x[i].scales, &s0, &m0);
+      quants_get_scale_min_k4(2 * c + 1, x[i].scales, &s1, &m1);
+      const __m256i bits = loadu256(x[i].qs + 32 * c);
+      store_u8x32_affine(y, _mm256_and_si256(bits, m4), d * s0, dmin * m0);
+      store_u8x32_affine(y + 32, _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), d * s1, dmin * m1);
+      y += 64;
+    }
+  }
+}
+
+static void dq_q6_k(const void *src, float *y, int64_t n) {
+  const block_q6_K *x = src;
+  const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3), c32 = _mm256_set1_epi8(32);
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const float d = h2f(x[i].d);
+    for (int h = 0; h < 2; h++) {
+      const __m256i l0 = loadu256(x[i].ql + 64 * h), l1 = loadu256(x[i].ql + 64 * h + 32);
+      const __m256i hh = loadu256(x[i].qh + 32 * h);
+      for (int k = 0; k < 4; k++) {
+        const __m256i lb = k & 1 ? l1 : l0;
+        const __m256i lo = _mm256_and_si256(k < 2 ? lb : _mm256_srli_epi16(lb, 4), m4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hh, 2 * k), m3);
+        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), c32);
+        const int8_t *sc = x[i].scales + 8 * h + 2 * k;
+        /* two groups of 16 with their own scale d*sc */
+        const __m128i q0 = _mm256_castsi256_si128(q), q1 = _mm256_extracti128_si256(q, 1);
+        const __m256 d0 = _mm256_set1_ps(d * sc[0]), d1 = _mm256_set1_ps(d * sc[1]);
+        float *o = y + 128 * h + 32 * k;
+        _mm256_storeu_ps(o, _mm256_mul_ps(d0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q0))));
+        _mm256_storeu_ps(o + 8, _mm256_mul_ps(d0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q0, 8)))));
+        _mm256_storeu_ps(o + 16, _mm256_mul_ps(d1, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q1))));
+        _mm256_storeu_ps(o + 24, _mm256_mul_ps(d1, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q1, 8)))));
+      }
+    }
+    y += QK_K;
+  }
+}
+
+void quants_fill_avx2(pw_traits *t) {
+  t[PW_DT_F32].vec_dot = vd_f32;
+  t[PW_DT_F16].vec_dot = vd_f16;
+  t[PW_DT_F16].from_float = qz_f16;
+  t[PW_DT_F16].to_float = dq_f16;
+  t[PW_DT_BF16].vec_dot = vd_bf16;
+  t[PW_DT_Q4_0].vec_dot = vd_q4_0;
+  t[PW_DT_Q4_0].to_float = dq_q4_0;
+  t[PW_DT_Q4_1].vec_dot = vd_q4_1;
+  t[PW_DT_Q5_0].vec_dot = vd_q5_0;
+  t[PW_DT_Q5_1].vec_dot = vd_q5_1;
+  t[PW_DT_Q8_0].vec_dot = vd_q8_0;
+  t[PW_DT_Q8_0].from_float = qz_q8_0;
+  t[PW_DT_Q8_0].to_float = dq_q8_0;
+  t[PW_DT_Q8_1].from_float = qz_q8_1;
+  t[PW_DT_Q2_K].vec_dot = vd_q2_k;
+  t[PW_DT_Q3_K].vec_dot = vd_q3_k;
+  t[PW_DT_Q4_K].vec_dot = vd_q4_k;
+  t[PW_DT_Q4_K].to_float = dq_q4_k;
+  t[PW_DT_Q5_K].vec_dot = vd_q5_k;
+  t[PW_DT_Q6_K].vec_dot = vd_q6_k;
+  t[PW_DT_Q6_K].to_float = dq_q6_k;
+  t[PW_DT_Q8_K].from_float = qz_q8_k;
+  for (int i = 0; i < PW_DT_COUNT; i++)
+    if (t[i].to_float) t[i].impl = "avx2";
+}

@@ -1,0 +1,179 @@
+/* ops_avx2.c - AVX2/FMA variants of the f32 vector ops (ops.h). Compiled
+ * with -mavx2 -mfma -mf16c and only called after pw_tensor_init saw those
+ * features. exp is a Cephes-style polynomial (within a few ulp of expf;
+ * inputs below -86.5 give 0), so silu/softmax differ from the scalar
+ * references by a few ulp, as ggml's vectorized exp does from expf. */
+#include "tensor/ops.h"
+
+#include <immintrin.h>
+#include <math.h>
+
+static inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+static inline double hsum4d(__m256d v) {
+  __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+  s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
+  return _mm_cvtsd_f64(s);
+}
+
+static inline __m256 exp8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-86.5f), hi = _mm256_set1_ps(88.72283935546875f);
+  __m256 zero_m = _mm256_cmp_ps(x, lo, _CMP_LT_OQ); /* also -inf */
+  __m256 inf_m = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
+  __m256 nan_m = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+  x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+  __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  __m256 y = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  /* 2^(n-1) then *2 keeps the exponent field in range for n in [-124, 128] */
+  __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(126));
+  __m256 pow2 = _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+  y = _mm256_mul_ps(_mm256_mul_ps(y, pow2), _mm256_set1_ps(2.0f));
+  y = _mm256_andnot_ps(zero_m, y);
+  y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), inf_m);
+  return _mm256_blendv_ps(y, _mm256_set1_ps(NAN), nan_m);
+}
+
+static inline __m256 silu8(__m256 x) {
+  __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+  return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+static inline float silu1(float v) { return v / (1.0f + expf(-v)); }
+
+/* adds the 8 floats of v to two double accumulators */
+static inline void acc_d(__m256d *a0, __m256d *a1, __m256 v) {
+  *a0 = _mm256_add_pd(*a0, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+  *a1 = _mm256_add_pd(*a1, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+}
+
+static void v_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(x + i);
+    acc_d(&a0, &a1, _mm256_mul_ps(v, v));
+  }
+  double sum = hsum4d(_mm256_add_pd(a0, a1));
+  for (; i < n; i++) sum += (double)(x[i] * x[i]);
+  const float mean = (float)(sum / n);
+  const float scale = 1.0f / sqrtf(mean + eps);
+  __m256 vs = _mm256_set1_ps(scale);
+  i = 0;
+  if (w) {
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs), _mm256_loadu_ps(w + i)));
+    for (; i < n; i++) y[i] = (x[i] * scale) * w[i];
+  } else {
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
+    for (; i < n; i++) y[i] = x[i] * scale;
+  }
+}
+
+static void v_softmax(float *y, const float *x, int64_t n) {
+  __m256 vm = _mm256_set1_ps(-INFINITY);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(x + i));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vm), _mm256_extractf128_ps(vm, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  float max = _mm_cvtss_f32(m4);
+  for (; i < n; i++) max = fmaxf(max, x[i]);
+  __m256 vmax = _mm256_set1_ps(max);
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+  for (i = 0; i + 8 <= n; i += 8) {
+    __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax));
+    _mm256_storeu_ps(y + i, e);
+    acc_d(&a0, &a1, e);
+  }
+  double sum = hsum4d(_mm256_add_pd(a0, a1));
+  for (; i < n; i++) {
+    y[i] = expf(x[i] - max);
+    sum += (double)y[i];
+  }
+  const float inv = (float)(1.0 / sum);
+  __m256 vi = _mm256_set1_ps(inv);
+  for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), vi));
+  for (; i < n; i++) y[i] *= inv;
+}
+
+static void v_silu(float *y, const float *x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, silu8(_mm256_loadu_ps(x + i)));
+  for (; i < n; i++) y[i] = silu1(x[i]);
+}
+
+static void v_swiglu(float *out, const float *g, const float *u, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(silu8(_mm256_loadu_ps(g + i)), _mm256_loadu_ps(u + i)));
+  for (; i < n; i++) out[i] = silu1(g[i]) * u[i];
+}
+
+static void v_add(float *y, const float *a, const float *b, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  for (; i < n; i++) y[i] = a[i] + b[i];
+}
+
+static void v_mul(float *y, const float *a, const float *b, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  for (; i < n; i++) y[i] = a[i] * b[i];
+}
+
+static void v_scale(float *y, const float *x, float s, int64_t n) {
+  __m256 vs = _mm256_set1_ps(s);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
+  for (; i < n; i++) y[i] = x[i] * s;
+}
+
+static float v_dot(int64_t n, const float *a, const float *b) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+    s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+  }
+  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+  float s = hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+  for (; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+static void v_axpy(float *y, float a, const float *x, int64_t n) {
+  __m256 va = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; i++) y[i] += a * x[i];
+}
+
+void ops_fill_avx2(pw_ops *t) {
+  t->rmsnorm = v_rmsnorm;
+  t->softmax = v_softmax;
+  t->silu = v_silu;
+  t->swiglu = v_swiglu;
+  t->add = v_add;
+  t->mul = v_mul;
+  t->scale = v_scale;
+  t->dot = v_dot;
+  t->axpy = v_axpy;
+  t->impl = "avx2";
+}

@@ -1,0 +1,86 @@
+/* ops.c - scalar references for the f32 vector ops and the dispatch
+ * wrappers. The AVX2 variants are in arch/ops_avx2.c. */
+#include "tensor/ops.h"
+
+#include "tensor/traits.h"
+
+#include <math.h>
+
+static void r_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
+  double sum = 0; /* ggml accumulates in double */
+  for (int64_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+  const float mean = (float)(sum / n);
+  const float scale = 1.0f / sqrtf(mean + eps);
+  /* two roundings, as ggml's rms_norm followed by a separate mul */
+  if (w)
+    for (int64_t i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
+  else
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale;
+}
+
+static void r_softmax(float *y, const float *x, int64_t n) {
+  float max = -INFINITY;
+  for (int64_t i = 0; i < n; i++) max = fmaxf(max, x[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < n; i++) {
+    y[i] = expf(x[i] - max);
+    sum += (double)y[i];
+  }
+  const float inv = (float)(1.0 / sum);
+  for (int64_t i = 0; i < n; i++) y[i] *= inv;
+}
+
+static inline float silu1(float v) { return v / (1.0f + expf(-v)); }
+
+static void r_silu(float *y, const float *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] = silu1(x[i]);
+}
+static void r_swiglu(float *out, const float *g, const float *u, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = silu1(g[i]) * u[i];
+}
+static void r_add(float *y, const float *a, const float *b, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+}
+static void r_mul(float *y, const float *a, const float *b, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] = a[i] * b[i];
+}
+static void r_scale(float *y, const float *x, float s, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] = x[i] * s;
+}
+static float r_dot(int64_t n, const float *a, const float *b) {
+  double s = 0;
+  for (int64_t i = 0; i < n; i++) s += (double)(a[i] * b[i]);
+  return (float)s;
+}
+static void r_axpy(float *y, float a, const float *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static const pw_ops g_ref = {r_rmsnorm, r_softmax, r_silu, r_swiglu, r_add, r_mul,
+                             r_scale,   r_dot,     r_axpy, "scalar"};
+static pw_ops g_ops;
+
+void ops_select(int simd) {
+  g_ops = g_ref;
+  if (simd) ops_fill_avx2(&g_ops);
+}
+
+const pw_ops *pw_ops_get(void) {
+  pw_tensor_init();
+  return &g_ops;
+}
+const pw_ops *pw_ops_ref(void) { return &g_ref; }
+
+void pw_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
+  pw_ops_get()->rmsnorm(y, x, w, n, eps);
+}
+void pw_softmax(float *y, const float *x, int64_t n) { pw_ops_get()->softmax(y, x, n); }
+void pw_silu(float *y, const float *x, int64_t n) { pw_ops_get()->silu(y, x, n); }
+void pw_swiglu(float *out, const float *gate, const float *up, int64_t n) {
+  pw_ops_get()->swiglu(out, gate, up, n);
+}
+void pw_add(float *y, const float *a, const float *b, int64_t n) { pw_ops_get()->add(y, a, b, n); }
+void pw_mul(float *y, const float *a, const float *b, int64_t n) { pw_ops_get()->mul(y, a, b, n); }
+void pw_scale(float *y, const float *x, float s, int64_t n) { pw_ops_get()->scale(y, x, s, n); }
+float pw_dot_f32(int64_t n, const float *a, const float *b) { return pw_ops_get()->dot(n, a, b); }
+void pw_axpy(float *y, float a, const float *x, int64_t n) { pw_ops_get()->axpy(y, a, x, n); }

@@ -1,0 +1,50 @@
+/* ops.h - elementwise and reduction kernels on f32 vectors used by the
+ * forward pass: RMS norm, softmax, SiLU/SwiGLU, add, mul, scale, dot, axpy.
+ * Each has a scalar reference (pw_ops_ref) and, where it pays, an AVX2
+ * variant installed by pw_tensor_init (traits.h). Numerics follow ggml
+ * (double accumulation in rmsnorm and softmax sums). Not thread-parallel:
+ * callers split work. Pointers are borrowed; outputs may alias inputs
+ * exactly (y == x) but must not partially overlap. Nothing allocates. */
+#ifndef PW_TENSOR_OPS_H
+#define PW_TENSOR_OPS_H
+
+#include <stdint.h>
+
+typedef struct pw_ops {
+  /* y[i] = (x[i] * (1/sqrtf(mean(x^2) + eps))) * w[i]; w may be NULL. */
+  void (*rmsnorm)(float *y, const float *x, const float *w, int64_t n, float eps);
+  /* y = exp(x - max) / sum; n >= 1; -INFINITY entries give 0. */
+  void (*softmax)(float *y, const float *x, int64_t n);
+  /* y[i] = x[i] / (1 + exp(-x[i])) */
+  void (*silu)(float *y, const float *x, int64_t n);
+  /* out[i] = silu(gate[i]) * up[i] */
+  void (*swiglu)(float *out, const float *gate, const float *up, int64_t n);
+  void (*add)(float *y, const float *a, const float *b, int64_t n);
+  void (*mul)(float *y, const float *a, const float *b, int64_t n);
+  void (*scale)(float *y, const float *x, float s, int64_t n);
+  float (*dot)(int64_t n, const float *a, const float *b);
+  /* y[i] += a * x[i] */
+  void (*axpy)(float *y, float a, const float *x, int64_t n);
+  const char *impl; /* "scalar" or "avx2" */
+} pw_ops;
+
+/* The installed (fastest) table and the scalar references. Static. */
+const pw_ops *pw_ops_get(void);
+const pw_ops *pw_ops_ref(void);
+
+/* Convenience wrappers over pw_ops_get(). */
+void pw_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps);
+void pw_softmax(float *y, const float *x, int64_t n);
+void pw_silu(float *y, const float *x, int64_t n);
+void pw_swiglu(float *out, const float *gate, const float *up, int64_t n);
+void pw_add(float *y, const float *a, const float *b, int64_t n);
+void pw_mul(float *y, const float *a, const float *b, int64_t n);
+void pw_scale(float *y, const float *x, float s, int64_t n);
+float pw_dot_f32(int64_t n, const float *a, const float *b);
+void pw_axpy(float *y, float a, const float *x, int64_t n);
+
+/* Internal: called once by pw_tensor_init. */
+void ops_select(int simd);
+void ops_fill_avx2(pw_ops *t);
+
+#endif

@@ -1,0 +1,53 @@
+/* traits.h - the per-dtype kernel table: how to turn a row of a dtype into
+ * floats, how to quantize floats into it, and the dot product of a weight
+ * row with an activation row in the weight's vec_dot_type.
+ *
+ * pw_tensor_init() detects the CPU once and fills the table with the fastest
+ * variants (AVX2/FMA/F16C when present; POWER_NO_SIMD=1 keeps the scalar
+ * references). This is not the place for kernels themselves (quants.c,
+ * arch/) nor for the matrix multiply (matmul.h). */
+#ifndef PW_TENSOR_TRAITS_H
+#define PW_TENSOR_TRAITS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* n elements (a multiple of the block size); src/dst borrowed. */
+typedef void (*pw_to_float_fn)(const void *src, float *dst, int64_t n);
+typedef void (*pw_from_float_fn)(const float *src, void *dst, int64_t n);
+/* out[j] = dot(w, x + j*x_stride bytes) for j in [0, nx), 1 <= nx <= 4, n
+ * elements. Contract relied on by the matmul's batch invariance: out[j] is
+ * bit-identical to what a call with nx == 1 on that x row returns, so
+ * grouping tokens never changes a result. */
+typedef void (*pw_vec_dot_fn)(int64_t n, const void *w, const void *x, size_t x_stride, int nx,
+                              float *out);
+
+#define PW_VEC_DOT_MAX_NX 4
+
+typedef struct pw_traits {
+  uint32_t dtype;          /* ggml id */
+  const char *name;        /* "Q4_K" */
+  uint32_t blck;           /* elements per block */
+  uint32_t type_size;      /* bytes per block */
+  pw_to_float_fn to_float;     /* always set for known types */
+  pw_from_float_fn from_float; /* always set for known types */
+  pw_vec_dot_fn vec_dot;       /* NULL for activation-only types (Q8_1, Q8_K) */
+  uint32_t vec_dot_type;   /* dtype the activation row must be in */
+  const char *impl;        /* "scalar" or "avx2": which vec_dot is installed */
+} pw_traits;
+
+/* Detects CPU features and fills the table. Thread-safe and idempotent;
+ * pw_traits_get calls it, so explicit calls are optional. */
+void pw_tensor_init(void);
+/* NULL if the id is unknown or has no kernels. The pointer is static. */
+const pw_traits *pw_traits_get(uint32_t dtype);
+/* The scalar reference table entry (the oracles), regardless of CPU. */
+const pw_traits *pw_traits_ref(uint32_t dtype);
+/* 1 when the AVX2/FMA/F16C variants are installed. */
+int pw_tensor_simd(void);
+
+/* Internal: each kernel family fills the entries it implements. */
+void quants_fill_ref(pw_traits *tab);
+void quants_fill_avx2(pw_traits *tab);
+
+#endif

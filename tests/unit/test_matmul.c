@@ -1,0 +1,191 @@
+/* test_matmul.c - the threaded matmul against a double-precision
+ * dequantize-then-dot reference, its bit-identity across thread counts and
+ * batch sizes, pw_get_row, and the f32 vector ops against their scalar
+ * references. */
+#include "base/pool.h"
+#include "tensor/dtype.h"
+#include "tensor/matmul.h"
+#include "tensor/ops.h"
+#include "tensor/quants.h"
+#include "tensor/traits.h"
+#include "test.h"
+
+#include <stdint.h>
+
+static uint64_t g_rng = 0x243F6A8885A308D3ull;
+static uint32_t rnd(void) {
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
+  return (uint32_t)(g_rng >> 16);
+}
+static float frand(void) { return (float)(rnd() & 0xFFFFFF) / 16777216.0f * 2 - 1; }
+static float grand(void) { return (frand() + frand() + frand() + frand()) * 0.8660254f; }
+
+static const uint32_t WTYPES[] = {PW_DT_F32,  PW_DT_F16,  PW_DT_BF16, PW_DT_Q4_0, PW_DT_Q4_1,
+                                  PW_DT_Q5_0, PW_DT_Q5_1, PW_DT_Q8_0, PW_DT_Q2_K, PW_DT_Q3_K,
+                                  PW_DT_Q4_K, PW_DT_Q5_K, PW_DT_Q6_K};
+
+enum { N_IN = 512, N_OUT = 37, MAX_TOK = 9 };
+
+static void test_matmul(void) {
+  pw_pool *pools[3] = {pw_pool_create(1), pw_pool_create(2), pw_pool_create(3)};
+  CHECK(pools[0] && pools[1] && pools[2]);
+  static float wf[N_OUT * N_IN], X[MAX_TOK * N_IN], wd[N_IN], xd[N_IN];
+  static float Y[MAX_TOK * N_OUT], Y1[MAX_TOK * N_OUT];
+  static uint8_t W[N_OUT * N_IN * 4], xq[N_IN * 4];
+  double worst = 0;
+  for (size_t ti = 0; ti < sizeof WTYPES / sizeof WTYPES[0]; ti++) {
+    const uint32_t dt = WTYPES[ti];
+    const pw_traits *tr = pw_traits_get(dt);
+    for (int i = 0; i < N_OUT * N_IN; i++) wf[i] = grand();
+    pw_ref_quantize(dt, wf, W, N_OUT * N_IN);
+    for (int i = 0; i < MAX_TOK * N_IN; i++) X[i] = grand();
+    size_t ss = pw_matmul_scratch_size(dt, N_IN, MAX_TOK);
+    void *scratch = ss ? malloc(ss) : NULL;
+    /* single-token results with one thread are the baseline */
+    for (int t = 0; t < MAX_TOK; t++) pw_matmul(pools[0], dt, W, N_IN, N_OUT, X + t * N_IN, 1, Y1 + t * N_OUT, scratch);
+    /* reference: dequantized weights and activations quantized as the
+     * kernel sees them, dotted in double */
+    const size_t wrow = (size_t)pw_dtype_row_size(dt, N_IN);
+    int bad = 0;
+    for (int t = 0; t < MAX_TOK; t++) {
+      pw_ref_quantize(tr->vec_dot_type, X + t * N_IN, xq, N_IN);
+      pw_ref_dequant(tr->vec_dot_type, xq, xd, N_IN);
+      for (int o = 0; o < N_OUT; o++) {
+        pw_ref_dequant(dt, W + o * wrow, wd, N_IN);
+        double s = 0, sabs = 0;
+        for (int i = 0; i < N_IN; i++) {
+          s += (double)wd[i] * xd[i];
+          sabs += fabs((double)wd[i] * xd[i]);
+        }
+        /* 1e-5 of sum|w*x| for float scaling; q4_1/q5_1 carry an fp16-rounded
+         * activation sum (2^-11 relative) */
+        double tol = (dt == PW_DT_Q4_1 || dt == PW_DT_Q5_1 ? 2e-3 : 1e-5) * sabs;
+        double err = fabs(Y1[t * N_OUT + o] - s);
+        if (err / sabs > worst && tol == 1e-5 * sabs) worst = err / sabs;
+        if (err > tol) bad++;
+        /* and vs the exact original float weights: a loose sanity bound */
+        double s0 = 0;
+        for (int i = 0; i < N_IN; i++) s0 += (double)wf[o * N_IN + i] * X[t * N_IN + i];
+        /* (error ~ N(0, rel^2 * N_IN) for N(0,1) data; 4.5 sigma) */
+        double rel = dt == PW_DT_Q2_K ? 0.4 : dt == PW_DT_Q3_K ? 0.18 : 0.1;
+        if (fabs(Y1[t * N_OUT + o] - s0) > 4.5 * rel * sqrt((double)N_IN)) bad++;
+      }
+    }
+    CHECK_MSG(bad == 0, "%s: %d outputs off the reference", tr->name, bad);
+    /* every batch size and thread count gives the same bits */
+    int diff = 0;
+    for (int p = 0; p < 3; p++)
+      for (int nt = 1; nt <= MAX_TOK; nt++) {
+        memset(Y, 0xFF, sizeof Y);
+        pw_matmul(pools[p], dt, W, N_IN, N_OUT, X, nt, Y, scratch);
+        if (memcmp(Y, Y1, (size_t)nt * N_OUT * sizeof(float)) != 0) diff++;
+        /* a batch starting at an offset token (token 2 first) */
+        if (nt <= MAX_TOK - 2) {
+          pw_matmul(pools[p], dt, W, N_IN, N_OUT, X + 2 * N_IN, nt, Y, scratch);
+          if (memcmp(Y, Y1 + 2 * N_OUT, (size_t)nt * N_OUT * sizeof(float)) != 0) diff++;
+        }
+      }
+    CHECK_MSG(diff == 0, "%s: %d runs not bit-identical across threads/batches", tr->name, diff);
+    /* get_row == reference dequant of that row */
+    float r1[N_IN], r2[N_IN];
+    pw_get_row(dt, W, N_IN, N_OUT - 1, r1);
+    pw_ref_dequant(dt, W + (N_OUT - 1) * wrow, r2, N_IN);
+    CHECK_MSG(memcmp(r1, r2, sizeof r1) == 0, "%s get_row", tr->name);
+    free(scratch);
+  }
+  fprintf(stderr, "  matmul worst |y-ref|/sum|w*x| = %.3g\n", worst);
+  /* no pool at all, and n_tok == 0 */
+  static float y0[N_OUT];
+  size_t ss = pw_matmul_scratch_size(PW_DT_Q8_0, N_IN, 1);
+  void *scratch = malloc(ss);
+  pw_ref_quantize(PW_DT_Q8_0, wf, W, N_IN * N_OUT);
+  pw_matmul(NULL, PW_DT_Q8_0, W, N_IN, N_OUT, X, 1, y0, scratch);
+  pw_matmul(pools[2], PW_DT_Q8_0, W, N_IN, N_OUT, X, 1, Y, scratch);
+  CHECK(memcmp(y0, Y, sizeof y0) == 0);
+  pw_matmul(pools[2], PW_DT_Q8_0, W, N_IN, N_OUT, X, 0, Y, scratch);
+  free(scratch);
+  for (int p = 0; p < 3; p++) pw_pool_destroy(pools[p]);
+}
+
+/* ---- f32 ops vs scalar references ------------------------------------------ */
+
+static int close_rel(const float *a, const float *b, int n, double rel, double abs_tol) {
+  int bad = 0;
+  for (int i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - b[i]);
+    if (!(d <= rel * fabs((double)b[i]) + abs_tol) && !(isinf(a[i]) && a[i] == b[i])) {
+      if (bad < 3) fprintf(stderr, "  [%d] %.9g vs %.9g\n", i, a[i], b[i]);
+      bad++;
+    }
+  }
+  return bad;
+}
+
+static void test_ops(void) {
+  const pw_ops *o = pw_ops_get(), *r = pw_ops_ref();
+  enum { N = 1000 };
+  static float a[N], b[N], c[N], y1[N], y2[N];
+  const int lens[] = {1, 7, 8, 33, 256, N};
+  for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+    const int n = lens[li];
+    for (int i = 0; i < n; i++) {
+      a[i] = grand() * 4;
+      b[i] = grand();
+      c[i] = frand() * 100; /* silu/exp far into both tails */
+    }
+    o->rmsnorm(y1, a, b, n, 1e-5f);
+    r->rmsnorm(y2, a, b, n, 1e-5f);
+    CHECK_MSG(close_rel(y1, y2, n, 1e-6, 0) == 0, "rmsnorm n=%d", n);
+    o->rmsnorm(y1, a, NULL, n, 1e-5f);
+    r->rmsnorm(y2, a, NULL, n, 1e-5f);
+    CHECK_MSG(close_rel(y1, y2, n, 1e-6, 0) == 0, "rmsnorm (no weight) n=%d", n);
+    /* exp is a polynomial: a few ulp */
+    o->softmax(y1, c, n);
+    r->softmax(y2, c, n);
+    CHECK_MSG(close_rel(y1, y2, n, 2e-6, 1e-37) == 0, "softmax n=%d", n);
+    o->silu(y1, c, n);
+    r->silu(y2, c, n);
+    CHECK_MSG(close_rel(y1, y2, n, 2e-6, 1e-36) == 0, "silu n=%d", n);
+    o->swiglu(y1, c, b, n);
+    r->swiglu(y2, c, b, n);
+    CHECK_MSG(close_rel(y1, y2, n, 2e-6, 1e-36) == 0, "swiglu n=%d", n);
+    o->add(y1, a, b, n);
+    r->add(y2, a, b, n);
+    CHECK(memcmp(y1, y2, n * sizeof(float)) == 0);
+    o->mul(y1, a, b, n);
+    r->mul(y2, a, b, n);
+    CHECK(memcmp(y1, y2, n * sizeof(float)) == 0);
+    o->scale(y1, a, 0.37f, n);
+    r->scale(y2, a, 0.37f, n);
+    CHECK(memcmp(y1, y2, n * sizeof(float)) == 0);
+    double sabs = 0;
+    for (int i = 0; i < n; i++) sabs += fabs((double)a[i] * b[i]);
+    CHECK_NEAR(o->dot(n, a, b), r->dot(n, a, b), 1e-6 * sabs);
+    memcpy(y1, b, n * sizeof(float));
+    memcpy(y2, b, n * sizeof(float));
+    o->axpy(y1, 0.3f, a, n);
+    r->axpy(y2, 0.3f, a, n);
+    CHECK_MSG(close_rel(y1, y2, n, 1e-6, 1e-6) == 0, "axpy n=%d", n);
+  }
+  /* known values */
+  float x4[4] = {1, 2, 3, 4}, s4[4];
+  r->softmax(s4, x4, 4);
+  CHECK_NEAR(s4[3], exp(0) / (exp(-3) + exp(-2) + exp(-1) + 1), 1e-6);
+  float m[3] = {0, -INFINITY, 0};
+  o->softmax(s4, m, 3);
+  CHECK(s4[1] == 0 && fabsf(s4[0] - 0.5f) < 1e-7f);
+  r->rmsnorm(s4, x4, NULL, 4, 0);
+  CHECK_NEAR(s4[0], 1 / sqrt(7.5), 1e-6);
+  r->silu(s4, x4, 1);
+  CHECK_NEAR(s4[0], 1 / (1 + exp(-1)), 1e-7);
+}
+
+int main(void) {
+  pw_tensor_init();
+  fprintf(stderr, "kernels: %s, ops: %s\n", pw_traits_get(PW_DT_Q4_K)->impl, pw_ops_get()->impl);
+  test_matmul();
+  test_ops();
+  TEST_DONE();
+}
