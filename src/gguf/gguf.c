@@ -129,7 +129,7 @@ static int parse_array(gguf_file *f, cursor *c, int depth, gguf_arr *a, const ch
   a->data = c->p + c->off;
   if (k_vtype_size[et]) {
     if (n > (c->size - c->off) / k_vtype_size[et])
-      return pw_seterr(c->err, PW_EFORMAT, "%s: array of %llu %s elements exceeds the file", what,
+      return pw_seterr(c->err, PW_EFORMAT, "truncated file or corrupt count: %s: array of %llu %s elements exceeds the file", what,
                        (unsigned long long)n, gguf_vtype_name(et));
     c->off += n * k_vtype_size[et];
     return 0;
@@ -137,7 +137,7 @@ static int parse_array(gguf_file *f, cursor *c, int depth, gguf_arr *a, const ch
   /* Strings need >= 8 bytes each, arrays >= 12: bound n before allocating. */
   uint64_t min_elem = et == GGUF_T_STRING ? 8 : 12;
   if (n > (c->size - c->off) / min_elem)
-    return pw_seterr(c->err, PW_EFORMAT, "%s: array count %llu exceeds the file", what,
+    return pw_seterr(c->err, PW_EFORMAT, "truncated file or corrupt count: %s: array count %llu exceeds the file", what,
                      (unsigned long long)n);
   uint64_t *idx = malloc((n ? n : 1) * sizeof *idx);
   if (!idx || add_index(f, idx)) {

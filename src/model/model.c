@@ -10,6 +10,7 @@
 #include "model/model.h"
 
 #include "base/error.h"
+#include "tensor/attn.h"
 #include "tensor/dtype.h"
 #include "tensor/matmul.h"
 #include "tensor/quants.h"
@@ -446,6 +447,7 @@ typedef struct attn_job {
   model_kv *kv;
   const model_entry *e;
   int n, layer;
+  pw_attn_fn attn;
 } attn_job;
 
 /* One (entry, head) pair at a time, over the sequence's cache up to and
@@ -462,36 +464,11 @@ static void attn_worker(void *ctx, int ith, int nth) {
   for (long w = lo; w < hi; w++) {
     int t = (int)(w / hp->n_head), h = (int)(w % hp->n_head), hk = h / gqa;
     const model_entry *en = &j->e[t];
-    /* llama.cpp multiplies the F16 cache with Q rounded to F16. */
-    float q[1024];
-    const float *qs = c->q + ((size_t)t * hp->n_head + h) * hd;
-    for (int i = 0; i < hd; i++) q[i] = pw_fp16_to_fp32(pw_fp32_to_fp16(qs[i]));
-    int npos = en->pos + 1;
+    const float *q = c->q + ((size_t)t * hp->n_head + h) * hd;
     float *o = c->att + ((size_t)t * hp->n_head + h) * hd;
-    /* Online softmax with an F16 accumulator, as llama.cpp's CPU flash
-     * attention does (its reference outputs were made that way): running
-     * max M, running sum S, acc = sum_p exp(s_p - M) * V_p kept in F16. */
-    float S = 0, M = -INFINITY;
-    uint16_t acc[1024];
-    for (int i = 0; i < hd; i++) acc[i] = 0;
-    for (int p = 0; p < npos; p++) {
-      const uint16_t *kr = kv->k + kv_off(kv, j->layer, en->seq, p) + (size_t)hk * hd;
-      float s = 0;
-      for (int i = 0; i < hd; i++) s += q[i] * pw_fp16_to_fp32(kr[i]);
-      s *= scale;
-      float Mold = M, ms = 1.0f, vs = 1.0f;
-      if (s > M) {
-        M = s;
-        ms = expf(Mold - M);
-        for (int i = 0; i < hd; i++) acc[i] = pw_fp32_to_fp16(pw_fp16_to_fp32(acc[i]) * ms);
-      } else {
-        vs = expf(s - M);
-      }
-      const uint16_t *vr = kv->v + kv_off(kv, j->layer, en->seq, p) + (size_t)hk * hd;
-      for (int i = 0; i < hd; i++) acc[i] = pw_fp32_to_fp16(pw_fp16_to_fp32(acc[i]) + pw_fp16_to_fp32(vr[i]) * vs);
-      S = S * ms + vs;
-    }
-    for (int i = 0; i < hd; i++) o[i] = pw_fp16_to_fp32(acc[i]) / S;
+    const uint16_t *k0 = kv->k + kv_off(kv, j->layer, en->seq, 0) + (size_t)hk * hd;
+    const uint16_t *v0 = kv->v + kv_off(kv, j->layer, en->seq, 0) + (size_t)hk * hd;
+    j->attn(q, k0, v0, (size_t)kv->kv_dim, en->pos + 1, hd, scale, o);
   }
 }
 
@@ -544,7 +521,7 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
         vd[i] = pw_fp32_to_fp16(c->v[(size_t)t * kvd + i]);
       }
     }
-    attn_job job = {c, kv, e, n, il};
+    attn_job job = {c, kv, e, n, il, pw_attn_get()};
     pw_pool_run(m->pool, attn_worker, &job);
     matmul(c, &L->wo, c->att, n, c->xn);
     for (size_t i = 0; i < (size_t)n * E; i++) c->x[i] += c->xn[i];

@@ -1,0 +1,30 @@
+/* attn.h - single-query attention over an F16 K/V cache.
+ *
+ * Semantics are llama.cpp's CPU flash attention, so logits agree with it:
+ * q is rounded to F16 (the dot-product type of an F16 K), scores are
+ * s_p = dot(q, K_p) * scale, and the output is sum_p softmax(s)_p * V_p
+ * computed online: a running max M, running sum S, and an accumulator kept
+ * in F16 that is rescaled by exp(M_old - M) whenever the max grows.
+ * Not here: RoPE, GQA head mapping, masks (callers pass the visible prefix). */
+#ifndef PW_TENSOR_ATTN_H
+#define PW_TENSOR_ATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* q: [hd] f32. k, v: n_pos rows of hd F16 values, consecutive rows
+ * `stride` elements apart. out: [hd] f32. hd <= PW_ATTN_MAX_HD, n_pos >= 1. */
+typedef void (*pw_attn_fn)(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos,
+                           int hd, float scale, float *out);
+
+#define PW_ATTN_MAX_HD 1024
+
+/* The installed (fastest) kernel and the scalar reference. */
+pw_attn_fn pw_attn_get(void);
+void pw_attn_ref(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd,
+                 float scale, float *out);
+/* Internal: the AVX2/F16C variant (arch/attn_avx2.c). */
+void attn_avx2(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd, float scale,
+               float *out);
+
+#endif
