@@ -1,6 +1,7 @@
 /* main.c - the `power` command: dispatches to subcommands. The CLI is the
  * only layer that wires the others together. */
 #include "cli/cli.h"
+#include "cli/cmd_tokenize.h"
 
 #include "power.h"
 
@@ -16,6 +17,7 @@ typedef struct subcommand {
 static const subcommand k_cmds[] = {
     {"run", cmd_run, "generate from a prompt (--prompt-ids, --prompt or --chat)"},
     {"inspect", cmd_inspect, "describe a GGUF file (--sha256 for its identity)"},
+    {"tokenize", cmd_tokenize, "text to token ids and pieces (--ids, --raw, --file)"},
 };
 
 static void usage(FILE *out) {
