@@ -1,6 +1,7 @@
 /* main.c - the `power` command: dispatches to subcommands. The CLI is the
  * only layer that wires the others together. */
 #include "cli/cli.h"
+#include "cli/cmd_template.h"
 #include "cli/cmd_tokenize.h"
 
 #include "power.h"
@@ -17,6 +18,7 @@ typedef struct subcommand {
 static const subcommand k_cmds[] = {
     {"run", cmd_run, "generate from a prompt (--prompt-ids, --prompt or --chat)"},
     {"inspect", cmd_inspect, "describe a GGUF file (--sha256 for its identity)"},
+    {"template", cmd_template, "render a chat template (--model M | --template F.jinja) --vars V.json"},
     {"tokenize", cmd_tokenize, "text to token ids and pieces (--ids, --raw, --file)"},
 };
 
