@@ -1,9 +1,5 @@
 #!/bin/sh
-# Serves the default model (or $POWER_MODEL) with the built binary.
+# Serves the default model (or $POWER_MODEL) on 127.0.0.1:11434.
 set -eu
 bin=${1:-build/power}
-if "$bin" --help 2>/dev/null | grep -q '^  serve'; then
-  exec "$bin" serve "$@"
-fi
-echo "power: the HTTP server is not built yet; running a short generation on the default model instead" >&2
-exec "$bin" run --prompt-ids "1" -n 16
+exec "$bin" serve --host 127.0.0.1 --port "${POWER_PORT:-11434}"

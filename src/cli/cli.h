@@ -7,6 +7,7 @@
 
 int cmd_run(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 
 /* Resolves the model path: explicit (may be NULL), else $POWER_MODEL, else
  * the default model in ../shared/models (relative to the working directory

@@ -1,6 +1,7 @@
 /* main.c - the `power` command: dispatches to subcommands. The CLI is the
  * only layer that wires the others together. */
 #include "cli/cli.h"
+#include "cli/cmd_serve.h"
 #include "cli/cmd_template.h"
 #include "cli/cmd_tokenize.h"
 
@@ -17,7 +18,9 @@ typedef struct subcommand {
 
 static const subcommand k_cmds[] = {
     {"run", cmd_run, "generate from a prompt (--prompt-ids, --prompt or --chat)"},
+    {"chat", cmd_chat, "interactive chat with the model's template (/reset, /exit)"},
     {"inspect", cmd_inspect, "describe a GGUF file (--sha256 for its identity)"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server"},
     {"template", cmd_template, "render a chat template (--model M | --template F.jinja) --vars V.json"},
     {"tokenize", cmd_tokenize, "text to token ids and pieces (--ids, --raw, --file)"},
 };

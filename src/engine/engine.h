@@ -7,7 +7,10 @@
  * per-step token budget), so a long prompt never stalls other streams. New
  * requests join at the next step. A request's tokens never depend on what
  * else is in the batch (the model's forward pass is batch-invariant and each
- * request samples with its own RNG).
+ * request samples with its own RNG). Decode tokens are scheduled first; the
+ * rest of the budget goes to prompt chunks, oldest request first. Embedding
+ * prompts take a slot like generations; their chunks run in a second
+ * forward call of the same step that returns hidden states but no logits.
  *
  * Admission: at most max_active sequences run, at most max_queue wait. When
  * both are full, engine_submit fails at once with PW_EBUSY (never a silent
@@ -46,6 +49,7 @@
 #ifndef PW_ENGINE_ENGINE_H
 #define PW_ENGINE_ENGINE_H
 
+#include "power.h"
 #include "sample/sample.h"
 
 #include <stdbool.h>

@@ -67,6 +67,22 @@ check "run out-of-vocabulary id says so" grep -q "vocabulary" "$tmp/err"
 "$bin" run --model "$model" --prompt-ids "1" --temperature -1 >/dev/null 2>"$tmp/err"
 check "run negative temperature fails" [ $? -ne 0 ]
 
+# run: text modes stream text; chat goes through the template
+qwen=$shared/models/syn-qwen2-Q4_K_M.gguf
+"$bin" run --model "$qwen" --prompt "Hello there" -n 6 --seed 1 >"$tmp/t1" 2>"$tmp/err"
+check "run --prompt exits 0" [ $? -eq 0 ]
+check "run --prompt prints text" [ -s "$tmp/t1" ]
+"$bin" run --model "$qwen" --chat "Hi" --system "Be brief" -n 6 >"$tmp/t2" 2>"$tmp/err"
+check "run --chat exits 0" [ $? -eq 0 ]
+"$bin" run --model "$qwen" --chat "Hi" --prompt "x" >/dev/null 2>"$tmp/err"
+check "run with two prompt kinds fails" [ $? -ne 0 ]
+"$bin" run --model "$qwen" --prompt "Hello there" -n 12 --temperature 0.8 --seed 5 >"$tmp/s1" 2>/dev/null
+"$bin" run --model "$qwen" --prompt "Hello there" -n 12 --temperature 0.8 --seed 5 --threads 1 >"$tmp/s2" 2>/dev/null
+check "run --prompt seeded is reproducible" cmp -s "$tmp/s1" "$tmp/s2"
+printf 'hello\n/reset\nagain\n/exit\n' | "$bin" chat --model "$qwen" -n 4 >"$tmp/c1" 2>"$tmp/err"
+check "chat exits 0 on /exit" [ $? -eq 0 ]
+check "chat acknowledges /reset" grep -q "cleared" "$tmp/err"
+
 # no model anywhere: a clear one-line error saying how to give one
 mkdir -p "$tmp/empty/bin"
 cp "$bin" "$tmp/empty/bin/power"

@@ -1,0 +1,202 @@
+/* cli_gen.c - engine-backed generation for the CLI (see cli_gen.h). */
+#include "cli/cli_gen.h"
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "cli/cli.h"
+#include "tok/tok.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void gen_opts_default(gen_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->threads = 2;
+  o->n_predict = -1;
+  pw_sampler_params_default(&o->sp);
+  o->sp.temperature = 0;
+}
+
+void gen_opts_usage(FILE *out) {
+  fprintf(out,
+          "  --model M             GGUF file (else $POWER_MODEL, else ../shared/models)\n"
+          "  -n, --n-predict N     tokens to generate\n"
+          "  --temperature T       0 = greedy (default 0)\n"
+          "  --top-k K, --top-p P, --min-p P, --repeat-penalty R\n"
+          "  --seed S              sampling seed (default: random)\n"
+          "  --stop TEXT           stop string (repeatable, up to 8)\n"
+          "  --threads N           kernel threads (default 2)\n"
+          "  --ctx N               context size (default: model's, at most 4096)\n"
+          "  -v, --verbose         timing on stderr\n");
+}
+
+int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i) {
+  const char *a = argv[*i];
+  const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+  double d;
+  long l;
+  static const char *with_value[] = {"--model", "-m", "-n", "--n-predict", "--threads", "-t", "--ctx",
+                                     "--temperature", "--temp", "--top-k", "--top-p", "--min-p",
+                                     "--repeat-penalty", "--seed", "--stop"};
+  bool known = false;
+  for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
+    if (!strcmp(a, with_value[k])) known = true;
+  if (!known) {
+    if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+      o->verbose = 1;
+      return 1;
+    }
+    return 0;
+  }
+  if (!v) {
+    fprintf(stderr, "power %s: option %s needs a value\n", cmd, a);
+    return -1;
+  }
+  (*i)++;
+  if (!strcmp(a, "--model") || !strcmp(a, "-m")) o->model = v;
+  else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
+    if (cli_parse_long(cmd, a, v, 0, 1 << 20, &o->n_predict)) return -1;
+  } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
+    if (cli_parse_long(cmd, a, v, 1, 256, &o->threads)) return -1;
+  } else if (!strcmp(a, "--ctx")) {
+    if (cli_parse_long(cmd, a, v, 16, 1 << 20, &o->n_ctx)) return -1;
+  } else if (!strcmp(a, "--temperature") || !strcmp(a, "--temp")) {
+    if (cli_parse_double(cmd, a, v, 0, 100, &d)) return -1;
+    o->sp.temperature = (float)d;
+  } else if (!strcmp(a, "--top-k")) {
+    if (cli_parse_long(cmd, a, v, 0, 1 << 24, &l)) return -1;
+    o->sp.top_k = (int32_t)l;
+  } else if (!strcmp(a, "--top-p")) {
+    if (cli_parse_double(cmd, a, v, 0.0001, 1, &d)) return -1;
+    o->sp.top_p = (float)d;
+  } else if (!strcmp(a, "--min-p")) {
+    if (cli_parse_double(cmd, a, v, 0, 1, &d)) return -1;
+    o->sp.min_p = (float)d;
+  } else if (!strcmp(a, "--repeat-penalty")) {
+    if (cli_parse_double(cmd, a, v, 0.01, 100, &d)) return -1;
+    o->sp.repeat_penalty = (float)d;
+  } else if (!strcmp(a, "--seed")) {
+    char *end;
+    o->sp.seed = strtoull(v, &end, 10);
+    if (!*v || *end || *v == '-') {
+      fprintf(stderr, "power %s: invalid value for --seed: '%s'\n", cmd, v);
+      return -1;
+    }
+    o->seed_given = true;
+  } else if (!strcmp(a, "--stop")) {
+    if (o->n_stop >= ENGINE_MAX_STOP || !*v || strlen(v) > ENGINE_MAX_STOP_LEN) {
+      fprintf(stderr, "power %s: at most %d non-empty --stop strings of up to %d bytes\n", cmd, ENGINE_MAX_STOP,
+              ENGINE_MAX_STOP_LEN);
+      return -1;
+    }
+    o->stop[o->n_stop++] = v;
+  }
+  return 1;
+}
+
+int gen_session_open(const char *cmd, const gen_opts *o, gen_session *s) {
+  memset(s, 0, sizeof *s);
+  char err[PW_ERRMAX];
+  const char *path = cli_resolve_model(o->model, err, sizeof err);
+  if (!path) {
+    fprintf(stderr, "power %s: %s\n", cmd, err);
+    return -1;
+  }
+  engine_opts eo = {0};
+  eo.model_path = path;
+  eo.n_threads = (int)o->threads;
+  eo.max_active = 1;
+  eo.max_queue = 1;
+  eo.n_ctx = (int)o->n_ctx;
+  if (engine_create(&eo, &s->eng, err)) {
+    fprintf(stderr, "power %s: %s: %s\n", cmd, path, err);
+    return -1;
+  }
+  if (prompt_builder_init(&s->pb, engine_vocab(s->eng), engine_chat_template(s->eng), err) == 0) s->have_pb = true;
+  else {
+    /* Only chat needs the template; report it when chat is asked for. */
+    prompt_builder_free(&s->pb);
+  }
+  return 0;
+}
+
+void gen_session_close(gen_session *s) {
+  if (s->have_pb) prompt_builder_free(&s->pb);
+  engine_destroy(s->eng);
+  memset(s, 0, sizeof *s);
+}
+
+int gen_stream(const char *cmd, gen_session *s, const gen_opts *o, const int32_t *prompt, int n_prompt,
+               bool print_ids, bool ignore_eos, volatile sig_atomic_t *cancel, engine_usage *usage,
+               engine_finish *finish, char **text_out) {
+  engine_params p;
+  memset(&p, 0, sizeof p);
+  p.prompt = prompt;
+  p.n_prompt = n_prompt;
+  p.max_tokens = o->n_predict < 0 ? 0 : (int)o->n_predict;
+  p.sampling = o->sp;
+  if (!o->seed_given) p.sampling.seed = (uint64_t)time(NULL) ^ (pw_now_ns() << 16);
+  for (int i = 0; i < o->n_stop; i++) p.stop[i] = o->stop[i];
+  p.n_stop = o->n_stop;
+  p.ignore_eos = ignore_eos;
+  char err[PW_ERRMAX];
+  engine_req *r;
+  if (o->n_predict == 0) return 0;
+  int rc = engine_submit(s->eng, &p, &r, err);
+  if (rc) {
+    fprintf(stderr, "power %s: %s\n", cmd, err);
+    return rc;
+  }
+  engine_event *ev = malloc(sizeof *ev);
+  size_t cap = 0, len = 0;
+  char *text = NULL;
+  int n = 0;
+  double t0 = pw_now_s(), t_first = 0;
+  rc = 0;
+  for (;;) {
+    if (cancel && *cancel) {
+      engine_cancel(r);
+      *cancel = 0;
+    }
+    int w = engine_next(r, ev, 100);
+    if (w == PW_ETIMEOUT) continue;
+    if (w) {
+      rc = w;
+      break;
+    }
+    if (ev->type == ENGINE_EV_TOKEN) {
+      if (!n) t_first = pw_now_s();
+      if (print_ids) printf(n ? " %d" : "%d", ev->token);
+      else fwrite(ev->text, 1, (size_t)ev->text_len, stdout);
+      fflush(stdout);
+      n++;
+      if (text_out) {
+        if (len + (size_t)ev->text_len + 1 > cap) {
+          cap = (len + (size_t)ev->text_len + 1) * 2;
+          text = realloc(text, cap);
+        }
+        memcpy(text + len, ev->text, (size_t)ev->text_len);
+        len += (size_t)ev->text_len;
+        text[len] = 0;
+      }
+    } else if (ev->type == ENGINE_EV_DONE) {
+      if (usage) *usage = ev->usage;
+      if (finish) *finish = ev->finish;
+      break;
+    } else {
+      fprintf(stderr, "%spower %s: %s\n", n ? "\n" : "", cmd, ev->message);
+      rc = ev->status ? ev->status : PW_EINTERNAL;
+      break;
+    }
+  }
+  double t1 = pw_now_s();
+  if (o->verbose && rc == 0)
+    fprintf(stderr, "\npower %s: prompt %d tokens, first token after %.3f s, %d generated in %.3f s (%.1f tok/s)\n",
+            cmd, n_prompt, n ? t_first - t0 : 0.0, n, t1 - t0, n > 1 ? (n - 1) / (t1 - t_first) : 0.0);
+  free(ev);
+  engine_release(r);
+  if (text_out) *text_out = text ? text : calloc(1, 1);
+  else free(text);
+  return rc;
+}

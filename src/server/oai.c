@@ -1,0 +1,867 @@
+/* oai.c - OpenAI request validation and response rendering. See oai.h. */
+#include "server/oai.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+/* ---- errors ---------------------------------------------------------- */
+
+static const char *type_for_status(int status) {
+  switch (status) {
+  case 401: return "authentication_error";
+  case 404: return "invalid_request_error";
+  case 408: return "timeout_error";
+  case 429:
+  case 503: return "server_overloaded";
+  case 500: return "server_error";
+  default: return "invalid_request_error";
+  }
+}
+
+int oai_seterr(oai_error *e, int status, const char *code, const char *param, const char *fmt, ...) {
+  e->status = status;
+  snprintf(e->type, sizeof e->type, "%s", type_for_status(status));
+  snprintf(e->code, sizeof e->code, "%s", code ? code : "");
+  snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->message, sizeof e->message, fmt, ap);
+  va_end(ap);
+  return PW_EINVAL;
+}
+
+void oai_error_from_status(oai_error *e, int status, const char *message) {
+  const char *m = message && *message ? message : pw_strerror(status);
+  switch (status) {
+  case PW_EBUSY:
+    oai_seterr(e, 503, "overloaded", NULL, "server overloaded: %s; retry later", m);
+    break;
+  case PW_ETIMEOUT:
+    oai_seterr(e, 408, "timeout", NULL, "request was not admitted before its deadline: %s", m);
+    break;
+  case PW_ECONTEXT:
+    oai_seterr(e, 400, "context_length_exceeded", "messages", "%s", m);
+    break;
+  case PW_ELIMIT: /* only mid-stream: the client read too slowly */
+    oai_seterr(e, 500, "client_too_slow", NULL, "the client did not keep up with the stream: %s", m);
+    break;
+  case PW_EINVAL:
+  case PW_ERANGE:
+    oai_seterr(e, 400, "invalid_value", NULL, "%s", m);
+    break;
+  case PW_ETEMPLATE:
+    oai_seterr(e, 400, "template_error", "messages", "chat template failed: %s", m);
+    break;
+  case PW_ECANCELED: /* the engine stopped under the request: shutdown */
+    oai_seterr(e, 503, "shutting_down", NULL, "the server is shutting down: %s", m);
+    break;
+  default:
+    oai_seterr(e, 500, "internal_error", NULL, "%s", m);
+    break;
+  }
+}
+
+static void put_str_or_null(sbuf *out, const char *s) {
+  if (s && *s) sbuf_json_str(out, s, strlen(s));
+  else sbuf_puts(out, "null");
+}
+
+void oai_render_error(const oai_error *e, sbuf *out) {
+  sbuf_puts(out, "{\"error\":{\"message\":");
+  sbuf_json_str(out, e->message, strlen(e->message));
+  sbuf_puts(out, ",\"type\":");
+  sbuf_json_str(out, e->type, strlen(e->type));
+  sbuf_puts(out, ",\"param\":");
+  put_str_or_null(out, e->param);
+  sbuf_puts(out, ",\"code\":");
+  put_str_or_null(out, e->code);
+  sbuf_puts(out, "}}");
+}
+
+/* ---- field getters ----------------------------------------------------- */
+
+/* Absent and JSON null both mean "not given": clients send null for unset. */
+static json_t *field(json_t *root, const char *key) {
+  json_t *v = json_object_get(root, key);
+  return json_is_null(v) ? NULL : v;
+}
+
+static int get_bool(json_t *root, const char *key, bool *out, oai_error *e) {
+  json_t *v = field(root, key);
+  if (!v) return 0;
+  if (!json_is_boolean(v)) return oai_seterr(e, 400, "invalid_type", key, "'%s' must be a boolean", key);
+  *out = json_is_true(v);
+  return 0;
+}
+
+static int get_num(json_t *root, const char *key, double lo, double hi, double *out, bool *given,
+                   oai_error *e) {
+  json_t *v = field(root, key);
+  if (given) *given = v != NULL;
+  if (!v) return 0;
+  if (!json_is_number(v)) return oai_seterr(e, 400, "invalid_type", key, "'%s' must be a number", key);
+  double d = json_number_value(v);
+  if (!(d >= lo && d <= hi))
+    return oai_seterr(e, 400, "invalid_value", key, "'%s' must be between %g and %g", key, lo, hi);
+  *out = d;
+  return 0;
+}
+
+/* Integers, also written as an integral real (5.0), within [lo, hi]. */
+static int int_value(json_t *v, long long lo, long long hi, long long *out) {
+  if (json_is_integer(v)) {
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi) return PW_ERANGE;
+    *out = x;
+    return 0;
+  }
+  if (json_is_real(v)) {
+    double d = json_real_value(v);
+    if (d != floor(d)) return PW_EINVAL;
+    if (!(d >= (double)lo && d <= (double)hi)) return PW_ERANGE;
+    *out = (long long)d;
+    return 0;
+  }
+  return PW_EINVAL;
+}
+
+static int get_int(json_t *root, const char *key, long long lo, long long hi, long long *out, bool *given,
+                   oai_error *e) {
+  json_t *v = field(root, key);
+  if (given) *given = v != NULL;
+  if (!v) return 0;
+  int rc = int_value(v, lo, hi, out);
+  if (rc == PW_ERANGE)
+    return oai_seterr(e, 400, "invalid_value", key, "'%s' must be between %lld and %lld", key, lo, hi);
+  if (rc) return oai_seterr(e, 400, "invalid_type", key, "'%s' must be an integer", key);
+  return 0;
+}
+
+/* ---- unsupported fields ------------------------------------------------ */
+
+static int unsupported(oai_error *e, const char *key, const char *why) {
+  char code[48];
+  snprintf(code, sizeof code, "unsupported_%s", key);
+  return oai_seterr(e, 400, code, key, "'%s' is not supported by this server%s", key, why);
+}
+
+static int check_nonempty_array_unsupported(json_t *root, const char *key, oai_error *e) {
+  json_t *v = field(root, key);
+  if (!v) return 0;
+  if (json_is_array(v) && json_array_size(v) == 0) return 0;
+  return unsupported(e, key, " (no tool or function calling)");
+}
+
+static int check_common_unsupported(oai_kind kind, json_t *root, oai_error *e) {
+  long long n = 1;
+  bool given;
+  if (get_int(root, "n", 1, 1LL << 30, &n, &given, e)) return PW_EINVAL;
+  if (n != 1) return unsupported(e, "n", " (only n = 1)");
+  if (kind == OAI_CHAT) {
+    if (check_nonempty_array_unsupported(root, "tools", e)) return PW_EINVAL;
+    if (check_nonempty_array_unsupported(root, "functions", e)) return PW_EINVAL;
+    json_t *tc = field(root, "tool_choice");
+    if (tc && !(json_is_string(tc) && (!strcmp(json_string_value(tc), "none") ||
+                                      !strcmp(json_string_value(tc), "auto"))))
+      return unsupported(e, "tool_choice", " (no tool calling)");
+    json_t *fc = field(root, "function_call");
+    if (fc && !(json_is_string(fc) && (!strcmp(json_string_value(fc), "none") ||
+                                      !strcmp(json_string_value(fc), "auto"))))
+      return unsupported(e, "function_call", " (no function calling)");
+    json_t *rf = field(root, "response_format");
+    if (rf) {
+      json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
+      if (!json_is_string(t) || strcmp(json_string_value(t), "text"))
+        return unsupported(e, "response_format", " (only {\"type\": \"text\"})");
+    }
+  } else if (kind == OAI_COMPLETION) {
+    json_t *s = field(root, "suffix");
+    if (s && !(json_is_string(s) && json_string_length(s) == 0)) return unsupported(e, "suffix", "");
+    bool echo = false;
+    if (get_bool(root, "echo", &echo, e)) return PW_EINVAL;
+    if (echo) return unsupported(e, "echo", "");
+    long long best_of = 1;
+    if (get_int(root, "best_of", 1, 1LL << 30, &best_of, NULL, e)) return PW_EINVAL;
+    if (best_of > 1) return unsupported(e, "best_of", " (only best_of = 1)");
+  }
+  return 0;
+}
+
+/* ---- messages / prompt ------------------------------------------------- */
+
+/* Text of a message's content: a string, or an array of text parts joined
+ * by newlines (as llama.cpp does for templates that take plain strings). */
+static int message_text(json_t *content, size_t i, json_t **out, oai_error *e) {
+  char param[64];
+  snprintf(param, sizeof param, "messages[%zu].content", i);
+  if (json_is_string(content)) {
+    *out = json_incref(content);
+    return 0;
+  }
+  if (!json_is_array(content))
+    return oai_seterr(e, 400, "invalid_type", param, "'%s' must be a string or an array of text parts", param);
+  sbuf b = {0};
+  size_t j;
+  json_t *part;
+  json_array_foreach(content, j, part) {
+    char pp[96];
+    snprintf(pp, sizeof pp, "%s[%zu]", param, j);
+    json_t *type = json_is_object(part) ? json_object_get(part, "type") : NULL;
+    if (!json_is_string(type)) {
+      sbuf_free(&b);
+      return oai_seterr(e, 400, "invalid_type", pp, "'%s' must be an object with a 'type'", pp);
+    }
+    if (strcmp(json_string_value(type), "text")) {
+      sbuf_free(&b);
+      return oai_seterr(e, 400, "unsupported_content_part", pp, "content part type '%.40s' is not supported (text only)",
+                        json_string_value(type));
+    }
+    json_t *t = json_object_get(part, "text");
+    if (!json_is_string(t)) {
+      sbuf_free(&b);
+      return oai_seterr(e, 400, "invalid_type", pp, "'%s.text' must be a string", pp);
+    }
+    if (j > 0) sbuf_put(&b, "\n", 1);
+    sbuf_put(&b, json_string_value(t), json_string_length(t));
+  }
+  if (b.oom) {
+    sbuf_free(&b);
+    return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
+  }
+  *out = json_stringn(b.data ? b.data : "", b.len);
+  sbuf_free(&b);
+  if (!*out) return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
+  return 0;
+}
+
+static int parse_messages(json_t *root, oai_request *r, oai_error *e) {
+  json_t *msgs = field(root, "messages");
+  if (!msgs) return oai_seterr(e, 400, "missing_field", "messages", "'messages' is required");
+  if (!json_is_array(msgs)) return oai_seterr(e, 400, "invalid_type", "messages", "'messages' must be an array");
+  if (json_array_size(msgs) == 0)
+    return oai_seterr(e, 400, "invalid_value", "messages", "'messages' must not be empty");
+  r->messages = json_array();
+  if (!r->messages) return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
+  size_t i;
+  json_t *m;
+  json_array_foreach(msgs, i, m) {
+    char param[64];
+    snprintf(param, sizeof param, "messages[%zu]", i);
+    if (!json_is_object(m)) return oai_seterr(e, 400, "invalid_type", param, "'%s' must be an object", param);
+    json_t *role = json_object_get(m, "role");
+    snprintf(param, sizeof param, "messages[%zu].role", i);
+    if (!role) return oai_seterr(e, 400, "missing_field", param, "'%s' is required", param);
+    if (!json_is_string(role)) return oai_seterr(e, 400, "invalid_type", param, "'%s' must be a string", param);
+    const char *rs = json_string_value(role);
+    if (!strcmp(rs, "tool") || !strcmp(rs, "function"))
+      return oai_seterr(e, 400, "unsupported_tools", param, "'%s' role messages are not supported (no tool calling)", rs);
+    if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "developer"))
+      return oai_seterr(e, 400, "invalid_value", param, "'%s' must be system, developer, user or assistant", param);
+    json_t *calls = field(m, "tool_calls");
+    if (calls && !(json_is_array(calls) && json_array_size(calls) == 0)) {
+      snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
+      return oai_seterr(e, 400, "unsupported_tools", param, "'%s' is not supported (no tool calling)", param);
+    }
+    json_t *content = field(m, "content");
+    json_t *text = NULL;
+    if (!content) {
+      if (strcmp(rs, "assistant")) {
+        snprintf(param, sizeof param, "messages[%zu].content", i);
+        return oai_seterr(e, 400, "missing_field", param, "'%s' is required", param);
+      }
+      text = json_string("");
+    } else if (message_text(content, i, &text, e)) {
+      return PW_EINVAL;
+    }
+    /* Templates know system/user/assistant; "developer" is OpenAI's newer
+     * name for system instructions. */
+    json_t *out = json_pack("{s:s,s:o}", "role", strcmp(rs, "developer") ? rs : "system", "content", text);
+    if (!out || json_array_append_new(r->messages, out))
+      return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
+  }
+  return 0;
+}
+
+/* Token ids of a JSON array; param names the field for errors. */
+static int parse_ids(json_t *arr, const char *param, int32_t **out, int *n_out, oai_error *e) {
+  size_t n = json_array_size(arr);
+  if (n > OAI_MAX_TOKENS_IN)
+    return oai_seterr(e, 400, "invalid_value", param, "'%s' has more than %d tokens", param, OAI_MAX_TOKENS_IN);
+  int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+  if (!ids) return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
+  for (size_t i = 0; i < n; i++) {
+    long long x;
+    if (int_value(json_array_get(arr, i), 0, INT32_MAX, &x)) {
+      free(ids);
+      return oai_seterr(e, 400, "invalid_type", param, "'%s' must hold non-negative integer token ids", param);
+    }
+    ids[i] = (int32_t)x;
+  }
+  *out = ids;
+  *n_out = (int)n;
+  return 0;
+}
+
+static bool all_ints(json_t *arr) {
+  size_t i;
+  json_t *v;
+  json_array_foreach(arr, i, v) if (!json_is_integer(v)) return false;
+  return true;
+}
+
+static int parse_prompt(json_t *root, oai_request *r, oai_error *e) {
+  json_t *p = field(root, "prompt");
+  if (!p) return oai_seterr(e, 400, "missing_field", "prompt", "'prompt' is required");
+  if (json_is_string(p)) {
+    r->text = json_string_value(p);
+    r->text_len = json_string_length(p);
+    return 0;
+  }
+  if (!json_is_array(p))
+    return oai_seterr(e, 400, "invalid_type", "prompt", "'prompt' must be a string or an array of token ids");
+  if (json_array_size(p) == 0) return oai_seterr(e, 400, "invalid_value", "prompt", "'prompt' must not be empty");
+  if (all_ints(p)) return parse_ids(p, "prompt", &r->tokens, &r->n_tokens, e);
+  if (json_array_size(p) > 1)
+    return oai_seterr(e, 400, "unsupported_prompt", "prompt", "several prompts in one request are not supported");
+  json_t *one = json_array_get(p, 0);
+  if (json_is_string(one)) {
+    r->text = json_string_value(one);
+    r->text_len = json_string_length(one);
+    return 0;
+  }
+  if (json_is_array(one) && json_array_size(one) > 0 && all_ints(one))
+    return parse_ids(one, "prompt", &r->tokens, &r->n_tokens, e);
+  return oai_seterr(e, 400, "invalid_type", "prompt", "'prompt' must be a string or an array of token ids");
+}
+
+/* ---- sampling ---------------------------------------------------------- */
+
+static int parse_stop(json_t *root, oai_request *r, oai_error *e) {
+  json_t *s = field(root, "stop");
+  if (!s) return 0;
+  if (json_is_string(s)) {
+    if (json_string_length(s) == 0) return 0;
+    if (json_string_length(s) >= ENGINE_MAX_STOP_LEN)
+      return oai_seterr(e, 400, "invalid_value", "stop", "'stop' strings must be shorter than %d bytes", ENGINE_MAX_STOP_LEN);
+    r->stop[r->n_stop++] = json_string_value(s);
+    return 0;
+  }
+  if (!json_is_array(s)) return oai_seterr(e, 400, "invalid_type", "stop", "'stop' must be a string or an array of strings");
+  if (json_array_size(s) > ENGINE_MAX_STOP)
+    return oai_seterr(e, 400, "invalid_value", "stop", "'stop' holds at most %d strings", ENGINE_MAX_STOP);
+  size_t i;
+  json_t *v;
+  json_array_foreach(s, i, v) {
+    if (!json_is_string(v)) return oai_seterr(e, 400, "invalid_type", "stop", "'stop' must be a string or an array of strings");
+    if (json_string_length(v) >= ENGINE_MAX_STOP_LEN)
+      return oai_seterr(e, 400, "invalid_value", "stop", "'stop' strings must be shorter than %d bytes", ENGINE_MAX_STOP_LEN);
+    if (json_string_length(v) == 0) continue; /* an empty stop string would end every request at once */
+    r->stop[r->n_stop++] = json_string_value(v);
+  }
+  return 0;
+}
+
+static int parse_logit_bias(json_t *root, oai_request *r, oai_error *e) {
+  json_t *lb = field(root, "logit_bias");
+  if (!lb) return 0;
+  if (!json_is_object(lb))
+    return oai_seterr(e, 400, "invalid_type", "logit_bias", "'logit_bias' must be an object of token id to bias");
+  size_t n = json_object_size(lb);
+  if (n > 4096) return oai_seterr(e, 400, "invalid_value", "logit_bias", "'logit_bias' holds at most 4096 entries");
+  if (n == 0) return 0;
+  r->logit_bias = calloc(n, sizeof *r->logit_bias);
+  if (!r->logit_bias) return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
+  const char *key;
+  json_t *v;
+  int k = 0;
+  json_object_foreach(lb, key, v) {
+    char *end;
+    errno = 0;
+    long id = strtol(key, &end, 10);
+    if (!*key || *end || errno || id < 0 || id > INT32_MAX)
+      return oai_seterr(e, 400, "invalid_value", "logit_bias", "'logit_bias' keys must be token ids, got '%.32s'", key);
+    if (!json_is_number(v))
+      return oai_seterr(e, 400, "invalid_type", "logit_bias", "'logit_bias' values must be numbers");
+    double b = json_number_value(v);
+    if (!(b >= -100 && b <= 100))
+      return oai_seterr(e, 400, "invalid_value", "logit_bias", "'logit_bias' values must be between -100 and 100");
+    r->logit_bias[k].token = (int32_t)id;
+    r->logit_bias[k].bias = (float)b;
+    k++;
+  }
+  r->sampling.logit_bias = r->logit_bias;
+  r->sampling.n_logit_bias = k;
+  return 0;
+}
+
+static uint64_t random_u64(void) {
+  uint64_t x = 0;
+  if (getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    x = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec;
+  }
+  return x;
+}
+
+static int parse_generation(oai_kind kind, json_t *root, oai_request *r, oai_error *e) {
+  pw_sampler_params *sp = &r->sampling;
+  pw_sampler_params_default(sp);
+  double d;
+  long long x;
+  bool given;
+  if (get_num(root, "temperature", 0, 2, &d, &given, e)) return PW_EINVAL;
+  if (given) sp->temperature = (float)d;
+  if (get_num(root, "top_p", 0, 1, &d, &given, e)) return PW_EINVAL;
+  if (given) sp->top_p = d > 0 ? (float)d : 1e-9f; /* top_p 0 keeps just the best token */
+  if (get_int(root, "top_k", -1, 1 << 30, &x, &given, e)) return PW_EINVAL;
+  if (given) sp->top_k = (int32_t)x;
+  if (get_num(root, "min_p", 0, 1, &d, &given, e)) return PW_EINVAL;
+  if (given) sp->min_p = (float)d;
+  if (get_num(root, "presence_penalty", -2, 2, &d, &given, e)) return PW_EINVAL;
+  if (given) sp->presence_penalty = (float)d;
+  if (get_num(root, "frequency_penalty", -2, 2, &d, &given, e)) return PW_EINVAL;
+  if (given) sp->frequency_penalty = (float)d;
+  if (get_num(root, "repeat_penalty", 0, 10, &d, &given, e)) return PW_EINVAL;
+  if (given) {
+    if (d <= 0) return oai_seterr(e, 400, "invalid_value", "repeat_penalty", "'repeat_penalty' must be > 0");
+    sp->repeat_penalty = (float)d;
+  }
+  if (get_int(root, "seed", INT64_MIN, INT64_MAX, &x, &r->seed_given, e)) return PW_EINVAL;
+  sp->seed = r->seed_given ? (uint64_t)x : random_u64();
+
+  long long mt = 0, mct = 0;
+  bool has_mt, has_mct;
+  if (get_int(root, "max_tokens", 1, 1 << 30, &mt, &has_mt, e)) return PW_EINVAL;
+  if (get_int(root, "max_completion_tokens", 1, 1 << 30, &mct, &has_mct, e)) return PW_EINVAL;
+  r->max_tokens = has_mct ? (int)mct : has_mt ? (int)mt : 0;
+
+  if (get_bool(root, "stream", &r->stream, e)) return PW_EINVAL;
+  json_t *so = field(root, "stream_options");
+  if (so) {
+    if (!json_is_object(so))
+      return oai_seterr(e, 400, "invalid_type", "stream_options", "'stream_options' must be an object");
+    json_t *iu = field(so, "include_usage");
+    if (iu && !json_is_boolean(iu))
+      return oai_seterr(e, 400, "invalid_type", "stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
+    r->include_usage = iu && json_is_true(iu);
+  }
+
+  if (kind == OAI_CHAT) {
+    if (get_bool(root, "logprobs", &r->logprobs, e)) return PW_EINVAL;
+    if (get_int(root, "top_logprobs", 0, PW_SAMPLE_MAX_PROBS, &x, &given, e)) return PW_EINVAL;
+    if (given) {
+      if (x > 0 && !r->logprobs)
+        return oai_seterr(e, 400, "invalid_value", "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+      r->top_logprobs = (int)x;
+    }
+  } else {
+    json_t *lp = field(root, "logprobs");
+    if (lp && json_is_boolean(lp)) { /* some clients send the chat form here */
+      r->logprobs = json_is_true(lp);
+    } else {
+      if (get_int(root, "logprobs", 0, PW_SAMPLE_MAX_PROBS, &x, &given, e)) return PW_EINVAL;
+      if (given) {
+        r->logprobs = true;
+        r->top_logprobs = (int)x;
+      }
+    }
+  }
+  sp->n_probs = r->top_logprobs;
+
+  json_t *user = field(root, "user");
+  if (user && !json_is_string(user)) return oai_seterr(e, 400, "invalid_type", "user", "'user' must be a string");
+  if (parse_stop(root, r, e)) return PW_EINVAL;
+  if (parse_logit_bias(root, r, e)) return PW_EINVAL;
+  return 0;
+}
+
+/* ---- embeddings / tokenize --------------------------------------------- */
+
+static int parse_embedding(json_t *root, oai_request *r, oai_error *e) {
+  json_t *in = field(root, "input");
+  if (!in) return oai_seterr(e, 400, "missing_field", "input", "'input' is required");
+  r->inputs = json_array();
+  if (!r->inputs) return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
+  if (json_is_string(in)) {
+    if (json_string_length(in) == 0) return oai_seterr(e, 400, "invalid_value", "input", "'input' must not be empty");
+    json_array_append(r->inputs, in);
+  } else if (json_is_array(in)) {
+    size_t n = json_array_size(in);
+    if (n == 0) return oai_seterr(e, 400, "invalid_value", "input", "'input' must not be empty");
+    if (all_ints(in)) {
+      json_array_append(r->inputs, in);
+    } else {
+      if (n > OAI_MAX_INPUTS)
+        return oai_seterr(e, 400, "invalid_value", "input", "'input' holds at most %d items", OAI_MAX_INPUTS);
+      size_t i;
+      json_t *v;
+      json_array_foreach(in, i, v) {
+        bool ok = (json_is_string(v) && json_string_length(v) > 0) ||
+                  (json_is_array(v) && json_array_size(v) > 0 && all_ints(v));
+        if (!ok)
+          return oai_seterr(e, 400, "invalid_type", "input",
+                            "'input' items must be non-empty strings or arrays of token ids");
+        json_array_append(r->inputs, v);
+      }
+    }
+  } else {
+    return oai_seterr(e, 400, "invalid_type", "input", "'input' must be a string or an array of strings");
+  }
+  /* Token arrays are checked once here so the server can trust them. */
+  size_t i;
+  json_t *v;
+  json_array_foreach(r->inputs, i, v) {
+    if (!json_is_array(v)) continue;
+    size_t j;
+    json_t *t;
+    if (json_array_size(v) > OAI_MAX_TOKENS_IN)
+      return oai_seterr(e, 400, "invalid_value", "input", "'input' has more than %d tokens", OAI_MAX_TOKENS_IN);
+    json_array_foreach(v, j, t) {
+      if (json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)
+        return oai_seterr(e, 400, "invalid_value", "input", "'input' token ids must be non-negative");
+    }
+  }
+  json_t *fmt = field(root, "encoding_format");
+  if (fmt) {
+    if (!json_is_string(fmt))
+      return oai_seterr(e, 400, "invalid_type", "encoding_format", "'encoding_format' must be a string");
+    if (!strcmp(json_string_value(fmt), "base64")) r->base64 = true;
+    else if (strcmp(json_string_value(fmt), "float"))
+      return oai_seterr(e, 400, "invalid_value", "encoding_format", "'encoding_format' must be float or base64");
+  }
+  long long dim;
+  bool given;
+  if (get_int(root, "dimensions", 1, 1 << 20, &dim, &given, e)) return PW_EINVAL;
+  if (given) r->dimensions = (int)dim;
+  json_t *user = field(root, "user");
+  if (user && !json_is_string(user)) return oai_seterr(e, 400, "invalid_type", "user", "'user' must be a string");
+  return 0;
+}
+
+static int parse_tokenize(json_t *root, oai_request *r, oai_error *e) {
+  json_t *c = field(root, "content");
+  if (!c) return oai_seterr(e, 400, "missing_field", "content", "'content' is required");
+  if (!json_is_string(c)) return oai_seterr(e, 400, "invalid_type", "content", "'content' must be a string");
+  r->text = json_string_value(c);
+  r->text_len = json_string_length(c);
+  r->parse_special = true;
+  if (get_bool(root, "add_special", &r->add_special, e)) return PW_EINVAL;
+  if (get_bool(root, "parse_special", &r->parse_special, e)) return PW_EINVAL;
+  if (get_bool(root, "with_pieces", &r->with_pieces, e)) return PW_EINVAL;
+  return 0;
+}
+
+static int parse_detokenize(json_t *root, oai_request *r, oai_error *e) {
+  json_t *t = field(root, "tokens");
+  if (!t) return oai_seterr(e, 400, "missing_field", "tokens", "'tokens' is required");
+  if (!json_is_array(t)) return oai_seterr(e, 400, "invalid_type", "tokens", "'tokens' must be an array of token ids");
+  return parse_ids(t, "tokens", &r->tokens, &r->n_tokens, e);
+}
+
+/* ---- parse ------------------------------------------------------------- */
+
+int oai_parse(oai_kind kind, const char *body, size_t len, oai_request *r, oai_error *e) {
+  memset(r, 0, sizeof *r);
+  r->kind = kind;
+  json_error_t je;
+  /* jansson validates UTF-8 (invalid bytes and lone surrogates fail),
+   * rejects \u0000, bounds nesting depth and rejects out-of-range numbers:
+   * all become 400 here. Duplicate keys are allowed (last one wins). */
+  r->root = json_loadb(body ? body : "", len, 0, &je);
+  if (!r->root) {
+    oai_seterr(e, 400, "invalid_json", NULL, "malformed JSON body: %s (at byte %d)", je.text, je.position);
+    return PW_EINVAL;
+  }
+  if (!json_is_object(r->root)) {
+    oai_seterr(e, 400, "invalid_json", NULL, "the request body must be a JSON object");
+    goto fail;
+  }
+  if (kind == OAI_CHAT || kind == OAI_COMPLETION || kind == OAI_EMBEDDING) {
+    json_t *m = field(r->root, "model");
+    if (m && !json_is_string(m)) {
+      oai_seterr(e, 400, "invalid_type", "model", "'model' must be a string");
+      goto fail;
+    }
+    r->model = m ? json_string_value(m) : NULL;
+  }
+  int rc = 0;
+  switch (kind) {
+  case OAI_CHAT:
+    rc = check_common_unsupported(kind, r->root, e);
+    if (!rc) rc = parse_messages(r->root, r, e);
+    if (!rc) rc = parse_generation(kind, r->root, r, e);
+    break;
+  case OAI_COMPLETION:
+    rc = check_common_unsupported(kind, r->root, e);
+    if (!rc) rc = parse_prompt(r->root, r, e);
+    if (!rc) rc = parse_generation(kind, r->root, r, e);
+    break;
+  case OAI_EMBEDDING: rc = parse_embedding(r->root, r, e); break;
+  case OAI_TOKENIZE: rc = parse_tokenize(r->root, r, e); break;
+  case OAI_DETOKENIZE: rc = parse_detokenize(r->root, r, e); break;
+  default: rc = oai_seterr(e, 500, "internal_error", NULL, "unknown request kind");
+  }
+  if (rc) goto fail;
+  return 0;
+fail:
+  oai_request_free(r);
+  return PW_EINVAL;
+}
+
+void oai_request_free(oai_request *r) {
+  if (!r) return;
+  json_decref(r->root);
+  json_decref(r->messages);
+  json_decref(r->inputs);
+  free(r->tokens);
+  free(r->logit_bias);
+  memset(r, 0, sizeof *r);
+}
+
+void oai_engine_params(const oai_request *r, const int32_t *prompt, int n_prompt, engine_params *p) {
+  memset(p, 0, sizeof *p);
+  p->prompt = prompt;
+  p->n_prompt = n_prompt;
+  p->max_tokens = r->max_tokens;
+  p->sampling = r->sampling;
+  for (int i = 0; i < r->n_stop; i++) p->stop[i] = r->stop[i];
+  p->n_stop = r->n_stop;
+  p->want_logprobs = r->logprobs;
+  p->n_logprobs = r->logprobs ? r->top_logprobs : 0;
+  p->embedding = r->kind == OAI_EMBEDDING;
+}
+
+int oai_parse_timeout(const char *v, double *out_s) {
+  if (!v || !*v) return PW_EINVAL;
+  char *end;
+  errno = 0;
+  double d = strtod(v, &end);
+  while (*end == ' ' || *end == '\t') end++;
+  if (*end || errno || !(d > 0 && d <= 86400)) return PW_EINVAL;
+  *out_s = d;
+  return 0;
+}
+
+/* ---- responses --------------------------------------------------------- */
+
+void oai_resp_init(oai_resp *o, oai_kind kind, const char *model, const char *sha) {
+  static const char k_alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  memset(o, 0, sizeof *o);
+  o->kind = kind;
+  o->model = model ? model : "";
+  o->created = (long long)time(NULL);
+  unsigned char rnd[24];
+  if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
+    uint64_t x = random_u64();
+    for (size_t i = 0; i < sizeof rnd; i++) rnd[i] = (unsigned char)(x >> (8 * (i % 8))) ^ (unsigned char)(i * 37);
+  }
+  int n = snprintf(o->id, sizeof o->id, "%s", kind == OAI_CHAT ? "chatcmpl-" : "cmpl-");
+  for (size_t i = 0; i < sizeof rnd; i++) o->id[n + (int)i] = k_alnum[rnd[i] % (sizeof k_alnum - 1)];
+  o->id[n + (int)sizeof rnd] = 0;
+  if (sha && strlen(sha) >= 10) snprintf(o->fingerprint, sizeof o->fingerprint, "fp_%.10s", sha);
+  else snprintf(o->fingerprint, sizeof o->fingerprint, "fp_unknown");
+}
+
+const char *oai_finish_str(engine_finish f) { return f == ENGINE_FINISH_LENGTH ? "length" : "stop"; }
+
+static void head(const oai_resp *o, bool chunk, sbuf *out) {
+  sbuf_puts(out, "{\"id\":");
+  sbuf_json_str(out, o->id, strlen(o->id));
+  sbuf_puts(out, ",\"object\":");
+  sbuf_puts(out, o->kind == OAI_CHAT ? (chunk ? "\"chat.completion.chunk\"" : "\"chat.completion\"")
+                                    : "\"text_completion\"");
+  sbuf_printf(out, ",\"created\":%lld,\"model\":", o->created);
+  sbuf_json_str(out, o->model, strlen(o->model));
+  sbuf_puts(out, ",\"system_fingerprint\":");
+  sbuf_json_str(out, o->fingerprint, strlen(o->fingerprint));
+}
+
+void oai_render_usage(const engine_usage *u, sbuf *out) {
+  sbuf_printf(out,
+              "{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
+              "\"prompt_tokens_details\":{\"cached_tokens\":%d}}",
+              u->prompt_tokens, u->completion_tokens, u->prompt_tokens + u->completion_tokens, u->cached_tokens);
+}
+
+void oai_sse_role(const oai_resp *o, sbuf *out) {
+  sbuf_puts(out, "data: ");
+  head(o, true, out);
+  sbuf_puts(out, ",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
+                 "\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+}
+
+void oai_sse_delta(const oai_resp *o, const char *text, size_t n, const oai_logprobs *lp, sbuf *out) {
+  sbuf_puts(out, "data: ");
+  head(o, true, out);
+  if (o->kind == OAI_CHAT) {
+    sbuf_puts(out, ",\"choices\":[{\"index\":0,\"delta\":{\"content\":");
+    sbuf_json_str(out, text, n);
+    sbuf_puts(out, "},\"logprobs\":");
+  } else {
+    sbuf_puts(out, ",\"choices\":[{\"index\":0,\"text\":");
+    sbuf_json_str(out, text, n);
+    sbuf_puts(out, ",\"logprobs\":");
+  }
+  if (lp) oai_logprobs_render(lp, out);
+  else sbuf_puts(out, "null");
+  sbuf_puts(out, ",\"finish_reason\":null}]}\n\n");
+}
+
+void oai_sse_finish(const oai_resp *o, engine_finish f, sbuf *out) {
+  sbuf_puts(out, "data: ");
+  head(o, true, out);
+  if (o->kind == OAI_CHAT) sbuf_puts(out, ",\"choices\":[{\"index\":0,\"delta\":{},");
+  else sbuf_puts(out, ",\"choices\":[{\"index\":0,\"text\":\"\",");
+  sbuf_printf(out, "\"logprobs\":null,\"finish_reason\":\"%s\"}]}\n\n", oai_finish_str(f));
+}
+
+void oai_sse_usage(const oai_resp *o, const engine_usage *u, sbuf *out) {
+  sbuf_puts(out, "data: ");
+  head(o, true, out);
+  sbuf_puts(out, ",\"choices\":[],\"usage\":");
+  oai_render_usage(u, out);
+  sbuf_puts(out, "}\n\n");
+}
+
+void oai_sse_error(const oai_error *e, sbuf *out) {
+  sbuf_puts(out, "data: ");
+  oai_render_error(e, out);
+  sbuf_puts(out, "\n\n");
+}
+
+void oai_sse_done(sbuf *out) { sbuf_puts(out, "data: [DONE]\n\n"); }
+
+void oai_sse_keepalive(sbuf *out) { sbuf_puts(out, ": keep-alive\n\n"); }
+
+void oai_render_completion(const oai_resp *o, const char *text, size_t n, const oai_logprobs *lp,
+                           engine_finish f, const engine_usage *u, sbuf *out) {
+  head(o, false, out);
+  if (o->kind == OAI_CHAT) {
+    sbuf_puts(out, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
+    sbuf_json_str(out, text, n);
+    sbuf_puts(out, "},\"logprobs\":");
+  } else {
+    sbuf_puts(out, ",\"choices\":[{\"index\":0,\"text\":");
+    sbuf_json_str(out, text, n);
+    sbuf_puts(out, ",\"logprobs\":");
+  }
+  if (lp) oai_logprobs_render(lp, out);
+  else sbuf_puts(out, "null");
+  sbuf_printf(out, ",\"finish_reason\":\"%s\"}],\"usage\":", oai_finish_str(f));
+  oai_render_usage(u, out);
+  sbuf_puts(out, "}");
+}
+
+void oai_render_model(const char *id, long long created, sbuf *out) {
+  sbuf_puts(out, "{\"id\":");
+  sbuf_json_str(out, id, strlen(id));
+  sbuf_printf(out, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"power\"}", created);
+}
+
+/* ---- logprobs ---------------------------------------------------------- */
+
+void oai_logprobs_reset(oai_logprobs *l, oai_kind kind) {
+  l->kind = kind;
+  l->n = 0;
+  l->text_offset = 0;
+  sbuf_clear(&l->a);
+  sbuf_clear(&l->b);
+  sbuf_clear(&l->c);
+  sbuf_clear(&l->d);
+}
+
+void oai_logprobs_free(oai_logprobs *l) {
+  if (!l) return;
+  sbuf_free(&l->a);
+  sbuf_free(&l->b);
+  sbuf_free(&l->c);
+  sbuf_free(&l->d);
+}
+
+static void put_bytes(sbuf *out, const char *s, int n) {
+  sbuf_put(out, "[", 1);
+  for (int i = 0; i < n; i++) sbuf_printf(out, i ? ",%u" : "%u", (unsigned)(unsigned char)s[i]);
+  sbuf_put(out, "]", 1);
+}
+
+void oai_logprobs_add(oai_logprobs *l, oai_piece_fn piece, void *ctx, int32_t token, float logprob,
+                      const pw_logprob *top, int n_top, size_t text_len) {
+  char buf[256];
+  int n = piece(ctx, token, buf, (int)sizeof buf);
+  if (n < 0) n = 0;
+  if (n > (int)sizeof buf) n = (int)sizeof buf;
+  if (l->kind == OAI_CHAT) {
+    sbuf *a = &l->a;
+    if (l->n) sbuf_put(a, ",", 1);
+    sbuf_puts(a, "{\"token\":");
+    sbuf_json_str(a, buf, (size_t)n);
+    sbuf_puts(a, ",\"logprob\":");
+    sbuf_json_num(a, logprob);
+    sbuf_puts(a, ",\"bytes\":");
+    put_bytes(a, buf, n);
+    sbuf_puts(a, ",\"top_logprobs\":[");
+    for (int i = 0; i < n_top; i++) {
+      char tb[256];
+      int tn = piece(ctx, top[i].token, tb, (int)sizeof tb);
+      if (tn < 0) tn = 0;
+      if (tn > (int)sizeof tb) tn = (int)sizeof tb;
+      sbuf_puts(a, i ? ",{\"token\":" : "{\"token\":");
+      sbuf_json_str(a, tb, (size_t)tn);
+      sbuf_puts(a, ",\"logprob\":");
+      sbuf_json_num(a, top[i].logprob);
+      sbuf_puts(a, ",\"bytes\":");
+      put_bytes(a, tb, tn);
+      sbuf_puts(a, "}");
+    }
+    sbuf_puts(a, "]}");
+  } else {
+    const char *sep = l->n ? "," : "";
+    sbuf_puts(&l->a, sep);
+    sbuf_json_str(&l->a, buf, (size_t)n);
+    sbuf_puts(&l->b, sep);
+    sbuf_json_num(&l->b, logprob);
+    sbuf_puts(&l->c, sep);
+    sbuf_puts(&l->c, "{");
+    for (int i = 0; i < n_top; i++) {
+      char tb[256];
+      int tn = piece(ctx, top[i].token, tb, (int)sizeof tb);
+      if (tn < 0) tn = 0;
+      if (tn > (int)sizeof tb) tn = (int)sizeof tb;
+      if (i) sbuf_puts(&l->c, ",");
+      sbuf_json_str(&l->c, tb, (size_t)tn);
+      sbuf_puts(&l->c, ":");
+      sbuf_json_num(&l->c, top[i].logprob);
+    }
+    sbuf_puts(&l->c, "}");
+    sbuf_printf(&l->d, "%s%zu", sep, l->text_offset);
+  }
+  l->text_offset += text_len;
+  l->n++;
+}
+
+static void put_buf(sbuf *out, const sbuf *b) { sbuf_put(out, b->data ? b->data : "", b->len); }
+
+void oai_logprobs_render(const oai_logprobs *l, sbuf *out) {
+  if (l->kind == OAI_CHAT) {
+    sbuf_puts(out, "{\"content\":[");
+    put_buf(out, &l->a);
+    sbuf_puts(out, "]}");
+    return;
+  }
+  sbuf_puts(out, "{\"tokens\":[");
+  put_buf(out, &l->a);
+  sbuf_puts(out, "],\"token_logprobs\":[");
+  put_buf(out, &l->b);
+  sbuf_puts(out, "],\"top_logprobs\":[");
+  put_buf(out, &l->c);
+  sbuf_puts(out, "],\"text_offset\":[");
+  put_buf(out, &l->d);
+  sbuf_puts(out, "]}");
+}

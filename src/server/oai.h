@@ -1,0 +1,163 @@
+/* oai.h - the OpenAI API mapping of the server: request bodies parsed and
+ * validated into engine parameters, responses and SSE chunks rendered, error
+ * objects shaped as OpenAI shapes them.
+ *
+ * What it is: pure functions over JSON text and engine.h's plain structs. It
+ * never calls the engine, the tokenizer or the network, so every rule here is
+ * unit-testable without a model. Token texts (for logprobs) come through a
+ * caller callback.
+ * What it is not: HTTP (server.c), chat templates or tokenization
+ * (prompt.c), authentication (auth.c), metrics (metrics.c).
+ *
+ * Validation policy: malformed JSON, wrong types, out-of-range values and
+ * missing required fields are 400 with `param` naming the field. Fields the
+ * API defines but this server does not implement (tools, response_format
+ * other than text, n != 1, suffix, echo, best_of > 1, dimensions, ...) are
+ * 400 with code "unsupported_<field>" and never silently ignored. Fields
+ * the API does not define are ignored, as OpenAI clients send extras. */
+#ifndef PW_SERVER_OAI_H
+#define PW_SERVER_OAI_H
+
+#include "engine/engine.h"
+#include "server/sbuf.h"
+
+#include "power.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum oai_kind {
+  OAI_CHAT = 1,       /* POST /v1/chat/completions */
+  OAI_COMPLETION = 2, /* POST /v1/completions */
+  OAI_EMBEDDING = 3,  /* POST /v1/embeddings */
+  OAI_TOKENIZE = 4,   /* POST /tokenize */
+  OAI_DETOKENIZE = 5, /* POST /detokenize */
+} oai_kind;
+
+/* An API error: HTTP status plus the OpenAI error object's fields. */
+typedef struct oai_error {
+  int status;        /* HTTP status: 400, 401, 404, 405, 408, 413, 500, 503 */
+  char type[32];     /* invalid_request_error, authentication_error, ... */
+  char code[48];     /* machine-readable: invalid_json, invalid_type, missing_field,
+                        invalid_value, unsupported_<field>, model_not_found, ... */
+  char param[64];    /* offending field ("" = none, rendered as null) */
+  char message[PW_ERRMAX];
+} oai_error;
+
+/* Fills e (type derived from status) and returns PW_EINVAL. code and param
+ * may be NULL. */
+int oai_seterr(oai_error *e, int status, const char *code, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* Maps an engine status (PW_EBUSY, PW_ETIMEOUT, PW_ECONTEXT, PW_EINVAL, ...)
+ * and its message to the API error. */
+void oai_error_from_status(oai_error *e, int status, const char *message);
+/* {"error":{"message":...,"type":...,"param":...,"code":...}} */
+void oai_render_error(const oai_error *e, sbuf *out);
+
+#define OAI_MAX_INPUTS 2048 /* embeddings inputs per request, as OpenAI */
+#define OAI_MAX_TOKENS_IN 1048576 /* token ids accepted in one array */
+
+/* A validated request. Views point into root and live as long as it. */
+typedef struct oai_request {
+  oai_kind kind;
+  json_t *root;               /* owned: the parsed body */
+  const char *model;          /* view; NULL = omitted (use the loaded model) */
+  json_t *messages;           /* owned, chat: [{role, content: string}] for a template */
+  const char *text;           /* view: completion prompt / tokenize content; NULL if tokens */
+  size_t text_len;
+  int32_t *tokens;            /* owned: completion prompt ids / detokenize ids; NULL if text */
+  int n_tokens;
+  bool stream;
+  bool include_usage;         /* stream_options.include_usage */
+  bool logprobs;              /* report the chosen tokens' logprobs */
+  int top_logprobs;           /* alternatives per position, 0..PW_SAMPLE_MAX_PROBS */
+  int max_tokens;             /* generated tokens; 0 = up to the context */
+  pw_sampler_params sampling; /* logit_bias points at the owned list below */
+  bool seed_given;            /* false: sampling.seed is random */
+  pw_logit_bias *logit_bias;  /* owned */
+  const char *stop[ENGINE_MAX_STOP]; /* views */
+  int n_stop;
+  json_t *inputs;             /* owned, embeddings: array of strings and/or arrays of ids */
+  bool base64;                /* embeddings: encoding_format "base64" */
+  int dimensions;             /* embeddings: requested size; 0 = omitted */
+  bool add_special;           /* tokenize: add BOS/EOS as the vocabulary says (default false) */
+  bool parse_special;         /* tokenize: special-token text becomes special ids (default true) */
+  bool with_pieces;           /* tokenize: return [{id, piece}] */
+} oai_request;
+
+/* Parses and validates a body of len bytes for the endpoint kind. On error
+ * returns PW_EINVAL with e filled (status 400) and r holds nothing. On
+ * success the caller owns r's contents (oai_request_free). */
+int oai_parse(oai_kind kind, const char *body, size_t len, oai_request *r, oai_error *e);
+void oai_request_free(oai_request *r);
+
+/* Engine parameters for a validated chat/completion request and its prompt
+ * (borrowed by *p, as are r's stop strings and logit_bias). deadline_ns 0. */
+void oai_engine_params(const oai_request *r, const int32_t *prompt, int n_prompt, engine_params *p);
+
+/* Parses an X-Request-Timeout value: seconds, a decimal number in
+ * (0, 86400]. 0 with *out_s set, or PW_EINVAL. */
+int oai_parse_timeout(const char *v, double *out_s);
+
+/* Identity of one response, shared by all its chunks. */
+typedef struct oai_resp {
+  oai_kind kind;
+  char id[48];          /* chatcmpl-<24 alnum> or cmpl-<24 alnum> */
+  long long created;    /* Unix seconds */
+  const char *model;    /* borrowed */
+  char fingerprint[24]; /* fp_<first 10 hex digits of the model's SHA-256> */
+} oai_resp;
+
+/* Fills a new random id, the creation time and the fingerprint.
+ * model_sha256_hex may be NULL or short (fingerprint "fp_unknown"). */
+void oai_resp_init(oai_resp *o, oai_kind kind, const char *model, const char *model_sha256_hex);
+
+/* Token text for logprobs: writes up to cap bytes of the token's piece and
+ * returns its length (0 for unknown tokens). */
+typedef int (*oai_piece_fn)(void *ctx, int32_t token, char *buf, int cap);
+
+/* Logprobs accumulated over tokens, rendered in the chat or the completions
+ * shape. Reset per SSE chunk, or kept for a whole non-streamed response. */
+typedef struct oai_logprobs {
+  oai_kind kind;
+  int n;              /* tokens added */
+  size_t text_offset; /* completions: byte offset of the next token's text */
+  sbuf a, b, c, d;    /* chat: a = content items; completions: a = tokens,
+                         b = token_logprobs, c = top_logprobs, d = text_offset */
+} oai_logprobs;
+
+void oai_logprobs_reset(oai_logprobs *l, oai_kind kind);
+/* Adds one generated token: its logprob, its alternatives (may be NULL when
+ * n_top is 0) and the length of the text it contributed. */
+void oai_logprobs_add(oai_logprobs *l, oai_piece_fn piece, void *ctx, int32_t token, float logprob,
+                      const pw_logprob *top, int n_top, size_t text_len);
+/* Appends the logprobs object: {"content":[...]} for chat, {"tokens":...,
+ * "token_logprobs":...,"top_logprobs":...,"text_offset":...} for completions. */
+void oai_logprobs_render(const oai_logprobs *l, sbuf *out);
+void oai_logprobs_free(oai_logprobs *l);
+
+/* "stop" / "length" (cancel renders as "stop"). */
+const char *oai_finish_str(engine_finish f);
+
+/* SSE events ("data: <json>\n\n"), appended to out. */
+void oai_sse_role(const oai_resp *o, sbuf *out); /* chat only: delta {role, content ""} */
+/* A content delta; lp may be NULL (then "logprobs": null). */
+void oai_sse_delta(const oai_resp *o, const char *text, size_t n, const oai_logprobs *lp, sbuf *out);
+void oai_sse_finish(const oai_resp *o, engine_finish f, sbuf *out); /* empty delta + finish_reason */
+void oai_sse_usage(const oai_resp *o, const engine_usage *u, sbuf *out); /* choices: [] */
+void oai_sse_error(const oai_error *e, sbuf *out);
+void oai_sse_done(sbuf *out);      /* data: [DONE] */
+void oai_sse_keepalive(sbuf *out); /* ": keep-alive" comment */
+
+/* The whole non-streamed chat.completion / text_completion object. lp may
+ * be NULL (then "logprobs": null). */
+void oai_render_completion(const oai_resp *o, const char *text, size_t n, const oai_logprobs *lp,
+                           engine_finish f, const engine_usage *u, sbuf *out);
+/* "usage" object. */
+void oai_render_usage(const engine_usage *u, sbuf *out);
+/* One model object of /v1/models. */
+void oai_render_model(const char *id, long long created, sbuf *out);
+
+#endif

@@ -1,0 +1,60 @@
+/* server.h - the OpenAI-compatible HTTP server over one engine.
+ *
+ * Endpoints: POST /v1/chat/completions, /v1/completions, /v1/embeddings,
+ * /tokenize, /detokenize; GET /v1/models, /v1/models/{id}, /health (public),
+ * /metrics (Prometheus text). Paths without the /v1 prefix are accepted
+ * too. With API keys configured every endpoint but /health needs
+ * "Authorization: Bearer <key>".
+ *
+ * Threads: libmicrohttpd runs one thread per connection; a request thread
+ * parses, renders the prompt, submits to the engine and blocks on its event
+ * queue (with a bounded wait so it notices client hangups and shutdown).
+ * Streaming responses are produced by MHD's content-reader callback on the
+ * same thread. A client that goes away has its engine request cancelled and
+ * released, so its sequence leaves the batch.
+ *
+ * What it is not: TLS (put a proxy in front), multi-model routing, or a
+ * place that knows model internals: it talks to the engine only through
+ * engine.h. */
+#ifndef PW_SERVER_SERVER_H
+#define PW_SERVER_SERVER_H
+
+#include "engine/engine.h"
+
+#include <stddef.h>
+
+typedef struct server server;
+
+typedef struct server_opts {
+  const char *host;         /* bind address, IPv4 or IPv6 literal; NULL = "127.0.0.1" */
+  int port;                 /* TCP port; 0 = ephemeral (see server_port) */
+  size_t max_body;          /* request body limit in bytes; 0 = 8 MiB */
+  double request_timeout_s; /* default admission deadline in seconds; 0 = none */
+  const char *api_key_file; /* one key per line; NULL = none */
+  const char *api_keys;     /* comma-separated keys (e.g. $POWER_API_KEYS); NULL = none */
+  int keepalive_ms;         /* SSE ": keep-alive" after this much silence; 0 = 15000 */
+  int max_connections;      /* concurrent connections; 0 = 256 */
+  int retry_after_s;        /* Retry-After of 503 answers; 0 = 1 */
+} server_opts;
+
+#define SERVER_DEFAULT_MAX_BODY ((size_t)8 << 20)
+
+/* Starts listening and serving e (borrowed: it must outlive the server).
+ * On success *out is owned by the caller (server_stop). On failure returns
+ * a PW_E* status with err set (e.g. PW_EIO when the address is taken). */
+int server_start(const server_opts *o, engine *e, server **out, char *err);
+/* The bound TCP port (the real one when opts.port was 0). */
+int server_port(const server *s);
+/* Stops accepting new connections; requests in flight carry on. /health
+ * answers 503 "shutting_down" from now on. */
+void server_quiesce(server *s);
+/* Waits up to grace_ms for the requests in flight to be answered to the
+ * end (responses fully sent, e.g. after engine_drain let them finish).
+ * 0 when none is left, else PW_ETIMEOUT. Call after server_quiesce. */
+int server_drain(server *s, int grace_ms);
+/* Ends every connection (requests still running are cancelled, each wait
+ * bounded), stops the threads and frees s. NULL is a no-op. Call it before
+ * engine_destroy. */
+void server_stop(server *s);
+
+#endif

@@ -1,0 +1,598 @@
+/* test_server_e2e.c - the HTTP server end to end over loopback: a real
+ * engine with a small model from POWER_SHARED_DIR/models, the server
+ * in-process on an ephemeral port, and a minimal HTTP/1.1 client on plain
+ * sockets. Every wait is bounded in time. */
+#include "base/clock.h"
+#include "engine/engine.h"
+#include "server/server.h"
+#include "test.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define MODEL POWER_SHARED_DIR "/models/syn-qwen2-Q4_K_M.gguf"
+
+/* ---- a minimal HTTP client -------------------------------------------- */
+
+typedef struct resp {
+  int status;
+  char head[8192]; /* status line and headers */
+  char *body;      /* malloc'ed, NUL-terminated, de-chunked */
+  size_t len;
+} resp;
+
+static int http_open(int port, const char *method, const char *path, const char *hdrs, const char *body,
+                     size_t blen) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, (struct sockaddr *)&a, sizeof a)) {
+    close(fd);
+    return -1;
+  }
+  char head[2048];
+  int n = snprintf(head, sizeof head,
+                   "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s%s"
+                   "Content-Length: %zu\r\n\r\n",
+                   method, path, hdrs ? hdrs : "", body ? "Content-Type: application/json\r\n" : "", blen);
+  if (send(fd, head, (size_t)n, MSG_NOSIGNAL) != n) {
+    close(fd);
+    return -1;
+  }
+  size_t off = 0;
+  while (off < blen) {
+    ssize_t w = send(fd, body + off, blen - off, MSG_NOSIGNAL);
+    if (w <= 0) break; /* the server may answer early (413) and close */
+    off += (size_t)w;
+  }
+  return fd;
+}
+
+/* Reads what arrives within timeout_ms into buf (cap), returns bytes or -1 at EOF with nothing. */
+static ssize_t read_some(int fd, char *buf, size_t cap, int timeout_ms) {
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  if (poll(&p, 1, timeout_ms) <= 0) return 0;
+  ssize_t n = recv(fd, buf, cap, 0);
+  return n == 0 ? -1 : n;
+}
+
+static void dechunk(resp *r) {
+  char *in = r->body, *out = r->body;
+  char *end = r->body + r->len;
+  while (in < end) {
+    char *e;
+    unsigned long sz = strtoul(in, &e, 16);
+    char *crlf = strstr(in, "\r\n");
+    if (!crlf || e == in) break;
+    in = crlf + 2;
+    if (sz == 0 || in + sz > end) break;
+    memmove(out, in, sz);
+    out += sz;
+    in += sz + 2;
+  }
+  r->len = (size_t)(out - r->body);
+  *out = 0;
+}
+
+static void parse_resp(char *raw, size_t n, resp *r) {
+  memset(r, 0, sizeof *r);
+  char *sep = strstr(raw, "\r\n\r\n");
+  if (!sep || sscanf(raw, "HTTP/1.%*d %d", &r->status) != 1) {
+    r->status = -1;
+    r->body = raw;
+    return;
+  }
+  size_t hl = (size_t)(sep - raw);
+  snprintf(r->head, sizeof r->head, "%.*s", (int)(hl < sizeof r->head - 1 ? hl : sizeof r->head - 1), raw);
+  r->len = n - hl - 4;
+  memmove(raw, sep + 4, r->len + 1);
+  r->body = raw;
+  if (strcasestr(r->head, "transfer-encoding: chunked")) dechunk(r);
+}
+
+/* Whole request/response, bounded by timeout_ms. */
+static void http(int port, const char *method, const char *path, const char *hdrs, const char *body, resp *r,
+                 int timeout_ms) {
+  size_t cap = 1 << 16, n = 0;
+  char *raw = malloc(cap + 1);
+  int fd = http_open(port, method, path, hdrs, body, body ? strlen(body) : 0);
+  uint64_t end = pw_now_ns() + (uint64_t)timeout_ms * 1000000u;
+  while (fd >= 0 && pw_now_ns() < end) {
+    if (n == cap) raw = realloc(raw, (cap *= 2) + 1);
+    ssize_t k = read_some(fd, raw + n, cap - n, 100);
+    if (k < 0) break;
+    n += (size_t)k;
+  }
+  if (fd >= 0) close(fd);
+  raw[n] = 0;
+  parse_resp(raw, n, r);
+}
+
+static const char *header(const resp *r, const char *name) {
+  static __thread char v[256];
+  char key[64];
+  snprintf(key, sizeof key, "\r\n%s:", name);
+  const char *h = strcasestr(r->head, key);
+  if (!h) return NULL;
+  h += strlen(key);
+  while (*h == ' ') h++;
+  size_t n = strcspn(h, "\r\n");
+  snprintf(v, sizeof v, "%.*s", (int)n, h);
+  return v;
+}
+
+static json_t *body_json(const resp *r) {
+  json_error_t je;
+  json_t *j = json_loadb(r->body ? r->body : "", r->len, 0, &je);
+  return j;
+}
+
+static const char *err_code(const resp *r) {
+  static __thread char code[64];
+  json_t *j = body_json(r);
+  const char *c = json_string_value(json_object_get(json_object_get(j, "error"), "code"));
+  snprintf(code, sizeof code, "%s", c ? c : "(none)");
+  json_decref(j);
+  return code;
+}
+
+/* ---- tests ------------------------------------------------------------- */
+
+static int g_port;
+static char g_model[256];
+
+static void test_basic(void) {
+  resp r;
+  http(g_port, "GET", "/health", NULL, NULL, &r, 5000);
+  CHECK_EQ_INT(r.status, 200);
+  CHECK(strstr(r.body, "\"ok\"") != NULL);
+  free(r.body);
+
+  http(g_port, "GET", "/v1/models", NULL, NULL, &r, 5000);
+  CHECK_EQ_INT(r.status, 200);
+  json_t *j = body_json(&r);
+  json_t *m0 = json_array_get(json_object_get(j, "data"), 0);
+  CHECK_STR(json_string_value(json_object_get(m0, "object")) ? json_string_value(json_object_get(m0, "object")) : "", "model");
+  snprintf(g_model, sizeof g_model, "%s", json_string_value(json_object_get(m0, "id")) ? json_string_value(json_object_get(m0, "id")) : "");
+  CHECK_STR(g_model, "syn-qwen2-Q4_K_M");
+  json_decref(j);
+  free(r.body);
+
+  char path[300];
+  snprintf(path, sizeof path, "/v1/models/%s", g_model);
+  http(g_port, "GET", path, NULL, NULL, &r, 5000);
+  CHECK_EQ_INT(r.status, 200);
+  free(r.body);
+  http(g_port, "GET", "/v1/models/gpt-4", NULL, NULL, &r, 5000);
+  CHECK_EQ_INT(r.status, 404);
+  CHECK_STR(err_code(&r), "model_not_found");
+  free(r.body);
+
+  http(g_port, "GET", "/v1/nothing", NULL, NULL, &r, 5000);
+  CHECK_EQ_INT(r.status, 404);
+  free(r.body);
+  http(g_port, "GET", "/v1/chat/completions", NULL, NULL, &r, 5000);
+  CHECK_EQ_INT(r.status, 405);
+  CHECK(header(&r, "Allow") && !strcmp(header(&r, "Allow"), "POST"));
+  free(r.body);
+  http(g_port, "POST", "/health", NULL, "{}", &r, 5000);
+  CHECK_EQ_INT(r.status, 405);
+  free(r.body);
+}
+
+static void test_errors(void) {
+  resp r;
+  http(g_port, "POST", "/v1/chat/completions", NULL, "{\"messages\": [", &r, 5000);
+  CHECK_EQ_INT(r.status, 400);
+  CHECK_STR(err_code(&r), "invalid_json");
+  free(r.body);
+  http(g_port, "POST", "/v1/chat/completions", NULL,
+       "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}", &r, 5000);
+  CHECK_EQ_INT(r.status, 400);
+  CHECK_STR(err_code(&r), "unsupported_tools");
+  free(r.body);
+  http(g_port, "POST", "/v1/chat/completions", NULL,
+       "{\"model\":\"gpt-4\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &r, 5000);
+  CHECK_EQ_INT(r.status, 404);
+  CHECK_STR(err_code(&r), "model_not_found");
+  free(r.body);
+  http(g_port, "POST", "/v1/completions", "X-Request-Timeout: soon\r\n", "{\"prompt\":\"x\"}", &r, 5000);
+  CHECK_EQ_INT(r.status, 400);
+  free(r.body);
+  http(g_port, "POST", "/v1/completions", NULL, "{\"prompt\":[999999999]}", &r, 5000);
+  CHECK_EQ_INT(r.status, 400);
+  free(r.body);
+  /* Context overflow: 400 naming the token count. */
+  {
+    size_t cap = 20000;
+    char *b = malloc(cap);
+    size_t n = (size_t)snprintf(b, cap, "{\"max_tokens\":4,\"prompt\":[");
+    for (int i = 0; i < 1500; i++) n += (size_t)snprintf(b + n, cap - n, i ? ",%d" : "%d", 100 + i % 50);
+    snprintf(b + n, cap - n, "]}");
+    http(g_port, "POST", "/v1/completions", NULL, b, &r, 10000);
+    CHECK_EQ_INT(r.status, 400);
+    CHECK_STR(err_code(&r), "context_length_exceeded");
+    CHECK(strstr(r.body, "1500") != NULL);
+    free(r.body);
+    free(b);
+  }
+  /* 413: larger than max_body (64 KiB here), whatever it contains. */
+  size_t big = 100000;
+  char *b = malloc(big + 1);
+  memset(b, ' ', big);
+  b[big] = 0;
+  http(g_port, "POST", "/v1/completions", NULL, b, &r, 10000);
+  CHECK_EQ_INT(r.status, 413);
+  free(r.body);
+  free(b);
+  /* Invalid UTF-8 in content */
+  http(g_port, "POST", "/v1/chat/completions", NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\x28\"}]}", &r,
+       5000);
+  CHECK_EQ_INT(r.status, 400);
+  free(r.body);
+}
+
+static char g_greedy[4096];
+
+static void test_chat(void) {
+  const char *body = "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":"
+                     "\"Hello there\"}],\"max_tokens\":12,\"temperature\":0}";
+  resp r;
+  http(g_port, "POST", "/v1/chat/completions", NULL, body, &r, 30000);
+  CHECK_EQ_INT(r.status, 200);
+  json_t *j = body_json(&r);
+  CHECK_MSG(j != NULL, "%s", r.body);
+  CHECK_STR(json_string_value(json_object_get(j, "object")) ? json_string_value(json_object_get(j, "object")) : "", "chat.completion");
+  const char *id = json_string_value(json_object_get(j, "id"));
+  CHECK(id && !strncmp(id, "chatcmpl-", 9));
+  const char *fp = json_string_value(json_object_get(j, "system_fingerprint"));
+  CHECK(fp && !strncmp(fp, "fp_", 3) && strlen(fp) == 13);
+  json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+  const char *content = json_string_value(json_object_get(json_object_get(c0, "message"), "content"));
+  CHECK(content != NULL);
+  snprintf(g_greedy, sizeof g_greedy, "%s", content ? content : "");
+  const char *fr = json_string_value(json_object_get(c0, "finish_reason"));
+  CHECK(fr && (!strcmp(fr, "stop") || !strcmp(fr, "length")));
+  json_t *u = json_object_get(j, "usage");
+  int pt = (int)json_integer_value(json_object_get(u, "prompt_tokens"));
+  int ct = (int)json_integer_value(json_object_get(u, "completion_tokens"));
+  CHECK(pt > 5 && ct >= 1 && ct <= 12);
+  CHECK_EQ_INT(json_integer_value(json_object_get(u, "total_tokens")), pt + ct);
+  CHECK(json_is_integer(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens")));
+  json_decref(j);
+  free(r.body);
+
+  /* Streamed: role first, content chunks, finish chunk, usage, [DONE]; the
+   * text equals the greedy non-streamed one. */
+  const char *sbody = "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":"
+                      "\"Hello there\"}],\"max_tokens\":12,\"temperature\":0,\"stream\":true,"
+                      "\"stream_options\":{\"include_usage\":true}}";
+  http(g_port, "POST", "/v1/chat/completions", NULL, sbody, &r, 30000);
+  CHECK_EQ_INT(r.status, 200);
+  CHECK(header(&r, "Content-Type") && strstr(header(&r, "Content-Type"), "text/event-stream"));
+  char text[4096] = "";
+  int n_ev = 0, saw_role = 0, saw_finish = 0, saw_usage = 0, saw_done = 0, order_ok = 1;
+  char *p = r.body;
+  for (int guard = 0; guard < 10000 && p && *p; guard++) {
+    char *end = strstr(p, "\n\n");
+    if (!end) break;
+    *end = 0;
+    if (!strncmp(p, "data: ", 6)) {
+      n_ev++;
+      if (!strcmp(p + 6, "[DONE]")) {
+        saw_done = 1;
+      } else {
+        if (saw_done) order_ok = 0;
+        json_error_t je;
+        json_t *c = json_loads(p + 6, 0, &je);
+        CHECK_MSG(c != NULL, "bad chunk %s", p + 6);
+        json_t *ch = json_object_get(c, "choices");
+        if (json_array_size(ch) == 0) {
+          saw_usage = 1;
+          CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(c, "usage"), "completion_tokens")), ct);
+        } else {
+          json_t *x = json_array_get(ch, 0);
+          json_t *d = json_object_get(x, "delta");
+          if (json_object_get(d, "role")) {
+            if (n_ev != 1) order_ok = 0;
+            saw_role = 1;
+          }
+          const char *t = json_string_value(json_object_get(d, "content"));
+          if (t) strncat(text, t, sizeof text - strlen(text) - 1);
+          if (json_is_string(json_object_get(x, "finish_reason"))) {
+            saw_finish = 1;
+            if (json_object_size(d) != 0) order_ok = 0;
+          }
+        }
+        json_decref(c);
+      }
+    }
+    p = end + 2;
+  }
+  CHECK(saw_role && saw_finish && saw_usage && saw_done && order_ok);
+  CHECK_MSG(!strcmp(text, g_greedy), "stream '%s' vs '%s'", text, g_greedy);
+  free(r.body);
+}
+
+static void test_completions_tok_emb(void) {
+  resp r;
+  http(g_port, "POST", "/v1/completions", NULL,
+       "{\"prompt\":\"def add(a, b):\",\"max_tokens\":6,\"temperature\":0.7,\"seed\":7,\"logprobs\":2}", &r, 30000);
+  CHECK_EQ_INT(r.status, 200);
+  json_t *j = body_json(&r);
+  json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+  CHECK(json_is_string(json_object_get(c0, "text")));
+  CHECK_STR(json_string_value(json_object_get(j, "object")) ? json_string_value(json_object_get(j, "object")) : "", "text_completion");
+  json_t *lp = json_object_get(c0, "logprobs");
+  int ct = (int)json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens"));
+  size_t nt = json_array_size(json_object_get(lp, "tokens"));
+  CHECK_MSG((int)nt == ct || (int)nt == ct - 1, "%zu logprob tokens for %d completion tokens", nt, ct);
+  json_t *top0 = json_array_get(json_object_get(lp, "top_logprobs"), 0);
+  CHECK(json_object_size(top0) >= 1 && json_object_size(top0) <= 2);
+  char first[4096];
+  snprintf(first, sizeof first, "%s", json_string_value(json_object_get(c0, "text")) ? json_string_value(json_object_get(c0, "text")) : "");
+  json_decref(j);
+  free(r.body);
+  /* Same seed, same text. */
+  http(g_port, "POST", "/v1/completions", NULL,
+       "{\"prompt\":\"def add(a, b):\",\"max_tokens\":6,\"temperature\":0.7,\"seed\":7}", &r, 30000);
+  j = body_json(&r);
+  const char *again = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text"));
+  CHECK(again && !strcmp(again, first));
+  json_decref(j);
+  free(r.body);
+
+  http(g_port, "POST", "/tokenize", NULL, "{\"content\":\"Hello world<|im_end|>\",\"with_pieces\":false}", &r, 5000);
+  CHECK_EQ_INT(r.status, 200);
+  j = body_json(&r);
+  json_t *toks = json_object_get(j, "tokens");
+  CHECK(json_array_size(toks) >= 3);
+  json_t *req = json_pack("{s:O}", "tokens", toks);
+  char *dump = json_dumps(req, 0);
+  json_decref(req);
+  json_decref(j);
+  free(r.body);
+  http(g_port, "POST", "/detokenize", NULL, dump, &r, 5000);
+  CHECK_EQ_INT(r.status, 200);
+  j = body_json(&r);
+  CHECK_STR(json_string_value(json_object_get(j, "content")) ? json_string_value(json_object_get(j, "content")) : "", "Hello world<|im_end|>");
+  json_decref(j);
+  free(r.body);
+  free(dump);
+
+  http(g_port, "POST", "/v1/embeddings", NULL, "{\"input\":[\"hello world\",\"def f(): pass\"]}", &r, 30000);
+  CHECK_EQ_INT(r.status, 200);
+  j = body_json(&r);
+  json_t *data = json_object_get(j, "data");
+  CHECK_EQ_INT(json_array_size(data), 2);
+  json_t *v = json_object_get(json_array_get(data, 1), "embedding");
+  CHECK_EQ_INT(json_integer_value(json_object_get(json_array_get(data, 1), "index")), 1);
+  double norm = 0;
+  for (size_t i = 0; i < json_array_size(v); i++) norm += json_number_value(json_array_get(v, i)) * json_number_value(json_array_get(v, i));
+  CHECK(json_array_size(v) == 128);
+  CHECK_NEAR(norm, 1.0, 1e-3);
+  CHECK(json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens")) >= 4);
+  json_decref(j);
+  free(r.body);
+  http(g_port, "POST", "/v1/embeddings", NULL, "{\"input\":\"hello\",\"encoding_format\":\"base64\"}", &r, 30000);
+  CHECK_EQ_INT(r.status, 200);
+  j = body_json(&r);
+  const char *b64 = json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "embedding"));
+  CHECK(b64 && strlen(b64) == (128 * 4 + 2) / 3 * 4);
+  json_decref(j);
+  free(r.body);
+}
+
+static void test_auth(engine *e) {
+  server_opts so = {0};
+  so.api_keys = "sk-alpha,sk-beta";
+  server *s = NULL;
+  char err[PW_ERRMAX];
+  CHECK(server_start(&so, e, &s, err) == 0);
+  if (!s) return;
+  int port = server_port(s);
+  resp r;
+  http(port, "GET", "/v1/models", NULL, NULL, &r, 5000);
+  CHECK_EQ_INT(r.status, 401);
+  CHECK_STR(err_code(&r), "invalid_api_key");
+  free(r.body);
+  http(port, "GET", "/v1/models", "Authorization: Bearer sk-gamma\r\n", NULL, &r, 5000);
+  CHECK_EQ_INT(r.status, 401);
+  free(r.body);
+  http(port, "GET", "/v1/models", "Authorization: Bearer sk-beta\r\n", NULL, &r, 5000);
+  CHECK_EQ_INT(r.status, 200);
+  free(r.body);
+  http(port, "POST", "/v1/chat/completions", NULL, "{}", &r, 5000);
+  CHECK_EQ_INT(r.status, 401);
+  free(r.body);
+  http(port, "GET", "/health", NULL, NULL, &r, 5000);
+  CHECK_EQ_INT(r.status, 200);
+  free(r.body);
+  server_stop(s);
+}
+
+typedef struct worker {
+  int status;
+  int ok_body;
+  int i;
+} worker;
+
+static void *concurrent(void *arg) {
+  worker *w = arg;
+  char body[512];
+  snprintf(body, sizeof body,
+           "{\"messages\":[{\"role\":\"user\",\"content\":\"Request number %d\"}],\"max_tokens\":8,\"seed\":%d%s}",
+           w->i, w->i, w->i % 2 ? ",\"stream\":true" : "");
+  resp r;
+  http(g_port, "POST", "/v1/chat/completions", NULL, body, &r, 60000);
+  w->status = r.status;
+  w->ok_body = w->i % 2 ? strstr(r.body, "data: [DONE]") != NULL : strstr(r.body, "chat.completion") != NULL;
+  free(r.body);
+  return NULL;
+}
+
+static void test_concurrent(void) {
+  pthread_t t[8];
+  worker w[8];
+  for (int i = 0; i < 8; i++) {
+    w[i] = (worker){.i = i};
+    pthread_create(&t[i], NULL, concurrent, &w[i]);
+  }
+  for (int i = 0; i < 8; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < 8; i++) CHECK_MSG(w[i].status == 200 && w[i].ok_body, "request %d: %d", i, w[i].status);
+}
+
+/* Reads a stream in the background so its socket never fills, until told
+ * to stop (then closes the connection: a disconnect mid-stream). */
+typedef struct reader {
+  int fd;
+  volatile int stop;
+  int got_data, got_keepalive;
+} reader;
+
+static void *read_loop(void *arg) {
+  reader *rd = arg;
+  char buf[8192];
+  uint64_t end = pw_now_ns() + 60ull * 1000000000u;
+  while (!rd->stop && pw_now_ns() < end) {
+    ssize_t n = read_some(rd->fd, buf, sizeof buf - 1, 50);
+    if (n < 0) break;
+    buf[n] = 0;
+    if (strstr(buf, "data: {")) rd->got_data = 1;
+    if (strstr(buf, ": keep-alive")) rd->got_keepalive = 1;
+  }
+  close(rd->fd);
+  return NULL;
+}
+
+static int wait_for(engine *e, int want_active, int want_queued, int ms) {
+  uint64_t end = pw_now_ns() + (uint64_t)ms * 1000000u;
+  while (pw_now_ns() < end) {
+    engine_stats st;
+    engine_get_stats(e, &st);
+    if (st.active == want_active && st.queued == want_queued) return 1;
+    usleep(10000);
+  }
+  return 0;
+}
+
+static void test_overload(void) {
+  engine_opts eo = {0};
+  eo.model_path = MODEL;
+  eo.max_active = 1;
+  eo.max_queue = 1;
+  eo.n_ctx = 2048;
+  engine *e = NULL;
+  char err[PW_ERRMAX];
+  CHECK_MSG(engine_create(&eo, &e, err) == 0, "%s", err);
+  if (!e) return;
+  server_opts so = {0};
+  so.keepalive_ms = 200;
+  so.retry_after_s = 2;
+  server *s = NULL;
+  CHECK_MSG(server_start(&so, e, &s, err) == 0, "%s", err);
+  if (!s) {
+    engine_destroy(e);
+    return;
+  }
+  int port = server_port(s);
+  const char *longreq = "{\"prompt\":\"once upon a time\",\"max_tokens\":2000,\"stream\":true}";
+  reader a = {.fd = http_open(port, "POST", "/v1/completions", NULL, longreq, strlen(longreq))};
+  pthread_t ta, tb;
+  pthread_create(&ta, NULL, read_loop, &a);
+  CHECK(wait_for(e, 1, 0, 10000));
+  reader b = {.fd = http_open(port, "POST", "/v1/completions", NULL, longreq, strlen(longreq))};
+  pthread_create(&tb, NULL, read_loop, &b);
+  CHECK(wait_for(e, 1, 1, 10000));
+  /* Full: the third is refused at once with 503 and Retry-After. */
+  resp r;
+  http(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":2}", &r, 10000);
+  CHECK_EQ_INT(r.status, 503);
+  CHECK(header(&r, "Retry-After") && !strcmp(header(&r, "Retry-After"), "2"));
+  CHECK_STR(err_code(&r), "overloaded");
+  free(r.body);
+  /* The queued stream has been told to wait with keep-alive comments. */
+  usleep(600000);
+  CHECK(b.got_keepalive);
+  /* Disconnect the queued one: it leaves the queue. */
+  b.stop = 1;
+  pthread_join(tb, NULL);
+  CHECK(wait_for(e, 1, 0, 10000));
+  /* Admission deadline: a request that cannot start in time gets 408. */
+  http(port, "POST", "/v1/completions", "X-Request-Timeout: 0.3\r\n", "{\"prompt\":\"x\",\"max_tokens\":2}", &r, 10000);
+  CHECK_EQ_INT(r.status, 408);
+  free(r.body);
+  /* Disconnect the running stream mid-way: its sequence is cancelled. */
+  CHECK(a.got_data);
+  engine_stats st0, st1;
+  engine_get_stats(e, &st0);
+  a.stop = 1;
+  pthread_join(ta, NULL);
+  CHECK(wait_for(e, 0, 0, 10000));
+  engine_get_stats(e, &st1);
+  CHECK_MSG(st1.requests_cancelled > st0.requests_cancelled, "cancelled %llu -> %llu",
+            (unsigned long long)st0.requests_cancelled, (unsigned long long)st1.requests_cancelled);
+  http(port, "GET", "/metrics", NULL, NULL, &r, 5000);
+  CHECK_EQ_INT(r.status, 200);
+  CHECK(strstr(r.body, "# TYPE power_requests_cancelled_total counter") != NULL);
+  CHECK(strstr(r.body, "power_requests_rejected_total 1\n") != NULL);
+  CHECK(strstr(r.body, "power_requests_timeout_total 1\n") != NULL);
+  CHECK(strstr(r.body, "endpoint=\"completions\",status=\"503\"} 1") != NULL);
+  free(r.body);
+  server_stop(s);
+  engine_destroy(e);
+}
+
+int main(void) {
+  if (access(MODEL, R_OK)) {
+    fprintf(stderr, "missing test model %s\n", MODEL);
+    return 1;
+  }
+  engine_opts eo = {0};
+  eo.model_path = MODEL;
+  eo.max_active = 4;
+  eo.max_queue = 8;
+  eo.n_ctx = 1024;
+  engine *e = NULL;
+  char err[PW_ERRMAX];
+  if (engine_create(&eo, &e, err)) {
+    fprintf(stderr, "engine: %s\n", err);
+    return 1;
+  }
+  server_opts so = {0};
+  so.max_body = 65536;
+  server *s = NULL;
+  if (server_start(&so, e, &s, err)) {
+    fprintf(stderr, "server: %s\n", err);
+    engine_destroy(e);
+    return 1;
+  }
+  g_port = server_port(s);
+  CHECK(g_port > 0);
+  double t0 = pw_now_s();
+  test_basic();
+  test_errors();
+  test_chat();
+  test_completions_tok_emb();
+  test_auth(e);
+  test_concurrent();
+  resp r;
+  http(g_port, "GET", "/metrics", NULL, NULL, &r, 5000);
+  CHECK_EQ_INT(r.status, 200);
+  CHECK(strstr(r.body, "power_time_to_first_token_seconds_count") != NULL);
+  CHECK(strstr(r.body, "endpoint=\"chat_completions\",status=\"200\"}") != NULL);
+  free(r.body);
+  server_stop(s);
+  engine_destroy(e);
+  test_overload();
+  fprintf(stderr, "e2e took %.1f s\n", pw_now_s() - t0);
+  TEST_DONE();
+}

@@ -1,0 +1,124 @@
+/* test_server_metrics.c - counters and the Prometheus text exposition. */
+#include "server/metrics.h"
+#include "test.h"
+
+#include <ctype.h>
+#include <pthread.h>
+
+/* Checks the exposition line by line: every sample belongs to a family
+ * announced by # HELP and # TYPE, names and labels are well formed, values
+ * parse as numbers; histogram buckets are cumulative and end with +Inf ==
+ * _count. Returns the number of sample lines. */
+static int check_format(const char *text) {
+  char family[128] = "", type[32] = "";
+  int samples = 0;
+  long long last_bucket = -1;
+  const char *p = text;
+  while (*p) {
+    const char *nl = strchr(p, '\n');
+    CHECK_MSG(nl != NULL, "last line lacks a newline");
+    if (!nl) break;
+    char line[512];
+    size_t n = (size_t)(nl - p);
+    CHECK(n < sizeof line);
+    if (n >= sizeof line) n = sizeof line - 1;
+    memcpy(line, p, n);
+    line[n] = 0;
+    p = nl + 1;
+    if (!strncmp(line, "# HELP ", 7)) {
+      CHECK(sscanf(line + 7, "%127s", family) == 1);
+      last_bucket = -1;
+      continue;
+    }
+    if (!strncmp(line, "# TYPE ", 7)) {
+      char name[128];
+      CHECK(sscanf(line + 7, "%127s %31s", name, type) == 2);
+      CHECK_STR(name, family);
+      CHECK(!strcmp(type, "counter") || !strcmp(type, "gauge") || !strcmp(type, "histogram"));
+      continue;
+    }
+    CHECK_MSG(line[0] != '#', "unexpected comment: %s", line);
+    /* sample: name{labels} value */
+    size_t i = 0;
+    while (isalnum((unsigned char)line[i]) || line[i] == '_' || line[i] == ':') i++;
+    CHECK_MSG(i > 0, "bad sample: %s", line);
+    char name[128];
+    memcpy(name, line, i);
+    name[i] = 0;
+    CHECK_MSG(!strncmp(name, family, strlen(family)), "sample %s outside family %s", name, family);
+    if (!strcmp(type, "counter")) CHECK_MSG(!strcmp(name, family) && strstr(name, "_total"), "%s", line);
+    if (line[i] == '{') {
+      const char *close = strchr(line + i, '}');
+      CHECK_MSG(close != NULL, "%s", line);
+      if (!close) continue;
+      i = (size_t)(close - line) + 1;
+    }
+    CHECK_MSG(line[i] == ' ', "%s", line);
+    char *end;
+    double v = strtod(line + i + 1, &end);
+    CHECK_MSG(*end == 0 && v >= 0, "bad value: %s", line);
+    if (strstr(name, "_bucket")) {
+      CHECK_MSG((long long)v >= last_bucket, "buckets not cumulative: %s", line);
+      last_bucket = (long long)v;
+    }
+    if (strstr(name, "_count") && !strcmp(type, "histogram")) CHECK_EQ_INT((long long)v, last_bucket);
+    samples++;
+  }
+  return samples;
+}
+
+static metrics g_m;
+
+static void *bump(void *arg) {
+  (void)arg;
+  for (int i = 0; i < 10000; i++) {
+    metrics_request(&g_m, MEP_CHAT, 200);
+    metrics_itl(&g_m, 3000000);
+  }
+  return NULL;
+}
+
+int main(void) {
+  metrics_init(&g_m);
+  sbuf b = {0};
+  metrics_render(&g_m, NULL, &b);
+  CHECK(check_format(b.data) > 0);
+  CHECK(strstr(b.data, "power_queue_depth") == NULL);
+
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, bump, NULL);
+  for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+  metrics_request(&g_m, MEP_COMPLETIONS, 503);
+  metrics_request(&g_m, MEP_OTHER, 418);
+  metrics_ttft(&g_m, 30000000);   /* 0.03 s */
+  metrics_ttft(&g_m, 99000000000ull); /* beyond the last bucket */
+  metrics_disconnect(&g_m);
+  engine_stats st = {.active = 2, .queued = 5, .max_active = 4, .max_queue = 16, .requests_total = 9,
+                     .requests_rejected = 1, .requests_timeout = 2, .requests_cancelled = 3,
+                     .prompt_tokens_total = 100, .generated_tokens_total = 50, .steps_total = 7};
+  sbuf_clear(&b);
+  metrics_render(&g_m, &st, &b);
+  CHECK(check_format(b.data) > 20);
+  CHECK(strstr(b.data, "power_http_requests_total{endpoint=\"chat_completions\",status=\"200\"} 40000\n"));
+  CHECK(strstr(b.data, "power_http_requests_total{endpoint=\"completions\",status=\"503\"} 1\n"));
+  CHECK(strstr(b.data, "power_http_requests_total{endpoint=\"other\",status=\"other\"} 1\n"));
+  CHECK(strstr(b.data, "power_inter_token_latency_seconds_count 40000\n"));
+  CHECK(strstr(b.data, "power_inter_token_latency_seconds_bucket{le=\"0.0025\"} 0\n"));
+  CHECK(strstr(b.data, "power_inter_token_latency_seconds_bucket{le=\"0.005\"} 40000\n"));
+  CHECK(strstr(b.data, "power_time_to_first_token_seconds_bucket{le=\"0.025\"} 0\n"));
+  CHECK(strstr(b.data, "power_time_to_first_token_seconds_bucket{le=\"0.05\"} 1\n"));
+  CHECK(strstr(b.data, "power_time_to_first_token_seconds_bucket{le=\"30\"} 1\n"));
+  CHECK(strstr(b.data, "power_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n"));
+  CHECK(strstr(b.data, "power_time_to_first_token_seconds_sum 99.03"));
+  CHECK(strstr(b.data, "power_queue_depth 5\n"));
+  CHECK(strstr(b.data, "power_active_sequences 2\n"));
+  CHECK(strstr(b.data, "power_requests_rejected_total 1\n"));
+  CHECK(strstr(b.data, "power_requests_timeout_total 2\n"));
+  CHECK(strstr(b.data, "power_requests_cancelled_total 3\n"));
+  CHECK(strstr(b.data, "power_prompt_tokens_total 100\n"));
+  CHECK(strstr(b.data, "power_generated_tokens_total 50\n"));
+  CHECK(strstr(b.data, "power_client_disconnects_total 1\n"));
+  CHECK(strstr(b.data, "# TYPE power_time_to_first_token_seconds histogram\n"));
+  sbuf_free(&b);
+  TEST_DONE();
+}

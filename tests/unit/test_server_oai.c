@@ -1,0 +1,428 @@
+/* test_server_oai.c - OpenAI request validation, error objects, response
+ * and SSE rendering of the server layer, without a model. */
+#include "server/oai.h"
+#include "server/sbuf.h"
+#include "test.h"
+
+#include <jansson.h>
+
+static int parse(oai_kind kind, const char *body, oai_request *r, oai_error *e) {
+  return oai_parse(kind, body, strlen(body), r, e);
+}
+
+/* The body must fail with status 400, the code, and the param. */
+static void expect_err(oai_kind kind, const char *body, const char *code, const char *param) {
+  oai_request r;
+  oai_error e;
+  memset(&e, 0, sizeof e);
+  int rc = parse(kind, body, &r, &e);
+  CHECK_MSG(rc != 0, "accepted: %s", body);
+  if (!rc) {
+    oai_request_free(&r);
+    return;
+  }
+  CHECK_MSG(e.status == 400, "%s: status %d", body, e.status);
+  CHECK_MSG(!strcmp(e.code, code), "%s: code '%s', want '%s' (%s)", body, e.code, code, e.message);
+  if (param) CHECK_MSG(!strcmp(e.param, param), "%s: param '%s', want '%s'", body, e.param, param);
+  CHECK_MSG(e.message[0] != 0, "%s: empty message", body);
+}
+
+static void test_chat_ok(void) {
+  oai_request r;
+  oai_error e;
+  const char *body =
+      "{\"model\":\"m\",\"messages\":[{\"role\":\"developer\",\"content\":\"be brief\"},"
+      "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]},"
+      "{\"role\":\"assistant\",\"content\":null},{\"role\":\"user\",\"content\":\"hi\",\"name\":\"x\"}],"
+      "\"max_tokens\":5,\"max_completion_tokens\":7,\"temperature\":0.5,\"top_p\":0.9,\"top_k\":40,\"min_p\":0.1,"
+      "\"presence_penalty\":0.5,\"frequency_penalty\":-0.5,\"repeat_penalty\":1.1,\"seed\":42,"
+      "\"stop\":[\"\\n\\n\",\"END\"],\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+      "\"logprobs\":true,\"top_logprobs\":3,\"logit_bias\":{\"10\":-100,\"20\":5.5},\"user\":\"u\","
+      "\"tools\":[],\"tool_choice\":\"none\",\"response_format\":{\"type\":\"text\"},\"n\":1,"
+      "\"some_future_field\":{\"x\":1}}";
+  int rc = parse(OAI_CHAT, body, &r, &e);
+  CHECK_MSG(rc == 0, "%s", e.message);
+  if (rc) return;
+  CHECK_STR(r.model, "m");
+  CHECK_EQ_INT(json_array_size(r.messages), 4);
+  CHECK_STR(json_string_value(json_object_get(json_array_get(r.messages, 0), "role")), "system");
+  CHECK_STR(json_string_value(json_object_get(json_array_get(r.messages, 1), "content")), "a\nb");
+  CHECK_STR(json_string_value(json_object_get(json_array_get(r.messages, 2), "content")), "");
+  CHECK_EQ_INT(r.max_tokens, 7);
+  CHECK_NEAR(r.sampling.temperature, 0.5, 1e-6);
+  CHECK_NEAR(r.sampling.top_p, 0.9, 1e-6);
+  CHECK_EQ_INT(r.sampling.top_k, 40);
+  CHECK_NEAR(r.sampling.min_p, 0.1, 1e-6);
+  CHECK_NEAR(r.sampling.presence_penalty, 0.5, 1e-6);
+  CHECK_NEAR(r.sampling.frequency_penalty, -0.5, 1e-6);
+  CHECK_NEAR(r.sampling.repeat_penalty, 1.1, 1e-6);
+  CHECK(r.seed_given);
+  CHECK_EQ_INT(r.sampling.seed, 42);
+  CHECK_EQ_INT(r.n_stop, 2);
+  CHECK_STR(r.stop[0], "\n\n");
+  CHECK_STR(r.stop[1], "END");
+  CHECK(r.stream && r.include_usage && r.logprobs);
+  CHECK_EQ_INT(r.top_logprobs, 3);
+  CHECK_EQ_INT(r.sampling.n_logit_bias, 2);
+  CHECK(r.sampling.logit_bias == r.logit_bias);
+  engine_params p;
+  int32_t prompt[3] = {1, 2, 3};
+  oai_engine_params(&r, prompt, 3, &p);
+  CHECK(p.prompt == prompt && p.n_prompt == 3 && p.max_tokens == 7 && p.n_stop == 2);
+  CHECK(p.want_logprobs && p.n_logprobs == 3 && !p.embedding && p.deadline_ns == 0);
+  CHECK(pw_sampler_params_validate(&p.sampling, NULL) == 0);
+  oai_request_free(&r);
+
+  /* Defaults: neutral sampling, random seed, no limits. */
+  rc = parse(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"model\":null,\"stop\":\"s\"}", &r, &e);
+  CHECK_MSG(rc == 0, "%s", e.message);
+  if (!rc) {
+    CHECK(r.model == NULL && !r.stream && !r.logprobs && !r.seed_given && r.max_tokens == 0);
+    CHECK_NEAR(r.sampling.temperature, 1.0, 1e-6);
+    CHECK_EQ_INT(r.n_stop, 1);
+    oai_request_free(&r);
+  }
+}
+
+static void test_chat_errors(void) {
+  const char *u = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
+  char b[512];
+#define E(extra, code, param)                                 \
+  do {                                                        \
+    snprintf(b, sizeof b, "{%s,%s}", u, extra);               \
+    expect_err(OAI_CHAT, b, code, param);                     \
+  } while (0)
+  /* unsupported fields: each its own code */
+  E("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]", "unsupported_tools", "tools");
+  E("\"tool_choice\":\"required\"", "unsupported_tool_choice", "tool_choice");
+  E("\"functions\":[{\"name\":\"f\"}]", "unsupported_functions", "functions");
+  E("\"function_call\":{\"name\":\"f\"}", "unsupported_function_call", "function_call");
+  E("\"response_format\":{\"type\":\"json_object\"}", "unsupported_response_format", "response_format");
+  E("\"n\":2", "unsupported_n", "n");
+  /* bad types and values */
+  E("\"temperature\":\"hot\"", "invalid_type", "temperature");
+  E("\"temperature\":3", "invalid_value", "temperature");
+  E("\"top_p\":1.5", "invalid_value", "top_p");
+  E("\"top_k\":1.5", "invalid_type", "top_k");
+  E("\"max_tokens\":0", "invalid_value", "max_tokens");
+  E("\"max_tokens\":\"5\"", "invalid_type", "max_tokens");
+  E("\"max_completion_tokens\":-1", "invalid_value", "max_completion_tokens");
+  E("\"presence_penalty\":2.5", "invalid_value", "presence_penalty");
+  E("\"frequency_penalty\":true", "invalid_type", "frequency_penalty");
+  E("\"repeat_penalty\":0", "invalid_value", "repeat_penalty");
+  E("\"seed\":1.5", "invalid_type", "seed");
+  E("\"stream\":1", "invalid_type", "stream");
+  E("\"stream_options\":{\"include_usage\":1}", "invalid_type", "stream_options.include_usage");
+  E("\"stop\":5", "invalid_type", "stop");
+  E("\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"]", "invalid_value", "stop");
+  E("\"logprobs\":1", "invalid_type", "logprobs");
+  E("\"top_logprobs\":2", "invalid_value", "top_logprobs");
+  E("\"logprobs\":true,\"top_logprobs\":21", "invalid_value", "top_logprobs");
+  E("\"logit_bias\":{\"x\":1}", "invalid_value", "logit_bias");
+  E("\"logit_bias\":{\"5\":101}", "invalid_value", "logit_bias");
+  E("\"logit_bias\":[1]", "invalid_type", "logit_bias");
+  E("\"model\":5", "invalid_type", "model");
+  E("\"user\":5", "invalid_type", "user");
+#undef E
+  expect_err(OAI_CHAT, "{}", "missing_field", "messages");
+  expect_err(OAI_CHAT, "{\"messages\":\"hi\"}", "invalid_type", "messages");
+  expect_err(OAI_CHAT, "{\"messages\":[]}", "invalid_value", "messages");
+  expect_err(OAI_CHAT, "{\"messages\":[5]}", "invalid_type", "messages[0]");
+  expect_err(OAI_CHAT, "{\"messages\":[{\"content\":\"x\"}]}", "missing_field", "messages[0].role");
+  expect_err(OAI_CHAT, "{\"messages\":[{\"role\":\"user\"}]}", "missing_field", "messages[0].content");
+  expect_err(OAI_CHAT, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", "invalid_value", "messages[0].role");
+  expect_err(OAI_CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "unsupported_tools", "messages[0].role");
+  expect_err(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", "invalid_type", "messages[0].content");
+  expect_err(OAI_CHAT,
+             "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}",
+             "unsupported_content_part", "messages[0].content[0]");
+  expect_err(OAI_CHAT,
+             "{\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"1\"}]}]}",
+             "unsupported_tools", "messages[0].tool_calls");
+  /* malformed JSON, hostile input */
+  expect_err(OAI_CHAT, "", "invalid_json", NULL);
+  expect_err(OAI_CHAT, "{\"messages\":", "invalid_json", NULL);
+  expect_err(OAI_CHAT, "[1,2]", "invalid_json", NULL);
+  expect_err(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}", "invalid_json", NULL);
+  expect_err(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"\\ud800\"}]}", "invalid_json", NULL);
+  expect_err(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]}", "invalid_json", NULL);
+  expect_err(OAI_CHAT, "{\"max_tokens\":99999999999999999999999999999}", "invalid_json", NULL);
+  expect_err(OAI_CHAT, "{\"temperature\":1e999}", "invalid_json", NULL);
+  /* Deep nesting: rejected cleanly, no stack overflow. */
+  size_t depth = 200000;
+  char *deep = malloc(depth * 2 + 16);
+  size_t n = 0;
+  deep[n++] = '{';
+  memcpy(deep + n, "\"a\":", 4);
+  n += 4;
+  for (size_t i = 0; i < depth; i++) deep[n++] = '[';
+  for (size_t i = 0; i < depth; i++) deep[n++] = ']';
+  deep[n++] = '}';
+  deep[n] = 0;
+  expect_err(OAI_CHAT, deep, "invalid_json", NULL);
+  free(deep);
+}
+
+static void test_completion(void) {
+  oai_request r;
+  oai_error e;
+  int rc = parse(OAI_COMPLETION, "{\"prompt\":\"def f(\",\"logprobs\":2,\"echo\":false,\"best_of\":1,\"suffix\":null}", &r, &e);
+  CHECK_MSG(rc == 0, "%s", e.message);
+  if (!rc) {
+    CHECK_STR(r.text, "def f(");
+    CHECK(r.logprobs && r.top_logprobs == 2 && !r.tokens);
+    oai_request_free(&r);
+  }
+  rc = parse(OAI_COMPLETION, "{\"prompt\":[1,2,3]}", &r, &e);
+  CHECK(rc == 0 && r.n_tokens == 3 && r.tokens[2] == 3 && !r.text);
+  if (!rc) oai_request_free(&r);
+  rc = parse(OAI_COMPLETION, "{\"prompt\":[[4,5]]}", &r, &e);
+  CHECK(rc == 0 && r.n_tokens == 2 && r.tokens[0] == 4);
+  if (!rc) oai_request_free(&r);
+  rc = parse(OAI_COMPLETION, "{\"prompt\":[\"one\"],\"logprobs\":0}", &r, &e);
+  CHECK(rc == 0 && r.text && !strcmp(r.text, "one") && r.logprobs && r.top_logprobs == 0);
+  if (!rc) oai_request_free(&r);
+  expect_err(OAI_COMPLETION, "{}", "missing_field", "prompt");
+  expect_err(OAI_COMPLETION, "{\"prompt\":5}", "invalid_type", "prompt");
+  expect_err(OAI_COMPLETION, "{\"prompt\":[]}", "invalid_value", "prompt");
+  expect_err(OAI_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", "unsupported_prompt", "prompt");
+  expect_err(OAI_COMPLETION, "{\"prompt\":[1,-2]}", "invalid_type", "prompt");
+  expect_err(OAI_COMPLETION, "{\"prompt\":\"x\",\"suffix\":\"y\"}", "unsupported_suffix", "suffix");
+  expect_err(OAI_COMPLETION, "{\"prompt\":\"x\",\"echo\":true}", "unsupported_echo", "echo");
+  expect_err(OAI_COMPLETION, "{\"prompt\":\"x\",\"best_of\":3}", "unsupported_best_of", "best_of");
+  expect_err(OAI_COMPLETION, "{\"prompt\":\"x\",\"n\":4}", "unsupported_n", "n");
+  expect_err(OAI_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":30}", "invalid_value", "logprobs");
+  expect_err(OAI_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":\"2\"}", "invalid_type", "logprobs");
+}
+
+static void test_other_kinds(void) {
+  oai_request r;
+  oai_error e;
+  int rc = parse(OAI_EMBEDDING, "{\"input\":[\"a\",\"b\"],\"encoding_format\":\"base64\",\"dimensions\":8}", &r, &e);
+  CHECK(rc == 0 && json_array_size(r.inputs) == 2 && r.base64 && r.dimensions == 8);
+  if (!rc) oai_request_free(&r);
+  rc = parse(OAI_EMBEDDING, "{\"input\":\"a\"}", &r, &e);
+  CHECK(rc == 0 && json_array_size(r.inputs) == 1 && !r.base64);
+  if (!rc) oai_request_free(&r);
+  rc = parse(OAI_EMBEDDING, "{\"input\":[7,8]}", &r, &e);
+  CHECK(rc == 0 && json_array_size(r.inputs) == 1 && json_is_array(json_array_get(r.inputs, 0)));
+  if (!rc) oai_request_free(&r);
+  expect_err(OAI_EMBEDDING, "{}", "missing_field", "input");
+  expect_err(OAI_EMBEDDING, "{\"input\":\"\"}", "invalid_value", "input");
+  expect_err(OAI_EMBEDDING, "{\"input\":[\"a\",5]}", "invalid_type", "input");
+  expect_err(OAI_EMBEDDING, "{\"input\":{}}", "invalid_type", "input");
+  expect_err(OAI_EMBEDDING, "{\"input\":\"a\",\"encoding_format\":\"hex\"}", "invalid_value", "encoding_format");
+
+  rc = parse(OAI_TOKENIZE, "{\"content\":\"hello\",\"add_special\":true,\"with_pieces\":true}", &r, &e);
+  CHECK(rc == 0 && r.text_len == 5 && r.add_special && r.with_pieces && r.parse_special);
+  if (!rc) oai_request_free(&r);
+  expect_err(OAI_TOKENIZE, "{}", "missing_field", "content");
+  expect_err(OAI_TOKENIZE, "{\"content\":1}", "invalid_type", "content");
+  rc = parse(OAI_DETOKENIZE, "{\"tokens\":[1,2]}", &r, &e);
+  CHECK(rc == 0 && r.n_tokens == 2);
+  if (!rc) oai_request_free(&r);
+  expect_err(OAI_DETOKENIZE, "{\"tokens\":\"1\"}", "invalid_type", "tokens");
+  expect_err(OAI_DETOKENIZE, "{}", "missing_field", "tokens");
+
+  double s;
+  CHECK(oai_parse_timeout("2.5", &s) == 0 && s == 2.5);
+  CHECK(oai_parse_timeout("0", &s) != 0);
+  CHECK(oai_parse_timeout("-1", &s) != 0);
+  CHECK(oai_parse_timeout("abc", &s) != 0);
+  CHECK(oai_parse_timeout("1e9", &s) != 0);
+  CHECK(oai_parse_timeout("", &s) != 0);
+}
+
+static void test_errors(void) {
+  struct {
+    int status;
+    int http;
+    const char *code;
+  } m[] = {{PW_EBUSY, 503, "overloaded"},
+           {PW_ETIMEOUT, 408, "timeout"},
+           {PW_ECONTEXT, 400, "context_length_exceeded"},
+           {PW_EINVAL, 400, "invalid_value"},
+           {PW_EIO, 500, "internal_error"}};
+  for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
+    oai_error e;
+    oai_error_from_status(&e, m[i].status, "prompt has 300 tokens, the context is 256");
+    CHECK_EQ_INT(e.status, m[i].http);
+    CHECK_STR(e.code, m[i].code);
+    CHECK(strstr(e.message, "300") != NULL);
+  }
+  oai_error e;
+  oai_seterr(&e, 401, "invalid_api_key", NULL, "bad \"key\"\n");
+  sbuf b = {0};
+  oai_render_error(&e, &b);
+  json_error_t je;
+  json_t *j = json_loads(b.data, 0, &je);
+  CHECK_MSG(j != NULL, "%s", b.data);
+  json_t *err = json_object_get(j, "error");
+  CHECK(json_is_object(err));
+  CHECK_STR(json_string_value(json_object_get(err, "message")), "bad \"key\"\n");
+  CHECK_STR(json_string_value(json_object_get(err, "type")), "authentication_error");
+  CHECK_STR(json_string_value(json_object_get(err, "code")), "invalid_api_key");
+  CHECK(json_is_null(json_object_get(err, "param")));
+  json_decref(j);
+  sbuf_free(&b);
+}
+
+static int fake_piece(void *ctx, int32_t token, char *buf, int cap) {
+  (void)ctx;
+  return snprintf(buf, (size_t)cap, "t%d", token);
+}
+
+/* Splits SSE text into data payloads; checks the framing. */
+static int sse_events(const char *s, char out[][4096], int max) {
+  int n = 0;
+  while (*s && n < max) {
+    const char *end = strstr(s, "\n\n");
+    if (!end) return -1;
+    if (!strncmp(s, "data: ", 6)) {
+      size_t len = (size_t)(end - s - 6);
+      if (len >= 4096) return -1;
+      memcpy(out[n], s + 6, len);
+      out[n][len] = 0;
+      n++;
+    } else if (s[0] != ':') {
+      return -1;
+    }
+    s = end + 2;
+  }
+  return n;
+}
+
+static void test_sse(void) {
+  oai_resp o;
+  oai_resp_init(&o, OAI_CHAT, "syn-model", "0123456789abcdef");
+  CHECK(!strncmp(o.id, "chatcmpl-", 9) && strlen(o.id) == 9 + 24);
+  CHECK_STR(o.fingerprint, "fp_0123456789");
+  oai_resp o2;
+  oai_resp_init(&o2, OAI_CHAT, "syn-model", NULL);
+  CHECK(strcmp(o.id, o2.id) != 0);
+  CHECK_STR(o2.fingerprint, "fp_unknown");
+
+  sbuf b = {0};
+  oai_logprobs lp = {0};
+  oai_logprobs_reset(&lp, OAI_CHAT);
+  pw_logprob top[2] = {{5, -0.1f}, {6, -2.5f}};
+  oai_logprobs_add(&lp, fake_piece, NULL, 5, -0.1f, top, 2, 3);
+  oai_sse_role(&o, &b);
+  oai_sse_delta(&o, "He\"llo\n", 7, NULL, &b);
+  oai_sse_delta(&o, "\xe4\xb8\x96", 3, &lp, &b);
+  oai_sse_keepalive(&b);
+  oai_sse_finish(&o, ENGINE_FINISH_LENGTH, &b);
+  engine_usage u = {10, 3, 4};
+  oai_sse_usage(&o, &u, &b);
+  oai_sse_done(&b);
+  static char ev[8][4096];
+  int n = sse_events(b.data, ev, 8);
+  CHECK_EQ_INT(n, 6);
+  CHECK(strstr(b.data, "\n\n: keep-alive\n\n") != NULL);
+  for (int i = 0; i < n - 1; i++) {
+    json_error_t je;
+    json_t *j = json_loads(ev[i], 0, &je);
+    CHECK_MSG(j != NULL, "chunk %d not JSON: %s", i, ev[i]);
+    if (!j) continue;
+    CHECK_STR(json_string_value(json_object_get(j, "object")), "chat.completion.chunk");
+    CHECK_STR(json_string_value(json_object_get(j, "id")), o.id);
+    CHECK_STR(json_string_value(json_object_get(j, "model")), "syn-model");
+    CHECK_STR(json_string_value(json_object_get(j, "system_fingerprint")), "fp_0123456789");
+    json_t *ch = json_object_get(j, "choices");
+    json_t *c0 = json_array_get(ch, 0);
+    json_t *delta = json_object_get(c0, "delta");
+    if (i == 0) {
+      CHECK_STR(json_string_value(json_object_get(delta, "role")), "assistant");
+      CHECK(json_is_null(json_object_get(c0, "finish_reason")));
+    } else if (i == 1) {
+      CHECK_STR(json_string_value(json_object_get(delta, "content")), "He\"llo\n");
+      CHECK(json_is_null(json_object_get(c0, "logprobs")));
+    } else if (i == 2) {
+      CHECK_STR(json_string_value(json_object_get(delta, "content")), "\xe4\xb8\x96");
+      json_t *c = json_array_get(json_object_get(json_object_get(c0, "logprobs"), "content"), 0);
+      CHECK_STR(json_string_value(json_object_get(c, "token")), "t5");
+      CHECK_NEAR(json_number_value(json_object_get(c, "logprob")), -0.1, 1e-6);
+      CHECK_EQ_INT(json_array_size(json_object_get(c, "bytes")), 2);
+      json_t *tl = json_object_get(c, "top_logprobs");
+      CHECK_EQ_INT(json_array_size(tl), 2);
+      CHECK_STR(json_string_value(json_object_get(json_array_get(tl, 1), "token")), "t6");
+    } else if (i == 3) {
+      CHECK(json_object_size(delta) == 0);
+      CHECK_STR(json_string_value(json_object_get(c0, "finish_reason")), "length");
+    } else if (i == 4) {
+      CHECK_EQ_INT(json_array_size(ch), 0);
+      json_t *us = json_object_get(j, "usage");
+      CHECK_EQ_INT(json_integer_value(json_object_get(us, "prompt_tokens")), 10);
+      CHECK_EQ_INT(json_integer_value(json_object_get(us, "completion_tokens")), 3);
+      CHECK_EQ_INT(json_integer_value(json_object_get(us, "total_tokens")), 13);
+      CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(us, "prompt_tokens_details"), "cached_tokens")), 4);
+    }
+    json_decref(j);
+  }
+  CHECK_STR(ev[5], "[DONE]");
+  sbuf_free(&b);
+  oai_logprobs_free(&lp);
+
+  /* Completions: text chunks and the non-streamed object with logprobs. */
+  oai_resp_init(&o, OAI_COMPLETION, "m", "ffffffffffffffff");
+  CHECK(!strncmp(o.id, "cmpl-", 5));
+  oai_logprobs_reset(&lp, OAI_COMPLETION);
+  oai_logprobs_add(&lp, fake_piece, NULL, 1, -1.0f, top, 2, 2);
+  oai_logprobs_add(&lp, fake_piece, NULL, 2, -INFINITY, NULL, 0, 3);
+  oai_render_completion(&o, "ab\x01", 3, &lp, ENGINE_FINISH_STOP, &u, &b);
+  json_error_t je;
+  json_t *j = json_loads(b.data, 0, &je);
+  CHECK_MSG(j != NULL, "%s", b.data);
+  if (j) {
+    CHECK_STR(json_string_value(json_object_get(j, "object")), "text_completion");
+    json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+    CHECK_STR(json_string_value(json_object_get(c0, "text")), "ab\x01");
+    CHECK_STR(json_string_value(json_object_get(c0, "finish_reason")), "stop");
+    json_t *l = json_object_get(c0, "logprobs");
+    CHECK_EQ_INT(json_array_size(json_object_get(l, "tokens")), 2);
+    CHECK_EQ_INT(json_integer_value(json_array_get(json_object_get(l, "text_offset"), 1)), 2);
+    CHECK(json_is_number(json_array_get(json_object_get(l, "token_logprobs"), 1)));
+    CHECK_NEAR(json_number_value(json_object_get(json_array_get(json_object_get(l, "top_logprobs"), 0), "t6")), -2.5, 1e-6);
+    json_decref(j);
+  }
+  sbuf_clear(&b);
+  oai_resp_init(&o, OAI_CHAT, "m", NULL);
+  oai_render_completion(&o, "hi", 2, NULL, ENGINE_FINISH_STOP, &u, &b);
+  j = json_loads(b.data, 0, &je);
+  CHECK(j != NULL);
+  if (j) {
+    CHECK_STR(json_string_value(json_object_get(j, "object")), "chat.completion");
+    json_t *msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
+    CHECK_STR(json_string_value(json_object_get(msg, "role")), "assistant");
+    CHECK_STR(json_string_value(json_object_get(msg, "content")), "hi");
+    json_decref(j);
+  }
+  sbuf_free(&b);
+  oai_logprobs_free(&lp);
+}
+
+static void test_sbuf(void) {
+  sbuf b = {0};
+  /* invalid UTF-8 never reaches the output */
+  sbuf_json_str(&b, "a\xff\xc3(\xed\xa0\x80z", 8);
+  json_error_t je;
+  json_t *j = json_loadb(b.data, b.len, JSON_DECODE_ANY, &je);
+  CHECK_MSG(j != NULL, "%s", b.data);
+  if (j) CHECK_STR(json_string_value(j), "a\xef\xbf\xbd\xef\xbf\xbd(\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdz");
+  json_decref(j);
+  sbuf_clear(&b);
+  for (int i = 0; i < 10000; i++) sbuf_printf(&b, "%d,", i);
+  CHECK(!b.oom && b.len > 40000 && b.data[b.len] == 0);
+  sbuf_free(&b);
+}
+
+int main(void) {
+  test_chat_ok();
+  test_chat_errors();
+  test_completion();
+  test_other_kinds();
+  test_errors();
+  test_sse();
+  test_sbuf();
+  TEST_DONE();
+}
