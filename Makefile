@@ -5,12 +5,15 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 
-.PHONY: all deps build build-asan build-tsan serve test test-fast clean
+.PHONY: all deps node-deps build build-asan build-tsan serve test test-fast clean
 
 all: build
 
 deps:
 	@./scripts/install-deps.sh
+
+node-deps: deps
+	@./scripts/install-node-deps.sh
 
 build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DPOWER_WERROR=ON >/dev/null
@@ -28,7 +31,7 @@ serve: build
 	./scripts/serve.sh $(BUILD)/power
 
 # Every test, in the release build and again under ASan+UBSan and TSan.
-test: build build-asan build-tsan
+test: node-deps build build-asan build-tsan
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -LE slow
 	ctest --test-dir $(TSAN_BUILD) --output-on-failure -j $(JOBS) -L tsan
