@@ -165,12 +165,15 @@ int gen_stream(const char *cmd, gen_session *s, const gen_opts *o, const int32_t
       rc = w;
       break;
     }
-    if (ev->type == ENGINE_EV_TOKEN) {
-      if (!n) t_first = pw_now_s();
-      if (print_ids) printf(n ? " %d" : "%d", ev->token);
-      else fwrite(ev->text, 1, (size_t)ev->text_len, stdout);
+    if (ev->type == ENGINE_EV_TOKEN || (ev->type == ENGINE_EV_DONE && ev->text_len > 0 && !print_ids)) {
+      /* DONE may carry text held back for a stop string that never came. */
+      if (ev->type == ENGINE_EV_TOKEN) {
+        if (!n) t_first = pw_now_s();
+        if (print_ids) printf(n ? " %d" : "%d", ev->token);
+        n++;
+      }
+      if (!print_ids) fwrite(ev->text, 1, (size_t)ev->text_len, stdout);
       fflush(stdout);
-      n++;
       if (text_out) {
         if (len + (size_t)ev->text_len + 1 > cap) {
           cap = (len + (size_t)ev->text_len + 1) * 2;
@@ -180,11 +183,12 @@ int gen_stream(const char *cmd, gen_session *s, const gen_opts *o, const int32_t
         len += (size_t)ev->text_len;
         text[len] = 0;
       }
-    } else if (ev->type == ENGINE_EV_DONE) {
+    }
+    if (ev->type == ENGINE_EV_DONE) {
       if (usage) *usage = ev->usage;
       if (finish) *finish = ev->finish;
       break;
-    } else {
+    } else if (ev->type == ENGINE_EV_ERROR) {
       fprintf(stderr, "%spower %s: %s\n", n ? "\n" : "", cmd, ev->message);
       rc = ev->status ? ev->status : PW_EINTERNAL;
       break;
