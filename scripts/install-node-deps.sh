@@ -14,5 +14,8 @@ for dir in tests/e2e tests/peer bench; do
     continue
   fi
   echo "install-node-deps: npm ci in $dir" >&2
-  npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error
+  # node-llama-cpp ships prebuilt llama.cpp binaries as optional npm
+  # packages; never build or download anything else.
+  NODE_LLAMA_CPP_SKIP_DOWNLOAD=true NODE_LLAMA_CPP_POSTINSTALL=skip \
+    npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error
 done

@@ -2,6 +2,7 @@
  * only layer that wires the others together. */
 #include "cli/cli.h"
 #include "cli/cmd_serve.h"
+#include "cli/cmd_synth.h"
 #include "cli/cmd_template.h"
 #include "cli/cmd_tokenize.h"
 
@@ -21,6 +22,8 @@ static const subcommand k_cmds[] = {
     {"chat", cmd_chat, "interactive chat with the model's template (/reset, /exit)"},
     {"inspect", cmd_inspect, "describe a GGUF file (--sha256 for its identity)"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server"},
+    {"synth", cmd_synth, "write a model with a real model's shapes and dummy weights"},
+    {"quantize", cmd_quantize, "convert F32/F16/BF16 weights to a quantized type"},
     {"template", cmd_template, "render a chat template (--model M | --template F.jinja) --vars V.json"},
     {"tokenize", cmd_tokenize, "text to token ids and pieces (--ids, --raw, --file)"},
 };

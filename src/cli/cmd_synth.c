@@ -1,0 +1,367 @@
+/* cmd_synth.c - `power synth`: writes a GGUF file with the architecture,
+ * dimensions and tensor layout of a named real model, the tokenizer of a
+ * given vocabulary file, and seeded dummy weights, quantized with
+ * llama.cpp's mix. It lets Power and peers be benchmarked on models of real
+ * shapes without downloading them. The text such a model writes is
+ * meaningless; its speed and memory traffic are those of the real model.
+ *
+ *   power synth --arch qwen2.5-0.5b --vocab ggml-vocab-qwen2.gguf --out M.gguf
+ *               [--type Q4_K_M] [--seed S] [--layers N] [--threads N]
+ *
+ * Weights are generated row by row from (seed, tensor name, row), so the
+ * file is the same whatever the thread count. 2-D weights are approximately
+ * normal (sum of four uniforms) with std 0.02 (0.05 for the embedding, so
+ * logits spread like a real model's); norm weights are 1 + N(0, 0.02);
+ * biases N(0, 0.02); rope_freqs as llama.cpp's converter computes them.
+ *
+ * Not here: the mix rules and the converter (cmd_quantize.c). */
+#include "cli/cmd_synth.h"
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/rng.h"
+#include "cli/cli.h"
+#include "gguf/gguf.h"
+#include "tensor/dtype.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Published configurations (Hugging Face config.json of each model). */
+typedef struct synth_model {
+  const char *id;     /* --arch value */
+  const char *arch;   /* GGUF general.architecture */
+  const char *title;  /* general.name */
+  int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx;
+  float rope_base, rms_eps;
+  bool qkv_bias, qk_norm, tied;
+  /* llama3 rope scaling (factor 0 = none) */
+  float rs_factor, rs_low, rs_high;
+  int rs_orig_ctx;
+} synth_model;
+
+static const synth_model k_models[] = {
+    {"qwen2.5-0.5b", "qwen2", "Qwen2.5 0.5B", 896, 24, 14, 2, 64, 4864, 32768, 1e6f, 1e-6f, true, false, true, 0, 0,
+     0, 0},
+    {"qwen2.5-1.5b", "qwen2", "Qwen2.5 1.5B", 1536, 28, 12, 2, 128, 8960, 32768, 1e6f, 1e-6f, true, false, true, 0,
+     0, 0, 0},
+    {"qwen3-0.6b", "qwen3", "Qwen3 0.6B", 1024, 28, 16, 8, 128, 3072, 40960, 1e6f, 1e-6f, false, true, true, 0, 0,
+     0, 0},
+    {"llama-3.2-1b", "llama", "Llama 3.2 1B", 2048, 16, 32, 8, 64, 8192, 131072, 5e5f, 1e-5f, false, false, true,
+     32.0f, 1.0f, 4.0f, 8192},
+    {"llama-3.1-8b", "llama", "Llama 3.1 8B", 4096, 32, 32, 8, 128, 14336, 131072, 5e5f, 1e-5f, false, false, false,
+     8.0f, 1.0f, 4.0f, 8192},
+};
+
+typedef enum sy_kind { SY_MATRIX, SY_NORM, SY_BIAS, SY_ROPE } sy_kind;
+
+typedef struct sy_tensor {
+  char name[64];
+  uint32_t n_dims;
+  uint64_t ne[2];
+  sy_kind kind;
+  float std;
+  uint32_t out_type;
+  uint64_t name_hash;
+} sy_tensor;
+
+typedef struct sy_ctx {
+  const synth_model *m;
+  sy_tensor *t;
+  int n, cap;
+  uint64_t seed;
+  float *rope; /* [head_dim/2] when the model has llama3 scaling */
+  pw_pool *pool;
+  int quiet;
+  double t0;
+  const sy_tensor *cur;
+} sy_ctx;
+
+static uint64_t fnv1a(const char *s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+  return h;
+}
+
+static int sy_add(sy_ctx *c, const char *name, uint32_t n_dims, uint64_t ne0, uint64_t ne1, sy_kind kind, float std) {
+  if (c->n == c->cap) {
+    int cap = c->cap ? c->cap * 2 : 64;
+    sy_tensor *p = realloc(c->t, (size_t)cap * sizeof *p);
+    if (!p) return PW_ENOMEM;
+    c->t = p;
+    c->cap = cap;
+  }
+  sy_tensor *t = &c->t[c->n++];
+  memset(t, 0, sizeof *t);
+  snprintf(t->name, sizeof t->name, "%s", name);
+  t->n_dims = n_dims;
+  t->ne[0] = ne0;
+  t->ne[1] = ne1;
+  t->kind = kind;
+  t->std = std;
+  t->name_hash = fnv1a(name);
+  return 0;
+}
+
+/* The tensors of a llama/qwen2/qwen3 model as llama.cpp names them. */
+static int sy_build(sy_ctx *c, int n_layer, int64_t n_vocab) {
+  const synth_model *m = c->m;
+  int64_t e = m->n_embd, qd = (int64_t)m->n_head * m->head_dim, kvd = (int64_t)m->n_head_kv * m->head_dim;
+  int rc = 0;
+  rc |= sy_add(c, "token_embd.weight", 2, e, n_vocab, SY_MATRIX, 0.05f);
+  rc |= sy_add(c, "output_norm.weight", 1, e, 1, SY_NORM, 0.02f);
+  if (!m->tied) rc |= sy_add(c, "output.weight", 2, e, n_vocab, SY_MATRIX, 0.05f);
+  if (m->rs_factor > 0) rc |= sy_add(c, "rope_freqs.weight", 1, m->head_dim / 2, 1, SY_ROPE, 0);
+  for (int il = 0; il < n_layer; il++) {
+    char n[64];
+#define ADD(suffix, nd, a, b, kind, std) \
+  (snprintf(n, sizeof n, "blk.%d.%s", il, suffix), rc |= sy_add(c, n, nd, a, b, kind, std))
+    ADD("attn_norm.weight", 1, e, 1, SY_NORM, 0.02f);
+    ADD("attn_q.weight", 2, e, qd, SY_MATRIX, 0.02f);
+    ADD("attn_k.weight", 2, e, kvd, SY_MATRIX, 0.02f);
+    ADD("attn_v.weight", 2, e, kvd, SY_MATRIX, 0.02f);
+    ADD("attn_output.weight", 2, qd, e, SY_MATRIX, 0.02f);
+    if (m->qkv_bias) {
+      ADD("attn_q.bias", 1, qd, 1, SY_BIAS, 0.02f);
+      ADD("attn_k.bias", 1, kvd, 1, SY_BIAS, 0.02f);
+      ADD("attn_v.bias", 1, kvd, 1, SY_BIAS, 0.02f);
+    }
+    if (m->qk_norm) {
+      ADD("attn_q_norm.weight", 1, m->head_dim, 1, SY_NORM, 0.02f);
+      ADD("attn_k_norm.weight", 1, m->head_dim, 1, SY_NORM, 0.02f);
+    }
+    ADD("ffn_norm.weight", 1, e, 1, SY_NORM, 0.02f);
+    ADD("ffn_gate.weight", 2, e, m->n_ff, SY_MATRIX, 0.02f);
+    ADD("ffn_up.weight", 2, e, m->n_ff, SY_MATRIX, 0.02f);
+    ADD("ffn_down.weight", 2, m->n_ff, e, SY_MATRIX, 0.02f);
+#undef ADD
+  }
+  return rc ? PW_ENOMEM : 0;
+}
+
+/* llama3 rope scaling as llama.cpp's converter bakes it into rope_freqs:
+ * a per-dimension divisor of the rotation frequency (1 for short
+ * wavelengths, factor for long ones, smooth in between). */
+static void sy_rope_factors(const synth_model *m, float *out) {
+  int dim = m->head_dim;
+  double low_wavelen = m->rs_orig_ctx / m->rs_low, high_wavelen = m->rs_orig_ctx / m->rs_high;
+  for (int i = 0; i < dim / 2; i++) {
+    /* the converter computes freqs in float32 */
+    float freq = (float)(1.0 / pow((double)m->rope_base, (double)(float)(2 * i) / (double)dim));
+    double wavelen = 2 * M_PI / (double)freq;
+    double f;
+    if (wavelen < high_wavelen) f = 1.0;
+    else if (wavelen > low_wavelen) f = m->rs_factor;
+    else {
+      double smooth = (m->rs_orig_ctx / wavelen - m->rs_low) / (m->rs_high - m->rs_low);
+      f = 1.0 / ((1 - smooth) / m->rs_factor + smooth);
+    }
+    out[i] = (float)f;
+  }
+}
+
+/* Approximately standard normal from one 64-bit draw: the sum of four
+ * 16-bit uniforms, centred and scaled to unit variance (Irwin-Hall). Cheap
+ * enough for a billion weights; the tails stop at +-3.46. */
+static inline float sy_gauss(pw_rng *r) {
+  uint64_t v = pw_rng_next(r);
+  uint32_t s = (uint32_t)(v & 0xffff) + (uint32_t)((v >> 16) & 0xffff) + (uint32_t)((v >> 32) & 0xffff) +
+               (uint32_t)(v >> 48);
+  return (float)(((double)s + 2.0) / 65536.0 - 2.0) * 1.7320508f;
+}
+
+static void sy_row(void *p, int64_t row, float *out) {
+  sy_ctx *c = p;
+  const sy_tensor *t = c->cur;
+  int64_t n = (int64_t)t->ne[0];
+  if (t->kind == SY_ROPE) {
+    memcpy(out, c->rope, (size_t)n * sizeof(float));
+    return;
+  }
+  pw_rng r;
+  pw_rng_seed(&r, c->seed * 0x9e3779b97f4a7c15ull ^ t->name_hash ^ ((uint64_t)row + 1) * 0xd1b54a32d192ed03ull);
+  float base = t->kind == SY_NORM ? 1.0f : 0.0f;
+  for (int64_t i = 0; i < n; i++) out[i] = base + t->std * sy_gauss(&r);
+}
+
+static int sy_data(void *p, uint64_t i, gguf_emit_fn emit, void *sink, char *err) {
+  sy_ctx *c = p;
+  const sy_tensor *t = &c->t[i];
+  c->cur = t;
+  if (!c->quiet && (t->n_dims > 1 || i + 1 == (uint64_t)c->n))
+    fprintf(stderr, "[%4llu/%4d] %-28s [%6llu, %6llu] %-5s (%.1fs)\n", (unsigned long long)i + 1, c->n, t->name,
+            (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], pw_dtype_name(t->out_type),
+            pw_now_s() - c->t0);
+  return quant_stream(c->pool, sy_row, c, (int64_t)t->ne[1], (int64_t)t->ne[0], t->out_type, emit, sink, err);
+}
+
+static int sy_cmp(const void *a, const void *b) {
+  return quant_name_cmp(((const sy_tensor *)a)->name, ((const sy_tensor *)b)->name);
+}
+
+static void synth_usage(FILE *out) {
+  fprintf(out,
+          "usage: power synth --arch NAME --vocab VOCAB.gguf --out OUT.gguf [options]\n"
+          "  writes a model with the shapes of a real one, VOCAB's tokenizer and seeded dummy weights\n"
+          "  --arch NAME     one of:");
+  for (size_t i = 0; i < sizeof k_models / sizeof k_models[0]; i++) fprintf(out, " %s", k_models[i].id);
+  fprintf(out,
+          "\n"
+          "  --vocab FILE    GGUF whose tokenizer.* metadata is copied (its token count is the vocabulary)\n"
+          "  --type T        weight type with llama.cpp's mix (default F16): %s\n"
+          "  --seed S        weight seed (default 1)\n"
+          "  --layers N      override the layer count (quick tests)\n"
+          "  --threads N     generation threads (default 2; the output is the same for any N)\n"
+          "  --quiet         no progress on stderr\n",
+          quant_ftype_names());
+}
+
+int cmd_synth(int argc, char **argv) {
+  const char *arch = NULL, *vocab = NULL, *outp = NULL, *type = "F16";
+  long seed = 1, layers = 0, threads = 2;
+  int quiet = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      synth_usage(stdout);
+      return 0;
+    }
+    if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
+      quiet = 1;
+      continue;
+    }
+    bool known = !strcmp(a, "--arch") || !strcmp(a, "--vocab") || !strcmp(a, "--out") || !strcmp(a, "-o") ||
+                 !strcmp(a, "--type") || !strcmp(a, "--seed") || !strcmp(a, "--layers") ||
+                 !strcmp(a, "--threads") || !strcmp(a, "-t");
+    if (!known) {
+      fprintf(stderr, "power synth: unknown argument %s (try --help)\n", a);
+      return 2;
+    }
+    if (!v) {
+      fprintf(stderr, "power synth: option %s needs a value\n", a);
+      return 2;
+    }
+    i++;
+    if (!strcmp(a, "--arch")) arch = v;
+    else if (!strcmp(a, "--vocab")) vocab = v;
+    else if (!strcmp(a, "--out") || !strcmp(a, "-o")) outp = v;
+    else if (!strcmp(a, "--type")) type = v;
+    else if (!strcmp(a, "--seed")) {
+      if (cli_parse_long("synth", a, v, 0, 0x7fffffffL, &seed)) return 2;
+    } else if (!strcmp(a, "--layers")) {
+      if (cli_parse_long("synth", a, v, 1, 1024, &layers)) return 2;
+    } else if (cli_parse_long("synth", a, v, 1, 256, &threads)) return 2;
+  }
+  if (!arch || !vocab || !outp) {
+    fprintf(stderr, "power synth: --arch, --vocab and --out are required (try --help)\n");
+    return 2;
+  }
+  const synth_model *m = NULL;
+  for (size_t i = 0; i < sizeof k_models / sizeof k_models[0]; i++)
+    if (!strcmp(arch, k_models[i].id)) m = &k_models[i];
+  if (!m) {
+    fprintf(stderr, "power synth: unknown --arch '%s' (known:", arch);
+    for (size_t i = 0; i < sizeof k_models / sizeof k_models[0]; i++) fprintf(stderr, " %s", k_models[i].id);
+    fprintf(stderr, ")\n");
+    return 2;
+  }
+  const quant_ftype *q = quant_ftype_find(type);
+  if (!q) {
+    fprintf(stderr, "power synth: unknown --type '%s' (known: %s)\n", type, quant_ftype_names());
+    return 2;
+  }
+  char err[PW_ERRMAX], key[160];
+  gguf_file *vf = NULL;
+  gguf_writer *w = NULL;
+  sy_ctx c = {0};
+  const char **names = NULL;
+  int rc = 1;
+  c.m = m;
+  c.seed = (uint64_t)seed;
+  c.quiet = quiet;
+  if (gguf_open(vocab, &vf, err)) {
+    fprintf(stderr, "power synth: %s: %s\n", vocab, err);
+    goto done;
+  }
+  gguf_arr toks;
+  if (!gguf_get_arr(vf, "tokenizer.ggml.tokens", &toks) || toks.type != GGUF_T_STRING || toks.n == 0 ||
+      toks.n > (1u << 24)) {
+    fprintf(stderr, "power synth: %s has no tokenizer.ggml.tokens list\n", vocab);
+    goto done;
+  }
+  int n_layer = layers > 0 ? (int)layers : m->n_layer;
+  if (m->rs_factor > 0) {
+    c.rope = malloc((size_t)(m->head_dim / 2) * sizeof(float));
+    if (!c.rope) goto oom;
+    sy_rope_factors(m, c.rope);
+  }
+  if (sy_build(&c, n_layer, (int64_t)toks.n)) goto oom;
+  qsort(c.t, (size_t)c.n, sizeof *c.t, sy_cmp);
+  names = calloc((size_t)c.n, sizeof *names);
+  w = gguf_writer_create();
+  if (!names || !w) goto oom;
+  for (int i = 0; i < c.n; i++) names[i] = c.t[i].name;
+  quant_mix mix;
+  quant_mix_init(&mix, q, names, c.n, m->n_head / m->n_head_kv);
+  for (int i = 0; i < c.n; i++) {
+    sy_tensor *t = &c.t[i];
+    t->out_type = quant_mix_converts(t->name, t->n_dims) ? quant_mix_type(&mix, t->name, t->ne) : PW_DT_F32;
+    if (gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->out_type, err)) goto fail;
+  }
+  /* Metadata in the order llama.cpp's converter writes it. */
+  char title[96];
+  snprintf(title, sizeof title, "%s (synthetic weights, seed %ld%s)", m->title, seed,
+           n_layer != m->n_layer ? ", fewer layers" : "");
+  const char *a = m->arch;
+#define KEY(s) (snprintf(key, sizeof key, "%s.%s", a, s), key)
+  if (gguf_writer_set_str(w, "general.architecture", a, err) || gguf_writer_set_str(w, "general.type", "model", err) ||
+      gguf_writer_set_str(w, "general.name", title, err) ||
+      gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)n_layer, err) ||
+      gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)m->n_ctx, err) ||
+      gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)m->n_embd, err) ||
+      gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)m->n_ff, err) ||
+      gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)m->n_head, err) ||
+      gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)m->n_head_kv, err) ||
+      gguf_writer_set_f32(w, KEY("rope.freq_base"), m->rope_base, err) ||
+      gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), m->rms_eps, err))
+    goto fail;
+  if (m->head_dim != m->n_embd / m->n_head &&
+      (gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)m->head_dim, err) ||
+       gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)m->head_dim, err)))
+    goto fail;
+  if (!strcmp(a, "llama") && (gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)toks.n, err) ||
+                              gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)m->head_dim, err)))
+    goto fail;
+#undef KEY
+  if (gguf_writer_set_u32(w, "general.file_type", q->ftype, err)) goto fail;
+  if (quant_ftype_is_quantized(q) && gguf_writer_set_u32(w, "general.quantization_version", 2, err)) goto fail;
+  if (gguf_writer_copy_kvs_prefix(w, vf, "tokenizer.", err) < 0) goto fail;
+  c.pool = pw_pool_create((int)threads);
+  if (!c.pool) {
+    fprintf(stderr, "power synth: cannot start %ld threads\n", threads);
+    goto done;
+  }
+  c.t0 = pw_now_s();
+  if (gguf_writer_write(w, outp, sy_data, &c, err)) goto fail;
+  if (!quiet)
+    fprintf(stderr, "power synth: %s: %s, %d layers, %s, vocabulary %llu, %.1f MB in %.1fs\n", outp, m->id, n_layer,
+            q->name, (unsigned long long)toks.n, (double)gguf_writer_file_size(w) / 1e6, pw_now_s() - c.t0);
+  rc = 0;
+  goto done;
+oom:
+  fprintf(stderr, "power synth: out of memory\n");
+  goto done;
+fail:
+  fprintf(stderr, "power synth: %s\n", err);
+done:
+  pw_pool_destroy(c.pool);
+  gguf_writer_destroy(w);
+  free(names);
+  free(c.t);
+  free(c.rope);
+  gguf_close(vf);
+  return rc;
+}

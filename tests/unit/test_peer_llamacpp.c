@@ -1,0 +1,220 @@
+/* test_peer_llamacpp.c - llama.cpp loads the files Power writes and computes
+ * what Power computes on them.
+ *
+ * Writes small models with `power synth` (qwen2 Q8_0 and Q4_K_M, qwen3
+ * Q8_0, llama with llama3 rope_freqs Q4_K_M) and `power quantize` (the
+ * trained codelm-py to Q4_K_M), runs llama.cpp on each through
+ * tests/peer/llamacpp-logits.mjs (node-llama-cpp's prebuilt release, CPU,
+ * 2 threads) and compares its next-token distribution at every position
+ * with Power's model_forward. node-llama-cpp exposes probabilities, so both
+ * sides are compared as log-softmax. Tolerances as the parity suite's:
+ * top-1 equal where llama.cpp's top-1 margin >= 0.25, and for llama.cpp's
+ * top-10 tokens |logprob difference| < 0.35.
+ *
+ * Needs `node` and the peer's node_modules (npm ci --prefix tests/peer);
+ * fails with a message saying so when either is missing. */
+#include "base/error.h"
+#include "model/model.h"
+#include "tok/tok.h"
+#include "test.h"
+
+#include <jansson.h>
+#include <libgen.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef POWER_BIN
+#define POWER_BIN "power"
+#endif
+
+#define TOL_TOP1_MARGIN 0.25
+#define TOL_TOP10 0.35
+
+static char g_tmp[256];
+static char g_peer[1024]; /* tests/peer */
+
+static const char *bin(void) {
+  const char *b = getenv("POWER_BIN");
+  return b && *b ? b : POWER_BIN;
+}
+
+static int sh(const char *cmd) {
+  int rc = system(cmd);
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* Runs the peer script; returns the parsed JSON or NULL. */
+static json_t *peer_run(const char *model_path, const int32_t *ids, int n) {
+  char *cmd = malloc(16384);
+  int off = snprintf(cmd, 16384, "node '%s/llamacpp-logits.mjs' '%s' ", g_peer, model_path);
+  for (int i = 0; i < n && off < 16000; i++) off += snprintf(cmd + off, (size_t)(16384 - off), "%s%d", i ? "," : "", ids[i]);
+  snprintf(cmd + off, (size_t)(16384 - off), " --all --threads 2 2>'%s/peer.err'", g_tmp);
+  FILE *p = popen(cmd, "r");
+  free(cmd);
+  if (!p) return NULL;
+  json_error_t je;
+  json_t *j = json_loadf(p, 0, &je);
+  int rc = pclose(p);
+  if (rc != 0 || !j) {
+    char errp[300];
+    snprintf(errp, sizeof errp, "%s/peer.err", g_tmp);
+    FILE *e = fopen(errp, "r");
+    char line[512];
+    fprintf(stderr, "peer script failed (status %d) on %s:\n", rc, model_path);
+    while (e && fgets(line, sizeof line, e)) fputs(line, stderr);
+    if (e) fclose(e);
+    json_decref(j);
+    return NULL;
+  }
+  return j;
+}
+
+static void log_softmax(const float *x, int n, double *out) {
+  double mx = x[0];
+  for (int i = 1; i < n; i++)
+    if (x[i] > mx) mx = x[i];
+  double s = 0;
+  for (int i = 0; i < n; i++) s += exp((double)x[i] - mx);
+  double lse = mx + log(s);
+  for (int i = 0; i < n; i++) out[i] = (double)x[i] - lse;
+}
+
+static void compare(const char *label, const char *path, const int32_t *ids, int n) {
+  char err[PW_ERRMAX];
+  model *m = NULL;
+  model_opts o = {2};
+  CHECK_MSG(model_load(path, &o, &m, err) == 0, "%s: %s", label, err);
+  if (!m) return;
+  int V = model_hp(m)->n_vocab;
+  model_kv *kv = NULL;
+  model_ctx *c = NULL;
+  float *lg = calloc((size_t)V * (size_t)n, sizeof(float));
+  double *lp = malloc(sizeof(double) * (size_t)V);
+  model_entry *e = malloc(sizeof *e * (size_t)n);
+  CHECK(model_kv_create(m, 1, n + 4, &kv, err) == 0);
+  CHECK(model_ctx_create(m, n, n + 4, &c, err) == 0);
+  for (int i = 0; i < n; i++) e[i] = (model_entry){0, i, ids[i], true};
+  CHECK_MSG(kv && c && model_forward(c, kv, e, n, lg, NULL, err) == 0, "%s: %s", label, err);
+  json_t *j = peer_run(path, ids, n);
+  CHECK_MSG(j != NULL, "%s: llama.cpp did not run", label);
+  json_t *pos = j ? json_object_get(j, "positions") : NULL;
+  CHECK_MSG(pos && json_array_size(pos) == (size_t)n, "%s: peer gave %zu positions", label,
+            pos ? json_array_size(pos) : 0);
+  if (j) CHECK_EQ_INT(json_integer_value(json_object_get(j, "n_vocab")), V);
+  double worst = 0;
+  int top1_checked = 0, top1_agree = 0, top1_any = 0;
+  for (int i = 0; pos && i < n && json_array_size(pos) == (size_t)n; i++) {
+    json_t *top = json_array_get(pos, (size_t)i);
+    log_softmax(lg + (size_t)i * V, V, lp);
+    int pbest = 0;
+    for (int k = 1; k < V; k++)
+      if (lp[k] > lp[pbest]) pbest = k;
+    size_t nt = json_array_size(top);
+    CHECK(nt == 10);
+    if (nt < 2) continue;
+    int id0 = (int)json_integer_value(json_array_get(json_array_get(top, 0), 0));
+    double m0 = json_real_value(json_array_get(json_array_get(top, 0), 1)) -
+                json_real_value(json_array_get(json_array_get(top, 1), 1));
+    top1_any += id0 == pbest;
+    if (m0 >= TOL_TOP1_MARGIN) {
+      top1_checked++;
+      top1_agree += id0 == pbest;
+      CHECK_MSG(id0 == pbest, "%s: position %d: llama.cpp top-1 %d (margin %.3f), Power %d", label, i, id0, m0,
+                pbest);
+    }
+    for (size_t k = 0; k < nt; k++) {
+      json_t *pr = json_array_get(top, k);
+      int id = (int)json_integer_value(json_array_get(pr, 0));
+      double want = json_real_value(json_array_get(pr, 1));
+      if (id < 0 || id >= V) {
+        CHECK_MSG(0, "%s: peer token id %d out of range", label, id);
+        continue;
+      }
+      double d = fabs(lp[id] - want);
+      if (d > worst) worst = d;
+    }
+  }
+  CHECK_MSG(worst < TOL_TOP10, "%s: top-10 logprob difference %.4f >= %.2f", label, worst, TOL_TOP10);
+  fprintf(stderr, "%-26s %3d positions: top-1 agrees at %d (%d of %d with margin >= %.2f), max |dlogprob| top-10 %.4f\n",
+          label, n, top1_any, top1_agree, top1_checked, TOL_TOP1_MARGIN, worst);
+  json_decref(j);
+  free(e);
+  free(lp);
+  free(lg);
+  model_ctx_destroy(c);
+  model_kv_destroy(kv);
+  model_destroy(m);
+}
+
+static int synth(const char *arch, const char *vocab, const char *type, const char *out) {
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd,
+           "'%s' synth --arch %s --vocab '%s/tokenizer/ggml-vocab-%s.gguf' --out '%s' --type %s --layers 2 --quiet",
+           bin(), arch, POWER_SHARED_DIR, vocab, out, type);
+  int rc = sh(cmd);
+  CHECK_MSG(rc == 0, "synth %s %s failed", arch, type);
+  return rc;
+}
+
+int main(void) {
+  char src[1024];
+  snprintf(src, sizeof src, "%s", __FILE__);
+  snprintf(g_peer, sizeof g_peer, "%s/../peer", dirname(src));
+  if (sh("command -v node >/dev/null 2>&1") != 0) {
+    fprintf(stderr, "FAIL: `node` is not installed; the llama.cpp peer check needs Node.js >= 20\n");
+    return 1;
+  }
+  char probe[1200];
+  snprintf(probe, sizeof probe, "%s/node_modules/node-llama-cpp/package.json", g_peer);
+  if (access(probe, R_OK) != 0) {
+    fprintf(stderr, "FAIL: %s/node_modules is missing; run `npm ci --prefix tests/peer` first\n", g_peer);
+    return 1;
+  }
+  snprintf(g_tmp, sizeof g_tmp, "/tmp/pw_test_peer_%d", (int)getpid());
+  if (mkdir(g_tmp, 0700)) return 1;
+  /* Never build or download at run time. */
+  setenv("NODE_LLAMA_CPP_SKIP_DOWNLOAD", "true", 1);
+
+  char p[512];
+  static const int32_t qids[12] = {785, 3974, 13876, 38835, 34208, 916, 279, 15678, 5562, 13, 151643, 40};
+  static const int32_t sids[12] = {1, 450, 4996, 17354, 1701, 432, 17204, 975, 278, 17366, 11203, 29889};
+  struct {
+    const char *label, *arch, *vocab, *type;
+    const int32_t *ids;
+  } cases[] = {
+      {"qwen2.5-0.5b Q8_0", "qwen2.5-0.5b", "qwen2", "Q8_0", qids},
+      {"qwen2.5-0.5b Q4_K_M", "qwen2.5-0.5b", "qwen2", "Q4_K_M", qids},
+      {"qwen3-0.6b Q8_0", "qwen3-0.6b", "llama-spm", "Q8_0", sids},
+      {"llama-3.2-1b Q4_K_M", "llama-3.2-1b", "llama-spm", "Q4_K_M", sids},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    snprintf(p, sizeof p, "%s/m%zu.gguf", g_tmp, i);
+    if (synth(cases[i].arch, cases[i].vocab, cases[i].type, p) == 0) compare(cases[i].label, p, cases[i].ids, 12);
+    unlink(p);
+  }
+
+  /* The trained model, quantized by Power, over real code. */
+  char f32[1024], cmd[3072], err[PW_ERRMAX];
+  snprintf(f32, sizeof f32, "%s/models/codelm-py-F32.gguf", POWER_SHARED_DIR);
+  snprintf(p, sizeof p, "%s/codelm-q4km.gguf", g_tmp);
+  snprintf(cmd, sizeof cmd, "'%s' quantize '%s' '%s' Q4_K_M --quiet", bin(), f32, p);
+  CHECK_MSG(sh(cmd) == 0, "quantize codelm-py failed");
+  gguf_file *gf = NULL;
+  tok_vocab *v = NULL;
+  int32_t ids[128];
+  size_t n = 0;
+  static const char code[] = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
+                             "    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n";
+  if (gguf_open(p, &gf, err) == 0 && tok_vocab_load(gf, &v, err) == 0 &&
+      tok_encode(v, code, strlen(code), true, false, ids, 128, &n, err) == 0)
+    compare("codelm-py Q4_K_M (quantize)", p, ids, (int)n);
+  else
+    CHECK_MSG(0, "codelm-py: %s", err);
+  tok_vocab_destroy(v);
+  gguf_close(gf);
+  unlink(p);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
+  if (sh(cmd)) fprintf(stderr, "could not remove %s\n", g_tmp);
+  TEST_DONE();
+}
