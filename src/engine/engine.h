@@ -69,7 +69,35 @@ typedef struct engine_opts {
                            * raised to max_active if smaller */
   int max_events;         /* undelivered events per request before it is cancelled
                            * with PW_ELIMIT (slow consumer); 0 = 256 */
+  /* Exact speculative decoding (see "Speculation" below). */
+  int spec_mode;                /* engine_spec_mode; 0 = ENGINE_SPEC_OFF */
+  const char *spec_draft_model; /* GGUF of the draft model for ENGINE_SPEC_DRAFT */
+  int spec_draft_max;           /* K: most proposals per round; 0 = 8; <= 32 */
+  /* Keyed prefix reuse (see "Prefix cache" below). */
+  int prompt_cache_entries;     /* most cached sequences; 0 = 8; -1 = disabled */
+  size_t prompt_cache_bytes;    /* most KV bytes held by entries; 0 = 1 GiB */
+  double prompt_cache_ttl_s;    /* idle time before an entry expires; 0 = 600 */
 } engine_opts;
+
+/* Speculation: each round proposes up to K tokens, verifies the committed
+ * token plus the proposals in ONE target forward pass (batched with the
+ * other sequences), accepts the longest prefix on which the target's own
+ * choice agrees, emits the accepted tokens plus one correction or bonus
+ * token, and truncates target (and draft) KV to what was committed. Output
+ * is byte-identical to ENGINE_SPEC_OFF: greedy, and seeded sampling too
+ * (the target's choice at each position is drawn exactly as without
+ * speculation, with the same RNG consumption). K adapts per request; a
+ * request whose acceptance stays low falls back to target-only decoding. */
+typedef enum engine_spec_mode {
+  ENGINE_SPEC_OFF = 0,
+  ENGINE_SPEC_PROMPT_LOOKUP = 1, /* copy what followed the last n-gram's match in the prompt */
+  ENGINE_SPEC_NGRAM = 2,         /* the same over prompt and generated text */
+  ENGINE_SPEC_DRAFT = 3,         /* a smaller GGUF with the same vocabulary, greedy */
+} engine_spec_mode;
+
+/* "off", "prompt-lookup", "ngram", "draft" -> mode; -1 if unknown. */
+int engine_spec_parse(const char *name);
+const char *engine_spec_name(int mode);
 
 #define ENGINE_MAX_STOP 8        /* stop strings per request */
 #define ENGINE_MAX_STOP_LEN 256  /* bytes per stop string */
@@ -86,6 +114,16 @@ typedef struct engine_params {
   bool ignore_eos;        /* keep generating past end-of-generation tokens */
   bool embedding;         /* compute a pooled embedding of the prompt instead of generating */
   uint64_t deadline_ns;   /* monotonic (pw_now_ns) deadline for admission; 0 = none */
+  bool spec_off;          /* this request decodes without speculation */
+  /* Prefix cache: a request with a key reuses the longest common token
+   * prefix with the entry of that key and evaluates only the rest; after
+   * it, the entry holds this request's prompt and output. The key is the
+   * caller's scoped identity digest (the server hashes the tenant, the
+   * endpoint, the model and the client's prompt_cache_key); the engine never
+   * sees raw keys. An entry in use by a running request is never evicted or
+   * shared: a second request with the same key runs uncached. */
+  bool has_cache_key;
+  uint8_t cache_key[32];
 } engine_params;
 /* Notes: sampling.seed is used as given. Penalties (repeat/frequency/
  * presence) also count the last repeat_last_n prompt tokens, as llama.cpp
@@ -112,6 +150,11 @@ typedef struct engine_usage {
   int prompt_tokens;
   int completion_tokens;
   int cached_tokens; /* prompt tokens whose KV was reused */
+  /* speculation, per request */
+  int spec_drafted;  /* tokens proposed */
+  int spec_accepted; /* proposals the target agreed with */
+  int spec_emitted;  /* tokens emitted by speculative rounds (accepted + one each) */
+  int target_passes; /* target forward passes that produced this request's tokens */
 } engine_usage;
 
 typedef struct engine_event {
@@ -141,6 +184,16 @@ typedef struct engine_stats {
   uint64_t requests_cancelled; /* ended with ENGINE_FINISH_CANCEL */
   uint64_t prompt_tokens_total, generated_tokens_total; /* evaluated / sampled */
   uint64_t steps_total;        /* scheduler steps run */
+  uint64_t batch_entries_total; /* model entries over all steps (batch size = this / steps) */
+  size_t kv_bytes_in_use;      /* KV bytes of running sequences and cache entries */
+  /* speculation */
+  uint64_t spec_drafted_total, spec_accepted_total, spec_emitted_total;
+  uint64_t spec_target_passes_total, spec_rounds_total, spec_fallbacks_total;
+  /* prefix cache */
+  uint64_t cache_requests_total, cache_hits_total, cache_misses_total;
+  uint64_t cache_reused_tokens_total, cache_evaluated_tokens_total, cache_evictions_total;
+  int cache_entries;
+  size_t cache_bytes;
 } engine_stats;
 
 /* Loads the model and vocabulary and starts the engine thread. */

@@ -312,7 +312,7 @@ static void test_sse(void) {
   oai_sse_delta(&o, "\xe4\xb8\x96", 3, &lp, &b);
   oai_sse_keepalive(&b);
   oai_sse_finish(&o, ENGINE_FINISH_LENGTH, &b);
-  engine_usage u = {10, 3, 4};
+  engine_usage u = {.prompt_tokens = 10, .completion_tokens = 3, .cached_tokens = 4};
   oai_sse_usage(&o, &u, &b);
   oai_sse_done(&b);
   static char ev[8][4096];
