@@ -13,6 +13,7 @@
 #include "tensor/attn.h"
 #include "tensor/dtype.h"
 #include "tensor/matmul.h"
+#include "tensor/ops.h"
 #include "tensor/quants.h"
 #include "tensor/traits.h"
 
@@ -349,18 +350,22 @@ int model_ctx_create(const model *m, int max_batch, int max_ctx, model_ctx **out
   c->rope_sin = malloc(B * hp->head_dim / 2 * sizeof(float));
   /* Scratch for the largest activation quantization of any matmul. */
   size_t mm = 0;
-  int64_t ins[2] = {hp->n_embd, hp->n_ff};
   for (int l = 0; l < hp->n_layer; l++) {
     const layer_w *L = &m->layers[l];
-    const model_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
-      size_t s = pw_matmul_scratch_size(ws[i]->type, ws[i]->n_in, max_batch);
-      if (s > mm) mm = s;
-    }
+    pw_mm_op qkv[3] = {{L->wq.type, L->wq.data, L->wq.n_out, NULL},
+                       {L->wk.type, L->wk.data, L->wk.n_out, NULL},
+                       {L->wv.type, L->wv.data, L->wv.n_out, NULL}};
+    pw_mm_op gu[2] = {{L->w_gate.type, L->w_gate.data, L->w_gate.n_out, NULL},
+                      {L->w_up.type, L->w_up.data, L->w_up.n_out, NULL}};
+    size_t sz[4] = {pw_matmul_multi_scratch_size(qkv, 3, hp->n_embd, max_batch),
+                    pw_matmul_multi_scratch_size(gu, 2, hp->n_embd, max_batch),
+                    pw_matmul_scratch_size(L->wo.type, L->wo.n_in, max_batch),
+                    pw_matmul_scratch_size(L->w_down.type, L->w_down.n_in, max_batch)};
+    for (int i = 0; i < 4; i++)
+      if (sz[i] > mm) mm = sz[i];
   }
   size_t so = pw_matmul_scratch_size(m->output.type, m->output.n_in, max_batch);
   if (so > mm) mm = so;
-  (void)ins;
   c->mm_scratch = malloc(mm ? mm : 1);
   if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->rows ||
       !c->rope_cos || !c->rope_sin || !c->mm_scratch) {
@@ -388,14 +393,9 @@ void model_ctx_destroy(model_ctx *c) {
   free(c);
 }
 
-/* y = x / sqrt(mean(x^2) + eps) * w, the sum of squares in double as ggml. */
-static void rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
-  double sum = 0;
-  for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
-  float mean = (float)(sum / n);
-  float scale = 1.0f / sqrtf(mean + eps);
-  for (int i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
-}
+/* y = x / sqrt(mean(x^2) + eps) * w, the sum of squares in double as ggml
+ * (tensor/ops.h). */
+static void rmsnorm(float *y, const float *x, const float *w, int n, float eps) { pw_rmsnorm(y, x, w, n, eps); }
 
 static void matmul(model_ctx *c, const model_weight *w, const float *x, int n, float *y) {
   pw_matmul(c->m->pool, w->type, w->data, w->n_in, w->n_out, x, n, y, c->mm_scratch);
@@ -501,9 +501,10 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
   for (int il = 0; il < hp->n_layer; il++) {
     const layer_w *L = &m->layers[il];
     for (int t = 0; t < n; t++) rmsnorm(c->xn + (size_t)t * E, c->x + (size_t)t * E, L->attn_norm, E, hp->rms_eps);
-    matmul(c, &L->wq, c->xn, n, c->q);
-    matmul(c, &L->wk, c->xn, n, c->k);
-    matmul(c, &L->wv, c->xn, n, c->v);
+    pw_mm_op qkv[3] = {{L->wq.type, L->wq.data, L->wq.n_out, c->q},
+                       {L->wk.type, L->wk.data, L->wk.n_out, c->k},
+                       {L->wv.type, L->wv.data, L->wv.n_out, c->v}};
+    pw_matmul_multi(m->pool, qkv, 3, E, c->xn, n, c->mm_scratch);
     add_bias(c->q, L->bq, n, qd);
     add_bias(c->k, L->bk, n, kvd);
     add_bias(c->v, L->bv, n, kvd);
@@ -524,16 +525,14 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
     attn_job job = {c, kv, e, n, il, pw_attn_get()};
     pw_pool_run(m->pool, attn_worker, &job);
     matmul(c, &L->wo, c->att, n, c->xn);
-    for (size_t i = 0; i < (size_t)n * E; i++) c->x[i] += c->xn[i];
+    pw_add(c->x, c->x, c->xn, (int64_t)n * E);
     for (int t = 0; t < n; t++) rmsnorm(c->xn + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm, E, hp->rms_eps);
-    matmul(c, &L->w_gate, c->xn, n, c->gate);
-    matmul(c, &L->w_up, c->xn, n, c->up);
-    for (size_t i = 0; i < (size_t)n * hp->n_ff; i++) {
-      float g = c->gate[i];
-      c->gate[i] = g / (1.0f + expf(-g)) * c->up[i];
-    }
+    pw_mm_op gu[2] = {{L->w_gate.type, L->w_gate.data, L->w_gate.n_out, c->gate},
+                      {L->w_up.type, L->w_up.data, L->w_up.n_out, c->up}};
+    pw_matmul_multi(m->pool, gu, 2, E, c->xn, n, c->mm_scratch);
+    pw_swiglu(c->gate, c->gate, c->up, (int64_t)n * hp->n_ff);
     matmul(c, &L->w_down, c->gate, n, c->xn);
-    for (size_t i = 0; i < (size_t)n * E; i++) c->x[i] += c->xn[i];
+    pw_add(c->x, c->x, c->xn, (int64_t)n * E);
   }
   for (int t = 0; t < n; t++) kv->len[e[t].seq] = e[t].pos + 1 > kv->len[e[t].seq] ? e[t].pos + 1 : kv->len[e[t].seq];
   int nw = 0;

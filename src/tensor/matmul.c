@@ -53,10 +53,9 @@ static void quant_task(void *vctx, int ith, int nth) {
   c->vt->from_float(c->X + lo * blck, c->Xq + (size_t)lo * c->vt->type_size, (int64_t)(hi - lo) * blck);
 }
 
-static void dot_task(void *vctx, int ith, int nth) {
-  mm_ctx *c = vctx;
-  long lo, hi;
-  pw_split((long)c->n_out, ith, nth, &lo, &hi);
+/* Rows [lo, hi) of one matrix against every token: for each tile of rows,
+ * walk the tokens PW_VEC_DOT_MAX_NX at a time. */
+static void dot_rows(const mm_ctx *c, long lo, long hi) {
   float out[PW_VEC_DOT_MAX_NX];
   for (long r0 = lo; r0 < hi; r0 += ROW_TILE) {
     const long r1 = r0 + ROW_TILE < hi ? r0 + ROW_TILE : hi;
@@ -69,6 +68,13 @@ static void dot_task(void *vctx, int ith, int nth) {
       }
     }
   }
+}
+
+static void dot_task(void *vctx, int ith, int nth) {
+  mm_ctx *c = vctx;
+  long lo, hi;
+  pw_split((long)c->n_out, ith, nth, &lo, &hi);
+  dot_rows(c, lo, hi);
 }
 
 void pw_matmul(pw_pool *pool, uint32_t wtype, const void *W, int64_t n_in, int64_t n_out,
@@ -103,6 +109,98 @@ void pw_matmul(pw_pool *pool, uint32_t wtype, const void *W, int64_t n_in, int64
       pw_pool_run(pool, quant_task, &c);
   }
   pw_pool_run(pool, dot_task, &c);
+}
+
+/* ---- several matrices over one X ------------------------------------- */
+
+typedef struct {
+  mm_ctx mm[PW_MM_MAX_OPS]; /* per op; Xq shared between ops of one vec_dot_type */
+  int n_ops;
+  int64_t total_rows;       /* sum of n_out */
+  /* quantization jobs: one per distinct vec_dot_type */
+  mm_ctx *quant[PW_MM_MAX_OPS];
+  int n_quant;
+} mm_multi;
+
+static void multi_quant_task(void *vctx, int ith, int nth) {
+  mm_multi *m = vctx;
+  for (int i = 0; i < m->n_quant; i++) quant_task(m->quant[i], ith, nth);
+}
+
+static void multi_dot_task(void *vctx, int ith, int nth) {
+  mm_multi *m = vctx;
+  long lo, hi;
+  pw_split((long)m->total_rows, ith, nth, &lo, &hi);
+  /* The thread's range over the concatenated rows of all matrices. */
+  long base = 0;
+  for (int k = 0; k < m->n_ops && lo < hi; k++) {
+    const mm_ctx *c = &m->mm[k];
+    long a = lo - base, b = hi - base;
+    base += (long)c->n_out;
+    if (b <= 0 || a >= c->n_out) continue;
+    dot_rows(c, a < 0 ? 0 : a, b > c->n_out ? (long)c->n_out : b);
+  }
+}
+
+size_t pw_matmul_multi_scratch_size(const pw_mm_op *ops, int n_ops, int64_t n_in, int64_t n_tok) {
+  size_t total = 0;
+  uint32_t seen[PW_MM_MAX_OPS];
+  int n_seen = 0;
+  PW_ASSERT(n_ops >= 1 && n_ops <= PW_MM_MAX_OPS);
+  for (int i = 0; i < n_ops; i++) {
+    const pw_traits *tr = pw_traits_get(ops[i].wtype);
+    PW_ASSERT(tr && tr->vec_dot);
+    int dup = 0;
+    for (int j = 0; j < n_seen; j++) dup |= seen[j] == tr->vec_dot_type;
+    if (dup) continue;
+    seen[n_seen++] = tr->vec_dot_type;
+    total += pw_matmul_scratch_size(ops[i].wtype, n_in, n_tok);
+  }
+  return total;
+}
+
+void pw_matmul_multi(pw_pool *pool, const pw_mm_op *ops, int n_ops, int64_t n_in, const float *X, int64_t n_tok,
+                     void *scratch) {
+  PW_ASSERT(n_ops >= 1 && n_ops <= PW_MM_MAX_OPS && n_in > 0 && n_tok >= 0);
+  if (n_tok == 0) return;
+  mm_multi m;
+  memset(&m, 0, sizeof m);
+  m.n_ops = n_ops;
+  uint8_t *next = scratch;
+  for (int i = 0; i < n_ops; i++) {
+    mm_ctx *c = &m.mm[i];
+    c->tr = pw_traits_get(ops[i].wtype);
+    PW_ASSERT(c->tr && c->tr->vec_dot);
+    c->vt = pw_traits_get(c->tr->vec_dot_type);
+    PW_ASSERT(c->vt && n_in % c->tr->blck == 0 && n_in % c->vt->blck == 0);
+    c->W = ops[i].W;
+    c->w_row = (size_t)pw_dtype_row_size(ops[i].wtype, (uint64_t)n_in);
+    c->X = X;
+    c->n_in = n_in;
+    c->n_out = ops[i].n_out;
+    c->n_tok = n_tok;
+    c->Y = ops[i].Y;
+    m.total_rows += ops[i].n_out;
+    if (c->tr->vec_dot_type == PW_DT_F32) {
+      c->Xq = (uint8_t *)(uintptr_t)X;
+      c->x_row = (size_t)n_in * sizeof(float);
+      continue;
+    }
+    c->x_row = (size_t)pw_dtype_row_size(c->tr->vec_dot_type, (uint64_t)n_in);
+    for (int j = 0; j < i; j++)
+      if (m.mm[j].tr->vec_dot_type == c->tr->vec_dot_type) c->Xq = m.mm[j].Xq;
+    if (!c->Xq) {
+      PW_ASSERT(scratch != NULL);
+      c->Xq = next;
+      next += c->x_row * (size_t)n_tok;
+      m.quant[m.n_quant++] = c;
+    }
+  }
+  if (m.n_quant) {
+    if (n_tok * n_in < QUANT_POOL_MIN) multi_quant_task(&m, 0, 1);
+    else pw_pool_run(pool, multi_quant_task, &m);
+  }
+  pw_pool_run(pool, multi_dot_task, &m);
 }
 
 void pw_get_row(uint32_t dtype, const void *W, int64_t n_in, int64_t row, float *dst) {

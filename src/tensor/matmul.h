@@ -32,6 +32,23 @@ size_t pw_matmul_scratch_size(uint32_t wtype, int64_t n_in, int64_t n_tok);
 void pw_matmul(pw_pool *pool, uint32_t wtype, const void *W, int64_t n_in, int64_t n_out,
                const float *X, int64_t n_tok, float *Y, void *scratch);
 
+/* Several matrices over the same X (e.g. Q, K and V; or gate and up), in
+ * one pool run: X is quantized once per distinct vec_dot_type and the rows
+ * of all matrices are split across the pool together, so small matrices
+ * don't each pay a barrier. Each op's Y is exactly what pw_matmul gives. */
+typedef struct pw_mm_op {
+  uint32_t wtype;
+  const void *W;  /* n_out rows of n_in elements (borrowed) */
+  int64_t n_out;
+  float *Y;       /* n_tok rows of n_out floats (written) */
+} pw_mm_op;
+
+#define PW_MM_MAX_OPS 4
+
+size_t pw_matmul_multi_scratch_size(const pw_mm_op *ops, int n_ops, int64_t n_in, int64_t n_tok);
+void pw_matmul_multi(pw_pool *pool, const pw_mm_op *ops, int n_ops, int64_t n_in, const float *X, int64_t n_tok,
+                     void *scratch);
+
 /* dst[0..n_in) = row `row` of W dequantized (W, dst as above). */
 void pw_get_row(uint32_t dtype, const void *W, int64_t n_in, int64_t row, float *dst);
 

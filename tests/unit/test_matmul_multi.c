@@ -1,0 +1,59 @@
+/* test_matmul_multi.c - pw_matmul_multi gives, for each matrix, exactly the
+ * bytes pw_matmul gives, with mixed weight types (shared and distinct
+ * activation types), any thread count and any token count. */
+#include "base/pool.h"
+#include "tensor/dtype.h"
+#include "tensor/matmul.h"
+#include "tensor/quants.h"
+#include "test.h"
+
+static uint64_t g_rng = 7;
+static float frand(void) {
+  g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+  return (float)((double)(g_rng >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+}
+
+int main(void) {
+  const int64_t n_in = 512;
+  const uint32_t types[4] = {PW_DT_Q4_K, PW_DT_Q6_K, PW_DT_Q8_0, PW_DT_F16};
+  const int64_t n_out[4] = {37, 16, 29, 8};
+  void *W[4];
+  for (int k = 0; k < 4; k++) {
+    float *f = malloc(sizeof(float) * (size_t)(n_in * n_out[k]));
+    for (int64_t i = 0; i < n_in * n_out[k]; i++) f[i] = frand();
+    W[k] = malloc(pw_dtype_row_size(types[k], (uint64_t)n_in) * (size_t)n_out[k]);
+    pw_ref_quantize(types[k], f, W[k], n_in * n_out[k]);
+    free(f);
+  }
+  for (int nt = 1; nt <= 3; nt++) {
+    pw_pool *pool = pw_pool_create(nt);
+    for (int64_t n_tok = 1; n_tok <= 9; n_tok += 4) {
+      float *X = malloc(sizeof(float) * (size_t)(n_in * n_tok));
+      for (int64_t i = 0; i < n_in * n_tok; i++) X[i] = frand();
+      pw_mm_op ops[4];
+      float *Y1[4], *Y2[4];
+      for (int k = 0; k < 4; k++) {
+        Y1[k] = calloc((size_t)(n_tok * n_out[k]), sizeof(float));
+        Y2[k] = calloc((size_t)(n_tok * n_out[k]), sizeof(float));
+        ops[k] = (pw_mm_op){types[k], W[k], n_out[k], Y2[k]};
+      }
+      size_t ss = pw_matmul_multi_scratch_size(ops, 4, n_in, n_tok);
+      void *scratch = malloc(ss ? ss : 1);
+      pw_matmul_multi(pool, ops, 4, n_in, X, n_tok, scratch);
+      for (int k = 0; k < 4; k++) {
+        void *s1 = malloc(pw_matmul_scratch_size(types[k], n_in, n_tok) + 1);
+        pw_matmul(pool, types[k], W[k], n_in, n_out[k], X, n_tok, Y1[k], s1);
+        CHECK_MSG(memcmp(Y1[k], Y2[k], sizeof(float) * (size_t)(n_tok * n_out[k])) == 0,
+                  "op %d (%s) threads %d tokens %lld differs", k, pw_dtype_name(types[k]), nt, (long long)n_tok);
+        free(s1);
+        free(Y1[k]);
+        free(Y2[k]);
+      }
+      free(scratch);
+      free(X);
+    }
+    pw_pool_destroy(pool);
+  }
+  for (int k = 0; k < 4; k++) free(W[k]);
+  TEST_DONE();
+}
