@@ -18,6 +18,59 @@ void gen_opts_default(gen_opts *o) {
   o->sp.temperature = 0;
 }
 
+int spec_opts_parse(const char *cmd, spec_opts *s, const char *a, const char *v) {
+  if (strcmp(a, "--spec") && strcmp(a, "--spec-draft-model") && strcmp(a, "--spec-draft-max")) return 0;
+  if (!v) {
+    fprintf(stderr, "power %s: option %s needs a value\n", cmd, a);
+    return -1;
+  }
+  if (!strcmp(a, "--spec")) {
+    int m = engine_spec_parse(v);
+    if (m < 0) {
+      fprintf(stderr, "power %s: unknown --spec mode '%s' (off, prompt-lookup, ngram or draft)\n", cmd, v);
+      return -1;
+    }
+    s->mode = m;
+  } else if (!strcmp(a, "--spec-draft-model")) {
+    if (!*v) {
+      fprintf(stderr, "power %s: --spec-draft-model needs a GGUF file\n", cmd);
+      return -1;
+    }
+    s->draft_model = v;
+  } else if (cli_parse_long(cmd, a, v, 1, 32, &s->draft_max)) {
+    return -1;
+  }
+  return 1;
+}
+
+int spec_opts_check(const char *cmd, const spec_opts *s) {
+  if (s->mode == ENGINE_SPEC_DRAFT && !s->draft_model) {
+    fprintf(stderr, "power %s: --spec draft needs --spec-draft-model M (a GGUF with the same vocabulary)\n", cmd);
+    return -1;
+  }
+  if (s->mode != ENGINE_SPEC_DRAFT && s->draft_model) {
+    fprintf(stderr, "power %s: --spec-draft-model goes with --spec draft\n", cmd);
+    return -1;
+  }
+  return 0;
+}
+
+void spec_opts_apply(const spec_opts *s, engine_opts *eo) {
+  eo->spec_mode = s->mode;
+  eo->spec_draft_model = s->draft_model;
+  eo->spec_draft_max = (int)s->draft_max;
+}
+
+void spec_opts_usage(FILE *out) {
+  fprintf(out,
+          "  --spec MODE           exact speculative decoding: off (default), prompt-lookup,\n"
+          "                        ngram, or draft (with --spec-draft-model); output is the same\n"
+          "  --spec-draft-model M  draft GGUF for --spec draft (same vocabulary as the model)\n"
+          "  --spec-draft-max K    most tokens proposed per round, 1..32 (default 8)\n");
+}
+
+int gen_opts_check(const char *cmd, const gen_opts *o) { return spec_opts_check(cmd, &o->spec); }
+
 void gen_opts_usage(FILE *out) {
   fprintf(out,
           "  --model M             GGUF file (else $POWER_MODEL, else ../shared/models)\n"
@@ -28,7 +81,8 @@ void gen_opts_usage(FILE *out) {
           "  --stop TEXT           stop string (repeatable, up to 8)\n"
           "  --threads N           kernel threads (default 2)\n"
           "  --ctx N               context size (default: model's, at most 4096)\n"
-          "  -v, --verbose         timing on stderr\n");
+          "  -v, --verbose         timing, prompt-cache and speculation counts on stderr\n");
+  spec_opts_usage(out);
 }
 
 int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i) {
@@ -36,6 +90,11 @@ int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i) 
   const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
   double d;
   long l;
+  int sc = spec_opts_parse(cmd, &o->spec, a, v);
+  if (sc) {
+    if (sc > 0) (*i)++;
+    return sc;
+  }
   static const char *with_value[] = {"--model", "-m", "-n", "--n-predict", "--threads", "-t", "--ctx",
                                      "--temperature", "--temp", "--top-k", "--top-p", "--min-p",
                                      "--repeat-penalty", "--seed", "--stop"};
@@ -109,6 +168,7 @@ int gen_session_open(const char *cmd, const gen_opts *o, gen_session *s) {
   eo.max_active = 1;
   eo.max_queue = 1;
   eo.n_ctx = (int)o->n_ctx;
+  spec_opts_apply(&o->spec, &eo);
   if (engine_create(&eo, &s->eng, err)) {
     fprintf(stderr, "power %s: %s: %s\n", cmd, path, err);
     return -1;
@@ -140,6 +200,8 @@ int gen_stream(const char *cmd, gen_session *s, const gen_opts *o, const int32_t
   for (int i = 0; i < o->n_stop; i++) p.stop[i] = o->stop[i];
   p.n_stop = o->n_stop;
   p.ignore_eos = ignore_eos;
+  p.has_cache_key = s->has_cache_key;
+  memcpy(p.cache_key, s->cache_key, sizeof p.cache_key);
   char err[PW_ERRMAX];
   engine_req *r;
   if (o->n_predict == 0) return 0;
@@ -149,6 +211,11 @@ int gen_stream(const char *cmd, gen_session *s, const gen_opts *o, const int32_t
     return rc;
   }
   engine_event *ev = malloc(sizeof *ev);
+  if (!ev) {
+    engine_release(r);
+    fprintf(stderr, "power %s: out of memory\n", cmd);
+    return PW_ENOMEM;
+  }
   size_t cap = 0, len = 0;
   char *text = NULL;
   int n = 0;
@@ -195,9 +262,18 @@ int gen_stream(const char *cmd, gen_session *s, const gen_opts *o, const int32_t
     }
   }
   double t1 = pw_now_s();
-  if (o->verbose && rc == 0)
-    fprintf(stderr, "\npower %s: prompt %d tokens, first token after %.3f s, %d generated in %.3f s (%.1f tok/s)\n",
-            cmd, n_prompt, n ? t_first - t0 : 0.0, n, t1 - t0, n > 1 ? (n - 1) / (t1 - t_first) : 0.0);
+  if (o->verbose && rc == 0) {
+    const engine_usage *u = &ev->usage;
+    fprintf(stderr,
+            "\npower %s: prompt %d tokens (%d cached, %d evaluated), first token after %.3f s, "
+            "%d generated in %.3f s (%.1f tok/s)",
+            cmd, n_prompt, u->cached_tokens, n_prompt - u->cached_tokens, n ? t_first - t0 : 0.0, n, t1 - t0,
+            n > 1 ? (n - 1) / (t1 - t_first) : 0.0);
+    if (o->spec.mode != ENGINE_SPEC_OFF)
+      fprintf(stderr, "; speculation %s: %d drafted, %d accepted, %d target passes", engine_spec_name(o->spec.mode),
+              u->spec_drafted, u->spec_accepted, u->target_passes);
+    fputc('\n', stderr);
+  }
   free(ev);
   engine_release(r);
   if (text_out) *text_out = text ? text : calloc(1, 1);

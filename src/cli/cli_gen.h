@@ -12,8 +12,28 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+/* Speculative decoding options shared by serve, run and chat:
+ *   --spec off|prompt-lookup|ngram|draft  --spec-draft-model M  --spec-draft-max K
+ * A bad value is an error before anything loads; never a silent fallback. */
+typedef struct spec_opts {
+  int mode;                /* engine_spec_mode */
+  const char *draft_model; /* borrowed from argv; NULL = none */
+  long draft_max;          /* 0 = the engine's default */
+} spec_opts;
+
+/* Returns 1 when a (with its value v, which may be NULL) is a speculation
+ * option and was consumed, 0 when it is not one, -1 on a bad or missing
+ * value (one line printed as "power <cmd>: ..."). */
+int spec_opts_parse(const char *cmd, spec_opts *s, const char *a, const char *v);
+/* Checks the combination after all options: draft needs a draft model, a
+ * draft model needs --spec draft. 0, or -1 with one line printed. */
+int spec_opts_check(const char *cmd, const spec_opts *s);
+void spec_opts_apply(const spec_opts *s, engine_opts *eo);
+void spec_opts_usage(FILE *out);
+
 typedef struct gen_opts {
   const char *model;
+  spec_opts spec;
   long threads, n_ctx, n_predict;
   pw_sampler_params sp;
   bool seed_given;
@@ -28,11 +48,19 @@ void gen_opts_default(gen_opts *o);
  * printed). */
 int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i);
 void gen_opts_usage(FILE *out);
+/* Checks option combinations after parsing. 0, or -1 with one line printed. */
+int gen_opts_check(const char *cmd, const gen_opts *o);
 
 typedef struct gen_session {
   engine *eng;
   prompt_builder pb;
   bool have_pb;
+  /* Prefix reuse across generations (power chat): when set, every request
+   * carries this key, so each one evaluates only what differs from the
+   * previous prompt and output. A random per-session value: the CLI is its
+   * engine's only tenant, so no scoping is needed. */
+  bool has_cache_key;
+  uint8_t cache_key[32];
 } gen_session;
 
 /* Starts an engine for one interactive/CLI user. Prints errors. */
@@ -41,7 +69,9 @@ void gen_session_close(gen_session *s);
 
 /* Streams one generation. print_ids: ids space-separated, else text.
  * cancel (may be NULL) is polled; when set the request is cancelled.
- * Returns 0 or a negative status (message printed). *n_gen gets the count. */
+ * Returns 0 or a negative status (message printed). With o->verbose, a
+ * timing line on stderr names the prompt tokens reused from the prefix
+ * cache and evaluated, and the speculation counters when it is on. */
 int gen_stream(const char *cmd, gen_session *s, const gen_opts *o, const int32_t *prompt, int n_prompt,
                bool print_ids, bool ignore_eos, volatile sig_atomic_t *cancel, engine_usage *usage,
                engine_finish *finish, char **text_out);

@@ -1,6 +1,9 @@
 /* cmd_chat.c - `power chat`: an interactive terminal chat.
  * The conversation is kept as messages and re-rendered through the model's
- * chat template each turn. Ctrl-C interrupts a generation without quitting;
+ * chat template each turn. Every turn carries the session's prefix-cache
+ * key, so the engine reuses the KV of the conversation so far (the previous
+ * prompt and reply) and evaluates only the new part; -v prints the cached
+ * and evaluated counts. Ctrl-C interrupts a generation without quitting;
  * /reset starts over, /exit (or end of input) quits. */
 #include "base/error.h"
 #include "cli/cli.h"
@@ -10,6 +13,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t g_interrupt;
@@ -67,6 +71,7 @@ int cmd_chat(int argc, char **argv) {
       return 2;
     }
   }
+  if (gen_opts_check("chat", &o)) return 2;
   char err[PW_ERRMAX];
   if (pw_sampler_params_validate(&o.sp, err)) {
     fprintf(stderr, "power chat: %s\n", err);
@@ -74,6 +79,12 @@ int cmd_chat(int argc, char **argv) {
   }
   gen_session s;
   if (gen_session_open("chat", &o, &s)) return 1;
+  /* A fixed random key for this session's conversation. Without
+   * randomness the key is still fixed for the session; reuse only needs it
+   * to be stable. */
+  if (getrandom(s.cache_key, sizeof s.cache_key, 0) != (ssize_t)sizeof s.cache_key)
+    for (size_t i = 0; i < sizeof s.cache_key; i++) s.cache_key[i] = (uint8_t)(i * 131u + (unsigned)getpid());
+  s.has_cache_key = true;
   if (!s.have_pb) {
     fprintf(stderr, "power chat: the model's chat template does not parse\n");
     gen_session_close(&s);

@@ -64,6 +64,7 @@ int cmd_run(int argc, char **argv) {
       return 2;
     }
   }
+  if (gen_opts_check("run", &o)) return 2;
   if (!!ids + !!text + !!chat != 1) {
     fprintf(stderr, "power run: give exactly one of --prompt-ids, --prompt or --chat\n");
     return 2;

@@ -7,10 +7,12 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "cli/cli.h"
+#include "cli/cli_gen.h"
 #include "engine/engine.h"
 #include "server/server.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +31,20 @@ static void on_signal(int sig) {
   errno = saved;
 }
 
+/* --prompt-cache-entries: -1 (disabled) or a positive count (0 would mean
+ * the engine's default; the engine checks the upper bound). */
+static int parse_cache_entries(const char *opt, const char *v, long *out) {
+  char *end;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  if (!*v || *end || errno || x < -1 || x == 0 || x > INT_MAX) {
+    fprintf(stderr, "power serve: invalid value for %s: '%s' (-1 = disabled, or a positive count)\n", opt, v);
+    return -1;
+  }
+  *out = x;
+  return 0;
+}
+
 static void serve_usage(FILE *out) {
   fprintf(out,
           "usage: power serve [--model M] [options]\n"
@@ -42,19 +58,68 @@ static void serve_usage(FILE *out) {
           "  --timeout S            admission deadline in seconds (default none;\n"
           "                         per request: X-Request-Timeout header)\n"
           "  --max-body BYTES       request body limit (default 8388608)\n"
-          "  --drain-timeout S      grace for requests in flight at shutdown (default 10)\n");
+          "  --drain-timeout S      grace for requests in flight at shutdown (default 10)\n"
+          "  --prompt-cache-entries N  prefix-cache entries for prompt_cache_key reuse\n"
+          "                         (default 8; -1 = disabled)\n"
+          "  --prompt-cache-bytes BYTES  KV bytes the entries may hold (default 1 GiB;\n"
+          "                         suffixes K, M, G)\n"
+          "  --prompt-cache-ttl S   idle seconds before an entry expires (default 600)\n"
+          "  --log-text             put prompt and output text in the request log (also\n"
+          "                         POWER_LOG=debug); never the prompt_cache_key\n"
+          "  --no-request-log       no per-request line on stderr\n");
+  spec_opts_usage(out);
+}
+
+/* BYTES with an optional K/M/G (binary) suffix, 1..2^50. 0 or -1 (printed). */
+static int parse_bytes(const char *opt, const char *v, size_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long x = strtoull(v, &end, 10);
+  unsigned shift = 0;
+  if (*end == 'K' || *end == 'k') shift = 10, end++;
+  else if (*end == 'M' || *end == 'm') shift = 20, end++;
+  else if (*end == 'G' || *end == 'g') shift = 30, end++;
+  if (*end == 'i' && shift) end++;
+  if (*end == 'B' && shift) end++;
+  if (!*v || *v == '-' || *end || errno || x == 0 || x > (1ull << 50) >> shift) {
+    fprintf(stderr, "power serve: invalid value for %s: '%s' (bytes, e.g. 536870912 or 512M)\n", opt, v);
+    return -1;
+  }
+  *out = (size_t)(x << shift);
+  return 0;
 }
 
 int cmd_serve(int argc, char **argv) {
   const char *model = NULL, *host = "127.0.0.1", *key_file = NULL;
   long port = 11434, threads = 2, parallel = 4, queue = 16, ctx = 0, max_body = (long)SERVER_DEFAULT_MAX_BODY;
   double timeout_s = 0, drain_s = SERVE_DRAIN_MS / 1000.0;
+  long cache_entries = 0;
+  size_t cache_bytes = 0;
+  double cache_ttl = 0;
+  spec_opts spec = {0};
+  const char *lv = getenv("POWER_LOG");
+  int log_requests = lv && !strcmp(lv, "debug") ? 2 : 1;
+  bool log_text = false, no_log = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       serve_usage(stdout);
       return 0;
+    }
+    if (!strcmp(a, "--log-text")) {
+      log_text = true;
+      continue;
+    }
+    if (!strcmp(a, "--no-request-log")) {
+      no_log = true;
+      continue;
+    }
+    int sc = spec_opts_parse("serve", &spec, a, v);
+    if (sc < 0) return 2;
+    if (sc > 0) {
+      i++;
+      continue;
     }
     if (!v) {
       fprintf(stderr, "power serve: unknown option or missing value: %s (try --help)\n", a);
@@ -73,12 +138,18 @@ int cmd_serve(int argc, char **argv) {
     else if (!strcmp(a, "--request-timeout") || !strcmp(a, "--timeout")) bad = cli_parse_double("serve", a, v, 0, 86400, &timeout_s);
     else if (!strcmp(a, "--max-body")) bad = cli_parse_long("serve", a, v, 1024, 1L << 30, &max_body);
     else if (!strcmp(a, "--drain-timeout")) bad = cli_parse_double("serve", a, v, 0, 3600, &drain_s);
+    else if (!strcmp(a, "--prompt-cache-entries")) bad = parse_cache_entries(a, v, &cache_entries);
+    else if (!strcmp(a, "--prompt-cache-bytes")) bad = parse_bytes(a, v, &cache_bytes);
+    else if (!strcmp(a, "--prompt-cache-ttl")) bad = cli_parse_double("serve", a, v, 0.001, 1e9, &cache_ttl);
     else {
       fprintf(stderr, "power serve: unknown option %s (try --help)\n", a);
       return 2;
     }
     if (bad) return 2;
   }
+  if (spec_opts_check("serve", &spec)) return 2;
+  if (log_text) log_requests = 2;
+  if (no_log) log_requests = 0;
   char err[PW_ERRMAX] = "";
   const char *path = cli_resolve_model(model, err, sizeof err);
   if (!path) {
@@ -107,6 +178,10 @@ int cmd_serve(int argc, char **argv) {
   eo.max_active = (int)parallel;
   eo.max_queue = (int)queue;
   eo.n_ctx = (int)ctx;
+  spec_opts_apply(&spec, &eo);
+  eo.prompt_cache_entries = (int)cache_entries;
+  eo.prompt_cache_bytes = cache_bytes;
+  eo.prompt_cache_ttl_s = cache_ttl;
   engine *e = NULL;
   if (engine_create(&eo, &e, err)) {
     fprintf(stderr, "power serve: %s\n", err);
@@ -119,6 +194,8 @@ int cmd_serve(int argc, char **argv) {
   so.request_timeout_s = timeout_s;
   so.api_key_file = key_file;
   so.api_keys = getenv("POWER_API_KEYS");
+  so.spec_mode = engine_spec_name(spec.mode);
+  so.log_requests = log_requests;
   server *s = NULL;
   if (server_start(&so, e, &s, err)) {
     fprintf(stderr, "power serve: %s\n", err);
@@ -127,6 +204,9 @@ int cmd_serve(int argc, char **argv) {
   }
   const char *fmt = strchr(host, ':') ? "power: serving %s on http://[%s]:%d\n" : "power: serving %s on http://%s:%d\n";
   fprintf(stderr, fmt, engine_model_id(e), host, server_port(s));
+  if (spec.mode != ENGINE_SPEC_OFF)
+    fprintf(stderr, "power: speculation %s%s%s\n", engine_spec_name(spec.mode), spec.draft_model ? " with draft " : "",
+            spec.draft_model ? spec.draft_model : "");
   fflush(stderr);
 
   unsigned char sig = 0;

@@ -1,6 +1,8 @@
 /* main.c - the `power` command: dispatches to subcommands. The CLI is the
  * only layer that wires the others together. */
 #include "cli/cli.h"
+#include "cli/cmd_ab.h"
+#include "cli/cmd_bench.h"
 #include "cli/cmd_serve.h"
 #include "cli/cmd_synth.h"
 #include "cli/cmd_template.h"
@@ -19,6 +21,8 @@ typedef struct subcommand {
 
 static const subcommand k_cmds[] = {
     {"run", cmd_run, "generate from a prompt (--prompt-ids, --prompt or --chat)"},
+    {"bench", cmd_bench, "prompt and generation throughput (-p, -n, -r, --batch, -o json)"},
+    {"ab", cmd_ab, "paired two-order A/B of engine configurations, with output parity"},
     {"chat", cmd_chat, "interactive chat with the model's template (/reset, /exit)"},
     {"inspect", cmd_inspect, "describe a GGUF file (--sha256 for its identity)"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server"},

@@ -95,20 +95,29 @@ void auth_keys_destroy(auth_keys *k) {
 
 int auth_keys_count(const auth_keys *k) { return k ? k->n : 0; }
 
-bool auth_check(const auth_keys *k, const char *header) {
-  if (!k || k->n == 0) return true;
-  if (!header) return false;
+auth_result auth_identify(const auth_keys *k, const char *header, uint8_t who[32]) {
+  if (!k || k->n == 0) return AUTH_OPEN;
+  if (!header) return AUTH_DENIED;
   while (*header == ' ') header++;
-  if (strncasecmp(header, "Bearer", 6) || (header[6] != ' ' && header[6] != '\t')) return false;
+  if (strncasecmp(header, "Bearer", 6) || (header[6] != ' ' && header[6] != '\t')) return AUTH_DENIED;
   const char *tok = header + 7;
   while (*tok == ' ' || *tok == '\t') tok++;
   size_t n = strlen(tok);
   while (n && is_space(tok[n - 1])) n--;
-  if (n == 0 || n > AUTH_MAX_KEY) return false;
+  if (n == 0 || n > AUTH_MAX_KEY) return AUTH_DENIED;
   uint8_t d[32];
   pw_sha256(tok, n, d);
   /* Every digest is compared, whatever matched before. */
   int match = 0;
   for (int i = 0; i < k->n; i++) match |= CRYPTO_memcmp(d, k->digest[i], sizeof d) == 0;
-  return match != 0;
+  if (!match) return AUTH_DENIED;
+  /* The presented key's digest equals the stored one it matched. */
+  memcpy(who, d, sizeof d);
+  OPENSSL_cleanse(d, sizeof d);
+  return AUTH_KEY;
+}
+
+bool auth_check(const auth_keys *k, const char *header) {
+  uint8_t who[32];
+  return auth_identify(k, header, who) != AUTH_DENIED;
 }

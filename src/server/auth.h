@@ -33,4 +33,12 @@ int auth_keys_count(const auth_keys *k);
  * case-insensitive) for a stored key. header may be NULL. */
 bool auth_check(const auth_keys *k, const char *header);
 
+/* The caller's identity, for scoping per-tenant state (prefix-cache keys):
+ * AUTH_OPEN when no keys are configured (every caller is the same
+ * "anonymous" tenant; *who untouched), AUTH_KEY with *who = the stored
+ * SHA-256 digest of the matching key, AUTH_DENIED when the header names no
+ * stored key. Same constant-time comparison as auth_check. */
+typedef enum auth_result { AUTH_DENIED = 0, AUTH_OPEN = 1, AUTH_KEY = 2 } auth_result;
+auth_result auth_identify(const auth_keys *k, const char *header, uint8_t who[32]);
+
 #endif

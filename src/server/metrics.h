@@ -26,6 +26,23 @@ typedef enum metrics_endpoint {
   MEP_COUNT
 } metrics_endpoint;
 
+/* Why a request was refused or failed (power_requests_refused_total's
+ * "reason" label). */
+typedef enum metrics_refusal {
+  MREF_OVERLOADED = 0, /* 503: slots and queue full */
+  MREF_TIMEOUT,        /* 408: not admitted before its deadline */
+  MREF_CONTEXT,        /* 400: prompt longer than the context */
+  MREF_INVALID,        /* 400: any other invalid request */
+  MREF_UNAUTHORIZED,   /* 401 */
+  MREF_TOO_LARGE,      /* 413: body over the limit */
+  MREF_NOT_FOUND,      /* 404: unknown URL or model */
+  MREF_METHOD,         /* 405 */
+  MREF_SHUTTING_DOWN,  /* 503 while shutting down */
+  MREF_SLOW_CLIENT,    /* a stream cancelled because its client read too slowly */
+  MREF_INTERNAL,       /* 500 and anything else */
+  MREF_COUNT
+} metrics_refusal;
+
 #define METRICS_N_STATUS 12  /* tracked HTTP statuses, the last one is "other" */
 #define METRICS_N_TTFT 12    /* time-to-first-token buckets */
 #define METRICS_N_ITL 12     /* inter-token latency buckets */
@@ -41,6 +58,7 @@ typedef struct metrics {
   metrics_hist ttft, itl;
   uint64_t disconnects; /* clients gone before their response ended */
   uint64_t streamed_tokens; /* tokens sent to clients (streamed or not) */
+  uint64_t refusals[MREF_COUNT];
 } metrics;
 
 /* Zeroes m. */
@@ -51,9 +69,17 @@ void metrics_ttft(metrics *m, uint64_t ns);
 void metrics_itl(metrics *m, uint64_t ns);
 void metrics_disconnect(metrics *m);
 void metrics_tokens(metrics *m, uint64_t n);
+void metrics_refusal_count(metrics *m, metrics_refusal why);
+/* The reason for an error answer: its HTTP status and API error code
+ * ("overloaded", "context_length_exceeded", "client_too_slow", ...; may be
+ * NULL). */
+metrics_refusal metrics_refusal_for(int http_status, const char *code);
+const char *metrics_refusal_name(metrics_refusal why);
 /* Name of an endpoint label value ("chat_completions", ...). */
 const char *metrics_endpoint_name(metrics_endpoint ep);
-/* Appends the exposition text. st may be NULL (engine series omitted). */
+/* Appends the exposition text. st may be NULL (engine series omitted).
+ * Engine series include speculation (power_spec_*), the prefix cache
+ * (power_prompt_cache_*), batch size per step and KV bytes in use. */
 void metrics_render(const metrics *m, const engine_stats *st, sbuf *out);
 
 #endif

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -410,6 +411,54 @@ static uint64_t random_u64(void) {
   return x;
 }
 
+/* Decodes the UTF-8 code point at s[i] (valid UTF-8, as jansson guarantees)
+ * and returns its length in bytes. */
+static int utf8_at(const unsigned char *s, size_t i, uint32_t *cp) {
+  unsigned char c = s[i];
+  if (c < 0x80) return *cp = c, 1;
+  if (c < 0xE0) return *cp = (uint32_t)(c & 0x1F) << 6 | (s[i + 1] & 0x3F), 2;
+  if (c < 0xF0) return *cp = (uint32_t)(c & 0x0F) << 12 | (uint32_t)(s[i + 1] & 0x3F) << 6 | (s[i + 2] & 0x3F), 3;
+  *cp = (uint32_t)(c & 0x07) << 18 | (uint32_t)(s[i + 1] & 0x3F) << 12 | (uint32_t)(s[i + 2] & 0x3F) << 6 |
+        (s[i + 3] & 0x3F);
+  return 4;
+}
+
+/* Unicode White_Space (the property, not just ASCII). */
+static bool is_uspace(uint32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+/* C0, DEL and C1 controls. */
+static bool is_control(uint32_t c) { return c < 0x20 || (c >= 0x7F && c <= 0x9F); }
+
+/* prompt_cache_key: 1..OAI_CACHE_KEY_MAX bytes of UTF-8 without control
+ * characters or surrounding white space. The key is a client-chosen handle,
+ * so the messages never echo it. */
+static int parse_cache_key(json_t *root, oai_request *r, oai_error *e) {
+  static const char *k = "prompt_cache_key", *code = "invalid_prompt_cache_key";
+  json_t *v = field(root, k);
+  if (!v) return 0;
+  if (!json_is_string(v)) return oai_seterr(e, 400, code, k, "'%s' must be a string", k);
+  size_t n = json_string_length(v);
+  const unsigned char *s = (const unsigned char *)json_string_value(v);
+  if (n == 0) return oai_seterr(e, 400, code, k, "'%s' must not be empty", k);
+  if (n > OAI_CACHE_KEY_MAX)
+    return oai_seterr(e, 400, code, k, "'%s' must be at most %d bytes (got %zu)", k, OAI_CACHE_KEY_MAX, n);
+  uint32_t cp = 0;
+  for (size_t i = 0; i < n;) {
+    int len = utf8_at(s, i, &cp);
+    if (is_control(cp)) return oai_seterr(e, 400, code, k, "'%s' must not contain control characters", k);
+    if (i == 0 && is_uspace(cp))
+      return oai_seterr(e, 400, code, k, "'%s' must not start or end with white space", k);
+    i += (size_t)len;
+  }
+  if (is_uspace(cp)) return oai_seterr(e, 400, code, k, "'%s' must not start or end with white space", k);
+  r->cache_key = (const char *)s;
+  r->cache_key_len = n;
+  return 0;
+}
+
 static int parse_generation(oai_kind kind, json_t *root, oai_request *r, oai_error *e) {
   pw_sampler_params *sp = &r->sampling;
   pw_sampler_params_default(sp);
@@ -479,6 +528,7 @@ static int parse_generation(oai_kind kind, json_t *root, oai_request *r, oai_err
   if (user && !json_is_string(user)) return oai_seterr(e, 400, "invalid_type", "user", "'user' must be a string");
   if (parse_stop(root, r, e)) return PW_EINVAL;
   if (parse_logit_bias(root, r, e)) return PW_EINVAL;
+  if (parse_cache_key(root, r, e)) return PW_EINVAL;
   return 0;
 }
 
@@ -638,6 +688,30 @@ void oai_engine_params(const oai_request *r, const int32_t *prompt, int n_prompt
   p->embedding = r->kind == OAI_EMBEDDING;
 }
 
+int oai_digest_parts(const oai_part *parts, int n, uint8_t out[32]) {
+  EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+  if (!ctx) return PW_ENOMEM;
+  int ok = EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+  for (int i = 0; ok && i < n; i++) {
+    uint64_t len = parts[i].len;
+    unsigned char le[8];
+    for (int b = 0; b < 8; b++) le[b] = (unsigned char)(len >> (8 * b));
+    ok = EVP_DigestUpdate(ctx, le, sizeof le) && (len == 0 || EVP_DigestUpdate(ctx, parts[i].data, parts[i].len));
+  }
+  unsigned int dl = 0;
+  if (ok) ok = EVP_DigestFinal_ex(ctx, out, &dl) && dl == 32;
+  EVP_MD_CTX_free(ctx);
+  return ok ? 0 : PW_EINTERNAL;
+}
+
+int oai_cache_scope(const void *tenant, size_t tenant_len, oai_kind kind, const char *model, const char *key,
+                    size_t key_len, uint8_t out[32]) {
+  const char *ep = kind == OAI_CHAT ? "chat" : "completions";
+  if (!model) model = "";
+  oai_part parts[4] = {{tenant, tenant_len}, {ep, strlen(ep)}, {model, strlen(model)}, {key, key_len}};
+  return oai_digest_parts(parts, 4, out);
+}
+
 int oai_parse_timeout(const char *v, double *out_s) {
   if (!v || !*v) return PW_EINVAL;
   char *end;
@@ -651,20 +725,27 @@ int oai_parse_timeout(const char *v, double *out_s) {
 
 /* ---- responses --------------------------------------------------------- */
 
-void oai_resp_init(oai_resp *o, oai_kind kind, const char *model, const char *sha) {
+void oai_new_id(const char *prefix, char *out, size_t cap) {
   static const char k_alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-  memset(o, 0, sizeof *o);
-  o->kind = kind;
-  o->model = model ? model : "";
-  o->created = (long long)time(NULL);
+  if (!cap) return;
   unsigned char rnd[24];
   if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
     uint64_t x = random_u64();
     for (size_t i = 0; i < sizeof rnd; i++) rnd[i] = (unsigned char)(x >> (8 * (i % 8))) ^ (unsigned char)(i * 37);
   }
-  int n = snprintf(o->id, sizeof o->id, "%s", kind == OAI_CHAT ? "chatcmpl-" : "cmpl-");
-  for (size_t i = 0; i < sizeof rnd; i++) o->id[n + (int)i] = k_alnum[rnd[i] % (sizeof k_alnum - 1)];
-  o->id[n + (int)sizeof rnd] = 0;
+  int n = snprintf(out, cap, "%s", prefix);
+  if (n < 0 || (size_t)n >= cap) return;
+  size_t i = 0;
+  for (; i < sizeof rnd && (size_t)n + i + 1 < cap; i++) out[(size_t)n + i] = k_alnum[rnd[i] % (sizeof k_alnum - 1)];
+  out[(size_t)n + i] = 0;
+}
+
+void oai_resp_init(oai_resp *o, oai_kind kind, const char *model, const char *sha) {
+  memset(o, 0, sizeof *o);
+  o->kind = kind;
+  o->model = model ? model : "";
+  o->created = (long long)time(NULL);
+  oai_new_id(kind == OAI_CHAT ? "chatcmpl-" : "cmpl-", o->id, sizeof o->id);
   if (sha && strlen(sha) >= 10) snprintf(o->fingerprint, sizeof o->fingerprint, "fp_%.10s", sha);
   else snprintf(o->fingerprint, sizeof o->fingerprint, "fp_unknown");
 }
@@ -688,6 +769,19 @@ void oai_render_usage(const engine_usage *u, sbuf *out) {
               "{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
               "\"prompt_tokens_details\":{\"cached_tokens\":%d}}",
               u->prompt_tokens, u->completion_tokens, u->prompt_tokens + u->completion_tokens, u->cached_tokens);
+}
+
+void oai_render_speculation(const char *mode, const engine_usage *u, sbuf *out) {
+  sbuf_puts(out, "{\"mode\":");
+  sbuf_json_str(out, mode, strlen(mode));
+  sbuf_printf(out, ",\"drafted\":%d,\"accepted\":%d,\"emitted\":%d,\"target_passes\":%d}", u->spec_drafted,
+              u->spec_accepted, u->spec_emitted, u->target_passes);
+}
+
+static void put_speculation(const oai_resp *o, const engine_usage *u, sbuf *out) {
+  if (!o->spec_mode) return;
+  sbuf_puts(out, ",\"speculation\":");
+  oai_render_speculation(o->spec_mode, u, out);
 }
 
 void oai_sse_role(const oai_resp *o, sbuf *out) {
@@ -727,6 +821,7 @@ void oai_sse_usage(const oai_resp *o, const engine_usage *u, sbuf *out) {
   head(o, true, out);
   sbuf_puts(out, ",\"choices\":[],\"usage\":");
   oai_render_usage(u, out);
+  put_speculation(o, u, out);
   sbuf_puts(out, "}\n\n");
 }
 
@@ -756,6 +851,7 @@ void oai_render_completion(const oai_resp *o, const char *text, size_t n, const 
   else sbuf_puts(out, "null");
   sbuf_printf(out, ",\"finish_reason\":\"%s\"}],\"usage\":", oai_finish_str(f));
   oai_render_usage(u, out);
+  put_speculation(o, u, out);
   sbuf_puts(out, "}");
 }
 

@@ -14,7 +14,10 @@
  * API defines but this server does not implement (tools, response_format
  * other than text, n != 1, suffix, echo, best_of > 1, dimensions, ...) are
  * 400 with code "unsupported_<field>" and never silently ignored. Fields
- * the API does not define are ignored, as OpenAI clients send extras. */
+ * the API does not define are ignored, as OpenAI clients send extras.
+ * prompt_cache_key (chat and completions) must be 1..256 bytes of UTF-8
+ * without control characters or leading/trailing white space; anything else
+ * is 400 invalid_prompt_cache_key. */
 #ifndef PW_SERVER_OAI_H
 #define PW_SERVER_OAI_H
 
@@ -58,6 +61,7 @@ void oai_render_error(const oai_error *e, sbuf *out);
 
 #define OAI_MAX_INPUTS 2048 /* embeddings inputs per request, as OpenAI */
 #define OAI_MAX_TOKENS_IN 1048576 /* token ids accepted in one array */
+#define OAI_CACHE_KEY_MAX 256     /* bytes of a prompt_cache_key */
 
 /* A validated request. Views point into root and live as long as it. */
 typedef struct oai_request {
@@ -85,6 +89,9 @@ typedef struct oai_request {
   bool add_special;           /* tokenize: add BOS/EOS as the vocabulary says (default false) */
   bool parse_special;         /* tokenize: special-token text becomes special ids (default true) */
   bool with_pieces;           /* tokenize: return [{id, piece}] */
+  const char *cache_key;      /* view: chat/completions prompt_cache_key (validated); NULL = none.
+                               * Secret-like: never log or store it; hash it (oai_cache_scope) */
+  size_t cache_key_len;       /* bytes, 1..OAI_CACHE_KEY_MAX */
 } oai_request;
 
 /* Parses and validates a body of len bytes for the endpoint kind. On error
@@ -97,6 +104,23 @@ void oai_request_free(oai_request *r);
  * (borrowed by *p, as are r's stop strings and logit_bias). deadline_ns 0. */
 void oai_engine_params(const oai_request *r, const int32_t *prompt, int n_prompt, engine_params *p);
 
+/* Prefix-cache scope: the engine's cache key for a request is SHA-256 over
+ * length-prefixed parts (each an 8-byte little-endian length, then its
+ * bytes): the tenant (the SHA-256 digest of the caller's API key as auth
+ * stores it, or OAI_TENANT_ANONYMOUS when no keys are configured), the
+ * endpoint ("chat" or "completions"), the model id and the client's
+ * prompt_cache_key. Length prefixes keep ("ab","c") and ("a","bc") apart;
+ * the tenant part keeps two API keys from ever sharing an entry, whatever
+ * key they choose. 0, or PW_ENOMEM / PW_EINTERNAL from libcrypto. */
+#define OAI_TENANT_ANONYMOUS "anonymous"
+typedef struct oai_part {
+  const void *data; /* borrowed */
+  size_t len;
+} oai_part;
+int oai_digest_parts(const oai_part *parts, int n, uint8_t out[32]);
+int oai_cache_scope(const void *tenant, size_t tenant_len, oai_kind kind, const char *model, const char *key,
+                    size_t key_len, uint8_t out[32]);
+
 /* Parses an X-Request-Timeout value: seconds, a decimal number in
  * (0, 86400]. 0 with *out_s set, or PW_EINVAL. */
 int oai_parse_timeout(const char *v, double *out_s);
@@ -108,11 +132,15 @@ typedef struct oai_resp {
   long long created;    /* Unix seconds */
   const char *model;    /* borrowed */
   char fingerprint[24]; /* fp_<first 10 hex digits of the model's SHA-256> */
+  const char *spec_mode; /* borrowed: speculation mode name; NULL = off (no "speculation" object) */
 } oai_resp;
 
 /* Fills a new random id, the creation time and the fingerprint.
- * model_sha256_hex may be NULL or short (fingerprint "fp_unknown"). */
+ * model_sha256_hex may be NULL or short (fingerprint "fp_unknown").
+ * spec_mode starts NULL. */
 void oai_resp_init(oai_resp *o, oai_kind kind, const char *model, const char *model_sha256_hex);
+/* A random id: prefix then 24 alphanumerics, NUL-terminated in cap bytes. */
+void oai_new_id(const char *prefix, char *out, size_t cap);
 
 /* Token text for logprobs: writes up to cap bytes of the token's piece and
  * returns its length (0 for unknown tokens). */
@@ -146,17 +174,26 @@ void oai_sse_role(const oai_resp *o, sbuf *out); /* chat only: delta {role, cont
 /* A content delta; lp may be NULL (then "logprobs": null). */
 void oai_sse_delta(const oai_resp *o, const char *text, size_t n, const oai_logprobs *lp, sbuf *out);
 void oai_sse_finish(const oai_resp *o, engine_finish f, sbuf *out); /* empty delta + finish_reason */
-void oai_sse_usage(const oai_resp *o, const engine_usage *u, sbuf *out); /* choices: [] */
+/* choices: [], usage, and "speculation" when o->spec_mode is set. */
+void oai_sse_usage(const oai_resp *o, const engine_usage *u, sbuf *out);
 void oai_sse_error(const oai_error *e, sbuf *out);
 void oai_sse_done(sbuf *out);      /* data: [DONE] */
 void oai_sse_keepalive(sbuf *out); /* ": keep-alive" comment */
 
 /* The whole non-streamed chat.completion / text_completion object. lp may
- * be NULL (then "logprobs": null). */
+ * be NULL (then "logprobs": null). Carries "speculation" after "usage" when
+ * o->spec_mode is set. */
 void oai_render_completion(const oai_resp *o, const char *text, size_t n, const oai_logprobs *lp,
                            engine_finish f, const engine_usage *u, sbuf *out);
 /* "usage" object. */
 void oai_render_usage(const engine_usage *u, sbuf *out);
+/* The per-response speculation extension, rendered next to "usage" when
+ * o->spec_mode is set:
+ *   {"mode":"prompt-lookup","drafted":N,"accepted":N,"emitted":N,"target_passes":N}
+ * drafted = proposed tokens, accepted = proposals the target agreed with,
+ * emitted = tokens produced by speculative rounds, target_passes = target
+ * forward passes that produced this response's tokens. */
+void oai_render_speculation(const char *mode, const engine_usage *u, sbuf *out);
 /* One model object of /v1/models. */
 void oai_render_model(const char *id, long long created, sbuf *out);
 

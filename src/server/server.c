@@ -17,6 +17,7 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,10 @@ struct server {
   double timeout_s;
   int keepalive_ms;
   int retry_after_s;
+  const char *spec_mode; /* borrowed (server_opts); NULL = speculation off */
+  int log_requests;      /* server_opts.log_requests */
+  FILE *log_out;         /* borrowed */
+  pthread_mutex_t log_mu; /* one request line at a time */
   int port;
   int quiesced_fd;   /* listen socket handed back by MHD_quiesce_daemon; -1 = none */
   int stopping;      /* atomic flag: server_stop in progress */
@@ -60,6 +65,23 @@ typedef enum route {
   R_METRICS
 } route;
 
+/* What the request log says about one request. Owned by the conn, then
+ * by the stream for streamed answers (which end after the conn's callback
+ * may have run). */
+typedef struct req_log {
+  char id[48];            /* X-Request-Id: the response id for generations */
+  metrics_endpoint ep;
+  int status;             /* HTTP status sent (0 = none) */
+  char code[48];          /* error code of an error answer or a failed stream; "" = none */
+  bool have_usage;
+  engine_usage usage;
+  engine_finish finish;
+  bool gone;              /* the client went away before the end */
+  uint64_t t0, t_first;   /* pw_now_ns: arrival, first generated token (0 = none) */
+  char *prompt;           /* owned, log_requests >= 2 only: prompt text (chat: messages JSON) */
+  sbuf output;            /* log_requests >= 2 only: generated text */
+} req_log;
+
 /* Per-request state (MHD's con_cls). */
 typedef struct conn {
   server *s;
@@ -68,10 +90,66 @@ typedef struct conn {
   sbuf body;
   bool too_large;
   bool answered; /* a response was queued */
+  bool streamed; /* the log record moved to a stream */
+  bool anonymous;       /* no API keys configured: tenant "anonymous" */
+  uint8_t tenant[32];   /* the caller's API key digest (when !anonymous) */
   uint64_t t0;   /* pw_now_ns at arrival */
+  req_log log;
 } conn;
 
 static bool flag(const int *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE) != 0; }
+
+/* ---- request log ------------------------------------------------------- */
+
+static void log_free(req_log *l) {
+  free(l->prompt);
+  l->prompt = NULL;
+  sbuf_free(&l->output);
+}
+
+/* Writes the request's line (key=value, values without spaces or quoted as
+ * JSON strings) and frees the record's texts. Never the prompt_cache_key. */
+static void log_emit(server *s, req_log *l) {
+  if (s->log_requests <= 0) {
+    log_free(l);
+    return;
+  }
+  uint64_t now = pw_now_ns();
+  sbuf b = {0};
+  sbuf_printf(&b, "power: request id=%s endpoint=%s status=%d", l->id[0] ? l->id : "-",
+              metrics_endpoint_name(l->ep), l->status);
+  if (l->code[0]) sbuf_printf(&b, " error=%s", l->code);
+  if (l->have_usage)
+    sbuf_printf(&b, " prompt_tokens=%d completion_tokens=%d cached_tokens=%d", l->usage.prompt_tokens,
+                l->usage.completion_tokens, l->usage.cached_tokens);
+  if (l->have_usage && s->spec_mode)
+    sbuf_printf(&b, " spec_drafted=%d spec_accepted=%d target_passes=%d", l->usage.spec_drafted,
+                l->usage.spec_accepted, l->usage.target_passes);
+  if (l->t_first) sbuf_printf(&b, " ttft_ms=%.1f", (double)(l->t_first - l->t0) * 1e-6);
+  sbuf_printf(&b, " total_ms=%.1f", (double)(now - l->t0) * 1e-6);
+  if (l->have_usage) sbuf_printf(&b, " finish=%s", l->finish == ENGINE_FINISH_CANCEL ? "cancel" : oai_finish_str(l->finish));
+  if (l->gone) sbuf_puts(&b, " client_gone=1");
+  if (s->log_requests >= 2) {
+    if (l->prompt) {
+      sbuf_puts(&b, " prompt=");
+      sbuf_json_str(&b, l->prompt, strlen(l->prompt));
+    }
+    if (l->output.len || l->have_usage) {
+      sbuf_puts(&b, " output=");
+      sbuf_json_str(&b, l->output.data ? l->output.data : "", l->output.len);
+    }
+  }
+  sbuf_put(&b, "\n", 1);
+  if (!b.oom) {
+    FILE *f = s->log_out ? s->log_out : stderr;
+    pthread_mutex_lock(&s->log_mu);
+    fwrite(b.data, 1, b.len, f);
+    fflush(f);
+    pthread_mutex_unlock(&s->log_mu);
+  }
+  sbuf_free(&b);
+  log_free(l);
+}
 
 /* ---- responses --------------------------------------------------------- */
 
@@ -95,9 +173,11 @@ static enum MHD_Result queue(conn *k, struct MHD_Connection *c, int status, cons
   }
   MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
   if (hname) MHD_add_response_header(r, hname, hval);
+  MHD_add_response_header(r, "X-Request-Id", k->log.id);
   enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
   MHD_destroy_response(r);
   k->answered = true;
+  k->log.status = status;
   metrics_request(&k->s->m, k->ep, status);
   return ok;
 }
@@ -108,6 +188,8 @@ static enum MHD_Result queue_json(conn *k, struct MHD_Connection *c, int status,
 
 static enum MHD_Result queue_error(conn *k, struct MHD_Connection *c, const oai_error *e) {
   sbuf b = {0};
+  snprintf(k->log.code, sizeof k->log.code, "%s", e->code);
+  metrics_refusal_count(&k->s->m, metrics_refusal_for(e->status, e->code));
   oai_render_error(e, &b);
   char retry[16];
   const char *hn = NULL, *hv = NULL;
@@ -197,13 +279,18 @@ typedef struct stream {
   oai_logprobs lp;
   sbuf out;
   size_t out_pos;
+  req_log log;    /* moved from the conn; written by stream_free */
   engine_event ev;
 } stream;
 
-static void note_token(server *s, uint64_t t0, uint64_t *t_last, int *n_tokens) {
+static void note_token(server *s, req_log *l, uint64_t t0, uint64_t *t_last, int *n_tokens) {
   uint64_t now = pw_now_ns();
-  if (*n_tokens == 0) metrics_ttft(&s->m, now - t0);
-  else metrics_itl(&s->m, now - *t_last);
+  if (*n_tokens == 0) {
+    metrics_ttft(&s->m, now - t0);
+    l->t_first = now;
+  } else {
+    metrics_itl(&s->m, now - *t_last);
+  }
   *t_last = now;
   (*n_tokens)++;
 }
@@ -212,7 +299,8 @@ static void note_token(server *s, uint64_t t0, uint64_t *t_last, int *n_tokens) 
 static void stream_render(stream *st) {
   engine_event *ev = &st->ev;
   if (ev->type == ENGINE_EV_TOKEN) {
-    note_token(st->s, st->t0, &st->t_last, &st->n_tokens);
+    note_token(st->s, &st->log, st->t0, &st->t_last, &st->n_tokens);
+    if (st->s->log_requests >= 2) sbuf_put(&st->log.output, ev->text, (size_t)ev->text_len);
     if (st->want_lp) {
       oai_logprobs_reset(&st->lp, st->o.kind);
       oai_logprobs_add(&st->lp, prompt_piece, &st->s->pb, ev->token, ev->logprob, ev->top, ev->n_top,
@@ -223,6 +311,10 @@ static void stream_render(stream *st) {
   } else if (ev->type == ENGINE_EV_DONE) {
     /* Text held back for a stop string that never completed. */
     if (ev->text_len > 0) oai_sse_delta(&st->o, ev->text, (size_t)ev->text_len, NULL, &st->out);
+    if (st->s->log_requests >= 2) sbuf_put(&st->log.output, ev->text, (size_t)ev->text_len);
+    st->log.have_usage = true;
+    st->log.usage = ev->usage;
+    st->log.finish = ev->finish;
     metrics_tokens(&st->s->m, (uint64_t)ev->usage.completion_tokens);
     oai_sse_finish(&st->o, ev->finish, &st->out);
     if (st->include_usage) oai_sse_usage(&st->o, &ev->usage, &st->out);
@@ -231,6 +323,8 @@ static void stream_render(stream *st) {
   } else {
     oai_error e;
     oai_error_from_status(&e, ev->status, ev->message);
+    snprintf(st->log.code, sizeof st->log.code, "%s", e.code);
+    metrics_refusal_count(&st->s->m, metrics_refusal_for(e.status, e.code));
     oai_sse_error(&e, &st->out);
     oai_sse_done(&st->out);
     st->finished = true;
@@ -282,6 +376,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 static void stream_free(void *cls) {
   stream *st = cls;
   if (!st->finished && !st->gone && !flag(&st->s->stopping)) metrics_disconnect(&st->s->m);
+  st->log.gone = st->gone || !st->finished;
+  log_emit(st->s, &st->log);
   engine_release(st->req); /* cancels a sequence still running */
   oai_logprobs_free(&st->lp);
   sbuf_free(&st->out);
@@ -304,6 +400,12 @@ static enum MHD_Result start_stream(conn *k, struct MHD_Connection *c, engine_re
   st->include_usage = r->include_usage;
   st->want_lp = r->logprobs;
   st->t0 = k->t0;
+  /* The log record travels with the stream: MHD may finish the connection
+   * before it frees the response. */
+  st->log = k->log;
+  memset(&k->log.output, 0, sizeof k->log.output);
+  k->log.prompt = NULL;
+  k->streamed = true;
   if (have_first) {
     st->ev = *first;
     st->have_ev = true;
@@ -318,6 +420,8 @@ static enum MHD_Result start_stream(conn *k, struct MHD_Connection *c, engine_re
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
   MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+  MHD_add_response_header(resp, "X-Request-Id", st->log.id);
+  st->log.status = 200;
   enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, resp);
   MHD_destroy_response(resp);
   k->answered = true;
@@ -366,8 +470,16 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c) {
   engine_event *ev = NULL;
   sbuf text = {0}, out = {0};
   oai_logprobs lp = {0};
+  oai_resp o;
+  oai_resp_init(&o, kind, engine_model_id(s->e), engine_model_sha256(s->e));
+  o.spec_mode = s->spec_mode;
+  snprintf(k->log.id, sizeof k->log.id, "%s", o.id);
 
   if (oai_parse(kind, k->body.data, k->body.len, &r, &e)) return queue_error(k, c, &e);
+  if (s->log_requests >= 2) {
+    if (kind == OAI_CHAT) k->log.prompt = json_dumps(r.messages, JSON_COMPACT);
+    else if (r.text) k->log.prompt = strndup(r.text, r.text_len);
+  }
   if (check_model(s, &r, &e)) goto fail;
   if (kind == OAI_CHAT) {
     if (prompt_chat(&s->pb, r.messages, &prompt, &n_prompt, &e)) goto fail;
@@ -385,13 +497,22 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c) {
   }
   engine_params p;
   oai_engine_params(&r, prompt, n_prompt, &p);
+  if (r.cache_key) {
+    /* The engine only ever sees the scoped digest. */
+    const void *tenant = k->anonymous ? (const void *)OAI_TENANT_ANONYMOUS : (const void *)k->tenant;
+    size_t tenant_len = k->anonymous ? strlen(OAI_TENANT_ANONYMOUS) : sizeof k->tenant;
+    if (oai_cache_scope(tenant, tenant_len, kind, engine_model_id(s->e), r.cache_key, r.cache_key_len,
+                        p.cache_key)) {
+      oai_seterr(&e, 500, "internal_error", NULL, "cannot hash the prompt cache key");
+      goto fail;
+    }
+    p.has_cache_key = true;
+  }
   if (request_deadline(k, c, &p.deadline_ns, &e)) goto fail;
   if (submit(s, &p, kind == OAI_CHAT ? "messages" : "prompt", &req, &e)) goto fail;
   free(prompt);
   prompt = NULL;
 
-  oai_resp o;
-  oai_resp_init(&o, kind, engine_model_id(s->e), engine_model_sha256(s->e));
   ev = malloc(sizeof *ev);
   if (!ev) {
     oai_seterr(&e, 500, "internal_error", NULL, "out of memory");
@@ -423,7 +544,7 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c) {
     int rc = wait_event(s, req, fd, ev, -1, &cancelled);
     if (rc) goto gone;
     if (ev->type == ENGINE_EV_TOKEN) {
-      note_token(s, k->t0, &t_last, &n_tok);
+      note_token(s, &k->log, k->t0, &t_last, &n_tok);
       sbuf_put(&text, ev->text, (size_t)ev->text_len);
       if (r.logprobs)
         oai_logprobs_add(&lp, prompt_piece, &s->pb, ev->token, ev->logprob, ev->top, ev->n_top, (size_t)ev->text_len);
@@ -437,6 +558,10 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c) {
     break;
   }
   if (cancelled) goto gone;
+  k->log.have_usage = true;
+  k->log.usage = ev->usage;
+  k->log.finish = ev->finish;
+  if (s->log_requests >= 2) sbuf_put(&k->log.output, text.data ? text.data : "", text.len);
   metrics_tokens(&s->m, (uint64_t)ev->usage.completion_tokens);
   oai_render_completion(&o, text.data ? text.data : "", text.len, r.logprobs ? &lp : NULL, ev->finish, &ev->usage, &out);
   res = queue_json(k, c, 200, &out);
@@ -444,6 +569,7 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c) {
 
 gone:
   if (!flag(&s->stopping)) metrics_disconnect(&s->m);
+  k->log.gone = true;
   res = MHD_NO; /* closes the connection */
   goto done;
 fail:
@@ -536,6 +662,7 @@ static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
     for (;;) {
       if (wait_event(s, req, fd, ev, -1, &cancelled)) {
         if (!flag(&s->stopping)) metrics_disconnect(&s->m);
+        k->log.gone = true;
         res = MHD_NO;
         goto done;
       }
@@ -733,6 +860,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     *con_cls = k;
     __atomic_fetch_add(&s->inflight, 1, __ATOMIC_ACQ_REL);
     k->rt = find_route(url, &k->ep);
+    k->log.ep = k->ep;
+    k->log.t0 = k->t0;
+    oai_new_id("req-", k->log.id, sizeof k->log.id);
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     bool post = !strcmp(method, "POST");
     if (k->rt == R_NONE) {
@@ -743,11 +873,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       oai_seterr(&e, 405, "method_not_allowed", NULL, "Method %.16s is not allowed for %.200s", method, url);
       return queue_error(k, c, &e);
     }
-    if (k->rt != R_HEALTH &&
-        !auth_check(s->keys, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION))) {
-      oai_seterr(&e, 401, "invalid_api_key", NULL,
-                 "Missing or incorrect API key: pass it as 'Authorization: Bearer <key>'");
-      return queue_error(k, c, &e);
+    if (k->rt != R_HEALTH) {
+      auth_result who = auth_identify(
+          s->keys, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION), k->tenant);
+      if (who == AUTH_DENIED) {
+        oai_seterr(&e, 401, "invalid_api_key", NULL,
+                   "Missing or incorrect API key: pass it as 'Authorization: Bearer <key>'");
+        return queue_error(k, c, &e);
+      }
+      k->anonymous = who == AUTH_OPEN;
     }
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl && strtoull(cl, NULL, 10) > s->max_body) {
@@ -792,9 +926,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
   (void)cls;
   (void)c;
-  (void)toe;
   conn *k = *con_cls;
   if (!k) return;
+  if (!k->streamed) {
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) k->log.gone = true;
+    log_emit(k->s, &k->log);
+  }
   __atomic_fetch_sub(&k->s->inflight, 1, __ATOMIC_ACQ_REL);
   sbuf_free(&k->body);
   free(k);
@@ -821,6 +958,10 @@ int server_start(const server_opts *o, engine *e, server **out, char *err) {
   s->timeout_s = o->request_timeout_s > 0 ? o->request_timeout_s : 0;
   s->keepalive_ms = o->keepalive_ms > 0 ? o->keepalive_ms : 15000;
   s->retry_after_s = o->retry_after_s > 0 ? o->retry_after_s : 1;
+  s->spec_mode = o->spec_mode && *o->spec_mode && strcmp(o->spec_mode, "off") ? o->spec_mode : NULL;
+  s->log_requests = o->log_requests;
+  s->log_out = o->log_out;
+  pthread_mutex_init(&s->log_mu, NULL);
   s->started = (long long)time(NULL);
   metrics_init(&s->m);
   int rc = auth_keys_create(o->api_key_file, o->api_keys, &s->keys, err);
@@ -877,6 +1018,7 @@ fail:
   if (s->d) MHD_stop_daemon(s->d);
   prompt_builder_free(&s->pb);
   auth_keys_destroy(s->keys);
+  pthread_mutex_destroy(&s->log_mu);
   free(s);
   return rc;
 }
@@ -908,5 +1050,6 @@ void server_stop(server *s) {
   if (s->quiesced_fd >= 0) close(s->quiesced_fd);
   prompt_builder_free(&s->pb);
   auth_keys_destroy(s->keys);
+  pthread_mutex_destroy(&s->log_mu);
   free(s);
 }

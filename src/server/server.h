@@ -13,6 +13,17 @@
  * same thread. A client that goes away has its engine request cancelled and
  * released, so its sequence leaves the batch.
  *
+ * Prefix cache: a chat/completions request's prompt_cache_key is validated
+ * (oai.h), then hashed with the caller's tenant (its API key's digest, or
+ * "anonymous" without keys), the endpoint and the model into the engine's
+ * cache key (oai_cache_scope); the raw key is never logged or kept.
+ *
+ * Request log: one line per request (see server_opts.log_requests), e.g.
+ *   power: request id=chatcmpl-... endpoint=chat_completions status=200
+ *   prompt_tokens=31 completion_tokens=12 cached_tokens=24 ttft_ms=8.1
+ *   total_ms=95.3 finish=stop
+ * (on one line). Every response carries the id as X-Request-Id.
+ *
  * What it is not: TLS (put a proxy in front), multi-model routing, or a
  * place that knows model internals: it talks to the engine only through
  * engine.h. */
@@ -22,6 +33,7 @@
 #include "engine/engine.h"
 
 #include <stddef.h>
+#include <stdio.h>
 
 typedef struct server server;
 
@@ -35,6 +47,13 @@ typedef struct server_opts {
   int keepalive_ms;         /* SSE ": keep-alive" after this much silence; 0 = 15000 */
   int max_connections;      /* concurrent connections; 0 = 256 */
   int retry_after_s;        /* Retry-After of 503 answers; 0 = 1 */
+  const char *spec_mode;    /* borrowed: name of the engine's speculation mode (engine_spec_name of
+                             * engine_opts.spec_mode); NULL or "off" = off. When on, generation
+                             * responses carry a "speculation" object next to "usage" */
+  int log_requests;         /* 0 = no request log; 1 = one key=value line per request (id, endpoint,
+                             * status, token counts, timings; never prompt or output text);
+                             * 2 = also the prompt and output text (debugging) */
+  FILE *log_out;            /* borrowed: where request lines go; NULL = stderr */
 } server_opts;
 
 #define SERVER_DEFAULT_MAX_BODY ((size_t)8 << 20)

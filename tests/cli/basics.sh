@@ -83,6 +83,63 @@ printf 'hello\n/reset\nagain\n/exit\n' | "$bin" chat --model "$qwen" -n 4 >"$tmp
 check "chat exits 0 on /exit" [ $? -eq 0 ]
 check "chat acknowledges /reset" grep -q "cleared" "$tmp/err"
 
+# chat: each turn reuses the conversation's prefix (-v reports it)
+printf 'hello\nagain\n/exit\n' | "$bin" chat --model "$qwen" -n 4 --seed 1 -v >/dev/null 2>"$tmp/err"
+check "chat -v exits 0" [ $? -eq 0 ]
+check "chat -v reports cached and evaluated counts" grep -q "(0 cached, [0-9]* evaluated)" "$tmp/err"
+check "chat second turn reuses the prefix" grep -Eq "\(([1-9][0-9]*) cached, [0-9]+ evaluated\)" "$tmp/err"
+
+# speculation options: errors are one line, before anything loads
+for cmd in serve run chat; do
+  extra=
+  [ $cmd = run ] && extra="--prompt-ids 1"
+  "$bin" $cmd --model "$model" --spec bogus $extra </dev/null >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  check "$cmd unknown --spec mode fails" [ $rc -ne 0 ]
+  check "$cmd unknown --spec mode is one line" [ "$(wc -l <"$tmp/err")" -eq 1 ]
+  check "$cmd unknown --spec mode names it" grep -q "bogus" "$tmp/err"
+  "$bin" $cmd --model "$model" --spec draft $extra </dev/null >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  check "$cmd --spec draft without a draft model fails" [ $rc -ne 0 ]
+  check "$cmd --spec draft without a draft model is one line" [ "$(wc -l <"$tmp/err")" -eq 1 ]
+  check "$cmd --spec draft names --spec-draft-model" grep -q -- "--spec-draft-model" "$tmp/err"
+done
+"$bin" run --model "$model" --spec ngram --spec-draft-model "$model" --prompt-ids 1 >/dev/null 2>"$tmp/err"
+check "run --spec-draft-model without --spec draft fails" [ $? -ne 0 ]
+"$bin" run --model "$model" --spec ngram --spec-draft-max 33 --prompt-ids 1 >/dev/null 2>"$tmp/err"
+check "run --spec-draft-max out of range fails" [ $? -ne 0 ]
+# a draft model the engine rejects (another vocabulary): one line, non-zero
+code=$shared/models/codelm-py-Q8_0.gguf
+"$bin" run --model "$code" --spec draft --spec-draft-model "$model" --prompt "x" -n 2 >/dev/null 2>"$tmp/err"
+check "run with an incompatible draft model fails" [ $? -ne 0 ]
+check "run with an incompatible draft model is one line" [ "$(wc -l <"$tmp/err")" -eq 1 ]
+"$bin" serve --model "$code" --port 0 --spec draft --spec-draft-model "$model" >/dev/null 2>"$tmp/err"
+check "serve with an incompatible draft model fails" [ $? -ne 0 ]
+check "serve with an incompatible draft model is one line" [ "$(wc -l <"$tmp/err")" -eq 1 ]
+# speculation keeps greedy output byte-identical
+"$bin" run --model "$code" --prompt "def add(a, b):
+    return a + b
+
+
+def sub(a, b):
+" -n 24 >"$tmp/g0" 2>/dev/null
+"$bin" run --model "$code" --spec prompt-lookup --prompt "def add(a, b):
+    return a + b
+
+
+def sub(a, b):
+" -n 24 >"$tmp/g1" 2>/dev/null
+check "run --spec prompt-lookup gives the same text as off" cmp -s "$tmp/g0" "$tmp/g1"
+check "run greedy text is not empty" [ -s "$tmp/g0" ]
+# prefix-cache options
+"$bin" serve --model "$model" --prompt-cache-entries 0 >/dev/null 2>"$tmp/err"
+check "serve --prompt-cache-entries 0 fails" [ $? -ne 0 ]
+"$bin" serve --model "$model" --prompt-cache-bytes 12Q >/dev/null 2>"$tmp/err"
+check "serve --prompt-cache-bytes with a bad suffix fails" [ $? -ne 0 ]
+check "serve bad --prompt-cache-bytes is one line" [ "$(wc -l <"$tmp/err")" -eq 1 ]
+"$bin" serve --model "$model" --prompt-cache-ttl -5 >/dev/null 2>"$tmp/err"
+check "serve negative --prompt-cache-ttl fails" [ $? -ne 0 ]
+
 # no model anywhere: a clear one-line error saying how to give one
 mkdir -p "$tmp/empty/bin"
 cp "$bin" "$tmp/empty/bin/power"

@@ -1,4 +1,5 @@
 /* test_server_auth.c - API key loading and Authorization checks. */
+#include "base/sha256.h"
 #include "server/auth.h"
 #include "test.h"
 
@@ -42,7 +43,20 @@ int main(void) {
   CHECK(!auth_check(k, "Basic sk-one"));
   CHECK(!auth_check(k, "Bearersk-one"));
   CHECK(!auth_check(k, "sk-one"));
+  /* Identity: the matching key's digest, distinct per key. */
+  uint8_t who[32], who2[32], want[32];
+  memset(who, 0xAA, sizeof who);
+  CHECK_EQ_INT(auth_identify(k, "Bearer sk-two", who), AUTH_KEY);
+  pw_sha256("sk-two", 6, want);
+  CHECK(!memcmp(who, want, 32));
+  CHECK_EQ_INT(auth_identify(k, "bearer  sk-two  ", who2), AUTH_KEY);
+  CHECK(!memcmp(who, who2, 32));
+  CHECK_EQ_INT(auth_identify(k, "Bearer sk-env", who2), AUTH_KEY);
+  CHECK(memcmp(who, who2, 32) != 0);
+  CHECK_EQ_INT(auth_identify(k, "Bearer sk-nope", who2), AUTH_DENIED);
+  CHECK_EQ_INT(auth_identify(k, NULL, who2), AUTH_DENIED);
   auth_keys_destroy(k);
+  CHECK_EQ_INT(auth_identify(NULL, "Bearer x", who2), AUTH_OPEN);
 
   /* A file with no key is an error, not an open server. */
   fd = open(path, O_WRONLY | O_TRUNC);

@@ -4,6 +4,7 @@
  * sockets. Every wait is bounded in time. */
 #include "base/clock.h"
 #include "engine/engine.h"
+#include "server/sbuf.h"
 #include "server/server.h"
 #include "test.h"
 
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #define MODEL POWER_SHARED_DIR "/models/syn-qwen2-Q4_K_M.gguf"
+#define CODE_MODEL POWER_SHARED_DIR "/models/codelm-py-Q8_0.gguf"
 
 /* ---- a minimal HTTP client -------------------------------------------- */
 
@@ -551,6 +553,269 @@ static void test_overload(void) {
   engine_destroy(e);
 }
 
+
+/* ---- prefix cache and speculation ------------------------------------- */
+
+/* POSTs body and returns the parsed JSON answer (NULL if not JSON); *status
+ * gets the HTTP status. */
+static json_t *post(int port, const char *path, const char *hdrs, const char *body, int *status) {
+  resp r;
+  http(port, "POST", path, hdrs, body, &r, 60000);
+  *status = r.status;
+  json_t *j = body_json(&r);
+  if (!j) fprintf(stderr, "not JSON (%d): %.300s\n", r.status, r.body ? r.body : "");
+  free(r.body);
+  return j;
+}
+
+static int cached_of(json_t *j) {
+  json_t *d = json_object_get(json_object_get(j, "usage"), "prompt_tokens_details");
+  return json_is_integer(json_object_get(d, "cached_tokens")) ? (int)json_integer_value(json_object_get(d, "cached_tokens")) : -1;
+}
+
+static const char *content_of(json_t *j) {
+  json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+  const char *t = json_string_value(json_object_get(json_object_get(c0, "message"), "content"));
+  if (!t) t = json_string_value(json_object_get(c0, "text"));
+  return t ? t : "(none)";
+}
+
+static const char *k_keyed_chat =
+    "{\"messages\":[{\"role\":\"system\",\"content\":\"You are a careful assistant who answers in one line.\"},"
+    "{\"role\":\"user\",\"content\":\"Tell me about the weather in spring and autumn.\"}],"
+    "\"max_tokens\":8,\"temperature\":0,\"prompt_cache_key\":\"%s\"}";
+
+/* Same keyed request twice: the second reuses the prefix and says so, with
+ * identical content. Another tenant with the same key starts cold. */
+static void test_prefix_cache(engine *e) {
+  char body[1024];
+  int st;
+  snprintf(body, sizeof body, k_keyed_chat, "conv-7f3a");
+  json_t *a = post(g_port, "/v1/chat/completions", NULL, body, &st);
+  CHECK_EQ_INT(st, 200);
+  json_t *b = post(g_port, "/v1/chat/completions", NULL, body, &st);
+  CHECK_EQ_INT(st, 200);
+  CHECK_EQ_INT(cached_of(a), 0);
+  int pt = (int)json_integer_value(json_object_get(json_object_get(b, "usage"), "prompt_tokens"));
+  CHECK_MSG(cached_of(b) > 0 && cached_of(b) <= pt, "cached %d of %d", cached_of(b), pt);
+  CHECK_STR(content_of(a), content_of(b));
+  CHECK(json_object_get(b, "speculation") == NULL); /* speculation off on this server */
+  json_decref(a);
+  json_decref(b);
+  /* Same text, no key: never reuses. */
+  char nokey[1024];
+  snprintf(nokey, sizeof nokey, "%s", body);
+  char *k = strstr(nokey, ",\"prompt_cache_key\"");
+  if (k) strcpy(k, "}");
+  a = post(g_port, "/v1/chat/completions", NULL, nokey, &st);
+  CHECK_EQ_INT(st, 200);
+  CHECK_EQ_INT(cached_of(a), 0);
+  json_decref(a);
+  /* The completions endpoint is its own scope even with the same key. */
+  a = post(g_port, "/v1/completions", NULL,
+           "{\"prompt\":\"Tell me about the weather in spring and autumn.\",\"max_tokens\":4,\"temperature\":0,"
+           "\"prompt_cache_key\":\"conv-7f3a\"}", &st);
+  CHECK_EQ_INT(st, 200);
+  CHECK_EQ_INT(cached_of(a), 0);
+  json_decref(a);
+
+  /* Tenants: a server with API keys over the same engine. */
+  server_opts so = {0};
+  so.api_keys = "sk-alpha,sk-beta";
+  server *s = NULL;
+  char err[PW_ERRMAX];
+  CHECK_MSG(server_start(&so, e, &s, err) == 0, "%s", err);
+  if (!s) return;
+  int port = server_port(s);
+  snprintf(body, sizeof body, k_keyed_chat, "shared-name");
+  a = post(port, "/v1/chat/completions", "Authorization: Bearer sk-alpha\r\n", body, &st);
+  CHECK_EQ_INT(st, 200);
+  CHECK_EQ_INT(cached_of(a), 0);
+  json_decref(a);
+  a = post(port, "/v1/chat/completions", "Authorization: Bearer sk-alpha\r\n", body, &st);
+  CHECK_EQ_INT(st, 200);
+  CHECK_MSG(cached_of(a) > 0, "same tenant, same key: cached %d", cached_of(a));
+  json_decref(a);
+  b = post(port, "/v1/chat/completions", "Authorization: Bearer sk-beta\r\n", body, &st);
+  CHECK_EQ_INT(st, 200);
+  CHECK_MSG(cached_of(b) == 0, "another tenant shared an entry: cached %d", cached_of(b));
+  json_decref(b);
+  /* The anonymous tenant of the keyless server is a third scope. */
+  b = post(g_port, "/v1/chat/completions", NULL, body, &st);
+  CHECK_EQ_INT(st, 200);
+  CHECK_EQ_INT(cached_of(b), 0);
+  json_decref(b);
+  server_stop(s);
+
+  /* Invalid keys: 400 invalid_prompt_cache_key before any work. */
+  const char *bad[] = {"\"\"", "\" padded \"", "\"tab\\there\"", "42", "[\"k\"]"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    snprintf(body, sizeof body, "{\"prompt\":\"x\",\"max_tokens\":1,\"prompt_cache_key\":%s}", bad[i]);
+    resp r;
+    http(g_port, "POST", "/v1/completions", NULL, body, &r, 5000);
+    CHECK_MSG(r.status == 400, "%s: %d", bad[i], r.status);
+    CHECK_STR(err_code(&r), "invalid_prompt_cache_key");
+    free(r.body);
+  }
+  char big[400];
+  snprintf(big, sizeof big, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"prompt_cache_key\":\"%0300d\"}", 7);
+  resp r;
+  http(g_port, "POST", "/v1/chat/completions", NULL, big, &r, 5000);
+  CHECK_EQ_INT(r.status, 400);
+  CHECK_STR(err_code(&r), "invalid_prompt_cache_key");
+  free(r.body);
+  http(g_port, "GET", "/metrics", NULL, NULL, &r, 5000);
+  CHECK(strstr(r.body, "power_requests_refused_total{reason=\"invalid\"}") != NULL);
+  CHECK(strstr(r.body, "# TYPE power_prompt_cache_hits_total counter") != NULL);
+  CHECK(strstr(r.body, "power_prompt_cache_hits_total 0\n") == NULL); /* hits happened */
+  free(r.body);
+}
+
+static const char *k_py_prompt =
+    "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\n"
+    "def mul(a, b):\n    return a * b\n\n\ndef div(a, b):\n";
+
+/* Generates one completion of the Python prompt; returns the parsed answer. */
+static json_t *py_completion(int port, bool stream, const char *key) {
+  json_t *req = json_pack("{s:s,s:i,s:i,s:b}", "prompt", k_py_prompt, "max_tokens", 48, "temperature", 0, "stream",
+                          stream);
+  if (stream) json_object_set_new(req, "stream_options", json_pack("{s:b}", "include_usage", 1));
+  if (key) json_object_set_new(req, "prompt_cache_key", json_string(key));
+  char *body = json_dumps(req, 0);
+  json_decref(req);
+  resp r;
+  http(port, "POST", "/v1/completions", NULL, body, &r, 60000);
+  free(body);
+  CHECK_EQ_INT(r.status, 200);
+  if (!stream) {
+    json_t *j = body_json(&r);
+    free(r.body);
+    return j;
+  }
+  /* Rebuild {"choices":[{"text":...}], "usage":..., "speculation":...} from the chunks. */
+  sbuf text = {0};
+  json_t *out = json_object();
+  char *p = r.body;
+  for (int guard = 0; guard < 10000 && p && *p; guard++) {
+    char *end = strstr(p, "\n\n");
+    if (!end) break;
+    *end = 0;
+    if (!strncmp(p, "data: {", 7)) {
+      json_error_t je;
+      json_t *c = json_loads(p + 6, 0, &je);
+      json_t *ch = json_object_get(c, "choices");
+      const char *t = json_string_value(json_object_get(json_array_get(ch, 0), "text"));
+      if (t) sbuf_puts(&text, t);
+      if (json_object_get(c, "usage")) json_object_set(out, "usage", json_object_get(c, "usage"));
+      if (json_object_get(c, "speculation")) json_object_set(out, "speculation", json_object_get(c, "speculation"));
+      if (json_array_size(ch) == 1 && json_object_get(c, "speculation"))
+        json_object_set_new(out, "speculation_in_content_chunk", json_true());
+      json_decref(c);
+    }
+    p = end + 2;
+  }
+  json_object_set_new(out, "choices",
+                      json_pack("[{s:s#}]", "text", text.data ? text.data : "", (int)text.len));
+  sbuf_free(&text);
+  free(r.body);
+  return out;
+}
+
+static void check_spec_object(json_t *j, const char *mode) {
+  json_t *sp = json_object_get(j, "speculation");
+  CHECK_MSG(json_is_object(sp), "no speculation object");
+  if (!sp) return;
+  CHECK_STR(json_string_value(json_object_get(sp, "mode")) ? json_string_value(json_object_get(sp, "mode")) : "", mode);
+  long long drafted = json_integer_value(json_object_get(sp, "drafted"));
+  long long accepted = json_integer_value(json_object_get(sp, "accepted"));
+  long long emitted = json_integer_value(json_object_get(sp, "emitted"));
+  long long passes = json_integer_value(json_object_get(sp, "target_passes"));
+  long long ct = json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens"));
+  CHECK_MSG(drafted > 0 && accepted >= 0 && accepted <= drafted, "drafted %lld accepted %lld", drafted, accepted);
+  CHECK_MSG(emitted <= ct && passes >= 1 && passes <= ct, "emitted %lld passes %lld of %lld tokens", emitted, passes, ct);
+  /* Accepted proposals are tokens that cost no extra pass. */
+  CHECK_MSG(passes < ct || accepted == 0, "passes %lld tokens %lld accepted %lld", passes, ct, accepted);
+}
+
+/* Speculation on gives the same text as off and reports the extension; the
+ * request log carries ids, counts and timings but no text or raw key. */
+static void test_speculation(void) {
+  if (access(CODE_MODEL, R_OK)) {
+    CHECK_MSG(0, "missing test model %s", CODE_MODEL);
+    return;
+  }
+  engine *eoff = NULL, *eon = NULL;
+  char err[PW_ERRMAX];
+  engine_opts eo = {0};
+  eo.model_path = CODE_MODEL;
+  eo.max_active = 2;
+  CHECK_MSG(engine_create(&eo, &eoff, err) == 0, "%s", err);
+  eo.spec_mode = ENGINE_SPEC_PROMPT_LOOKUP;
+  CHECK_MSG(engine_create(&eo, &eon, err) == 0, "%s", err);
+  FILE *log = tmpfile();
+  server_opts so = {0};
+  so.log_requests = 1;
+  so.log_out = log;
+  server *soff = NULL, *son = NULL;
+  if (eoff && eon && log) {
+    CHECK_MSG(server_start(&so, eoff, &soff, err) == 0, "%s", err);
+    so.spec_mode = engine_spec_name(ENGINE_SPEC_PROMPT_LOOKUP);
+    CHECK_MSG(server_start(&so, eon, &son, err) == 0, "%s", err);
+  }
+  if (soff && son) {
+    json_t *off = py_completion(server_port(soff), false, NULL);
+    json_t *on = py_completion(server_port(son), false, "py-session-secret-9");
+    json_t *on_stream = py_completion(server_port(son), true, NULL);
+    CHECK(json_object_get(off, "speculation") == NULL);
+    CHECK_MSG(!strcmp(content_of(off), content_of(on)), "spec changed the text:\n%s\n---\n%s", content_of(off),
+              content_of(on));
+    CHECK_MSG(!strcmp(content_of(off), content_of(on_stream)), "streamed spec text differs:\n%s\n---\n%s",
+              content_of(off), content_of(on_stream));
+    CHECK(strlen(content_of(off)) > 20);
+    check_spec_object(on, "prompt-lookup");
+    check_spec_object(on_stream, "prompt-lookup");
+    CHECK(json_object_get(on_stream, "speculation_in_content_chunk") == NULL);
+    /* Keyed again on the speculative server: reuse and speculation together. */
+    json_t *again = py_completion(server_port(son), false, "py-session-secret-9");
+    CHECK_MSG(cached_of(again) > 0, "cached %d", cached_of(again));
+    CHECK_STR(content_of(again), content_of(off));
+    json_decref(again);
+    json_decref(off);
+    json_decref(on);
+    json_decref(on_stream);
+    resp r;
+    http(server_port(son), "GET", "/metrics", NULL, NULL, &r, 5000);
+    CHECK(strstr(r.body, "power_spec_drafted_tokens_total 0\n") == NULL);
+    CHECK(strstr(r.body, "# TYPE power_spec_accepted_tokens_total counter") != NULL);
+    CHECK(strstr(r.body, "# TYPE power_kv_bytes_in_use gauge") != NULL);
+    CHECK(strstr(r.body, "power_batch_size_average ") != NULL);
+    free(r.body);
+  }
+  server_stop(son);
+  server_stop(soff);
+  if (log) {
+    /* Both servers wrote here; lines are whole. */
+    fflush(log);
+    long n = ftell(log);
+    rewind(log);
+    char *text = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
+    if (text && n > 0 && fread(text, 1, (size_t)n, log) != (size_t)n) text[0] = 0;
+    CHECK_MSG(strstr(text, "endpoint=completions status=200 prompt_tokens=") != NULL, "%s", text);
+    CHECK(strstr(text, " cached_tokens=") && strstr(text, " ttft_ms=") && strstr(text, " total_ms="));
+    CHECK(strstr(text, " id=cmpl-") != NULL);
+    CHECK(strstr(text, "spec_drafted=") != NULL);
+    CHECK_MSG(strstr(text, "py-session-secret-9") == NULL, "the raw cache key was logged");
+    CHECK_MSG(strstr(text, "def add") == NULL && strstr(text, "return a") == NULL, "text logged without asking");
+    int lines = 0;
+    for (char *q = text; q && *q; q = strchr(q, '\n'), q = q ? q + 1 : NULL) lines++;
+    CHECK_MSG(lines == 5, "%d log lines:\n%s", lines, text); /* 4 completions and one /metrics */
+    free(text);
+    fclose(log);
+  }
+  engine_destroy(eon);
+  engine_destroy(eoff);
+}
+
 int main(void) {
   if (access(MODEL, R_OK)) {
     fprintf(stderr, "missing test model %s\n", MODEL);
@@ -583,6 +848,7 @@ int main(void) {
   test_chat();
   test_completions_tok_emb();
   test_auth(e);
+  test_prefix_cache(e);
   test_concurrent();
   resp r;
   http(g_port, "GET", "/metrics", NULL, NULL, &r, 5000);
@@ -593,6 +859,7 @@ int main(void) {
   server_stop(s);
   engine_destroy(e);
   test_overload();
+  test_speculation();
   fprintf(stderr, "e2e took %.1f s\n", pw_now_s() - t0);
   TEST_DONE();
 }

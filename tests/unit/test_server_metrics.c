@@ -119,6 +119,84 @@ int main(void) {
   CHECK(strstr(b.data, "power_generated_tokens_total 50\n"));
   CHECK(strstr(b.data, "power_client_disconnects_total 1\n"));
   CHECK(strstr(b.data, "# TYPE power_time_to_first_token_seconds histogram\n"));
+
+  /* Refusals by reason: every reason is always exposed, mapped from the
+   * status and error code of the answer. */
+  CHECK_EQ_INT(metrics_refusal_for(503, "overloaded"), MREF_OVERLOADED);
+  CHECK_EQ_INT(metrics_refusal_for(503, "shutting_down"), MREF_SHUTTING_DOWN);
+  CHECK_EQ_INT(metrics_refusal_for(408, "timeout"), MREF_TIMEOUT);
+  CHECK_EQ_INT(metrics_refusal_for(400, "context_length_exceeded"), MREF_CONTEXT);
+  CHECK_EQ_INT(metrics_refusal_for(400, "invalid_prompt_cache_key"), MREF_INVALID);
+  CHECK_EQ_INT(metrics_refusal_for(401, "invalid_api_key"), MREF_UNAUTHORIZED);
+  CHECK_EQ_INT(metrics_refusal_for(413, NULL), MREF_TOO_LARGE);
+  CHECK_EQ_INT(metrics_refusal_for(404, "model_not_found"), MREF_NOT_FOUND);
+  CHECK_EQ_INT(metrics_refusal_for(500, "client_too_slow"), MREF_SLOW_CLIENT);
+  CHECK_EQ_INT(metrics_refusal_for(500, "internal_error"), MREF_INTERNAL);
+  metrics_refusal_count(&g_m, MREF_OVERLOADED);
+  metrics_refusal_count(&g_m, MREF_OVERLOADED);
+  metrics_refusal_count(&g_m, metrics_refusal_for(400, "context_length_exceeded"));
+  metrics_refusal_count(&g_m, (metrics_refusal)99); /* out of range counts as internal */
+
+  /* Engine series: speculation, prefix cache, batching, KV. */
+  st.steps_total = 8;
+  st.batch_entries_total = 20;
+  st.kv_bytes_in_use = (size_t)3 << 30;
+  st.spec_drafted_total = 120;
+  st.spec_accepted_total = 70;
+  st.spec_emitted_total = 95;
+  st.spec_target_passes_total = 25;
+  st.spec_rounds_total = 24;
+  st.spec_fallbacks_total = 1;
+  st.cache_requests_total = 10;
+  st.cache_hits_total = 6;
+  st.cache_misses_total = 4;
+  st.cache_reused_tokens_total = 600;
+  st.cache_evaluated_tokens_total = 150;
+  st.cache_evictions_total = 2;
+  st.cache_entries = 3;
+  st.cache_bytes = 123456789;
+  sbuf_clear(&b);
+  metrics_render(&g_m, &st, &b);
+  CHECK(check_format(b.data) > 40);
+  static const char *want[] = {
+      "# TYPE power_requests_refused_total counter\n",
+      "power_requests_refused_total{reason=\"overloaded\"} 2\n",
+      "power_requests_refused_total{reason=\"context\"} 1\n",
+      "power_requests_refused_total{reason=\"internal\"} 1\n",
+      "power_requests_refused_total{reason=\"timeout\"} 0\n",
+      "power_requests_refused_total{reason=\"invalid\"} 0\n",
+      "power_requests_refused_total{reason=\"unauthorized\"} 0\n",
+      "power_requests_refused_total{reason=\"too_large\"} 0\n",
+      "# TYPE power_batch_size_average gauge\npower_batch_size_average 2.5\n",
+      "power_batch_entries_total 20\n",
+      "# TYPE power_kv_bytes_in_use gauge\npower_kv_bytes_in_use 3221225472\n",
+      "# TYPE power_spec_drafted_tokens_total counter\npower_spec_drafted_tokens_total 120\n",
+      "power_spec_accepted_tokens_total 70\n",
+      "power_spec_emitted_tokens_total 95\n",
+      "power_spec_target_passes_total 25\n",
+      "power_spec_rounds_total 24\n",
+      "power_spec_fallbacks_total 1\n",
+      "# TYPE power_prompt_cache_requests_total counter\npower_prompt_cache_requests_total 10\n",
+      "power_prompt_cache_hits_total 6\n",
+      "power_prompt_cache_misses_total 4\n",
+      "power_prompt_cache_reused_tokens_total 600\n",
+      "power_prompt_cache_evaluated_tokens_total 150\n",
+      "power_prompt_cache_evictions_total 2\n",
+      "# TYPE power_prompt_cache_entries gauge\npower_prompt_cache_entries 3\n",
+      "# TYPE power_prompt_cache_bytes gauge\npower_prompt_cache_bytes 123456789\n",
+      "power_queue_depth 5\n", /* existing series kept */
+  };
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+    CHECK_MSG(strstr(b.data, want[i]) != NULL, "missing: %s", want[i]);
+  /* No steps yet: the average is 0, not NaN. */
+  engine_stats z = {0};
+  sbuf_clear(&b);
+  metrics_render(&g_m, &z, &b);
+  CHECK(check_format(b.data) > 40);
+  CHECK(strstr(b.data, "power_batch_size_average 0\n") != NULL);
+  /* Each family is announced once. */
+  const char *first = strstr(b.data, "# TYPE power_requests_refused_total");
+  CHECK(first && !strstr(first + 1, "# TYPE power_requests_refused_total"));
   sbuf_free(&b);
   TEST_DONE();
 }

@@ -2,6 +2,7 @@
  * and SSE rendering of the server layer, without a model. */
 #include "server/oai.h"
 #include "server/sbuf.h"
+#include "base/sha256.h"
 #include "test.h"
 
 #include <jansson.h>
@@ -416,6 +417,156 @@ static void test_sbuf(void) {
   sbuf_free(&b);
 }
 
+/* prompt_cache_key: accepted forms are kept as views; every bad form is 400
+ * invalid_prompt_cache_key with param prompt_cache_key, on both endpoints. */
+static void test_cache_key(void) {
+  static const char *kinds_body[2] = {"\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]", "\"prompt\":\"x\""};
+  static const oai_kind kinds[2] = {OAI_CHAT, OAI_COMPLETION};
+  char b[2048];
+  for (int k = 0; k < 2; k++) {
+    oai_request r;
+    oai_error e;
+    /* good: ASCII, inner spaces, non-ASCII letters, exactly 256 bytes, null = omitted */
+    const char *good[] = {"\"user-42/session:7\"", "\"a b\"", "\"\xc3\xa9t\xc3\xa9\"", "null"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+      snprintf(b, sizeof b, "{%s,\"prompt_cache_key\":%s}", kinds_body[k], good[i]);
+      int rc = parse(kinds[k], b, &r, &e);
+      CHECK_MSG(rc == 0, "%s: %s", b, e.message);
+      if (rc) continue;
+      if (!strcmp(good[i], "null")) CHECK(r.cache_key == NULL);
+      else CHECK(r.cache_key && r.cache_key_len == strlen(good[i]) - 2 && !memcmp(r.cache_key, good[i] + 1, r.cache_key_len));
+      oai_request_free(&r);
+    }
+    char k256[300], k257[300];
+    memset(k256, 'k', 256);
+    k256[256] = 0;
+    memset(k257, 'k', 257);
+    k257[257] = 0;
+    snprintf(b, sizeof b, "{%s,\"prompt_cache_key\":\"%s\"}", kinds_body[k], k256);
+    CHECK(parse(kinds[k], b, &r, &e) == 0 && r.cache_key_len == 256);
+    oai_request_free(&r);
+    /* 255 bytes then a 2-byte character: 257 bytes, too long */
+    char k2[300];
+    memset(k2, 'k', 255);
+    memcpy(k2 + 255, "\xc3\xa9", 3);
+    const char *bad[] = {
+        "5", "true", "[\"a\"]", "{\"a\":1}",  /* wrong type */
+        "\"\"",                               /* empty */
+        NULL, NULL,                           /* too long (filled below) */
+        "\"a\\nb\"", "\"a\\tb\"", "\"\\u007f\"", "\"x\\u0085y\"", "\"\\u001b[0m\"", /* controls */
+        "\" a\"", "\"a \"", "\"\\u00a0a\"", "\"a\\u3000\"", "\"\\u2003\"", " \" \"", /* white space */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+      char v[400];
+      if (i == 5) snprintf(v, sizeof v, "\"%s\"", k257);
+      else if (i == 6) snprintf(v, sizeof v, "\"%s\"", k2);
+      else snprintf(v, sizeof v, "%s", bad[i]);
+      snprintf(b, sizeof b, "{%s,\"prompt_cache_key\":%s}", kinds_body[k], v);
+      expect_err(kinds[k], b, "invalid_prompt_cache_key", "prompt_cache_key");
+      /* the error message never echoes the key */
+      memset(&e, 0, sizeof e);
+      if (parse(kinds[k], b, &r, &e) == 0) oai_request_free(&r);
+      else CHECK_MSG(strstr(e.message, "kkkkkkkk") == NULL && strstr(e.message, "[0m") == NULL, "%s", e.message);
+    }
+  }
+  /* Not a field of the other endpoints: ignored there as an unknown extra. */
+  oai_request r;
+  oai_error e;
+  CHECK(parse(OAI_EMBEDDING, "{\"input\":\"x\",\"prompt_cache_key\":5}", &r, &e) == 0);
+  oai_request_free(&r);
+}
+
+/* The scope digest: exactly SHA-256 over (u64 LE length, bytes) of tenant,
+ * endpoint, model, key; every part matters; no concatenation ambiguity. */
+static void test_cache_scope(void) {
+  uint8_t a[32], b2[32], ref[32];
+  uint8_t tenant[32];
+  pw_sha256("sk-alpha", 8, tenant);
+  CHECK(oai_cache_scope(tenant, 32, OAI_CHAT, "m", "key", 3, a) == 0);
+  CHECK(oai_cache_scope(tenant, 32, OAI_CHAT, "m", "key", 3, b2) == 0);
+  CHECK(!memcmp(a, b2, 32));
+  /* reference construction */
+  unsigned char buf[256];
+  size_t n = 0;
+  const void *parts[4] = {tenant, "chat", "m", "key"};
+  size_t lens[4] = {32, 4, 1, 3};
+  for (int i = 0; i < 4; i++) {
+    for (int k = 0; k < 8; k++) buf[n++] = (unsigned char)((uint64_t)lens[i] >> (8 * k));
+    memcpy(buf + n, parts[i], lens[i]);
+    n += lens[i];
+  }
+  pw_sha256(buf, n, ref);
+  CHECK(!memcmp(a, ref, 32));
+  /* any part differing gives another digest */
+  uint8_t other[32];
+  pw_sha256("sk-beta", 7, other);
+  CHECK(oai_cache_scope(other, 32, OAI_CHAT, "m", "key", 3, b2) == 0 && memcmp(a, b2, 32));
+  CHECK(oai_cache_scope(OAI_TENANT_ANONYMOUS, 9, OAI_CHAT, "m", "key", 3, b2) == 0 && memcmp(a, b2, 32));
+  CHECK(oai_cache_scope(tenant, 32, OAI_COMPLETION, "m", "key", 3, b2) == 0 && memcmp(a, b2, 32));
+  CHECK(oai_cache_scope(tenant, 32, OAI_CHAT, "m2", "key", 3, b2) == 0 && memcmp(a, b2, 32));
+  CHECK(oai_cache_scope(tenant, 32, OAI_CHAT, "m", "kez", 3, b2) == 0 && memcmp(a, b2, 32));
+  CHECK(oai_cache_scope(tenant, 32, OAI_CHAT, "m", "key", 2, b2) == 0 && memcmp(a, b2, 32));
+  /* length prefixes: ("ab","c") and ("a","bc") differ, as do moved boundaries
+   * between model and key */
+  oai_part p1[2] = {{"ab", 2}, {"c", 1}}, p2[2] = {{"a", 1}, {"bc", 2}}, p3[1] = {{"abc", 3}};
+  uint8_t d1[32], d2[32], d3[32];
+  CHECK(oai_digest_parts(p1, 2, d1) == 0 && oai_digest_parts(p2, 2, d2) == 0 && oai_digest_parts(p3, 1, d3) == 0);
+  CHECK(memcmp(d1, d2, 32) && memcmp(d1, d3, 32) && memcmp(d2, d3, 32));
+  CHECK(oai_cache_scope(tenant, 32, OAI_CHAT, "mk", "ey", 2, b2) == 0 && memcmp(a, b2, 32));
+  /* empty parts still count */
+  oai_part e1[2] = {{"", 0}, {"x", 1}}, e2[1] = {{"x", 1}};
+  CHECK(oai_digest_parts(e1, 2, d1) == 0 && oai_digest_parts(e2, 1, d2) == 0 && memcmp(d1, d2, 32));
+}
+
+/* The speculation extension: present next to usage only when a mode is set,
+ * in non-streamed responses and in the usage chunk. */
+static void test_speculation_render(void) {
+  engine_usage u = {.prompt_tokens = 20, .completion_tokens = 9, .cached_tokens = 16, .spec_drafted = 12,
+                    .spec_accepted = 7, .spec_emitted = 9, .target_passes = 3};
+  sbuf b = {0};
+  oai_render_speculation("prompt-lookup", &u, &b);
+  CHECK_STR(b.data, "{\"mode\":\"prompt-lookup\",\"drafted\":12,\"accepted\":7,\"emitted\":9,\"target_passes\":3}");
+  for (int kind = OAI_CHAT; kind <= OAI_COMPLETION; kind++)
+    for (int on = 0; on < 2; on++)
+      for (int streamed = 0; streamed < 2; streamed++) {
+        oai_resp o;
+        oai_resp_init(&o, (oai_kind)kind, "m", NULL);
+        if (on) o.spec_mode = "ngram";
+        sbuf_clear(&b);
+        const char *text = b.data;
+        if (streamed) {
+          oai_sse_usage(&o, &u, &b);
+          text = b.data + 6; /* "data: " */
+        } else {
+          oai_render_completion(&o, "x", 1, NULL, ENGINE_FINISH_STOP, &u, &b);
+          text = b.data;
+        }
+        json_error_t je;
+        json_t *j = json_loads(text, JSON_DISABLE_EOF_CHECK, &je);
+        CHECK_MSG(j != NULL, "%s", b.data);
+        if (!j) continue;
+        json_t *us = json_object_get(j, "usage");
+        CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(us, "prompt_tokens_details"), "cached_tokens")), 16);
+        json_t *sp = json_object_get(j, "speculation");
+        if (!on) {
+          CHECK(sp == NULL);
+        } else {
+          CHECK_STR(json_string_value(json_object_get(sp, "mode")) ? json_string_value(json_object_get(sp, "mode")) : "", "ngram");
+          CHECK_EQ_INT(json_integer_value(json_object_get(sp, "drafted")), 12);
+          CHECK_EQ_INT(json_integer_value(json_object_get(sp, "accepted")), 7);
+          CHECK_EQ_INT(json_integer_value(json_object_get(sp, "emitted")), 9);
+          CHECK_EQ_INT(json_integer_value(json_object_get(sp, "target_passes")), 3);
+        }
+        json_decref(j);
+      }
+  sbuf_free(&b);
+  char id[48];
+  oai_new_id("req-", id, sizeof id);
+  CHECK(!strncmp(id, "req-", 4) && strlen(id) == 28);
+  oai_new_id("req-", id, 10);
+  CHECK_EQ_INT(strlen(id), 9);
+}
+
 int main(void) {
   test_chat_ok();
   test_chat_errors();
@@ -424,5 +575,8 @@ int main(void) {
   test_errors();
   test_sse();
   test_sbuf();
+  test_cache_key();
+  test_cache_scope();
+  test_speculation_render();
   TEST_DONE();
 }
