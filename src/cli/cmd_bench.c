@@ -1,0 +1,560 @@
+/* cmd_bench.c - `power bench`: throughput of the forward pass, measured the
+ * way llama-bench measures it, so the figures can be set beside llama.cpp's.
+ *
+ *   power bench [--model M] [-p 512] [-n 128] [-r 5] [--threads N]
+ *               [--batch B] [--seed S] [-o md|json]
+ *   power bench --bandwidth [--bandwidth-mib 1024] [--threads N] [-o md|json]
+ *
+ * pp  prompt processing: p seeded random token ids from an empty cache, in
+ *     batches of up to 512, logits only for the last one.
+ * tg  generation: after a one-token prompt, n single-token steps with logits
+ *     at every step and the argmax fed back.
+ * batch_tg (with --batch B): B sequences decoding together, one step = one
+ *     batch of B entries (one per sequence), logits for all; the aggregate
+ *     rate and its ratio to tg.
+ * Each figure is timed r times after one uncounted warm-up; medians, min and
+ * max are reported in tokens per second. Only model_forward is timed: the
+ * argmax between steps (a scan of n_vocab floats) is outside the clock, as
+ * llama.cpp's own eval timings leave its sampling out.
+ *
+ * --bandwidth is a STREAM-like read probe: every kernel thread sums its
+ * share of a large buffer, several passes, and the best and median pass are
+ * reported in GB/s (1e9 bytes). Decode reads every weight matrix once per
+ * token, so bandwidth / weight_bytes_per_token bounds single-sequence tg.
+ *
+ * Not here: server load tests, kernel microbenchmarks (bench/), comparison
+ * with other engines (bench/vs-llamacpp drives this command). */
+#include "cli/cmd_bench.h"
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/pool.h"
+#include "base/rng.h"
+#include "cli/cli.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "tensor/dtype.h"
+
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define BENCH_X86 1
+#endif
+
+#define BENCH_MAX_CHUNK 512 /* prompt tokens per forward call, as llama.cpp's default n_ubatch */
+#define BENCH_MAX_REPS 1000
+#define BENCH_BW_PASSES 7
+
+typedef struct bench_opts {
+  const char *model;
+  long p, n, r, threads, batch, bw_mib;
+  unsigned long long seed;
+  int json;
+  int bandwidth;
+} bench_opts;
+
+/* One figure over r repetitions: tokens per second per repetition. */
+typedef struct bench_series {
+  double *v; /* [r] */
+  int n;
+  double med, min, max;
+} bench_series;
+
+static void bench_usage(FILE *out) {
+  fprintf(out,
+          "usage: power bench [--model M] [options]\n"
+          "       power bench --bandwidth [--bandwidth-mib N] [--threads N]\n"
+          "  -p, --n-prompt N      prompt tokens for pp (default 512; 0 = skip)\n"
+          "  -n, --n-gen N         generated tokens for tg (default 128; 0 = skip)\n"
+          "  -r, --repetitions N   timed repetitions after one warm-up (default 5)\n"
+          "  -t, --threads N       kernel threads (default 2)\n"
+          "  -b, --batch B         also decode B sequences together (batch_tg)\n"
+          "  --seed S              seed of the random token ids (default 1)\n"
+          "  -o, --output FMT      md (default) or json (one object)\n"
+          "  --bandwidth           measure memory read bandwidth instead\n"
+          "  --bandwidth-mib N     probe buffer size (default 1024)\n");
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void series_finish(bench_series *s) {
+  if (s->n <= 0) return;
+  double tmp[BENCH_MAX_REPS];
+  memcpy(tmp, s->v, (size_t)s->n * sizeof *tmp);
+  qsort(tmp, (size_t)s->n, sizeof *tmp, cmp_double);
+  s->min = tmp[0];
+  s->max = tmp[s->n - 1];
+  s->med = s->n % 2 ? tmp[s->n / 2] : 0.5 * (tmp[s->n / 2 - 1] + tmp[s->n / 2]);
+}
+
+static int32_t argmax(const float *x, int n) {
+  int32_t best = 0;
+  for (int i = 1; i < n; i++)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
+
+/* ---- memory bandwidth probe ---- */
+
+typedef struct bw_job {
+  const uint64_t *buf;
+  long n_words; /* uint64 words in buf, a multiple of 16 */
+  uint64_t sums[256];
+} bw_job;
+
+#ifdef BENCH_X86
+__attribute__((target("avx2"))) static uint64_t bw_sum_avx2(const uint64_t *p, long n) {
+  /* Four independent accumulators keep several loads in flight. */
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (long i = 0; i < n; i += 16) {
+    a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(p + i)));
+    a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(p + i + 4)));
+    a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(p + i + 8)));
+    a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 12)));
+  }
+  __m256i s = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+  uint64_t out[4];
+  _mm256_storeu_si256((__m256i *)out, s);
+  return out[0] + out[1] + out[2] + out[3];
+}
+#endif
+
+static uint64_t bw_sum_scalar(const uint64_t *p, long n) {
+  uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  for (long i = 0; i < n; i += 4) {
+    a0 += p[i];
+    a1 += p[i + 1];
+    a2 += p[i + 2];
+    a3 += p[i + 3];
+  }
+  return a0 + a1 + a2 + a3;
+}
+
+static int g_have_avx2;
+
+static void bw_read_fn(void *ctx, int ith, int nth) {
+  bw_job *j = ctx;
+  long lo, hi;
+  /* Split in 16-word units so every slice stays 128-byte aligned. */
+  pw_split(j->n_words / 16, ith, nth, &lo, &hi);
+  const uint64_t *p = j->buf + lo * 16;
+  long n = (hi - lo) * 16;
+#ifdef BENCH_X86
+  if (g_have_avx2) {
+    j->sums[ith & 255] = bw_sum_avx2(p, n);
+    return;
+  }
+#endif
+  j->sums[ith & 255] = bw_sum_scalar(p, n);
+}
+
+static void bw_fill_fn(void *ctx, int ith, int nth) {
+  bw_job *j = ctx;
+  long lo, hi;
+  pw_split(j->n_words / 16, ith, nth, &lo, &hi);
+  /* Each thread touches its own slice first, so pages land near it. */
+  uint64_t *p = (uint64_t *)j->buf;
+  for (long i = lo * 16; i < hi * 16; i++) p[i] = (uint64_t)i;
+}
+
+static int run_bandwidth(const bench_opts *o) {
+#ifdef BENCH_X86
+  __builtin_cpu_init();
+  g_have_avx2 = __builtin_cpu_supports("avx2");
+#endif
+  size_t bytes = (size_t)o->bw_mib << 20;
+  uint64_t *buf = aligned_alloc(128, bytes);
+  pw_pool *pool = pw_pool_create((int)o->threads);
+  if (!buf || !pool) {
+    fprintf(stderr, "power bench: cannot allocate the %ld MiB probe buffer\n", o->bw_mib);
+    free(buf);
+    pw_pool_destroy(pool);
+    return 1;
+  }
+  bw_job job = {.buf = buf, .n_words = (long)(bytes / 8)};
+  pw_pool_run(pool, bw_fill_fn, &job);
+  double gbs[BENCH_BW_PASSES];
+  uint64_t check = 0;
+  pw_pool_run(pool, bw_read_fn, &job); /* warm-up pass */
+  for (int k = 0; k < BENCH_BW_PASSES; k++) {
+    double t0 = pw_now_s();
+    pw_pool_run(pool, bw_read_fn, &job);
+    double dt = pw_now_s() - t0;
+    gbs[k] = (double)bytes / dt / 1e9;
+    for (int i = 0; i < pw_pool_size(pool) && i < 256; i++) check += job.sums[i];
+  }
+  bench_series s = {gbs, BENCH_BW_PASSES, 0, 0, 0};
+  series_finish(&s);
+  /* The sum is printed so the reads cannot be optimised away. */
+  if (o->json) {
+    json_t *arr = json_array();
+    for (int k = 0; k < BENCH_BW_PASSES; k++) json_array_append_new(arr, json_real(gbs[k]));
+    json_t *root = json_pack("{s:s, s:I, s:I, s:f, s:f, s:f, s:o, s:s, s:I}", "test", "read_bandwidth", "mib",
+                             (json_int_t)o->bw_mib, "threads", (json_int_t)o->threads, "bandwidth_gbs", s.max,
+                             "bandwidth_median_gbs", s.med, "bandwidth_min_gbs", s.min, "passes_gbs", arr, "kernel",
+                             g_have_avx2 ? "avx2" : "scalar", "checksum", (json_int_t)(check & 0x7fffffff));
+    char *txt = root ? json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(8)) : NULL;
+    if (txt) printf("%s\n", txt);
+    free(txt);
+    json_decref(root);
+  } else {
+    printf("| test | MiB | threads | best GB/s | median GB/s | min GB/s |\n");
+    printf("| --- | ---: | ---: | ---: | ---: | ---: |\n");
+    printf("| read bandwidth (%s) | %ld | %ld | %.2f | %.2f | %.2f |\n", g_have_avx2 ? "avx2" : "scalar",
+           o->bw_mib, o->threads, s.max, s.med, s.min);
+    fprintf(stderr, "checksum %llu\n", (unsigned long long)(check & 0xffff));
+  }
+  free(buf);
+  pw_pool_destroy(pool);
+  return 0;
+}
+
+/* ---- model benchmark ---- */
+
+typedef struct bench_run {
+  const bench_opts *o;
+  model *m;
+  const model_hparams *hp;
+  model_kv *kv;  /* 1 sequence */
+  model_ctx *ctx;
+  model_kv *kvb; /* o->batch sequences */
+  model_ctx *ctxb;
+  model_entry *entries; /* [max(chunk, batch)] */
+  int32_t *tokens;      /* [max(p, batch)] */
+  float *logits;        /* [max(1, batch)][n_vocab] */
+  pw_rng rng;
+  char err[PW_ERRMAX];
+} bench_run;
+
+static void fill_tokens(bench_run *b, int n) {
+  for (int i = 0; i < n; i++) b->tokens[i] = (int32_t)(pw_rng_next(&b->rng) % (uint64_t)b->hp->n_vocab);
+}
+
+/* Prompt processing from an empty cache; returns tok/s or -1. */
+static double bench_pp(bench_run *b, int p) {
+  fill_tokens(b, p);
+  model_kv_truncate(b->kv, 0, 0);
+  double t = 0;
+  for (int i = 0; i < p; i += BENCH_MAX_CHUNK) {
+    int nb = p - i < BENCH_MAX_CHUNK ? p - i : BENCH_MAX_CHUNK;
+    for (int j = 0; j < nb; j++) b->entries[j] = (model_entry){0, i + j, b->tokens[i + j], i + j == p - 1};
+    double t0 = pw_now_s();
+    if (model_forward(b->ctx, b->kv, b->entries, nb, b->logits, NULL, b->err)) return -1;
+    t += pw_now_s() - t0;
+  }
+  return p / t;
+}
+
+/* Generation of n tokens after a one-token prompt; returns tok/s or -1. */
+static double bench_tg(bench_run *b, int n) {
+  fill_tokens(b, 1);
+  model_kv_truncate(b->kv, 0, 0);
+  model_entry e = {0, 0, b->tokens[0], true};
+  if (model_forward(b->ctx, b->kv, &e, 1, b->logits, NULL, b->err)) return -1;
+  double t = 0;
+  for (int i = 0; i < n; i++) {
+    e = (model_entry){0, i + 1, argmax(b->logits, b->hp->n_vocab), true};
+    double t0 = pw_now_s();
+    if (model_forward(b->ctx, b->kv, &e, 1, b->logits, NULL, b->err)) return -1;
+    t += pw_now_s() - t0;
+  }
+  return n / t;
+}
+
+/* B sequences decoding n steps together; returns aggregate tok/s or -1. */
+static double bench_batch_tg(bench_run *b, int n) {
+  int nb = (int)b->o->batch;
+  int nv = b->hp->n_vocab;
+  fill_tokens(b, nb);
+  for (int s = 0; s < nb; s++) {
+    model_kv_truncate(b->kvb, s, 0);
+    b->entries[s] = (model_entry){s, 0, b->tokens[s], true};
+  }
+  if (model_forward(b->ctxb, b->kvb, b->entries, nb, b->logits, NULL, b->err)) return -1;
+  double t = 0;
+  for (int i = 0; i < n; i++) {
+    for (int s = 0; s < nb; s++) b->entries[s] = (model_entry){s, i + 1, argmax(b->logits + (size_t)s * nv, nv), true};
+    double t0 = pw_now_s();
+    if (model_forward(b->ctxb, b->kvb, b->entries, nb, b->logits, NULL, b->err)) return -1;
+    t += pw_now_s() - t0;
+  }
+  return (double)nb * n / t;
+}
+
+/* File facts for the report: parameter count, the weight type holding the
+ * most bytes in the layers, and the bytes one decode step reads. Decode reads every
+ * tensor once except the embedding table, of which it reads one row; when
+ * the output projection is tied to the embedding, that table is read whole
+ * as the output matrix and so counts. */
+typedef struct bench_facts {
+  uint64_t file_bytes, params, bytes_per_token;
+  const char *main_type;
+} bench_facts;
+
+static void model_facts(const gguf_file *f, bench_facts *out) {
+  uint64_t by_type[64] = {0};
+  memset(out, 0, sizeof *out);
+  out->file_bytes = gguf_size(f);
+  bool has_output = gguf_find_tensor(f, "output.weight") != NULL;
+  for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
+    const gguf_tensor *t = gguf_tensor_at(f, i);
+    uint64_t ne = 1;
+    for (uint32_t d = 0; d < t->n_dims; d++) ne *= t->ne[d];
+    out->params += ne;
+    /* The main type is judged on the layers only: in a small model the
+     * output matrix alone can outweigh them. */
+    if (t->type < 64 && t->name.len > 4 && !memcmp(t->name.ptr, "blk.", 4)) by_type[t->type] += t->nbytes;
+    if (has_output && gguf_str_eq(t->name, "token_embd.weight")) continue;
+    out->bytes_per_token += t->nbytes;
+  }
+  uint32_t best = 0;
+  for (uint32_t k = 1; k < 64; k++)
+    if (by_type[k] > by_type[best]) best = k;
+  out->main_type = pw_dtype_name(best);
+  if (!out->main_type) out->main_type = "?";
+}
+
+static const char *base_name(const char *path) {
+  const char *s = strrchr(path, '/');
+  return s ? s + 1 : path;
+}
+
+static json_t *series_json(const bench_series *s) {
+  json_t *a = json_array();
+  for (int i = 0; i < s->n; i++) json_array_append_new(a, json_real(s->v[i]));
+  return a;
+}
+
+static void print_json(const bench_run *b, const char *path, const bench_facts *fx, const bench_series *pp,
+                       const bench_series *tg, const bench_series *btg) {
+  const bench_opts *o = b->o;
+  json_t *root = json_object();
+  json_object_set_new(root, "model", json_string(base_name(path)));
+  json_object_set_new(root, "path", json_string(path));
+  json_object_set_new(root, "arch", json_string(b->hp->arch_name));
+  json_object_set_new(root, "type", json_string(fx->main_type));
+  json_object_set_new(root, "size", json_integer((json_int_t)fx->file_bytes));
+  json_object_set_new(root, "params", json_integer((json_int_t)fx->params));
+  json_object_set_new(root, "weight_bytes_per_token", json_integer((json_int_t)fx->bytes_per_token));
+  json_object_set_new(root, "threads", json_integer(o->threads));
+  json_object_set_new(root, "p", json_integer(o->p));
+  json_object_set_new(root, "n", json_integer(o->n));
+  json_object_set_new(root, "r", json_integer(o->r));
+  json_object_set_new(root, "seed", json_integer((json_int_t)o->seed));
+  if (pp->n) {
+    json_object_set_new(root, "pp_tok_s", json_real(pp->med));
+    json_object_set_new(root, "pp_min", json_real(pp->min));
+    json_object_set_new(root, "pp_max", json_real(pp->max));
+    json_object_set_new(root, "pp_reps", series_json(pp));
+  }
+  if (tg->n) {
+    json_object_set_new(root, "tg_tok_s", json_real(tg->med));
+    json_object_set_new(root, "tg_min", json_real(tg->min));
+    json_object_set_new(root, "tg_max", json_real(tg->max));
+    json_object_set_new(root, "tg_reps", series_json(tg));
+  }
+  if (btg->n) {
+    json_object_set_new(root, "batch", json_integer(o->batch));
+    json_object_set_new(root, "batch_tg_tok_s", json_real(btg->med));
+    json_object_set_new(root, "batch_tg_min", json_real(btg->min));
+    json_object_set_new(root, "batch_tg_max", json_real(btg->max));
+    json_object_set_new(root, "batch_tg_reps", series_json(btg));
+    json_object_set_new(root, "batch_tg_ratio", json_real(tg->n && tg->med > 0 ? btg->med / tg->med : 0));
+  }
+  char *txt = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(8));
+  if (txt) printf("%s\n", txt);
+  free(txt);
+  json_decref(root);
+}
+
+static void print_md_row(const bench_run *b, const char *path, const bench_facts *fx, const char *test,
+                         const bench_series *s, const char *extra) {
+  printf("| %s | %s | %.2f MiB | %.2f M | %ld | %s | %.2f | %.2f | %.2f |%s\n", base_name(path), fx->main_type,
+         fx->file_bytes / 1048576.0, fx->params / 1e6, b->o->threads, test, s->med, s->min, s->max, extra);
+}
+
+static void print_md(const bench_run *b, const char *path, const bench_facts *fx, const bench_series *pp,
+                     const bench_series *tg, const bench_series *btg) {
+  printf("| model | type | size | params | threads | test | t/s (median) | min | max |\n");
+  printf("| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n");
+  char name[64], extra[64];
+  if (pp->n) {
+    snprintf(name, sizeof name, "pp%ld", b->o->p);
+    print_md_row(b, path, fx, name, pp, "");
+  }
+  if (tg->n) {
+    snprintf(name, sizeof name, "tg%ld", b->o->n);
+    print_md_row(b, path, fx, name, tg, "");
+  }
+  if (btg->n) {
+    snprintf(name, sizeof name, "tg%ld x %ld seqs", b->o->n, b->o->batch);
+    extra[0] = 0;
+    if (tg->n && tg->med > 0) snprintf(extra, sizeof extra, " %.2fx tg", btg->med / tg->med);
+    print_md_row(b, path, fx, name, btg, extra);
+  }
+  printf("\n%ld repetitions after one warm-up; weights read per decode step %.2f MiB\n", b->o->r,
+         fx->bytes_per_token / 1048576.0);
+}
+
+static int run_model(const bench_opts *o) {
+  char err[PW_ERRMAX];
+  const char *path = cli_resolve_model(o->model, err, sizeof err);
+  if (!path) {
+    fprintf(stderr, "power bench: %s\n", err);
+    return 1;
+  }
+  int status = 1;
+  int p = (int)o->p, n = (int)o->n, r = (int)o->r, nb = (int)o->batch;
+  bench_run b = {.o = o};
+  double *vals = calloc((size_t)3 * r, sizeof *vals);
+  bench_series pp = {vals, 0, 0, 0, 0}, tg = {vals + r, 0, 0, 0, 0}, btg = {vals + 2 * r, 0, 0, 0, 0};
+  pw_rng_seed(&b.rng, o->seed);
+  model_opts mo = {(int)o->threads};
+  if (!vals) {
+    fprintf(stderr, "power bench: out of memory\n");
+    goto done;
+  }
+  if (model_load(path, &mo, &b.m, b.err)) {
+    fprintf(stderr, "power bench: %s: %s\n", path, b.err);
+    goto done;
+  }
+  b.hp = model_hp(b.m);
+  int chunk = p < BENCH_MAX_CHUNK ? p : BENCH_MAX_CHUNK;
+  if (chunk < 1) chunk = 1;
+  int n_ctx = p > n + 1 ? p : n + 1;
+  int n_ent = chunk > nb ? chunk : nb;
+  int n_tok = p > nb ? p : nb;
+  if (n_tok < 1) n_tok = 1;
+  size_t n_logits = (size_t)(nb > 1 ? nb : 1) * (size_t)b.hp->n_vocab;
+  if (model_kv_create(b.m, 1, n_ctx, &b.kv, b.err) || model_ctx_create(b.m, chunk, n_ctx, &b.ctx, b.err) ||
+      (nb > 0 && (model_kv_create(b.m, nb, n + 1, &b.kvb, b.err) ||
+                  model_ctx_create(b.m, nb, n + 1, &b.ctxb, b.err)))) {
+    fprintf(stderr, "power bench: %s\n", b.err);
+    goto done;
+  }
+  b.entries = malloc((size_t)n_ent * sizeof *b.entries);
+  b.tokens = malloc((size_t)n_tok * sizeof *b.tokens);
+  b.logits = malloc(n_logits * sizeof *b.logits);
+  if (!b.entries || !b.tokens || !b.logits) {
+    fprintf(stderr, "power bench: out of memory\n");
+    goto done;
+  }
+  /* Warm-up (not counted): faults the weights in, sizes caches. */
+  int n_warm = n < 16 ? n : 16;
+  if ((p > 0 && bench_pp(&b, p) < 0) || (n > 0 && bench_tg(&b, n_warm) < 0) ||
+      (nb > 0 && bench_batch_tg(&b, n_warm) < 0)) {
+    fprintf(stderr, "power bench: %s\n", b.err);
+    goto done;
+  }
+  /* Interleave the figures rep by rep so slow drift on a shared machine
+   * spreads over all of them rather than hitting one. */
+  for (int k = 0; k < r; k++) {
+    double v;
+    if (p > 0) {
+      if ((v = bench_pp(&b, p)) < 0) goto fwd_fail;
+      pp.v[pp.n++] = v;
+    }
+    if (n > 0) {
+      if ((v = bench_tg(&b, n)) < 0) goto fwd_fail;
+      tg.v[tg.n++] = v;
+    }
+    if (nb > 0) {
+      if ((v = bench_batch_tg(&b, n)) < 0) goto fwd_fail;
+      btg.v[btg.n++] = v;
+    }
+  }
+  series_finish(&pp);
+  series_finish(&tg);
+  series_finish(&btg);
+  bench_facts fx;
+  model_facts(model_gguf(b.m), &fx);
+  if (o->json)
+    print_json(&b, path, &fx, &pp, &tg, &btg);
+  else
+    print_md(&b, path, &fx, &pp, &tg, &btg);
+  status = 0;
+  goto done;
+fwd_fail:
+  fprintf(stderr, "power bench: %s\n", b.err);
+done:
+  free(b.logits);
+  free(b.tokens);
+  free(b.entries);
+  model_ctx_destroy(b.ctxb);
+  model_kv_destroy(b.kvb);
+  model_ctx_destroy(b.ctx);
+  model_kv_destroy(b.kv);
+  model_destroy(b.m);
+  free(vals);
+  return status;
+}
+
+int cmd_bench(int argc, char **argv) {
+  bench_opts o = {.p = 512, .n = 128, .r = 5, .threads = 2, .batch = 0, .bw_mib = 1024, .seed = 1};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED_V                                                              \
+  if (!v) {                                                                 \
+    fprintf(stderr, "power bench: option %s needs a value\n", a);           \
+    return 2;                                                               \
+  }                                                                         \
+  i++;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      bench_usage(stdout);
+      return 0;
+    } else if (!strcmp(a, "--model") || !strcmp(a, "-m")) {
+      NEED_V o.model = v;
+    } else if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) {
+      NEED_V if (cli_parse_long("bench", a, v, 0, 1 << 20, &o.p)) return 2;
+    } else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) {
+      NEED_V if (cli_parse_long("bench", a, v, 0, 1 << 20, &o.n)) return 2;
+    } else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) {
+      NEED_V if (cli_parse_long("bench", a, v, 1, BENCH_MAX_REPS, &o.r)) return 2;
+    } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+      NEED_V if (cli_parse_long("bench", a, v, 1, 256, &o.threads)) return 2;
+    } else if (!strcmp(a, "-b") || !strcmp(a, "--batch")) {
+      NEED_V if (cli_parse_long("bench", a, v, 1, 4096, &o.batch)) return 2;
+    } else if (!strcmp(a, "--bandwidth-mib")) {
+      NEED_V if (cli_parse_long("bench", a, v, 1, 1 << 20, &o.bw_mib)) return 2;
+    } else if (!strcmp(a, "--bandwidth")) {
+      o.bandwidth = 1;
+    } else if (!strcmp(a, "--seed")) {
+      NEED_V char *end;
+      o.seed = strtoull(v, &end, 10);
+      if (!*v || *end) {
+        fprintf(stderr, "power bench: invalid value for --seed: '%s'\n", v);
+        return 2;
+      }
+    } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+      NEED_V if (!strcmp(v, "json")) o.json = 1;
+      else if (!strcmp(v, "md")) o.json = 0;
+      else {
+        fprintf(stderr, "power bench: invalid value for %s: '%s' (expected md or json)\n", a, v);
+        return 2;
+      }
+    } else {
+      fprintf(stderr, "power bench: unknown option '%s' (see power bench --help)\n", a);
+      return 2;
+    }
+#undef NEED_V
+  }
+  if (o.bandwidth) return run_bandwidth(&o);
+  if (o.p == 0 && o.n == 0) {
+    fprintf(stderr, "power bench: nothing to measure: -p and -n are both 0\n");
+    return 2;
+  }
+  if (o.batch > 0 && o.n == 0) {
+    fprintf(stderr, "power bench: --batch needs generated tokens (-n > 0)\n");
+    return 2;
+  }
+  return run_model(&o);
+}
