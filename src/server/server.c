@@ -885,6 +885,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl && strtoull(cl, NULL, 10) > s->max_body) {
+      /* A client that sent the body without waiting for 100-continue only
+       * reads our answer after its write completes: drain (and drop) a
+       * moderately oversized body, then answer 413. Absurd sizes, or
+       * clients that wait, get the answer at once. */
+      const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+      unsigned long long want = strtoull(cl, NULL, 10);
+      if (!expect && want <= (unsigned long long)s->max_body * 8) {
+        k->too_large = true;
+        return MHD_YES;
+      }
       oai_seterr(&e, 413, "request_too_large", NULL, "The request body exceeds the limit of %zu bytes", s->max_body);
       return queue_error(k, c, &e);
     }
