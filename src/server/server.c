@@ -302,7 +302,11 @@ static void stream_render(stream *st) {
     note_token(st->s, &st->log, st->t0, &st->t_last, &st->n_tokens);
     if (st->s->log_requests >= 2) sbuf_put(&st->log.output, ev->text, (size_t)ev->text_len);
     if (st->want_lp) {
+      /* Each chunk carries one token; text_offset keeps counting across
+       * chunks as in the non-streamed answer. */
+      size_t offset = st->lp.text_offset;
       oai_logprobs_reset(&st->lp, st->o.kind);
+      st->lp.text_offset = offset;
       oai_logprobs_add(&st->lp, prompt_piece, &st->s->pb, ev->token, ev->logprob, ev->top, ev->n_top,
                        (size_t)ev->text_len);
     }
@@ -481,6 +485,12 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c) {
     else if (r.text) k->log.prompt = strndup(r.text, r.text_len);
   }
   if (check_model(s, &r, &e)) goto fail;
+  for (int i = 0; i < r.sampling.n_logit_bias; i++)
+    if (r.logit_bias[i].token >= tok_n_vocab(s->pb.vocab)) {
+      oai_seterr(&e, 400, "invalid_value", "logit_bias", "'logit_bias' names token %d, outside the vocabulary of %d",
+                 r.logit_bias[i].token, tok_n_vocab(s->pb.vocab));
+      goto fail;
+    }
   if (kind == OAI_CHAT) {
     if (prompt_chat(&s->pb, r.messages, &prompt, &n_prompt, &e)) goto fail;
   } else if (r.tokens) {
