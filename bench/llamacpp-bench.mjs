@@ -1,0 +1,209 @@
+// llamacpp-bench.mjs - llama.cpp's side of bench/vs-llamacpp: prompt
+// processing (pp) and generation (tg) throughput of the prebuilt llama.cpp
+// bundled in node-llama-cpp, measured like `power bench` measures Power.
+//
+//   node bench/llamacpp-bench.mjs MODEL.gguf [--threads 2] [-p 512] [-n 128]
+//        [-r 5] [--seed 1]
+//
+// Prints one JSON object on stdout with the same field names as
+// `power bench -o json` (pp_tok_s, tg_tok_s, pp_reps, tg_reps, ...).
+//
+// What is timed. node-llama-cpp runs llama_decode followed by
+// llama_synchronize on a worker thread; llama.cpp's own performance counters
+// (llama_perf_context: "prompt eval time" for multi-token decodes, "eval
+// time" for single-token ones) cover exactly that span, so the headline
+// figures (pp_tok_s, tg_tok_s) come from those counters: pure decode time,
+// no sampling, no JavaScript. The wall-clock figures around each call
+// (pp_wall_tok_s, tg_wall_tok_s) add the JavaScript round trip and the
+// greedy sampling of the next token, for reference.
+//
+// pp: p seeded random token ids from an empty sequence, in batches of up to
+//     512 (n_batch = n_ubatch, as Power's 512-token chunks), output for the
+//     last token only.
+// tg: after a one-token prompt, n single-token decodes with the greedy
+//     (argmax) token fed back.
+// Everything runs on the CPU with node-llama-cpp's context defaults (F16 KV
+// cache, flash attention "auto"). Nothing is built or downloaded: a missing
+// prebuilt binary is an error.
+import { existsSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const peerDir = process.env.POWER_PEER_DIR || join(here, "..", "tests", "peer");
+const entry = join(peerDir, "node_modules", "node-llama-cpp", "dist", "index.js");
+
+function die(msg, code = 1) {
+  process.stderr.write(`llamacpp-bench: ${msg}\n`);
+  process.exit(code);
+}
+
+const usage =
+  "usage: node bench/llamacpp-bench.mjs MODEL.gguf [--threads N] [-p N] [-n N] [-r N] [--seed S]";
+const opt = { threads: 2, p: 512, n: 128, r: 5, seed: 1 };
+let modelPath = null;
+const argv = process.argv.slice(2);
+for (let i = 0; i < argv.length; i++) {
+  const a = argv[i];
+  const key = { "--threads": "threads", "-t": "threads", "-p": "p", "-n": "n", "-r": "r", "--seed": "seed" }[a];
+  if (a === "-h" || a === "--help") {
+    process.stdout.write(usage + "\n");
+    process.exit(0);
+  } else if (key) {
+    const v = Number(argv[++i]);
+    if (!Number.isInteger(v) || v < 0) die(`invalid value for ${a}: '${argv[i]}'\n${usage}`, 2);
+    opt[key] = v;
+  } else if (a.startsWith("-")) die(`unknown option '${a}'\n${usage}`, 2);
+  else if (modelPath) die(`one model at a time\n${usage}`, 2);
+  else modelPath = a;
+}
+if (!modelPath) die(usage, 2);
+if (opt.threads < 1 || opt.r < 1 || (opt.p === 0 && opt.n === 0)) die(`nothing to measure\n${usage}`, 2);
+if (!existsSync(entry)) die(`node-llama-cpp is not installed: run npm ci --prefix ${peerDir}`);
+
+const { getLlama } = await import(pathToFileURL(entry).href);
+
+// llama.cpp's log lines: kept to read the performance counters and the CPU
+// backend variant it picked.
+const logs = [];
+const llama = await getLlama({
+  gpu: false,
+  build: "never",
+  skipDownload: true,
+  usePrebuiltBinaries: true,
+  progressLogs: false,
+  maxThreads: 0, // threads below are then taken as given, not as a hint
+  logLevel: "log", // "log" is below "info": it carries the CPU backend line
+  logger: (level, message) => logs.push(String(message)),
+});
+const model = await llama.loadModel({ modelPath, gpuLayers: 0 });
+const batchSize = Math.min(Math.max(opt.p, 1), 512);
+const contextSize = Math.max(256, Math.ceil((Math.max(opt.p, opt.n + 1) + 1) / 256) * 256);
+const context = await model.createContext({
+  contextSize,
+  batchSize,
+  threads: { ideal: opt.threads, min: opt.threads },
+  performanceTracking: true,
+});
+const seq = context.getSequence();
+
+// xorshift32, seeded: reproducible token ids without Math.random.
+let rngState = (opt.seed >>> 0) || 1;
+function rand() {
+  rngState ^= rngState << 13;
+  rngState >>>= 0;
+  rngState ^= rngState >>> 17;
+  rngState ^= rngState << 5;
+  rngState >>>= 0;
+  return rngState;
+}
+
+// Reads and resets llama.cpp's counters: {pp: [ms, tokens], tg: [ms, runs]}.
+async function counters() {
+  const start = logs.length;
+  await context.printTimings();
+  const text = logs.slice(start).join("");
+  const pm = /prompt eval time =\s*([0-9.]+) ms \/\s*(\d+) tokens/.exec(text);
+  const em = /\beval time =\s*([0-9.]+) ms \/\s*(\d+) runs/.exec(text.replace(/prompt eval time/g, ""));
+  if (!pm || !em) die("could not read llama.cpp's performance counters from its log");
+  return { pp: [Number(pm[1]), Number(pm[2])], tg: [Number(em[1]), Number(em[2])] };
+}
+
+// The vocabulary size, from one distribution (also a warm-up of sampling).
+await seq.clearHistory();
+const probe = await seq.controlledEvaluate([[0, { generateNext: { probabilities: true } }]]);
+const nVocab = probe[0]?.next?.probabilities?.size;
+if (!nVocab) die("no distribution from llama.cpp");
+
+async function runPp(p) {
+  await seq.clearHistory();
+  const toks = [];
+  for (let i = 0; i < p; i++) toks.push(rand() % nVocab);
+  toks[p - 1] = [toks[p - 1], { generateNext: { token: true } }];
+  await counters();
+  const t0 = process.hrtime.bigint();
+  await seq.controlledEvaluate(toks);
+  const wall = Number(process.hrtime.bigint() - t0) / 1e9;
+  const c = await counters();
+  if (c.pp[1] !== p) die(`expected ${p} prompt tokens in the counters, got ${c.pp[1]}`);
+  return { tok_s: p / (c.pp[0] / 1e3), wall_tok_s: p / wall };
+}
+
+async function runTg(n) {
+  await seq.clearHistory();
+  const first = await seq.controlledEvaluate([[rand() % nVocab, { generateNext: { token: true } }]]);
+  let tok = first[0].next.token;
+  await counters();
+  let wall = 0;
+  for (let i = 0; i < n; i++) {
+    const t0 = process.hrtime.bigint();
+    const res = await seq.controlledEvaluate([[tok, { generateNext: { token: true } }]]);
+    wall += Number(process.hrtime.bigint() - t0) / 1e9;
+    tok = res[0].next.token;
+  }
+  const c = await counters();
+  if (c.tg[1] !== n) die(`expected ${n} single-token decodes in the counters, got ${c.tg[1]}`);
+  return { tok_s: n / (c.tg[0] / 1e3), wall_tok_s: n / wall };
+}
+
+function stats(v) {
+  const s = [...v].sort((a, b) => a - b);
+  const m = s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+  return { med: m, min: s[0], max: s[s.length - 1] };
+}
+
+// Warm-up, not counted.
+if (opt.p > 0) await runPp(opt.p);
+if (opt.n > 0) await runTg(Math.min(opt.n, 16));
+
+const pp = [], ppWall = [], tg = [], tgWall = [];
+for (let k = 0; k < opt.r; k++) {
+  if (opt.p > 0) {
+    const x = await runPp(opt.p);
+    pp.push(x.tok_s);
+    ppWall.push(x.wall_tok_s);
+  }
+  if (opt.n > 0) {
+    const x = await runTg(opt.n);
+    tg.push(x.tok_s);
+    tgWall.push(x.wall_tok_s);
+  }
+}
+
+const allLogs = logs.join("");
+const backend = /loaded CPU backend from \S*?libggml-cpu-([\w-]+)\.so/.exec(allLogs);
+// llama.cpp repacks some weight types into interleaved layouts for its
+// matrix kernels at load time; the size tells how much of the model it did.
+const repack = /CPU_REPACK model buffer size =\s*([0-9.]+) MiB/.exec(allLogs);
+const out = {
+  engine: "llama.cpp",
+  package: "node-llama-cpp",
+  cpu_backend: backend ? backend[1] : "unknown",
+  cpu_features: llama.systemInfo,
+  flash_attention: /Flash Attention enabled/.test(allLogs),
+  repacked_mib: repack ? Number(repack[1]) : 0,
+  model: modelPath.split("/").pop(),
+  path: modelPath,
+  n_vocab: nVocab,
+  threads: opt.threads,
+  p: opt.p,
+  n: opt.n,
+  r: opt.r,
+  seed: opt.seed,
+};
+if (pp.length) {
+  const s = stats(pp);
+  Object.assign(out, { pp_tok_s: s.med, pp_min: s.min, pp_max: s.max, pp_reps: pp });
+  out.pp_wall_tok_s = stats(ppWall).med;
+  out.pp_wall_reps = ppWall;
+}
+if (tg.length) {
+  const s = stats(tg);
+  Object.assign(out, { tg_tok_s: s.med, tg_min: s.min, tg_max: s.max, tg_reps: tg });
+  out.tg_wall_tok_s = stats(tgWall).med;
+  out.tg_wall_reps = tgWall;
+}
+process.stdout.write(JSON.stringify(out) + "\n");
+await context.dispose();
+await model.dispose();
+await llama.dispose();

@@ -1,0 +1,96 @@
+#!/bin/sh
+# power bench: output shape and error handling (no timing thresholds: the
+# figures depend on the machine; only that they are measured and positive).
+# usage: bench.sh POWER_BIN SHARED_DIR
+set -u
+bin=$1
+shared=$2
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+check() { # check DESC COND...
+  desc=$1
+  shift
+  if "$@"; then :; else
+    echo "FAIL: $desc"
+    fail=1
+  fi
+}
+# field FILE NAME: the number after "NAME": in a one-line JSON object.
+field() {
+  sed -n "s/.*\"$2\":\([-0-9.eE+]*\).*/\1/p" "$1"
+}
+positive() { # positive VALUE
+  [ -n "$1" ] && awk -v v="$1" 'BEGIN { exit !(v + 0 > 0) }'
+}
+# count FILE NAME: elements of the array "NAME":[...].
+count() {
+  sed -n "s/.*\"$2\":\[\([^]]*\)\].*/\1/p" "$1" | tr ',' '\n' | grep -c .
+}
+model=$shared/models/syn-llama-Q4_0.gguf
+qwen=$shared/models/syn-qwen2-Q4_K_M.gguf
+for f in "$model" "$qwen"; do
+  [ -f "$f" ] || { echo "FAIL: missing test asset $f"; exit 1; }
+done
+
+# json: one object with positive medians and one value per repetition
+"$bin" bench --model "$model" -p 16 -n 8 -r 2 -o json >"$tmp/out" 2>"$tmp/err"
+check "bench json exits 0" [ $? -eq 0 ]
+check "bench json prints one line" [ "$(wc -l <"$tmp/out")" -eq 1 ]
+check "bench json is an object" grep -q '^{.*}$' "$tmp/out"
+check "bench json pp_tok_s > 0" positive "$(field "$tmp/out" pp_tok_s)"
+check "bench json tg_tok_s > 0" positive "$(field "$tmp/out" tg_tok_s)"
+check "bench json has 2 pp reps" [ "$(count "$tmp/out" pp_reps)" -eq 2 ]
+check "bench json has 2 tg reps" [ "$(count "$tmp/out" tg_reps)" -eq 2 ]
+check "bench json names the model" grep -q '"model":"syn-llama-Q4_0.gguf"' "$tmp/out"
+check "bench json gives p, n, r, threads" grep -q '"threads":2,"p":16,"n":8,"r":2' "$tmp/out"
+check "bench json gives the bytes read per token" positive "$(field "$tmp/out" weight_bytes_per_token)"
+check "bench json without --batch has no batch figure" [ -z "$(field "$tmp/out" batch_tg_tok_s)" ]
+check "bench json keeps stderr empty" [ ! -s "$tmp/err" ]
+med=$(field "$tmp/out" tg_tok_s)
+lo=$(field "$tmp/out" tg_min)
+hi=$(field "$tmp/out" tg_max)
+check "bench tg median lies within min..max" awk -v m="$med" -v a="$lo" -v b="$hi" 'BEGIN { exit !(a <= m && m <= b) }'
+
+# --batch adds the aggregate decode rate and its ratio to one sequence
+"$bin" bench --model "$model" -p 0 -n 4 -r 1 --batch 4 -o json >"$tmp/out" 2>"$tmp/err"
+check "bench --batch exits 0" [ $? -eq 0 ]
+check "bench --batch batch_tg_tok_s > 0" positive "$(field "$tmp/out" batch_tg_tok_s)"
+check "bench --batch gives the ratio" positive "$(field "$tmp/out" batch_tg_ratio)"
+check "bench -p 0 skips pp" [ -z "$(field "$tmp/out" pp_tok_s)" ]
+
+# prompts longer than one 512-token batch are processed in chunks
+"$bin" bench --model "$qwen" -p 600 -n 2 -r 1 --threads 1 -o json >"$tmp/out" 2>"$tmp/err"
+check "bench -p 600 exits 0" [ $? -eq 0 ]
+check "bench -p 600 pp_tok_s > 0" positive "$(field "$tmp/out" pp_tok_s)"
+check "bench reports the architecture" grep -q '"arch":"qwen2"' "$tmp/out"
+
+# markdown table
+"$bin" bench --model "$model" -p 8 -n 4 -r 1 --batch 2 >"$tmp/out" 2>"$tmp/err"
+check "bench md exits 0" [ $? -eq 0 ]
+check "bench md has a header" grep -q '^| model |' "$tmp/out"
+check "bench md has a pp8 row" grep -q '| pp8 |' "$tmp/out"
+check "bench md has a tg4 row" grep -q '| tg4 |' "$tmp/out"
+check "bench md has a batch row" grep -q '| tg4 x 2 seqs |' "$tmp/out"
+
+# bandwidth probe
+"$bin" bench --bandwidth --bandwidth-mib 16 -o json >"$tmp/out" 2>"$tmp/err"
+check "bench --bandwidth exits 0" [ $? -eq 0 ]
+check "bench --bandwidth GB/s > 0" positive "$(field "$tmp/out" bandwidth_gbs)"
+
+# errors: usage errors exit 2, a bad model exits 1 with one line
+"$bin" bench --model "$model" --frobnicate >/dev/null 2>"$tmp/err"
+check "bench unknown option exits 2" [ $? -eq 2 ]
+"$bin" bench --model "$model" -o xml >/dev/null 2>"$tmp/err"
+check "bench bad format exits 2" [ $? -eq 2 ]
+"$bin" bench --model "$model" -r 0 >/dev/null 2>"$tmp/err"
+check "bench -r 0 exits 2" [ $? -eq 2 ]
+"$bin" bench --model "$model" -p 0 -n 0 >/dev/null 2>"$tmp/err"
+check "bench with nothing to measure exits 2" [ $? -eq 2 ]
+"$bin" bench --model "$tmp/missing.gguf" -p 4 -n 2 -r 1 >"$tmp/out" 2>"$tmp/err"
+check "bench missing model exits 1" [ $? -eq 1 ]
+check "bench missing model is one line" [ "$(wc -l <"$tmp/err")" -eq 1 ]
+check "bench missing model prints nothing on stdout" [ ! -s "$tmp/out" ]
+
+[ $fail -eq 0 ] && echo "cli bench: all checks passed"
+exit $fail
