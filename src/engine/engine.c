@@ -1,9 +1,11 @@
 /* engine.c - the inference engine: request handles and their event queues,
- * admission (bounded queue, deadlines), and the engine thread that runs
+ * admission (bounded queue, deadlines), the engine thread that runs
  * continuous-batching steps with chunked prefill, sampling,
- * detokenisation and stop strings.
+ * detokenisation and stop strings, exact speculative decoding
+ * (prompt-lookup, n-gram and draft-model proposals verified in the batched
+ * target pass) and the keyed prefix cache.
  *
- * Not here: HTTP, JSON, chat templating, prefix caching, speculation.
+ * Not here: HTTP, JSON, chat templating, how cache keys are derived.
  *
  * Threads and locks. Callers (many threads) and the one engine thread share:
  *   - engine.mu: the admission queue, the counters and the flags stop/drain.
@@ -12,12 +14,37 @@
  *     holds it (engine_destroy before engine_release), so nothing a caller
  *     touches after submit lives in the engine.
  * The two locks are never held together. Everything else about a running
- * sequence (slot, positions, sampler, text state) belongs to the engine
- * thread alone. Cancellation is an atomic flag read once per step.
+ * sequence (slot, positions, sampler, text state, speculation state) and
+ * the prefix cache belong to the engine thread alone. Cancellation is an
+ * atomic flag read once per step.
+ *
+ * KV slots. The KV cache has max_active + prompt_cache_entries sequences
+ * ("slots"). A running request holds one; an idle cache entry holds one.
+ * At most max_active requests run and at most prompt_cache_entries entries
+ * exist, so an admitted request always finds a free slot and caching never
+ * lowers the running capacity. The draft model's KV cache (draft mode) has
+ * the same slots, so a cache entry carries the draft's KV too.
+ *
+ * Speculation round of one sequence (all inside one step):
+ *   1. propose up to k tokens (k from the adaptive width, the remaining
+ *      max_tokens and the step budget): n-gram lookup, or k greedy passes
+ *      of the draft model batched over the speculating sequences;
+ *   2. the target pass gets entries (last, p0, ..., p(k-1)) at consecutive
+ *      positions, each wanting logits, in the same batch as everyone else;
+ *   3. row i is sampled exactly as a non-speculative step would sample it
+ *      (same sampler state: penalties see every emitted token in order, one
+ *      RNG draw per emitted token), the token is emitted (stop strings, EOG,
+ *      max_tokens apply as usual), and the round continues to row i+1 only
+ *      while the sampled token equals p(i);
+ *   4. target KV is truncated to what was committed (the positions of the
+ *      tokens fed whose successors were emitted), the draft's KV too.
+ * So the emitted tokens are the ones non-speculative decoding emits, and a
+ * round that ends early (stop, error, cancel) leaves the last commit.
  *
  * Allocation happens in engine_create (batch, logits and hidden buffers,
- * KV cache) and engine_submit (per-request sampler, event ring, text
- * buffers); the step loop and the per-token path allocate nothing. */
+ * KV caches, cache records) and engine_submit (per-request sampler, event
+ * ring, token and text buffers); the step loop and the per-token path
+ * allocate nothing. */
 #include "engine/engine.h"
 
 #include "base/clock.h"
@@ -39,20 +66,42 @@
 
 #define EV_TEXT_CAP ((int)sizeof(((engine_event *)0)->text))
 
+#define SPEC_MAX_K 32      /* upper bound of spec_draft_max (header: <= 32) */
+#define SPEC_NGRAM_MAX 4   /* lookup tries n-grams of this length down to 1 */
+#define SPEC_WINDOW 8      /* rounds with proposals judged for the fallback */
+#define SPEC_MIN_RATE 0.2  /* acceptance below this over a full window: stop speculating */
+#define CACHE_MAX_ENTRIES 4096
+
 _Static_assert(ENGINE_MAX_STOP <= STOP_MAX_STRINGS && ENGINE_MAX_STOP_LEN <= STOP_MAX_LEN,
                "the stop matcher must hold every request's stop strings");
 
 typedef enum req_state { REQ_QUEUED, REQ_ACTIVE, REQ_ENDED } req_state;
 
+/* A prefix-cache entry: the tokens whose KV a slot holds. While a running
+ * request extends it (busy), the slot is that request's and toks/n_tok are
+ * the state it started from. */
+typedef struct cache_ent {
+  bool used;        /* the record holds an entry */
+  bool busy;        /* taken by a running request */
+  uint8_t key[32];
+  int slot;         /* KV slot (the running request's while busy) */
+  int n_tok;
+  int32_t *toks;    /* [n_ctx], owned */
+  uint64_t last_ns; /* monotonic time it became idle (LRU and TTL) */
+} cache_ent;
+
 struct engine_req {
   /* ---- fixed at submit ---- */
-  int32_t *prompt; /* [n_prompt], owned */
+  int32_t *toks;   /* [n_prompt + max_tokens] prompt, then generated tokens; owned */
+  const int32_t *prompt; /* = toks */
   int n_prompt;
   int max_tokens; /* effective: capped so that prompt + max_tokens <= n_ctx */
   bool embedding, ignore_eos, want_logprobs;
   int n_logprobs;
   uint64_t deadline_ns; /* 0 = none */
   int ring_cap; /* events; one slot is kept for the final DONE/ERROR */
+  bool has_key;
+  uint8_t key[32];
 
   /* ---- shared with callers, guarded by mu ---- */
   pthread_mutex_t mu;
@@ -72,7 +121,7 @@ struct engine_req {
   int slot;          /* KV sequence while active, else -1 */
   int n_fed;         /* positions in the KV cache: prompt, then generated */
   int n_gen;         /* tokens sampled */
-  int32_t last;      /* last sampled token, fed by the next decode entry */
+  int32_t last;      /* last sampled token, fed by the next decode entry (= toks[n_fed]) */
   pw_sampler *smp;   /* owned; NULL for embeddings */
   tok_detok dt;      /* streaming detokenizer state */
   bool has_stop;     /* sm is in use */
@@ -81,18 +130,47 @@ struct engine_req {
   int txt_len, txt_cap;
   double *embd_acc;  /* [n_embd] running sum of final hidden states, owned */
   float *embd;       /* [n_embd] the result, owned */
+  cache_ent *ent;    /* the cache entry this request took (busy), or NULL */
+  engine_usage u;    /* cached_tokens and the speculation counters */
+  /* speculation */
+  bool spec;         /* still speculating (mode on, not spec_off, no fallback) */
+  int spec_k;        /* adaptive width in [1, K] */
+  int win_d[SPEC_WINDOW], win_a[SPEC_WINDOW]; /* drafted/accepted of recent rounds */
+  int win_n, win_pos;
+  /* ---- per step scratch ---- */
+  int32_t prop[SPEC_MAX_K]; /* this round's proposals */
+  int n_prop;
+  int step_n;        /* entries in this step's generation batch */
+  int step_rows;     /* logits rows wanted (decode: 1 + n_prop; last prompt chunk: 1) */
+  int step_row;      /* first of them */
+  int draft_row;     /* row in the draft's logits of the current draft pass, -1 = none */
 };
 
+/* Counters added to engine.st at the end of a step (under engine.mu). */
+typedef struct stat_delta {
+  uint64_t prompt_tokens, generated_tokens, batch_entries;
+  uint64_t spec_drafted, spec_accepted, spec_emitted, spec_target_passes, spec_rounds, spec_fallbacks;
+  uint64_t cache_requests, cache_hits, cache_misses, cache_reused, cache_evaluated, cache_evictions;
+} stat_delta;
+
 struct engine {
-  engine_opts o; /* resolved options (o.model_path is not kept) */
+  engine_opts o; /* resolved options (paths are not kept) */
   model *m;
   tok_vocab *vocab;
   model_kv *kv;
   model_ctx *ctx;
   int n_vocab, n_embd, n_ctx;
+  int n_slots;         /* KV sequences: max_active + cache entries */
+  size_t tok_bytes;    /* KV bytes of one position (target + draft) */
   char model_id[256];
   char sha256[65];
   char *chat_template; /* owned copy of the model's template; NULL = default */
+  /* draft model (ENGINE_SPEC_DRAFT), else NULL */
+  model *dm;
+  model_kv *dkv;
+  model_ctx *dctx;
+  float *dlogits;      /* [max_active][n_vocab] */
+  model_entry *dents;  /* [step_tokens] */
 
   /* ---- shared, guarded by mu ---- */
   pthread_mutex_t mu;
@@ -108,18 +186,22 @@ struct engine {
   bool thread_started;
   engine_req **run;    /* [max_active] active requests in admission order */
   int n_run;
-  int *free_slots;     /* [max_active] stack of unused KV sequences */
+  engine_req **part;   /* [max_active] requests in this step's generation batch */
+  int n_part;
+  int *free_slots;     /* [n_slots] stack of unused KV sequences */
   int n_free;
+  cache_ent *cache;    /* [n_cache] records */
+  int n_cache;         /* 0 = prefix cache disabled */
   model_entry *ents;   /* [step_tokens] generation batch */
-  engine_req **owner;  /* [step_tokens] request of each entry */
   model_entry *eents;  /* [step_tokens] embedding batch */
   engine_req **eowner; /* [step_tokens] */
-  float *logits;       /* [max_active][n_vocab]: at most one wanted row per sequence */
+  float *logits;       /* [rows_cap][n_vocab] */
+  int rows_cap;
   float *hidden;       /* [step_tokens][n_embd] final hidden states of an embedding batch */
   char *dbuf;          /* [dbuf_cap] detokenizer output of one token */
   size_t dbuf_cap;
   char *sbuf;          /* [STOP_OUT_CAP(dbuf_cap)] stop matcher output of one token */
-  int step_gen;        /* tokens sampled in the current step */
+  stat_delta d;        /* counters not yet added to st */
   engine_event ev;     /* scratch: built here, then copied into a ring */
   char err[PW_ERRMAX];
 };
@@ -149,7 +231,7 @@ static struct timespec abs_after_ns(uint64_t ns) {
 
 static void req_free(engine_req *r) {
   pw_sampler_destroy(r->smp);
-  free(r->prompt);
+  free(r->toks);
   free(r->ring);
   free(r->txt);
   free(r->embd_acc);
@@ -254,18 +336,222 @@ static bool txt_feed(engine *e, engine_req *r, const char *s, size_t n) {
   return matched;
 }
 
-/* ---- engine thread: ending requests ------------------------------------ */
+/* ---- engine thread: KV slots and the prefix cache ------------------------ */
 
-/* Ends r (already out of the run list or the queue): frees its KV slot,
- * pushes DONE (status 0) or ERROR (status < 0), updates the counters and
- * drops the engine's reference. */
-static void seq_end(engine *e, engine_req *r, engine_finish finish, int status, const char *msg) {
-  req_state was = r->state;
-  if (r->slot >= 0) {
-    model_kv_truncate(e->kv, r->slot, 0);
-    e->free_slots[e->n_free++] = r->slot;
+static void slot_free(engine *e, int slot) {
+  model_kv_truncate(e->kv, slot, 0);
+  if (e->dkv) model_kv_truncate(e->dkv, slot, 0);
+  PW_ASSERT(e->n_free < e->n_slots);
+  e->free_slots[e->n_free++] = slot;
+}
+
+static cache_ent *cache_find(engine *e, const uint8_t key[32]) {
+  for (int i = 0; i < e->n_cache; i++)
+    if (e->cache[i].used && memcmp(e->cache[i].key, key, 32) == 0) return &e->cache[i];
+  return NULL;
+}
+
+/* Drops an idle entry and returns its slot to the pool. */
+static void cache_drop(engine *e, cache_ent *ce, bool eviction) {
+  PW_ASSERT(ce->used && !ce->busy);
+  slot_free(e, ce->slot);
+  ce->used = false;
+  ce->n_tok = 0;
+  if (eviction) e->d.cache_evictions++;
+}
+
+/* The least recently used idle entry, or NULL. */
+static cache_ent *cache_lru(engine *e) {
+  cache_ent *best = NULL;
+  for (int i = 0; i < e->n_cache; i++) {
+    cache_ent *c = &e->cache[i];
+    if (c->used && !c->busy && (!best || c->last_ns < best->last_ns)) best = c;
+  }
+  return best;
+}
+
+/* KV bytes of the idle entries (a busy entry's KV is a running sequence's). */
+static size_t cache_bytes(const engine *e) {
+  size_t n = 0;
+  for (int i = 0; i < e->n_cache; i++)
+    if (e->cache[i].used && !e->cache[i].busy) n += (size_t)e->cache[i].n_tok * e->tok_bytes;
+  return n;
+}
+
+/* Evicts idle entries idle for the TTL; returns the monotonic time of the
+ * next expiry (0 = none). Bounded: one pass over the records. */
+static uint64_t cache_expire(engine *e, uint64_t now) {
+  uint64_t ttl = (uint64_t)(e->o.prompt_cache_ttl_s * 1e9), next = 0;
+  for (int i = 0; i < e->n_cache; i++) {
+    cache_ent *c = &e->cache[i];
+    if (!c->used || c->busy) continue;
+    if (now - c->last_ns >= ttl) {
+      cache_drop(e, c, true);
+    } else {
+      uint64_t at = c->last_ns + ttl;
+      if (!next || at < next) next = at;
+    }
+  }
+  return next;
+}
+
+/* Admission of a keyed request: take its idle entry's slot and keep the
+ * longest common prefix (at least the last prompt token is evaluated, for
+ * its logits). A busy entry is never shared: the request runs uncached. */
+static void cache_take(engine *e, engine_req *r) {
+  e->d.cache_requests++;
+  cache_ent *ce = cache_find(e, r->key);
+  int c = 0;
+  if (ce && !ce->busy) {
+    int lim = ce->n_tok < r->n_prompt - 1 ? ce->n_tok : r->n_prompt - 1;
+    while (c < lim && ce->toks[c] == r->prompt[c]) c++;
+    ce->busy = true;
+    r->ent = ce;
+    r->slot = ce->slot;
+    PW_ASSERT(model_kv_len(e->kv, r->slot) >= c);
+    model_kv_truncate(e->kv, r->slot, c);
+    if (e->dkv && model_kv_len(e->dkv, r->slot) > c) model_kv_truncate(e->dkv, r->slot, c);
+  }
+  r->n_fed = c;
+  r->u.cached_tokens = c;
+  if (c > 0)
+    e->d.cache_hits++;
+  else
+    e->d.cache_misses++;
+  e->d.cache_reused += (uint64_t)c;
+  e->d.cache_evaluated += (uint64_t)(r->n_prompt - c);
+}
+
+/* The end of a keyed request decides where its slot goes. Kept: the
+ * positions whose KV is valid (n_fed: prompt and output but the last
+ * token), after a normal end or a cancellation; an error drops what the
+ * request touched. The latest request to finish owns the key's entry: it
+ * replaces an idle one; if another running request holds the entry, the
+ * finishing one (which ran uncached) leaves it alone. */
+static void cache_store(engine *e, engine_req *r, int status) {
+  int slot = r->slot;
+  int n = r->n_fed;
+  PW_ASSERT(model_kv_len(e->kv, slot) >= n);
+  bool keep = status == 0 && n > 0 && (size_t)n * e->tok_bytes <= e->o.prompt_cache_bytes;
+  cache_ent *ce = r->ent ? r->ent : cache_find(e, r->key);
+  r->slot = -1;
+  if (ce && ce->busy && ce != r->ent) { /* someone else's running entry */
+    slot_free(e, slot);
+    return;
+  }
+  if (ce == r->ent && ce) { /* ours: it comes back idle or goes */
+    ce->busy = false;
+    r->ent = NULL;
+    if (!keep) {
+      cache_drop(e, ce, false);
+      return;
+    }
+  } else if (ce) { /* an idle entry of the same key: replaced */
+    if (!keep) {
+      slot_free(e, slot);
+      return;
+    }
+    slot_free(e, ce->slot);
+    ce->slot = slot;
+  } else {
+    if (!keep) {
+      slot_free(e, slot);
+      return;
+    }
+    for (int i = 0; i < e->n_cache && !ce; i++)
+      if (!e->cache[i].used) ce = &e->cache[i];
+    if (!ce) {
+      cache_ent *old = cache_lru(e);
+      if (!old) { /* every entry is in use */
+        slot_free(e, slot);
+        return;
+      }
+      cache_drop(e, old, true);
+      ce = old;
+    }
+    ce->used = true;
+    ce->busy = false;
+    memcpy(ce->key, r->key, 32);
+  }
+  ce->slot = slot;
+  ce->n_tok = n;
+  memcpy(ce->toks, r->toks, (size_t)n * sizeof *ce->toks);
+  model_kv_truncate(e->kv, slot, n);
+  if (e->dkv && model_kv_len(e->dkv, slot) > n) model_kv_truncate(e->dkv, slot, n);
+  ce->last_ns = pw_now_ns();
+  /* The byte bound: least recently used first (this entry is the most
+   * recent, and fits alone by the check above). */
+  while (cache_bytes(e) > e->o.prompt_cache_bytes) {
+    cache_ent *old = cache_lru(e);
+    if (!old) break;
+    cache_drop(e, old, true);
+  }
+}
+
+/* Gives r a KV slot: its key's entry's (keeping the common prefix) or a
+ * free one. */
+static void slot_take(engine *e, engine_req *r) {
+  r->slot = -1;
+  r->n_fed = 0;
+  if (r->has_key && !r->embedding && e->n_cache > 0) cache_take(e, r);
+  if (r->slot < 0) {
+    PW_ASSERT(e->n_free > 0);
+    r->slot = e->free_slots[--e->n_free];
+    PW_ASSERT(model_kv_len(e->kv, r->slot) == 0);
+  }
+}
+
+static void slot_release(engine *e, engine_req *r, int status) {
+  if (r->slot < 0) return;
+  if (r->has_key && !r->embedding && e->n_cache > 0) {
+    cache_store(e, r, status);
+  } else {
+    slot_free(e, r->slot);
     r->slot = -1;
   }
+}
+
+/* Adds the step's counters to the shared statistics; e->mu held. */
+static void stats_flush_locked(engine *e) {
+  engine_stats *s = &e->st;
+  stat_delta *d = &e->d;
+  s->prompt_tokens_total += d->prompt_tokens;
+  s->generated_tokens_total += d->generated_tokens;
+  s->batch_entries_total += d->batch_entries;
+  s->spec_drafted_total += d->spec_drafted;
+  s->spec_accepted_total += d->spec_accepted;
+  s->spec_emitted_total += d->spec_emitted;
+  s->spec_target_passes_total += d->spec_target_passes;
+  s->spec_rounds_total += d->spec_rounds;
+  s->spec_fallbacks_total += d->spec_fallbacks;
+  s->cache_requests_total += d->cache_requests;
+  s->cache_hits_total += d->cache_hits;
+  s->cache_misses_total += d->cache_misses;
+  s->cache_reused_tokens_total += d->cache_reused;
+  s->cache_evaluated_tokens_total += d->cache_evaluated;
+  s->cache_evictions_total += d->cache_evictions;
+  memset(d, 0, sizeof *d);
+  int n_ent = 0;
+  size_t held = 0;
+  for (int i = 0; i < e->n_cache; i++)
+    if (e->cache[i].used) {
+      n_ent++;
+      if (!e->cache[i].busy) held += (size_t)e->cache[i].n_tok;
+    }
+  for (int i = 0; i < e->n_run; i++) held += (size_t)e->run[i]->n_fed;
+  s->cache_entries = n_ent;
+  s->cache_bytes = cache_bytes(e);
+  s->kv_bytes_in_use = held * e->tok_bytes;
+}
+
+/* ---- engine thread: ending requests ------------------------------------ */
+
+/* Ends r (already out of the run list or the queue): hands its KV slot to
+ * the pool or the prefix cache, pushes DONE (status 0) or ERROR (status <
+ * 0), updates the counters and drops the engine's reference. */
+static void seq_end(engine *e, engine_req *r, engine_finish finish, int status, const char *msg) {
+  req_state was = r->state;
+  slot_release(e, r, status);
   r->state = REQ_ENDED;
   engine_event *ev = &e->ev;
   if (status < 0) {
@@ -275,9 +561,9 @@ static void seq_end(engine *e, engine_req *r, engine_finish finish, int status, 
   } else {
     ev_clear(ev, ENGINE_EV_DONE);
     ev->finish = finish;
+    ev->usage = r->u;
     ev->usage.prompt_tokens = r->n_prompt;
     ev->usage.completion_tokens = r->n_gen;
-    ev->usage.cached_tokens = 0;
     if (!r->embedding && finish != ENGINE_FINISH_CANCEL) {
       /* Text still held back (an unfinished UTF-8 character, a stop-string
        * prefix that never completed) is released with DONE. */
@@ -293,20 +579,23 @@ static void seq_end(engine *e, engine_req *r, engine_finish finish, int status, 
     }
   }
   /* Counters first: a consumer that sees the final event and submits again
-   * at once must find the slot free. */
+   * at once must find the slot free and the statistics current. */
   pthread_mutex_lock(&e->mu);
   if (was == REQ_ACTIVE) e->n_active--;
   if (status == PW_ETIMEOUT) e->st.requests_timeout++;
   if (finish == ENGINE_FINISH_CANCEL) e->st.requests_cancelled++;
+  stats_flush_locked(e);
   pthread_cond_broadcast(&e->idle_cv);
   pthread_mutex_unlock(&e->mu);
   req_push(r, ev);
   req_unref(r);
 }
 
-/* Ends the run-list entry i (keeps admission order of the rest). */
-static void run_end(engine *e, int i, engine_finish finish, int status, const char *msg) {
-  engine_req *r = e->run[i];
+/* Ends r, which is in the run list (keeps admission order of the rest). */
+static void run_end_req(engine *e, engine_req *r, engine_finish finish, int status, const char *msg) {
+  int i = 0;
+  while (i < e->n_run && e->run[i] != r) i++;
+  PW_ASSERT(i < e->n_run);
   memmove(e->run + i, e->run + i + 1, (size_t)(e->n_run - i - 1) * sizeof *e->run);
   e->n_run--;
   seq_end(e, r, finish, status, msg);
@@ -314,11 +603,14 @@ static void run_end(engine *e, int i, engine_finish finish, int status, const ch
 
 /* ---- engine thread: one token ------------------------------------------ */
 
-/* Samples from r's logits row and emits the token. Returns true while r
- * keeps generating; false once it has ended (the caller removes it). */
-static bool seq_on_logits(engine *e, engine_req *r, const float *row, engine_finish *finish, int *status,
-                          const char **msg) {
+/* Samples from r's logits row and emits the token (exactly what a
+ * non-speculative step does with that row). *tok gets the token. Returns
+ * true while r keeps generating; false once it has ended (the caller
+ * removes it). */
+static bool seq_emit(engine *e, engine_req *r, const float *row, int32_t *tok_out, engine_finish *finish,
+                     int *status, const char **msg) {
   int32_t tok = pw_sampler_sample(r->smp, row);
+  *tok_out = tok;
   if (tok < 0) {
     *status = PW_ERANGE;
     *msg = "sampling failed: logit_bias and penalties left no token to choose";
@@ -332,8 +624,9 @@ static bool seq_on_logits(engine *e, engine_req *r, const float *row, engine_fin
     ev->n_top = n > 0 ? n : 0;
   }
   pw_sampler_accept(r->smp, tok);
+  r->toks[r->n_prompt + r->n_gen] = tok;
   r->n_gen++;
-  e->step_gen++;
+  e->d.generated_tokens++;
   r->last = tok;
   if (!r->ignore_eos && tok_is_eog(e->vocab, tok)) {
     /* End of generation: not emitted as text. */
@@ -359,6 +652,180 @@ static bool seq_on_logits(engine *e, engine_req *r, const float *row, engine_fin
   return true;
 }
 
+/* ---- engine thread: speculation ------------------------------------------- */
+
+/* Most proposals r may get this round before the step budget: its width,
+ * and one less than the tokens it may still emit (a round emits the
+ * accepted proposals plus one). Positions stay inside the context because
+ * n_prompt + max_tokens <= n_ctx. */
+static int spec_want(const engine *e, const engine_req *r) {
+  if (!r->spec) return 0;
+  int k = r->spec_k;
+  int left = r->max_tokens - r->n_gen - 1;
+  if (k > left) k = left;
+  (void)e;
+  return k > 0 ? k : 0;
+}
+
+/* Prompt-lookup / n-gram proposals: find the sequence's last n-gram
+ * (n = SPEC_NGRAM_MAX down to 1) in the prompt (prompt-lookup) or in
+ * everything before it (n-gram), latest occurrence first, and copy up to k
+ * tokens that followed it. Allocation-free; O(n * length). */
+static int spec_lookup(const engine *e, engine_req *r, int k) {
+  int len = r->n_prompt + r->n_gen; /* toks[len - 1] = last */
+  int end = e->o.spec_mode == ENGINE_SPEC_PROMPT_LOOKUP ? r->n_prompt : len;
+  const int32_t *t = r->toks;
+  for (int n = len < SPEC_NGRAM_MAX ? len : SPEC_NGRAM_MAX; n >= 1; n--) {
+    const int32_t *suf = t + len - n;
+    /* i + n < end: at least one token follows the match; this also keeps
+     * the suffix from matching itself. */
+    for (int i = end - n - 1; i >= 0; i--) {
+      if (t[i] != suf[0] || memcmp(t + i, suf, (size_t)n * sizeof *t) != 0) continue;
+      int c = end - (i + n);
+      if (c > k) c = k;
+      memcpy(r->prop, t + i + n, (size_t)c * sizeof *t);
+      return c;
+    }
+  }
+  return 0;
+}
+
+/* Draft-model proposals for every run-list sequence with n_prop > 0 (the
+ * planned count): pass 0 feeds what the draft has not seen yet (prompt,
+ * committed tokens, and the last token, whose logits give p0), pass j feeds
+ * p(j-1) to get p(j); each pass is one batched draft forward over the
+ * sequences still drafting. Greedy. A sequence whose catch-up does not fit
+ * the draft batch feeds part of it and proposes nothing this round; a
+ * failed draft pass only shortens the proposals. */
+static void spec_draft(engine *e) {
+  int cap = e->o.step_tokens, n = 0, rows = 0, kmax = 0;
+  for (int i = 0; i < e->n_run; i++) {
+    engine_req *r = e->run[i];
+    r->draft_row = -1;
+    if (r->n_prop <= 0 || n >= cap) {
+      r->n_prop = 0;
+      continue;
+    }
+    int have = model_kv_len(e->dkv, r->slot);
+    int need = r->n_fed + 1 - have; /* toks[have .. n_fed] */
+    PW_ASSERT(have <= r->n_fed && need >= 1);
+    int c = need;
+    if (n + c > cap) {
+      c = cap - n < need - 1 ? cap - n : need - 1;
+      r->n_prop = 0;
+    } else {
+      r->draft_row = rows++;
+      if (r->n_prop > kmax) kmax = r->n_prop;
+    }
+    for (int j = 0; j < c; j++)
+      e->dents[n++] = (model_entry){.seq = r->slot, .pos = have + j, .token = r->toks[have + j],
+                                    .want_logits = j == need - 1};
+  }
+  if (n == 0) return;
+  int rc = model_forward(e->dctx, e->dkv, e->dents, n, e->dlogits, NULL, e->err);
+  if (rc < 0) {
+    pw_log(PW_LOG_WARN, "engine: draft pass failed: %s", e->err);
+    for (int i = 0; i < e->n_run; i++) e->run[i]->n_prop = 0;
+    return;
+  }
+  for (int i = 0; i < e->n_run; i++) {
+    engine_req *r = e->run[i];
+    if (r->draft_row >= 0) r->prop[0] = pw_argmax(e->dlogits + (size_t)r->draft_row * e->n_vocab, e->n_vocab);
+  }
+  for (int j = 1; j < kmax; j++) {
+    n = 0;
+    for (int i = 0; i < e->n_run; i++) {
+      engine_req *r = e->run[i];
+      r->draft_row = -1;
+      if (r->n_prop <= j) continue;
+      r->draft_row = n;
+      e->dents[n++] = (model_entry){.seq = r->slot, .pos = r->n_fed + j, .token = r->prop[j - 1], .want_logits = true};
+    }
+    if (n == 0) break;
+    rc = model_forward(e->dctx, e->dkv, e->dents, n, e->dlogits, NULL, e->err);
+    for (int i = 0; i < e->n_run; i++) {
+      engine_req *r = e->run[i];
+      if (r->draft_row < 0) continue;
+      if (rc < 0)
+        r->n_prop = j;
+      else
+        r->prop[j] = pw_argmax(e->dlogits + (size_t)r->draft_row * e->n_vocab, e->n_vocab);
+    }
+    if (rc < 0) {
+      pw_log(PW_LOG_WARN, "engine: draft pass failed: %s", e->err);
+      break;
+    }
+  }
+}
+
+/* The adaptive width after a round of k proposals with a accepted: grow
+ * after full acceptance, move towards a + 1 after a rejection; fall back to
+ * target-only decoding when the acceptance over the last SPEC_WINDOW rounds
+ * stays below SPEC_MIN_RATE, so speculation never makes a request much
+ * slower than without it. */
+static void spec_adapt(engine *e, engine_req *r, int k, int a) {
+  int K = e->o.spec_draft_max;
+  if (a >= k) {
+    r->spec_k += r->spec_k / 2 > 1 ? r->spec_k / 2 : 1;
+    if (r->spec_k > K) r->spec_k = K;
+  } else {
+    r->spec_k = (r->spec_k + a + 1) / 2;
+    if (r->spec_k < 1) r->spec_k = 1;
+  }
+  r->win_d[r->win_pos] = k;
+  r->win_a[r->win_pos] = a;
+  r->win_pos = (r->win_pos + 1) % SPEC_WINDOW;
+  if (r->win_n < SPEC_WINDOW) r->win_n++;
+  if (r->win_n == SPEC_WINDOW) {
+    int sd = 0, sa = 0;
+    for (int i = 0; i < SPEC_WINDOW; i++) {
+      sd += r->win_d[i];
+      sa += r->win_a[i];
+    }
+    if (sa < SPEC_MIN_RATE * sd) {
+      r->spec = false;
+      e->d.spec_fallbacks++;
+    }
+  }
+}
+
+/* Verifies a decode round of r: rows [1 + n_prop][n_vocab] are the target's
+ * logits after last, p0, ..., p(n_prop-1). Emits tokens while the target's
+ * choice agrees with the proposal, then one more (correction or bonus),
+ * stopping early when the request ends, and truncates the KV to the commit.
+ * Returns false when r has ended. */
+static bool seq_verify(engine *e, engine_req *r, const float *rows, engine_finish *fin, int *st, const char **msg) {
+  int k = r->n_prop, m = 0, a = 0;
+  int base = r->n_fed; /* position of last */
+  bool alive = true;
+  r->u.target_passes++;
+  if (r->spec || k > 0) e->d.spec_target_passes++;
+  for (int i = 0; i <= k; i++) {
+    int32_t tok;
+    alive = seq_emit(e, r, rows + (size_t)i * e->n_vocab, &tok, fin, st, msg);
+    m++;
+    bool agree = i < k && tok == r->prop[i];
+    if (agree) a++;
+    if (!alive || !agree) break;
+  }
+  /* Committed: last and the emitted tokens but the newest one (whose KV is
+   * not written yet, or was written for a proposal that lost). */
+  r->n_fed = base + m;
+  model_kv_truncate(e->kv, r->slot, r->n_fed);
+  if (e->dkv && model_kv_len(e->dkv, r->slot) > r->n_fed) model_kv_truncate(e->dkv, r->slot, r->n_fed);
+  if (k > 0) {
+    r->u.spec_drafted += k;
+    r->u.spec_accepted += a;
+    r->u.spec_emitted += m;
+    e->d.spec_drafted += (uint64_t)k;
+    e->d.spec_accepted += (uint64_t)a;
+    e->d.spec_emitted += (uint64_t)m;
+    e->d.spec_rounds++;
+    if (alive && r->spec) spec_adapt(e, r, k, a);
+  }
+  return alive;
+}
+
 /* Adds the final hidden states of a chunk (positions in order) to the
  * running sum; the order of additions is the prompt order whatever the
  * chunking, so the result does not depend on the batch. */
@@ -382,28 +849,64 @@ static void embd_finish(engine *e, engine_req *r) {
 
 /* ---- engine thread: one step --------------------------------------------- */
 
-/* One scheduler step over the run list: drop cancelled sequences, build the
- * batch (decode entries first, then prompt chunks oldest first within the
- * step budget), run it, and sample. Embedding prompts go in a second batch
- * of the same step that asks for hidden states but no logits. */
+/* One scheduler step over the run list: drop cancelled sequences; plan the
+ * batch: one decode entry per generating sequence first, then speculative
+ * proposals (at most half the remaining budget while prompts wait, so
+ * prefill keeps moving), then prompt chunks oldest first within the step
+ * budget; draft if in draft mode; run the batch; verify and sample.
+ * Embedding prompts go in a second batch of the same step that asks for
+ * hidden states but no logits. */
 static void engine_step(engine *e) {
   for (int i = 0; i < e->n_run;) {
     if (atomic_load(&e->run[i]->cancel))
-      run_end(e, i, ENGINE_FINISH_CANCEL, 0, NULL);
+      run_end_req(e, e->run[i], ENGINE_FINISH_CANCEL, 0, NULL);
     else
       i++;
   }
   if (e->n_run == 0) return;
 
   int budget = e->o.step_tokens;
-  int n = 0, ne = 0, n_prefill_tokens = 0;
+  int n_dec = 0;
+  bool waiting = false;
+  for (int i = 0; i < e->n_run; i++) {
+    engine_req *r = e->run[i];
+    r->n_prop = 0;
+    r->step_n = r->step_rows = 0;
+    if (r->embedding || r->n_fed < r->n_prompt)
+      waiting = true;
+    else
+      n_dec++;
+  }
+  budget -= n_dec;
+  int extra = waiting ? budget / 2 : budget;
+  if (e->o.spec_mode != ENGINE_SPEC_OFF) {
+    for (int i = 0; i < e->n_run && extra > 0; i++) {
+      engine_req *r = e->run[i];
+      if (r->embedding || r->n_fed < r->n_prompt) continue;
+      int k = spec_want(e, r);
+      if (k > extra) k = extra;
+      if (k > 0 && e->o.spec_mode != ENGINE_SPEC_DRAFT) k = spec_lookup(e, r, k);
+      r->n_prop = k;
+      extra -= k;
+    }
+    if (e->o.spec_mode == ENGINE_SPEC_DRAFT) spec_draft(e);
+  }
+
+  int n = 0, ne = 0, rows = 0, n_prefill_tokens = 0;
+  e->n_part = 0;
   for (int i = 0; i < e->n_run; i++) {
     engine_req *r = e->run[i];
     if (r->embedding || r->n_fed < r->n_prompt) continue;
-    e->ents[n] = (model_entry){.seq = r->slot, .pos = r->n_fed, .token = r->last, .want_logits = true};
-    e->owner[n++] = r;
+    r->step_row = rows;
+    r->step_n = r->step_rows = 1 + r->n_prop;
+    rows += r->step_rows;
+    e->ents[n++] = (model_entry){.seq = r->slot, .pos = r->n_fed, .token = r->last, .want_logits = true};
+    for (int j = 0; j < r->n_prop; j++)
+      e->ents[n++] = (model_entry){.seq = r->slot, .pos = r->n_fed + 1 + j, .token = r->prop[j], .want_logits = true};
+    budget -= r->n_prop;
+    e->part[e->n_part++] = r;
   }
-  budget -= n;
+  PW_ASSERT(budget >= 0);
   for (int i = 0; i < e->n_run && budget > 0; i++) {
     engine_req *r = e->run[i];
     if (r->n_fed >= r->n_prompt) continue;
@@ -411,6 +914,14 @@ static void engine_step(engine *e) {
     if (c > budget) c = budget;
     budget -= c;
     n_prefill_tokens += c;
+    bool last_chunk = r->n_fed + c == r->n_prompt;
+    if (!r->embedding) {
+      r->step_n = c;
+      r->step_rows = last_chunk ? 1 : 0;
+      r->step_row = rows;
+      rows += r->step_rows;
+      e->part[e->n_part++] = r;
+    }
     for (int k = 0; k < c; k++) {
       int pos = r->n_fed + k;
       model_entry en = {.seq = r->slot, .pos = pos, .token = r->prompt[pos],
@@ -419,44 +930,42 @@ static void engine_step(engine *e) {
         e->eents[ne] = en;
         e->eowner[ne++] = r;
       } else {
-        e->ents[n] = en;
-        e->owner[n++] = r;
+        e->ents[n++] = en;
       }
     }
   }
+  PW_ASSERT(rows <= e->rows_cap);
+  e->d.prompt_tokens += (uint64_t)n_prefill_tokens;
+  e->d.batch_entries += (uint64_t)(n + ne);
 
   int rc = 0;
   if (n > 0) {
     rc = model_forward(e->ctx, e->kv, e->ents, n, e->logits, NULL, e->err);
     if (rc < 0) {
-      /* A failed batch fails its sequences; the others carry on. */
+      /* A failed batch fails its sequences (each stays at its last commit
+       * until it ends); the others carry on. */
       pw_log(PW_LOG_ERROR, "engine: forward failed: %s", e->err);
-      for (int i = 0; i < e->n_run;) {
-        engine_req *r = e->run[i];
-        bool in = false;
-        for (int t = 0; t < n && !in; t++) in = e->owner[t] == r;
-        if (in)
-          run_end(e, i, ENGINE_FINISH_NONE, rc, e->err);
-        else
-          i++;
-      }
+      for (int p = 0; p < e->n_part; p++) run_end_req(e, e->part[p], ENGINE_FINISH_NONE, rc, e->err);
     } else {
-      int row = 0;
-      for (int t = 0; t < n; t++) {
-        engine_req *r = e->owner[t];
-        r->n_fed++;
-        if (!e->ents[t].want_logits) continue;
-        const float *lg = e->logits + (size_t)row++ * e->n_vocab;
+      for (int p = 0; p < e->n_part; p++) {
+        engine_req *r = e->part[p];
+        const float *lg = e->logits + (size_t)r->step_row * e->n_vocab;
         engine_finish fin = ENGINE_FINISH_NONE;
         int st = 0;
         const char *msg = NULL;
-        if (!seq_on_logits(e, r, lg, &fin, &st, &msg)) {
-          for (int i = 0; i < e->n_run; i++)
-            if (e->run[i] == r) {
-              run_end(e, i, fin, st, msg);
-              break;
-            }
+        bool alive = true;
+        if (r->n_fed < r->n_prompt) { /* a prompt chunk */
+          r->n_fed += r->step_n;
+          if (r->step_rows > 0) {
+            int32_t tok;
+            r->u.target_passes++;
+            if (r->spec) e->d.spec_target_passes++;
+            alive = seq_emit(e, r, lg, &tok, &fin, &st, &msg);
+          }
+        } else {
+          alive = seq_verify(e, r, lg, &fin, &st, &msg);
         }
+        if (!alive) run_end_req(e, r, fin, st, msg);
       }
     }
   }
@@ -472,11 +981,7 @@ static void engine_step(engine *e) {
       }
       if (rc < 0 || r->n_fed == r->n_prompt) {
         if (rc == 0) embd_finish(e, r);
-        for (int i = 0; i < e->n_run; i++)
-          if (e->run[i] == r) {
-            run_end(e, i, ENGINE_FINISH_STOP, rc, rc < 0 ? e->err : NULL);
-            break;
-          }
+        run_end_req(e, r, ENGINE_FINISH_STOP, rc, rc < 0 ? e->err : NULL);
       }
       t += c;
     }
@@ -484,20 +989,16 @@ static void engine_step(engine *e) {
 
   pthread_mutex_lock(&e->mu);
   e->st.steps_total++;
-  e->st.prompt_tokens_total += (uint64_t)n_prefill_tokens;
-  e->st.generated_tokens_total += (uint64_t)e->step_gen;
+  stats_flush_locked(e);
   pthread_mutex_unlock(&e->mu);
-  e->step_gen = 0;
 }
 
 /* ---- engine thread: admission and the loop ------------------------------- */
 
 static void seq_start(engine *e, engine_req *r) {
-  PW_ASSERT(e->n_free > 0 && e->n_run < e->o.max_active);
-  r->slot = e->free_slots[--e->n_free];
-  PW_ASSERT(model_kv_len(e->kv, r->slot) == 0);
+  PW_ASSERT(e->n_run < e->o.max_active);
+  slot_take(e, r);
   r->state = REQ_ACTIVE;
-  r->n_fed = 0;
   e->run[e->n_run++] = r;
 }
 
@@ -505,10 +1006,23 @@ static void *engine_main(void *arg) {
   engine *e = arg;
   pthread_mutex_lock(&e->mu);
   for (;;) {
-    while (!e->stop && !e->q_head && e->n_run == 0) pthread_cond_wait(&e->work_cv, &e->mu);
+    /* Idle: sleep until work arrives, waking for cache expiries (so idle
+     * entries leave on time and the statistics say so). */
+    for (;;) {
+      uint64_t next = e->n_cache > 0 ? cache_expire(e, pw_now_ns()) : 0;
+      stats_flush_locked(e);
+      if (e->stop || e->q_head || e->n_run > 0) break;
+      if (!next) {
+        pthread_cond_wait(&e->work_cv, &e->mu);
+      } else {
+        uint64_t now = pw_now_ns();
+        struct timespec ts = abs_after_ns(next > now ? next - now : 0);
+        pthread_cond_timedwait(&e->work_cv, &e->mu, &ts);
+      }
+    }
     if (e->stop) break;
     /* Under the lock: take cancelled and expired requests out of the queue,
-     * then admit the oldest waiting ones into free slots. */
+     * then admit the oldest waiting ones into free run places. */
     uint64_t now = pw_now_ns();
     engine_req *gone = NULL, *admit = NULL, **gone_tail = &gone, **admit_tail = &admit;
     engine_req **pp = &e->q_head;
@@ -528,7 +1042,7 @@ static void *engine_main(void *arg) {
       }
     }
     int n_admit = 0;
-    while (e->q_head && n_admit < e->n_free) {
+    while (e->q_head && n_admit < e->o.max_active - e->n_run) {
       engine_req *r = e->q_head;
       e->q_head = r->next;
       if (!e->q_head) e->q_tail = NULL;
@@ -561,7 +1075,7 @@ static void *engine_main(void *arg) {
   pthread_mutex_unlock(&e->mu);
 
   /* Stopping: everything still running or waiting ends with an error. */
-  while (e->n_run > 0) run_end(e, e->n_run - 1, ENGINE_FINISH_NONE, PW_ECANCELED, "the engine stopped");
+  while (e->n_run > 0) run_end_req(e, e->run[e->n_run - 1], ENGINE_FINISH_NONE, PW_ECANCELED, "the engine stopped");
   pthread_mutex_lock(&e->mu);
   engine_req *q = e->q_head;
   e->q_head = e->q_tail = NULL;
@@ -586,6 +1100,59 @@ static void model_id_from_path(const char *path, char *out, size_t cap) {
   out[n] = 0;
 }
 
+int engine_spec_parse(const char *name) {
+  if (!name) return -1;
+  for (int m = ENGINE_SPEC_OFF; m <= ENGINE_SPEC_DRAFT; m++)
+    if (strcmp(name, engine_spec_name(m)) == 0) return m;
+  return -1;
+}
+
+const char *engine_spec_name(int mode) {
+  switch (mode) {
+  case ENGINE_SPEC_OFF: return "off";
+  case ENGINE_SPEC_PROMPT_LOOKUP: return "prompt-lookup";
+  case ENGINE_SPEC_NGRAM: return "ngram";
+  case ENGINE_SPEC_DRAFT: return "draft";
+  default: return "unknown";
+  }
+}
+
+/* Loads the draft model and checks that it speaks the target's vocabulary:
+ * the same size and the same text for every token (so a proposed id means
+ * the same piece to both models). */
+static int draft_load(engine *e, const char *path, int n_threads, char *err) {
+  char derr[PW_ERRMAX] = "";
+  model_opts mo = {.n_threads = n_threads};
+  int rc = model_load(path, &mo, &e->dm, derr);
+  if (rc < 0) return pw_seterr(err, rc, "engine: draft model %s: %s", path, derr);
+  tok_vocab *dv = NULL;
+  if ((rc = tok_vocab_load(model_gguf(e->dm), &dv, derr)) < 0)
+    return pw_seterr(err, rc, "engine: draft model %s: %s", path, derr);
+  int32_t nt = tok_n_vocab(e->vocab), nd = tok_n_vocab(dv);
+  if (nd != nt || model_hp(e->dm)->n_vocab != e->n_vocab) {
+    rc = pw_seterr(err, PW_EUNSUPPORTED,
+                   "engine: draft model %s has a different vocabulary (%d tokens, the target has %d): "
+                   "speculative decoding needs the same tokenizer",
+                   path, nd, nt);
+    goto out;
+  }
+  for (int32_t id = 0; id < nt; id++) {
+    size_t la = 0, lb = 0;
+    const char *a = tok_text(e->vocab, id, &la), *b = tok_text(dv, id, &lb);
+    if (la != lb || (la > 0 && memcmp(a, b, la) != 0)) {
+      rc = pw_seterr(err, PW_EUNSUPPORTED,
+                     "engine: draft model %s has a different vocabulary (token %d is \"%.*s\", the target's is "
+                     "\"%.*s\"): speculative decoding needs the same tokenizer",
+                     path, id, (int)(lb < 40 ? lb : 40), b ? b : "", (int)(la < 40 ? la : 40), a ? a : "");
+      goto out;
+    }
+  }
+  rc = 0;
+out:
+  tok_vocab_destroy(dv);
+  return rc;
+}
+
 int engine_create(const engine_opts *opts, engine **out, char *err) {
   *out = NULL;
   if (!opts || !opts->model_path || !*opts->model_path) return pw_seterr(err, PW_EINVAL, "engine: no model path");
@@ -595,6 +1162,10 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   if (o.max_queue == 0) o.max_queue = 16;
   if (o.step_tokens == 0) o.step_tokens = 512;
   if (o.max_events == 0) o.max_events = 256;
+  if (o.spec_draft_max == 0) o.spec_draft_max = 8;
+  if (o.prompt_cache_entries == 0) o.prompt_cache_entries = 8;
+  if (o.prompt_cache_bytes == 0) o.prompt_cache_bytes = (size_t)1 << 30;
+  if (o.prompt_cache_ttl_s == 0) o.prompt_cache_ttl_s = 600;
   if (o.n_threads < 1 || o.n_threads > 512)
     return pw_seterr(err, PW_EINVAL, "engine: n_threads %d out of range [1, 512]", o.n_threads);
   if (o.max_active < 1 || o.max_active > 1024)
@@ -606,6 +1177,17 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
     return pw_seterr(err, PW_EINVAL, "engine: step_tokens %d out of range [1, 65536]", o.step_tokens);
   if (o.max_events < 2 || o.max_events > 1 << 20)
     return pw_seterr(err, PW_EINVAL, "engine: max_events %d out of range [2, 1048576]", o.max_events);
+  if (o.spec_mode < ENGINE_SPEC_OFF || o.spec_mode > ENGINE_SPEC_DRAFT)
+    return pw_seterr(err, PW_EINVAL, "engine: unknown speculation mode %d", o.spec_mode);
+  if (o.spec_draft_max < 1 || o.spec_draft_max > SPEC_MAX_K)
+    return pw_seterr(err, PW_EINVAL, "engine: spec_draft_max %d out of range [1, %d]", o.spec_draft_max, SPEC_MAX_K);
+  if (o.spec_mode == ENGINE_SPEC_DRAFT && (!o.spec_draft_model || !*o.spec_draft_model))
+    return pw_seterr(err, PW_EINVAL, "engine: speculation mode \"draft\" needs a draft model");
+  if (o.prompt_cache_entries < -1 || o.prompt_cache_entries > CACHE_MAX_ENTRIES)
+    return pw_seterr(err, PW_EINVAL, "engine: prompt_cache_entries %d out of range [-1, %d]", o.prompt_cache_entries,
+                     CACHE_MAX_ENTRIES);
+  if (!(o.prompt_cache_ttl_s > 0) || o.prompt_cache_ttl_s > 1e9)
+    return pw_seterr(err, PW_EINVAL, "engine: prompt_cache_ttl_s %g out of range", o.prompt_cache_ttl_s);
   /* Every active sequence must fit its decode token into one step. */
   if (o.step_tokens < o.max_active) o.step_tokens = o.max_active;
 
@@ -623,26 +1205,56 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   e->n_embd = hp->n_embd;
   e->n_ctx = o.n_ctx ? o.n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
   o.n_ctx = e->n_ctx;
-  if ((rc = model_kv_create(e->m, o.max_active, e->n_ctx, &e->kv, err)) < 0) goto fail;
+  e->n_cache = o.prompt_cache_entries > 0 ? o.prompt_cache_entries : 0;
+  e->n_slots = o.max_active + e->n_cache;
+  if ((rc = model_kv_create(e->m, e->n_slots, e->n_ctx, &e->kv, err)) < 0) goto fail;
   if ((rc = model_ctx_create(e->m, o.step_tokens, e->n_ctx, &e->ctx, err)) < 0) goto fail;
+  e->tok_bytes = model_kv_bytes(e->kv) / ((size_t)e->n_slots * e->n_ctx);
+  if (o.spec_mode == ENGINE_SPEC_DRAFT) {
+    if ((rc = draft_load(e, o.spec_draft_model, o.n_threads, err)) < 0) goto fail;
+    if ((rc = model_kv_create(e->dm, e->n_slots, e->n_ctx, &e->dkv, err)) < 0) goto fail;
+    if ((rc = model_ctx_create(e->dm, o.step_tokens, e->n_ctx, &e->dctx, err)) < 0) goto fail;
+    e->tok_bytes += model_kv_bytes(e->dkv) / ((size_t)e->n_slots * e->n_ctx);
+    e->dlogits = malloc((size_t)o.max_active * e->n_vocab * sizeof *e->dlogits);
+    e->dents = calloc((size_t)o.step_tokens, sizeof *e->dents);
+    if (!e->dlogits || !e->dents) {
+      rc = pw_seterr(err, PW_ENOMEM, "engine: out of memory for draft buffers");
+      goto fail;
+    }
+  }
+  /* Logits rows: one per sequence, or up to 1 + K for a speculating one;
+   * never more than the entries of a step. */
+  e->rows_cap = o.max_active;
+  if (o.spec_mode != ENGINE_SPEC_OFF) {
+    long want = (long)o.max_active * (o.spec_draft_max + 1);
+    e->rows_cap = want < o.step_tokens ? (int)want : o.step_tokens;
+  }
   e->run = calloc((size_t)o.max_active, sizeof *e->run);
-  e->free_slots = calloc((size_t)o.max_active, sizeof *e->free_slots);
+  e->part = calloc((size_t)o.max_active, sizeof *e->part);
+  e->free_slots = calloc((size_t)e->n_slots, sizeof *e->free_slots);
   e->ents = calloc((size_t)o.step_tokens, sizeof *e->ents);
-  e->owner = calloc((size_t)o.step_tokens, sizeof *e->owner);
   e->eents = calloc((size_t)o.step_tokens, sizeof *e->eents);
   e->eowner = calloc((size_t)o.step_tokens, sizeof *e->eowner);
-  e->logits = malloc((size_t)o.max_active * e->n_vocab * sizeof *e->logits);
+  e->logits = malloc((size_t)e->rows_cap * e->n_vocab * sizeof *e->logits);
   e->hidden = malloc((size_t)o.step_tokens * e->n_embd * sizeof *e->hidden);
   e->dbuf_cap = tok_detok_max_out(e->vocab);
   e->dbuf = malloc(e->dbuf_cap);
   e->sbuf = malloc(STOP_OUT_CAP(e->dbuf_cap));
-  if (!e->sbuf || !e->run || !e->free_slots || !e->ents || !e->owner || !e->eents || !e->eowner || !e->logits || !e->hidden ||
-      !e->dbuf) {
+  e->cache = e->n_cache ? calloc((size_t)e->n_cache, sizeof *e->cache) : NULL;
+  if (!e->sbuf || !e->run || !e->part || !e->free_slots || !e->ents || !e->eents || !e->eowner || !e->logits ||
+      !e->hidden || !e->dbuf || (e->n_cache && !e->cache)) {
     rc = pw_seterr(err, PW_ENOMEM, "engine: out of memory for batch buffers");
     goto fail;
   }
-  for (int i = 0; i < o.max_active; i++) e->free_slots[i] = o.max_active - 1 - i;
-  e->n_free = o.max_active;
+  for (int i = 0; i < e->n_cache; i++) {
+    e->cache[i].slot = -1;
+    if (!(e->cache[i].toks = malloc((size_t)e->n_ctx * sizeof *e->cache[i].toks))) {
+      rc = pw_seterr(err, PW_ENOMEM, "engine: out of memory for prompt cache records");
+      goto fail;
+    }
+  }
+  for (int i = 0; i < e->n_slots; i++) e->free_slots[i] = e->n_slots - 1 - i;
+  e->n_free = e->n_slots;
 
   model_id_from_path(o.model_path, e->model_id, sizeof e->model_id);
   uint8_t dig[32];
@@ -659,6 +1271,7 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
     e->chat_template[tmpl.len] = 0;
   }
   o.model_path = NULL;
+  o.spec_draft_model = NULL;
   e->o = o;
   e->st.max_active = o.max_active;
   e->st.max_queue = o.max_queue;
@@ -685,15 +1298,23 @@ void engine_destroy(engine *e) {
   }
   model_ctx_destroy(e->ctx);
   model_kv_destroy(e->kv);
+  model_ctx_destroy(e->dctx);
+  model_kv_destroy(e->dkv);
+  model_destroy(e->dm);
   tok_vocab_destroy(e->vocab);
   model_destroy(e->m);
+  if (e->cache)
+    for (int i = 0; i < e->n_cache; i++) free(e->cache[i].toks);
+  free(e->cache);
   free(e->run);
+  free(e->part);
   free(e->free_slots);
   free(e->ents);
-  free(e->owner);
   free(e->eents);
   free(e->eowner);
   free(e->logits);
+  free(e->dlogits);
+  free(e->dents);
   free(e->hidden);
   free(e->dbuf);
   free(e->sbuf);
@@ -797,6 +1418,10 @@ int engine_submit(engine *e, const engine_params *p, engine_req **out, char *err
   atomic_init(&r->cancel, false);
   r->slot = -1;
   r->n_prompt = p->n_prompt;
+  r->has_key = p->has_cache_key;
+  if (p->has_cache_key) memcpy(r->key, p->cache_key, sizeof r->key);
+  r->spec = e->o.spec_mode != ENGINE_SPEC_OFF && !p->spec_off && !p->embedding;
+  r->spec_k = e->o.spec_draft_max;
   r->embedding = p->embedding;
   r->ignore_eos = p->ignore_eos;
   r->want_logprobs = p->want_logprobs;
@@ -805,10 +1430,12 @@ int engine_submit(engine *e, const engine_params *p, engine_req **out, char *err
   r->ring_cap = e->o.max_events + 1;
   int room = e->n_ctx - p->n_prompt;
   r->max_tokens = p->embedding ? 0 : (p->max_tokens <= 0 || p->max_tokens > room ? room : p->max_tokens);
-  r->prompt = malloc((size_t)p->n_prompt * sizeof *r->prompt);
+  /* The prompt and every token the request may generate. */
+  r->toks = malloc((size_t)(p->n_prompt + r->max_tokens) * sizeof *r->toks);
   r->ring = malloc((size_t)r->ring_cap * sizeof *r->ring);
-  if (!r->prompt || !r->ring) goto nomem;
-  memcpy(r->prompt, p->prompt, (size_t)p->n_prompt * sizeof *r->prompt);
+  if (!r->toks || !r->ring) goto nomem;
+  memcpy(r->toks, p->prompt, (size_t)p->n_prompt * sizeof *r->toks);
+  r->prompt = r->toks;
   if (p->embedding) {
     r->embd_acc = calloc((size_t)e->n_embd, sizeof *r->embd_acc);
     r->embd = calloc((size_t)e->n_embd, sizeof *r->embd);

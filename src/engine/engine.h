@@ -86,8 +86,18 @@ typedef struct engine_opts {
  * token, and truncates target (and draft) KV to what was committed. Output
  * is byte-identical to ENGINE_SPEC_OFF: greedy, and seeded sampling too
  * (the target's choice at each position is drawn exactly as without
- * speculation, with the same RNG consumption). K adapts per request; a
- * request whose acceptance stays low falls back to target-only decoding. */
+ * speculation, with the same RNG consumption). K adapts per request
+ * (grows after a fully accepted round, moves towards accepted + 1 after a
+ * rejection); a request whose acceptance stays below 20% over its last 8
+ * rounds with proposals falls back to target-only decoding for the rest of
+ * it (spec_fallbacks_total). Prompt-lookup and n-gram look for the last 4-,
+ * then 3-, 2-, 1-gram (latest occurrence first); no match = a plain decode
+ * step. Verification entries count toward step_tokens: each generating
+ * sequence first gets its decode entry, proposals then share what is left
+ * (at most half of it while prompts are waiting, so prefill keeps moving).
+ * The draft model must have the target's vocabulary (same size, same token
+ * texts), else engine_create fails; its KV cache mirrors the target's slots
+ * (cache entries included) and catches up lazily, batched across sequences. */
 typedef enum engine_spec_mode {
   ENGINE_SPEC_OFF = 0,
   ENGINE_SPEC_PROMPT_LOOKUP = 1, /* copy what followed the last n-gram's match in the prompt */
@@ -121,7 +131,18 @@ typedef struct engine_params {
    * caller's scoped identity digest (the server hashes the tenant, the
    * endpoint, the model and the client's prompt_cache_key); the engine never
    * sees raw keys. An entry in use by a running request is never evicted or
-   * shared: a second request with the same key runs uncached. */
+   * shared: a second request with the same key runs uncached. The request
+   * that finishes last owns the key's entry: it replaces an idle entry, but
+   * leaves one that another running request is extending alone. An entry
+   * holds the positions whose KV is valid: prompt and output but the last
+   * emitted token. A cancelled request still stores what it committed; a
+   * failed one drops its entry. Embedding requests ignore the key. When the
+   * whole prompt matches, all but its last token are reused (its logits are
+   * needed). Entries are evicted least recently used first, to stay within
+   * prompt_cache_entries (entries in use count) and prompt_cache_bytes
+   * (positions x KV bytes per position, target and draft), and after
+   * prompt_cache_ttl_s idle. Each entry keeps its own KV slot, besides the
+   * max_active ones, so caching never lowers the running capacity. */
   bool has_cache_key;
   uint8_t cache_key[32];
 } engine_params;
@@ -185,11 +206,15 @@ typedef struct engine_stats {
   uint64_t prompt_tokens_total, generated_tokens_total; /* evaluated / sampled */
   uint64_t steps_total;        /* scheduler steps run */
   uint64_t batch_entries_total; /* model entries over all steps (batch size = this / steps) */
-  size_t kv_bytes_in_use;      /* KV bytes of running sequences and cache entries */
+  size_t kv_bytes_in_use;      /* KV bytes of the positions held by running sequences and cache entries */
   /* speculation */
   uint64_t spec_drafted_total, spec_accepted_total, spec_emitted_total;
-  uint64_t spec_target_passes_total, spec_rounds_total, spec_fallbacks_total;
-  /* prefix cache */
+  uint64_t spec_target_passes_total; /* target passes giving tokens to requests still speculating */
+  uint64_t spec_rounds_total;        /* rounds with at least one proposal */
+  uint64_t spec_fallbacks_total;     /* requests that stopped speculating (low acceptance) */
+  /* prefix cache: requests with a key; hits reuse >= 1 token; reused and
+   * evaluated prompt tokens of those requests; entries and bytes held
+   * (an entry in use counts as an entry, its KV as a running sequence's) */
   uint64_t cache_requests_total, cache_hits_total, cache_misses_total;
   uint64_t cache_reused_tokens_total, cache_evaluated_tokens_total, cache_evictions_total;
   int cache_entries;

@@ -1,0 +1,340 @@
+/* test_engine_cache.c - the engine's keyed prefix cache on a trained model
+ * (codelm-py-Q8_0): reuse gives byte-identical output to an engine without
+ * a cache, a second turn evaluates only what is new, entries are evicted by
+ * count, bytes and idle time, keys never share, an entry in use is never
+ * shared by concurrent requests, and the cache works together with
+ * speculation. Every wait has a timeout. */
+#include "base/clock.h"
+#include "engine/engine.h"
+#include "tok/tok.h"
+#include "test.h"
+
+#include <unistd.h>
+
+#define WAIT_MS 120000
+#define MAX_TOK 256
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define GEN 12
+#else
+#define GEN 24
+#endif
+
+static const char *k_model = POWER_SHARED_DIR "/models/codelm-py-Q8_0.gguf";
+
+typedef struct result {
+  int32_t tok[MAX_TOK];
+  int n_tok;
+  char text[4096];
+  int text_len;
+  engine_ev_type end;
+  engine_finish finish;
+  engine_usage usage;
+} result;
+
+static void collect(engine_req *r, result *res) {
+  memset(res, 0, sizeof *res);
+  engine_event ev;
+  for (;;) {
+    if (engine_next(r, &ev, WAIT_MS) != 0) return;
+    if (ev.type == ENGINE_EV_TOKEN && res->n_tok < MAX_TOK) res->tok[res->n_tok++] = ev.token;
+    int n = ev.text_len;
+    if (res->text_len + n >= (int)sizeof res->text) n = (int)sizeof res->text - 1 - res->text_len;
+    if (ev.type != ENGINE_EV_ERROR) {
+      memcpy(res->text + res->text_len, ev.text, (size_t)n);
+      res->text_len += n;
+    }
+    if (ev.type == ENGINE_EV_TOKEN) continue;
+    res->end = ev.type;
+    res->finish = ev.finish;
+    res->usage = ev.usage;
+    return;
+  }
+}
+
+static bool same(const result *a, const result *b) {
+  return a->end == ENGINE_EV_DONE && b->end == ENGINE_EV_DONE && a->finish == b->finish && a->n_tok == b->n_tok &&
+         memcmp(a->tok, b->tok, (size_t)a->n_tok * sizeof a->tok[0]) == 0 && a->text_len == b->text_len &&
+         memcmp(a->text, b->text, (size_t)a->text_len) == 0;
+}
+
+static engine *make(int entries, size_t bytes, double ttl, int spec_mode) {
+  engine_opts o = {.model_path = k_model, .n_threads = 2, .max_active = 2, .max_queue = 8, .n_ctx = 256,
+                   .step_tokens = 64, .prompt_cache_entries = entries, .prompt_cache_bytes = bytes,
+                   .prompt_cache_ttl_s = ttl, .spec_mode = spec_mode,
+                   .spec_draft_model = POWER_SHARED_DIR "/models/codelm-py-draft-F32.gguf"};
+  engine *e = NULL;
+  char err[PW_ERRMAX] = "";
+  int rc = engine_create(&o, &e, err);
+  CHECK_MSG(rc == 0, "engine_create: %s", err);
+  return e;
+}
+
+static int encode(engine *e, const char *text, int32_t *out, int cap, bool bos) {
+  size_t n = 0;
+  char err[PW_ERRMAX] = "";
+  int rc = tok_encode(engine_vocab(e), text, strlen(text), bos, false, out, (size_t)cap, &n, err);
+  CHECK_MSG(rc == 0, "tok_encode: %s", err);
+  return rc == 0 ? (int)n : 0;
+}
+
+static engine_params params(const int32_t *prompt, int n, int max_tokens, const char *key, bool sampled) {
+  engine_params p;
+  memset(&p, 0, sizeof p);
+  p.prompt = prompt;
+  p.n_prompt = n;
+  p.max_tokens = max_tokens;
+  pw_sampler_params_default(&p.sampling);
+  p.ignore_eos = true;
+  p.sampling.temperature = sampled ? 0.8f : 0.0f;
+  p.sampling.top_p = 0.95f;
+  p.sampling.repeat_penalty = 1.1f;
+  p.sampling.seed = 42;
+  if (key) {
+    p.has_cache_key = true;
+    /* The server passes a digest; any 32 bytes do here. */
+    snprintf((char *)p.cache_key, sizeof p.cache_key, "%s", key);
+  }
+  return p;
+}
+
+static void run1(engine *e, const engine_params *p, result *res) {
+  engine_req *r = NULL;
+  char err[PW_ERRMAX] = "";
+  int rc = engine_submit(e, p, &r, err);
+  CHECK_MSG(rc == 0, "engine_submit: %s", err);
+  if (r)
+    collect(r, res);
+  else
+    memset(res, 0, sizeof *res);
+  engine_release(r);
+}
+
+static bool wait_idle(engine *e) {
+  for (int i = 0; i < WAIT_MS / 5; i++) {
+    engine_stats st;
+    engine_get_stats(e, &st);
+    if (st.active == 0 && st.queued == 0) return true;
+    usleep(5000);
+  }
+  return false;
+}
+
+static const char *k_turn1 =
+    "import os\nimport sys\n\n\ndef main(argv):\n    \"\"\"Entry point.\"\"\"\n    if len(argv) < 2:\n";
+static const char *k_turn2 = "\n\n\ndef helper(path):\n    if os.path.exists(path):\n";
+static const char *k_other = "class Point:\n    def __init__(self, x, y):\n";
+
+/* Reuse, multi-turn, keys, statistics; spec_mode 0 or with speculation. */
+static void test_reuse(int spec_mode) {
+  engine *c = make(4, 0, 0, spec_mode), *u = make(-1, 0, 0, ENGINE_SPEC_OFF);
+  if (!c || !u) goto out;
+  static int32_t p1[256], p2[256];
+  int n1 = encode(c, k_turn1, p1, 256, true);
+  static result a, b, ref, t2, t2ref, s1, s2, sref;
+  for (int pass = 0; pass < 2; pass++) {
+    engine_params p = params(p1, n1, GEN, "conv-1", false);
+    run1(c, &p, pass == 0 ? &a : &b);
+  }
+  engine_params p = params(p1, n1, GEN, NULL, false);
+  run1(u, &p, &ref);
+  CHECK_EQ_INT(a.usage.cached_tokens, 0);
+  CHECK_EQ_INT(b.usage.cached_tokens, n1 - 1); /* the whole prompt but its last token */
+  CHECK_MSG(same(&a, &ref) && same(&b, &ref), "cached output differs (%d, %d, %d tokens)", a.n_tok, b.n_tok,
+            ref.n_tok);
+
+  /* Turn 2: the conversation so far plus a new part; only the new part and
+   * the last generated token are evaluated. */
+  int n2 = 0;
+  memcpy(p2, p1, (size_t)n1 * sizeof *p2);
+  n2 = n1;
+  memcpy(p2 + n2, b.tok, (size_t)b.n_tok * sizeof *p2);
+  n2 += b.n_tok;
+  int n_new = encode(c, k_turn2, p2 + n2, 256 - n2, false);
+  n2 += n_new;
+  CHECK(n_new > 5 && n2 + GEN <= 256);
+  p = params(p2, n2, GEN, "conv-1", true);
+  run1(c, &p, &t2);
+  p.has_cache_key = false;
+  run1(u, &p, &t2ref);
+  CHECK_EQ_INT(t2.usage.cached_tokens, n1 + b.n_tok - 1);
+  CHECK_MSG(same(&t2, &t2ref), "turn 2 differs with reuse (%d vs %d tokens)", t2.n_tok, t2ref.n_tok);
+  fprintf(stderr, "  %s turn 2: %d prompt tokens, %d reused, %d evaluated\n", engine_spec_name(spec_mode), n2,
+          t2.usage.cached_tokens, n2 - t2.usage.cached_tokens);
+
+  /* Another key never sees conv-1's entry, even with the same prompt. */
+  p = params(p1, n1, GEN, "conv-2", true);
+  run1(c, &p, &s1);
+  run1(c, &p, &s2);
+  p.has_cache_key = false;
+  run1(u, &p, &sref);
+  CHECK_EQ_INT(s1.usage.cached_tokens, 0);
+  CHECK_EQ_INT(s2.usage.cached_tokens, n1 - 1);
+  CHECK(same(&s1, &sref) && same(&s2, &sref));
+
+  engine_stats st;
+  engine_get_stats(c, &st);
+  CHECK_EQ_INT(st.cache_requests_total, 5);
+  CHECK_EQ_INT(st.cache_hits_total, 3);
+  CHECK_EQ_INT(st.cache_misses_total, 2);
+  CHECK_EQ_INT(st.cache_reused_tokens_total, (uint64_t)(2 * (n1 - 1) + t2.usage.cached_tokens));
+  CHECK_EQ_INT(st.cache_evaluated_tokens_total, (uint64_t)(4 * n1 + n2) - st.cache_reused_tokens_total);
+  CHECK_EQ_INT(st.cache_entries, 2);
+  CHECK_EQ_INT(st.cache_evictions_total, 0);
+  CHECK(st.cache_bytes > 0);
+  if (spec_mode != ENGINE_SPEC_OFF) CHECK(st.spec_rounds_total > 0);
+out:
+  engine_destroy(c);
+  engine_destroy(u);
+}
+
+/* Two requests of the same key at once: one takes the entry, the other
+ * runs uncached; both give the reference output. */
+static void test_in_use(void) {
+  engine *c = make(4, 0, 0, ENGINE_SPEC_OFF);
+  if (!c) return;
+  static int32_t p1[256];
+  int n1 = encode(c, k_turn1, p1, 256, true);
+  static result warm, x, y, ref;
+  engine_params p = params(p1, n1, GEN, "shared", false);
+  run1(c, &p, &warm);
+  engine_req *r1 = NULL, *r2 = NULL;
+  char err[PW_ERRMAX];
+  CHECK_EQ_INT(engine_submit(c, &p, &r1, err), 0);
+  CHECK_EQ_INT(engine_submit(c, &p, &r2, err), 0);
+  if (r1) collect(r1, &x);
+  if (r2) collect(r2, &y);
+  engine_release(r1);
+  engine_release(r2);
+  CHECK(same(&x, &warm) && same(&y, &warm));
+  CHECK_MSG((x.usage.cached_tokens == 0) != (y.usage.cached_tokens == 0), "cached %d and %d",
+            x.usage.cached_tokens, y.usage.cached_tokens);
+  CHECK_EQ_INT(x.usage.cached_tokens + y.usage.cached_tokens, n1 - 1);
+  /* Still one entry for the key, and it is reused afterwards. */
+  engine_stats st;
+  engine_get_stats(c, &st);
+  CHECK_EQ_INT(st.cache_entries, 1);
+  run1(c, &p, &ref);
+  CHECK_EQ_INT(ref.usage.cached_tokens, n1 - 1);
+  CHECK(same(&ref, &warm));
+  engine_destroy(c);
+}
+
+static int hit(engine *e, const int32_t *pr, int n, const char *key) {
+  engine_params p = params(pr, n, 4, key, false);
+  static result r;
+  run1(e, &p, &r);
+  CHECK_EQ_INT(r.end, ENGINE_EV_DONE);
+  return r.usage.cached_tokens;
+}
+
+static void test_eviction(void) {
+  static int32_t pa[256], pb[256], pc[256];
+  /* By count: two entries; a third key evicts the least recently used. */
+  engine *e = make(2, 0, 0, ENGINE_SPEC_OFF);
+  if (!e) return;
+  int na = encode(e, k_turn1, pa, 256, true), nb = encode(e, k_other, pb, 256, true);
+  int nc = encode(e, k_turn2, pc, 256, true);
+  CHECK_EQ_INT(hit(e, pa, na, "a"), 0);
+  CHECK_EQ_INT(hit(e, pb, nb, "b"), 0);
+  CHECK_EQ_INT(hit(e, pa, na, "a"), na - 1); /* a is now the most recent */
+  CHECK_EQ_INT(hit(e, pc, nc, "c"), 0);      /* evicts b */
+  CHECK_EQ_INT(hit(e, pa, na, "a"), na - 1);
+  CHECK_EQ_INT(hit(e, pb, nb, "b"), 0);
+  engine_stats st;
+  engine_get_stats(e, &st);
+  CHECK_EQ_INT(st.cache_entries, 2);
+  CHECK_EQ_INT(st.cache_evictions_total, 2); /* b, then c */
+  /* Bytes of one entry: its positions (prompt + 4 - 1) times per-position KV. */
+  engine_destroy(e);
+  e = make(4, 0, 0, ENGINE_SPEC_OFF);
+  if (!e) return;
+  hit(e, pa, na, "a");
+  engine_get_stats(e, &st);
+  size_t per = st.cache_bytes / (size_t)(na + 3);
+  CHECK(per > 0 && per * (size_t)(na + 3) == st.cache_bytes);
+  CHECK_EQ_INT(st.kv_bytes_in_use, st.cache_bytes);
+  engine_destroy(e);
+
+  /* By bytes: room for a's entry but not for a's and b's together. */
+  e = make(4, per * (size_t)(na + 3 + 2), 0, ENGINE_SPEC_OFF);
+  if (!e) return;
+  CHECK_EQ_INT(hit(e, pa, na, "a"), 0);
+  CHECK_EQ_INT(hit(e, pa, na, "a"), na - 1);
+  CHECK_EQ_INT(hit(e, pb, nb, "b"), 0); /* evicts a */
+  CHECK_EQ_INT(hit(e, pb, nb, "b"), nb - 1);
+  CHECK_EQ_INT(hit(e, pa, na, "a"), 0);
+  engine_get_stats(e, &st);
+  CHECK_EQ_INT(st.cache_entries, 1);
+  CHECK(st.cache_bytes <= per * (size_t)(na + 5));
+  CHECK_EQ_INT(st.cache_evictions_total, 2);
+  engine_destroy(e);
+
+  /* By idle time: the entry leaves on its own. */
+  e = make(4, 0, 0.2, ENGINE_SPEC_OFF);
+  if (!e) return;
+  CHECK_EQ_INT(hit(e, pa, na, "a"), 0);
+  CHECK_EQ_INT(hit(e, pa, na, "a"), na - 1);
+  bool gone = false;
+  for (int i = 0; i < 300 && !gone; i++) { /* bounded: 3 s */
+    usleep(10000);
+    engine_get_stats(e, &st);
+    gone = st.cache_entries == 0;
+  }
+  CHECK_MSG(gone, "the entry did not expire");
+  CHECK_EQ_INT(st.cache_evictions_total, 1);
+  CHECK_EQ_INT(st.cache_bytes, 0);
+  CHECK_EQ_INT(hit(e, pa, na, "a"), 0);
+  CHECK(wait_idle(e));
+  engine_destroy(e);
+}
+
+/* A cancelled request keeps what it committed; caching never lowers the
+ * number of requests that run at once. */
+static void test_cancel_and_capacity(void) {
+  engine *e = make(2, 0, 0, ENGINE_SPEC_OFF);
+  if (!e) return;
+  static int32_t pa[256], pb[256];
+  int na = encode(e, k_turn1, pa, 256, true), nb = encode(e, k_other, pb, 256, true);
+  hit(e, pa, na, "a");
+  hit(e, pb, nb, "b"); /* two idle entries */
+  engine_params p = params(pa, na, 0, "a", false);
+  engine_params q = params(pb, nb, 0, NULL, false);
+  engine_req *r1 = NULL, *r2 = NULL;
+  char err[PW_ERRMAX];
+  CHECK_EQ_INT(engine_submit(e, &p, &r1, err), 0);
+  CHECK_EQ_INT(engine_submit(e, &q, &r2, err), 0);
+  engine_event ev;
+  CHECK(r1 && engine_next(r1, &ev, WAIT_MS) == 0 && ev.type == ENGINE_EV_TOKEN);
+  CHECK(r2 && engine_next(r2, &ev, WAIT_MS) == 0 && ev.type == ENGINE_EV_TOKEN);
+  engine_stats st;
+  engine_get_stats(e, &st);
+  CHECK_EQ_INT(st.active, 2); /* both run beside the cache */
+  engine_cancel(r1);
+  engine_cancel(r2);
+  static result x;
+  collect(r1, &x);
+  CHECK_EQ_INT(x.finish, ENGINE_FINISH_CANCEL);
+  engine_release(r1);
+  engine_release(r2);
+  CHECK(wait_idle(e));
+  CHECK(hit(e, pa, na, "a") == na - 1);
+  engine_destroy(e);
+}
+
+int main(void) {
+  if (access(k_model, R_OK) != 0) {
+    fprintf(stderr, "missing test model %s (see shared/README.md)\n", k_model);
+    return 1;
+  }
+  double t0 = pw_now_s();
+  test_reuse(ENGINE_SPEC_OFF);
+  test_reuse(ENGINE_SPEC_PROMPT_LOOKUP);
+  test_reuse(ENGINE_SPEC_NGRAM);
+  test_reuse(ENGINE_SPEC_DRAFT);
+  fprintf(stderr, "  reuse: %.2fs\n", pw_now_s() - t0);
+  test_in_use();
+  test_eviction();
+  test_cancel_and_capacity();
+  fprintf(stderr, "total %.2fs\n", pw_now_s() - t0);
+  TEST_DONE();
+}

@@ -1,0 +1,433 @@
+/* test_engine_spec.c - exact speculative decoding in the engine: every mode
+ * (prompt-lookup, n-gram on every shared model; draft on codelm-py) gives
+ * the same tokens, text and logprobs as decoding without speculation,
+ * greedy and seeded sampling with penalties, alone and 8 at once, with stop
+ * strings and max_tokens ending a round early; acceptance on copy-heavy
+ * code is real; a request that cannot be helped falls back; a draft model
+ * with another vocabulary is refused at startup. Every wait has a timeout. */
+#include "base/clock.h"
+#include "base/error.h"
+#include "engine/engine.h"
+#include "tok/tok.h"
+#include "test.h"
+
+#include <unistd.h>
+
+#define WAIT_MS 120000 /* generous: sanitizer builds are slow */
+#define MAX_TOK 512
+#if defined(__SANITIZE_THREAD__)
+#define SMALL 1 /* ThreadSanitizer: one model, short outputs */
+#define GEN 12
+#elif defined(__SANITIZE_ADDRESS__)
+#define SMALL 0
+#define GEN 24
+#else
+#define SMALL 0
+#define GEN 48
+#endif
+
+#define MODELS POWER_SHARED_DIR "/models/"
+
+typedef struct result {
+  int32_t tok[MAX_TOK];
+  float lp[MAX_TOK];
+  int n_tok;
+  char text[8192];
+  int text_len;
+  engine_ev_type end; /* DONE / ERROR, 0 = timed out */
+  engine_finish finish;
+  engine_usage usage;
+  int status;
+} result;
+
+static void collect(engine_req *r, result *res) {
+  memset(res, 0, sizeof *res);
+  engine_event ev;
+  for (;;) {
+    if (engine_next(r, &ev, WAIT_MS) != 0) return;
+    if (ev.type == ENGINE_EV_TOKEN && res->n_tok < MAX_TOK) {
+      res->lp[res->n_tok] = ev.logprob;
+      res->tok[res->n_tok++] = ev.token;
+    }
+    int n = ev.text_len;
+    if (res->text_len + n >= (int)sizeof res->text) n = (int)sizeof res->text - 1 - res->text_len;
+    if (ev.type != ENGINE_EV_ERROR) {
+      memcpy(res->text + res->text_len, ev.text, (size_t)n);
+      res->text_len += n;
+      res->text[res->text_len] = 0;
+    }
+    if (ev.type == ENGINE_EV_TOKEN) continue;
+    res->end = ev.type;
+    res->finish = ev.finish;
+    res->usage = ev.usage;
+    res->status = ev.status;
+    return;
+  }
+}
+
+static bool same(const result *a, const result *b) {
+  return a->end == ENGINE_EV_DONE && a->end == b->end && a->finish == b->finish && a->n_tok == b->n_tok &&
+         memcmp(a->tok, b->tok, (size_t)a->n_tok * sizeof a->tok[0]) == 0 &&
+         memcmp(a->lp, b->lp, (size_t)a->n_tok * sizeof a->lp[0]) == 0 && a->text_len == b->text_len &&
+         memcmp(a->text, b->text, (size_t)a->text_len) == 0 &&
+         a->usage.completion_tokens == b->usage.completion_tokens;
+}
+
+static engine *make(const char *model, int mode, const char *draft, int max_active) {
+  engine_opts o = {.model_path = model, .n_threads = 2, .max_active = max_active, .max_queue = 16, .n_ctx = 256,
+                   .step_tokens = 96, .spec_mode = mode, .spec_draft_model = draft, .spec_draft_max = 8,
+                   .prompt_cache_entries = -1};
+  engine *e = NULL;
+  char err[PW_ERRMAX] = "";
+  int rc = engine_create(&o, &e, err);
+  CHECK_MSG(rc == 0, "engine_create(%s, %s): %s", model, engine_spec_name(mode), err);
+  return e;
+}
+
+static int encode(engine *e, const char *text, int32_t *out, int cap) {
+  size_t n = 0;
+  char err[PW_ERRMAX] = "";
+  int rc = tok_encode(engine_vocab(e), text, strlen(text), true, false, out, (size_t)cap, &n, err);
+  CHECK_MSG(rc == 0, "tok_encode: %s", err);
+  return rc == 0 ? (int)n : 0;
+}
+
+static engine_params params(const int32_t *prompt, int n, int max_tokens, bool sampled, uint64_t seed) {
+  engine_params p;
+  memset(&p, 0, sizeof p);
+  p.prompt = prompt;
+  p.n_prompt = n;
+  p.max_tokens = max_tokens;
+  pw_sampler_params_default(&p.sampling);
+  p.ignore_eos = true;
+  p.want_logprobs = true;
+  if (sampled) {
+    p.sampling.temperature = 0.8f;
+    p.sampling.top_p = 0.95f;
+    p.sampling.repeat_penalty = 1.1f;
+    p.sampling.seed = seed;
+  } else {
+    p.sampling.temperature = 0;
+  }
+  return p;
+}
+
+static void run_many(engine *e, const engine_params *ps, int n, result *out) {
+  engine_req *rs[16];
+  PW_ASSERT(n <= 16);
+  for (int i = 0; i < n; i++) {
+    rs[i] = NULL;
+    char err[PW_ERRMAX] = "";
+    int rc = engine_submit(e, &ps[i], &rs[i], err);
+    CHECK_MSG(rc == 0, "engine_submit: %s", err);
+  }
+  for (int i = 0; i < n; i++) {
+    if (rs[i])
+      collect(rs[i], &out[i]);
+    else
+      memset(&out[i], 0, sizeof out[i]);
+    engine_release(rs[i]);
+  }
+}
+
+/* The usage of a request accounts for every token it emitted: each target
+ * pass emits one token plus the proposals accepted in it, except that a
+ * round ending on an accepted token (stop) has no bonus. */
+static void check_usage(const result *r) {
+  const engine_usage *u = &r->usage;
+  int d = u->completion_tokens - u->target_passes - u->spec_accepted;
+  CHECK_MSG(d == 0 || d == -1, "usage: %d tokens, %d passes, %d accepted", u->completion_tokens, u->target_passes,
+            u->spec_accepted);
+  CHECK(u->spec_accepted <= u->spec_drafted);
+  CHECK(u->spec_emitted <= u->completion_tokens);
+}
+
+static const char *k_prompts[8] = {
+    "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n",
+    "import os\nimport sys\n\n\ndef main(argv):\n    if len(argv) < 2:\n        print('usage')\n        return 1\n",
+    "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n    def __repr__(self):\n",
+    "for i in range(10):\n",
+    "    def __repr__(self):\n        return '%s(%r)' % (self.__class__.__name__, self.",
+    "\"\"\"Utilities for working with paths.\"\"\"\n\nimport os\nimport stat\n\n__all__ = ['join', 'split']\n\n\n"
+    "def join(a, *p):\n",
+    "try:\n    import threading\nexcept ImportError:\n",
+    "x = [",
+};
+
+/* The cases of one model: 8 prompts (greedy and seeded sampling with a
+ * repeat penalty, alternating), then variants built from their reference
+ * outputs: max_tokens ending inside a round, stop strings taken from the
+ * reference text (so they hit inside a run of accepted tokens), end of
+ * generation made likely by a bias, and a spec_off request. */
+#define N_MAIN 8
+#define N_VAR 14
+typedef struct cases {
+  int32_t pr[N_MAIN][256];
+  int32_t prx[2][256]; /* a prompt followed by its own reference continuation */
+  int np[N_MAIN];
+  engine_params main[N_MAIN], var[N_VAR];
+  int n_var;
+  char stops[N_VAR][8];
+  pw_logit_bias eos_bias;
+  result ref[N_MAIN], ref_var[N_VAR], got[N_VAR > N_MAIN ? N_VAR : N_MAIN];
+} cases;
+
+static cases g_c;
+
+/* Reference outputs without speculation; all requests at once (the
+ * engine's batch invariance is tested in test_engine). */
+static void cases_init(engine *off, int gen) {
+  cases *c = &g_c;
+  memset(c, 0, sizeof *c);
+  for (int i = 0; i < N_MAIN; i++) {
+    c->np[i] = encode(off, k_prompts[i], c->pr[i], 200);
+    c->main[i] = params(c->pr[i], c->np[i], gen + 3 * i, i % 2 == 1, 1000 + (uint64_t)i);
+  }
+  run_many(off, c->main, N_MAIN, c->ref);
+  int v = 0;
+  static const int mts[4] = {1, 4, 7, 10};
+  for (int k = 0; k < 4; k++) {
+    c->var[v] = c->main[k % 2];
+    c->var[v++].max_tokens = mts[k];
+  }
+  for (int s = 0; s < 2; s++)
+    for (int cut = 3; cut <= 15; cut += 12) {
+      const result *ref = &c->ref[s];
+      if (cut + 3 >= ref->text_len) continue;
+      memcpy(c->stops[v], ref->text + cut, 3);
+      c->stops[v][3] = 0;
+      if (strlen(c->stops[v]) < 3) continue;
+      c->var[v] = c->main[s];
+      c->var[v].n_stop = 1;
+      c->var[v].stop[0] = c->stops[v];
+      v++;
+    }
+  /* Greedy continuation of (prompt + the start of its own output) is the
+   * rest of that output: prompt lookup finds matches even on random-weight
+   * models when their output repeats. */
+  for (int s = 0; s < 2; s++) {
+    int half = c->ref[s].n_tok / 2, n = c->np[s];
+    memcpy(c->prx[s], c->pr[s], (size_t)n * sizeof c->prx[s][0]);
+    memcpy(c->prx[s] + n, c->ref[s].tok, (size_t)half * sizeof c->prx[s][0]);
+    c->var[v] = c->main[s];
+    c->var[v].prompt = c->prx[s];
+    c->var[v++].n_prompt = n + half;
+  }
+  c->var[v] = c->main[1];
+  c->var[v].ignore_eos = false;
+  c->eos_bias = (pw_logit_bias){tok_eos(engine_vocab(off)), 6.0f};
+  c->var[v].sampling.logit_bias = &c->eos_bias;
+  c->var[v++].sampling.n_logit_bias = 1;
+  c->var[v] = c->main[0];
+  c->var[v++].spec_off = true;
+  c->n_var = v;
+  run_many(off, c->var, v, c->ref_var);
+  for (int i = 0; i < v; i++) CHECK_EQ_INT(c->ref_var[i].end, ENGINE_EV_DONE);
+}
+
+/* A mode against the references: two requests alone (greedy, sampled),
+ * all eight together, and the variants together. */
+static void exactness(const char *model, int mode, const char *draft, int gen) {
+  cases *c = &g_c;
+  engine *e = make(model, mode, draft, 8);
+  if (!e) return;
+  double t0 = pw_now_s();
+  const char *name = engine_spec_name(mode);
+  int drafted = 0, accepted = 0;
+  for (int i = 0; i < 2; i++) {
+    run_many(e, &c->main[i], 1, &c->got[i]);
+    CHECK_MSG(same(&c->ref[i], &c->got[i]), "%s %s request %d (%s) differs alone: %d vs %d tokens", model, name, i,
+              i % 2 ? "sampled" : "greedy", c->ref[i].n_tok, c->got[i].n_tok);
+    drafted += c->got[i].usage.spec_drafted;
+    accepted += c->got[i].usage.spec_accepted;
+  }
+  run_many(e, c->main, N_MAIN, c->got);
+  for (int i = 0; i < N_MAIN; i++) {
+    CHECK_MSG(same(&c->ref[i], &c->got[i]), "%s %s request %d (%s) differs among %d: %d vs %d tokens", model, name,
+              i, i % 2 ? "sampled" : "greedy", N_MAIN, c->ref[i].n_tok, c->got[i].n_tok);
+    CHECK_EQ_INT(c->got[i].n_tok, gen + 3 * i);
+    check_usage(&c->got[i]);
+  }
+  run_many(e, c->var, c->n_var, c->got);
+  for (int i = 0; i < c->n_var; i++) {
+    const engine_params *p = &c->var[i];
+    CHECK_MSG(same(&c->ref_var[i], &c->got[i]), "%s %s variant %d (max_tokens %d, stop \"%s\", eos %d) differs: %d vs %d tokens",
+              model, name, i, p->max_tokens, p->n_stop ? p->stop[0] : "", !p->ignore_eos, c->ref_var[i].n_tok,
+              c->got[i].n_tok);
+    check_usage(&c->got[i]);
+    if (p->n_stop) CHECK(c->got[i].finish == ENGINE_FINISH_STOP);
+    if (p->spec_off) {
+      CHECK_EQ_INT(c->got[i].usage.spec_drafted, 0);
+      CHECK_EQ_INT(c->got[i].usage.target_passes, c->got[i].n_tok);
+    }
+  }
+  engine_stats st;
+  engine_get_stats(e, &st);
+  CHECK_EQ_INT(st.active, 0);
+  CHECK(st.spec_accepted_total <= st.spec_drafted_total);
+  CHECK_MSG(st.spec_rounds_total > 0, "%s %s: no speculative round was run", model, name);
+  const char *base = strrchr(model, '/');
+  fprintf(stderr, "  %-24s %-13s rounds %4llu drafted %5llu accepted %5llu; %.2fs\n", base ? base + 1 : model, name,
+          (unsigned long long)st.spec_rounds_total, (unsigned long long)st.spec_drafted_total,
+          (unsigned long long)st.spec_accepted_total, pw_now_s() - t0);
+  (void)drafted;
+  (void)accepted;
+  engine_destroy(e);
+}
+
+/* Emitted tokens per target pass on code that repeats. */
+static const char *k_copy =
+    "class Vector:\n"
+    "    def __init__(self, x, y, z):\n"
+    "        self.x = x\n"
+    "        self.y = y\n"
+    "        self.z = z\n"
+    "\n"
+    "    def __add__(self, other):\n"
+    "        return Vector(self.x + other.x, self.y + other.y, self.z + other.z)\n"
+    "\n"
+    "    def __sub__(self, other):\n"
+    "        return Vector(self.x - other.x, self.y - other.y, self.z - other.z)\n"
+    "\n"
+    "    def __mul__(self, other):\n"
+    "        return Vector(self.x * other.x, self.y * other.y, self.z * other.z)\n"
+    "\n"
+    "    def __truediv__(self, other):\n";
+
+static double acceptance(const char *model, int mode, const char *draft, const result *ref, int gen) {
+  engine *e = make(model, mode, draft, 2);
+  if (!e) return 0;
+  static int32_t pr[256];
+  int n = encode(e, k_copy, pr, 256);
+  engine_params p = params(pr, n, gen, false, 0);
+  static result r;
+  run_many(e, &p, 1, &r);
+  CHECK_MSG(!ref || same(ref, &r), "copy prompt differs with %s", engine_spec_name(mode));
+  double per = r.usage.target_passes > 0 ? (double)r.usage.completion_tokens / r.usage.target_passes : 0;
+  engine_stats st;
+  engine_get_stats(e, &st);
+  fprintf(stderr,
+          "  copy-heavy %-13s %d tokens in %d target passes = %.2f per pass (drafted %d, accepted %d, %llu rounds, "
+          "%llu fallbacks)\n",
+          engine_spec_name(mode), r.usage.completion_tokens, r.usage.target_passes, per, r.usage.spec_drafted,
+          r.usage.spec_accepted, (unsigned long long)st.spec_rounds_total, (unsigned long long)st.spec_fallbacks_total);
+  engine_destroy(e);
+  return per;
+}
+
+static void test_acceptance(void) {
+  const char *tgt = MODELS "codelm-py-F32.gguf";
+  int gen = SMALL ? 24 : 64;
+  engine *off = make(tgt, ENGINE_SPEC_OFF, NULL, 2);
+  if (!off) return;
+  static int32_t pr[256];
+  int n = encode(off, k_copy, pr, 256);
+  CHECK(n + gen <= 256);
+  engine_params p = params(pr, n, gen, false, 0);
+  static result ref;
+  run_many(off, &p, 1, &ref);
+  fprintf(stderr, "  copy-heavy continuation: \"%.80s\"...\n", ref.text);
+  engine_destroy(off);
+  double pl = acceptance(tgt, ENGINE_SPEC_PROMPT_LOOKUP, NULL, &ref, gen);
+  double ng = acceptance(tgt, ENGINE_SPEC_NGRAM, NULL, &ref, gen);
+  double dr = acceptance(tgt, ENGINE_SPEC_DRAFT, MODELS "codelm-py-draft-F32.gguf", &ref, gen);
+  CHECK_MSG(pl > 1.5, "prompt-lookup gives %.2f tokens per target pass", pl);
+  CHECK(ng > 1.0 && dr > 1.0);
+}
+
+/* Token ids that make no code: nothing to copy; n-gram proposals keep
+ * failing, the request falls back and the output is unchanged. */
+static void test_fallback(void) {
+  const char *m = MODELS "codelm-py-Q8_0.gguf";
+  engine *off = make(m, ENGINE_SPEC_OFF, NULL, 2), *e = make(m, ENGINE_SPEC_NGRAM, NULL, 2);
+  if (!off || !e) goto out;
+  static int32_t pr[128];
+  for (int i = 0; i < 100; i++) pr[i] = 300 + (int32_t)((i * 2654435761u) % 3700);
+  static result a, b;
+  for (int s = 0; s < 2; s++) {
+    engine_params p = params(pr, 100, SMALL ? 60 : 120, s == 1, 5);
+    run_many(off, &p, 1, &a);
+    run_many(e, &p, 1, &b);
+    CHECK_MSG(same(&a, &b), "fallback request (%s) differs", s ? "sampled" : "greedy");
+    check_usage(&b);
+  }
+  engine_stats st;
+  engine_get_stats(e, &st);
+  fprintf(stderr, "  no-copy prompt with ngram: %llu fallbacks, %llu rounds, %llu drafted, %llu accepted\n",
+          (unsigned long long)st.spec_fallbacks_total, (unsigned long long)st.spec_rounds_total,
+          (unsigned long long)st.spec_drafted_total, (unsigned long long)st.spec_accepted_total);
+  CHECK(st.spec_fallbacks_total >= 1);
+out:
+  engine_destroy(off);
+  engine_destroy(e);
+}
+
+static void test_draft_mismatch(void) {
+  engine_opts o = {.model_path = MODELS "codelm-py-Q8_0.gguf", .n_ctx = 256, .spec_mode = ENGINE_SPEC_DRAFT,
+                   .spec_draft_model = MODELS "syn-llama-Q4_0.gguf"};
+  engine *e = NULL;
+  char err[PW_ERRMAX] = "";
+  int rc = engine_create(&o, &e, err);
+  CHECK(rc < 0 && e == NULL);
+  CHECK_MSG(strstr(err, "vocabulary") && strstr(err, "syn-llama-Q4_0"), "message: %s", err);
+  fprintf(stderr, "  mismatched draft: %s\n", err);
+  o.spec_draft_model = NULL;
+  CHECK_EQ_INT(engine_create(&o, &e, err), PW_EINVAL);
+  o.spec_mode = 9;
+  CHECK_EQ_INT(engine_create(&o, &e, err), PW_EINVAL);
+  CHECK_EQ_INT(engine_spec_parse("prompt-lookup"), ENGINE_SPEC_PROMPT_LOOKUP);
+  CHECK_EQ_INT(engine_spec_parse("ngram"), ENGINE_SPEC_NGRAM);
+  CHECK_EQ_INT(engine_spec_parse("draft"), ENGINE_SPEC_DRAFT);
+  CHECK_EQ_INT(engine_spec_parse("off"), ENGINE_SPEC_OFF);
+  CHECK_EQ_INT(engine_spec_parse("fast"), -1);
+  CHECK_STR(engine_spec_name(ENGINE_SPEC_NGRAM), "ngram");
+}
+
+int main(void) {
+  static const char *models[] = {"codelm-py-Q8_0.gguf",   "syn-llama-Q4_0.gguf",    "syn-llama-Q4_K_M.gguf",
+                                 "syn-llama-tied-f16.gguf", "syn-qwen2-Q4_K_M.gguf", "syn-qwen3-Q8_0.gguf",
+                                 "syn-llama3-Q8_0.gguf",  "llama2-tiny-random.gguf"};
+  static const char *need[] = {"codelm-py-Q8_0.gguf", "codelm-py-F32.gguf", "codelm-py-draft-F32.gguf",
+                               "syn-llama-Q4_0.gguf", "syn-qwen3-Q8_0.gguf"};
+  char path[1024];
+  for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
+    snprintf(path, sizeof path, MODELS "%s", need[i]);
+    if (access(path, R_OK) != 0) {
+      fprintf(stderr, "missing test model %s (see shared/README.md)\n", path);
+      return 1;
+    }
+  }
+  double t0 = pw_now_s();
+  test_draft_mismatch();
+  int n_models = SMALL ? 1 : (int)(sizeof models / sizeof models[0]);
+  for (int i = 0; i < n_models; i++) {
+    snprintf(path, sizeof path, MODELS "%s", models[i]);
+    CHECK_MSG(access(path, R_OK) == 0, "missing test model %s (see shared/README.md)", path);
+    int gen = i == 0 ? GEN : GEN / 2; /* random-weight models: shorter */
+    engine *off = make(path, ENGINE_SPEC_OFF, NULL, 8);
+    if (!off) continue;
+    cases_init(off, gen);
+    engine_destroy(off);
+    exactness(path, ENGINE_SPEC_PROMPT_LOOKUP, NULL, gen);
+    if (!SMALL) exactness(path, ENGINE_SPEC_NGRAM, NULL, gen);
+  }
+  static const char *drafts[2][2] = {{"codelm-py-F32.gguf", "codelm-py-draft-F32.gguf"},
+                                     /* another architecture with the same vocabulary */
+                                     {"syn-llama-Q4_0.gguf", "syn-qwen3-Q8_0.gguf"}};
+  for (int i = 0; i < (SMALL ? 1 : 2); i++) {
+    char dpath[1024];
+    snprintf(path, sizeof path, MODELS "%s", drafts[i][0]);
+    snprintf(dpath, sizeof dpath, MODELS "%s", drafts[i][1]);
+    int gen = i == 0 ? GEN : GEN / 2;
+    engine *off = make(path, ENGINE_SPEC_OFF, NULL, 8);
+    if (!off) continue;
+    cases_init(off, gen);
+    engine_destroy(off);
+    exactness(path, ENGINE_SPEC_DRAFT, dpath, gen);
+  }
+  fprintf(stderr, "  exactness: %.2fs\n", pw_now_s() - t0);
+  test_acceptance();
+  test_fallback();
+  fprintf(stderr, "total %.2fs\n", pw_now_s() - t0);
+  TEST_DONE();
+}
