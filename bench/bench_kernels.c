@@ -1,51 +1,97 @@
-/* bench_kernels.c - microbenchmark of the installed vec_dot kernels against
- * the scalar references: GB/s of weight streamed for a 4096-wide row, with
- * 1 and 4 activation rows per pass. Build:
- *   cc -O2 -Iinclude -Isrc bench/bench_kernels.c -Lbuild -lpower -lm -lpthread */
+/* bench_kernels.c - microbenchmark of the vec_dot kernels of every
+ * implementation level the CPU has (scalar, avx2, avx512vnni): GB/s of
+ * weight bytes streamed per core for 4096-wide rows, with 1 activation row
+ * per pass (decode) and PW_VEC_DOT_MAX_NX rows per pass (batched decode,
+ * prefill; weight bytes counted once per token, so it reads as "effective"
+ * GB/s). 64 weight rows (in L2) are cycled so this measures the kernel, not
+ * DRAM. Each figure is the median of several repetitions, levels
+ * interleaved, timed in thread CPU time because the machine may be shared.
+ *   build/bench_kernels [type ...]   e.g. build/bench_kernels Q5_0 Q8_0 */
 #include "tensor/dtype.h"
 #include "tensor/quants.h"
 #include "tensor/traits.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+
+#define REPS 7
+#define ROWS 64
 
 static double now(void) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static double run(const pw_traits *t, int64_t n, const void *w, const void *xq, size_t xs, int nx, int rows) {
-  size_t wr = (size_t)pw_dtype_row_size(t->dtype, (uint64_t)n);
-  float out[4];
+/* ns per pass over one weight row */
+static double run(const pw_traits *t, int64_t n, const void *w, const void *xq, size_t xs, int nx, int passes) {
+  const size_t wr = (size_t)pw_dtype_row_size(t->dtype, (uint64_t)n);
+  float out[PW_VEC_DOT_MAX_NX];
   volatile float sink = 0;
-  double t0 = now();
-  for (int r = 0; r < rows; r++) {
-    t->vec_dot(n, (const char *)w + (size_t)(r % 64) * wr, xq, xs, nx, out);
+  const double t0 = now();
+  for (int r = 0; r < passes; r++) {
+    t->vec_dot(n, (const char *)w + (size_t)(r % ROWS) * wr, xq, xs, nx, out);
     sink += out[0];
   }
   (void)sink;
-  return (now() - t0) / rows * 1e9; /* ns per row pass */
+  return (now() - t0) / passes * 1e9;
 }
 
-int main(void) {
+static int cmp_d(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
   static const uint32_t types[] = {PW_DT_F16,  PW_DT_Q4_0, PW_DT_Q4_1, PW_DT_Q5_0, PW_DT_Q5_1, PW_DT_Q8_0,
                                    PW_DT_Q2_K, PW_DT_Q3_K, PW_DT_Q4_K, PW_DT_Q5_K, PW_DT_Q6_K};
+  static const char *lvl_name[PW_IMPL_COUNT] = {"scalar", "avx2", "avx512"};
   const int64_t n = 4096;
-  float *x = malloc(sizeof(float) * n * 64);
-  for (int64_t i = 0; i < n * 64; i++) x[i] = (float)((i * 7919) % 2001 - 1000) / 500.0f;
-  uint8_t *w = malloc((size_t)n * 64 * 4), *xq = malloc((size_t)n * 4 * 4 + 64);
-  printf("%-5s %12s %12s %12s %8s\n", "type", "scalar ns", "simd ns", "simd4 ns/tok", "speedup");
+  const int nxm = PW_VEC_DOT_MAX_NX;
+  float *x = malloc(sizeof(float) * n * ROWS);
+  uint8_t *w = malloc((size_t)n * ROWS * 4), *xq = malloc((size_t)n * 4 * nxm + 64);
+  if (!x || !w || !xq) return 1;
+  for (int64_t i = 0; i < n * ROWS; i++) x[i] = (float)((i * 7919) % 2001 - 1000) / 500.0f;
+  printf("GB/s of weight bytes per core, n=%lld, median of %d; nx=%d counts weight bytes once per token\n",
+         (long long)n, REPS, nxm);
+  printf("%-5s", "type");
+  for (int l = 0; l < PW_IMPL_COUNT; l++)
+    if (pw_traits_get_impl(PW_DT_Q8_0, l)) printf(" %9s-1 %9s-%d", lvl_name[l], lvl_name[l], nxm);
+  printf("\n");
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
-    const pw_traits *t = pw_traits_get(types[i]), *r = pw_traits_ref(types[i]);
-    pw_ref_quantize(types[i], x, w, n * 64);
-    size_t xs = (size_t)pw_dtype_row_size(t->vec_dot_type, (uint64_t)n);
-    for (int j = 0; j < 4; j++) pw_ref_quantize(t->vec_dot_type, x + j * n, xq + j * xs, n);
-    double ts = run(r, n, w, xq, xs, 1, 2000);
-    double tv = run(t, n, w, xq, xs, 1, 50000);
-    double t4 = run(t, n, w, xq, xs, 4, 20000) / 4;
-    printf("%-5s %12.0f %12.0f %12.0f %7.1fx\n", t->name, ts, tv, t4, ts / tv);
+    const pw_traits *t = pw_traits_get(types[i]);
+    if (argc > 1) {
+      int want = 0;
+      for (int a = 1; a < argc; a++) want |= strcmp(argv[a], t->name) == 0;
+      if (!want) continue;
+    }
+    pw_ref_quantize(types[i], x, w, n * ROWS);
+    const size_t xs = (size_t)pw_dtype_row_size(t->vec_dot_type, (uint64_t)n);
+    const double wbytes = (double)pw_dtype_row_size(t->dtype, (uint64_t)n);
+    for (int j = 0; j < nxm; j++) pw_ref_quantize(t->vec_dot_type, x + j * n, xq + j * xs, n);
+    double res[PW_IMPL_COUNT][2][REPS];
+    for (int r = 0; r < REPS; r++)
+      for (int l = 0; l < PW_IMPL_COUNT; l++) {
+        const pw_traits *tl = pw_traits_get_impl(types[i], l);
+        if (!tl) continue;
+        const int passes = l == PW_IMPL_SCALAR ? 300 : 5000;
+        res[l][0][r] = run(tl, n, w, xq, xs, 1, passes);
+        res[l][1][r] = run(tl, n, w, xq, xs, nxm, passes / 2) / nxm;
+      }
+    printf("%-5s", t->name);
+    for (int l = 0; l < PW_IMPL_COUNT; l++) {
+      if (!pw_traits_get_impl(types[i], l)) continue;
+      for (int k = 0; k < 2; k++) {
+        qsort(res[l][k], REPS, sizeof(double), cmp_d);
+        printf(" %11.2f", wbytes / res[l][k][REPS / 2]);
+      }
+    }
+    printf("\n");
   }
+  free(x);
+  free(w);
+  free(xq);
   return 0;
 }

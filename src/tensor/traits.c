@@ -1,7 +1,8 @@
-/* traits.c - fills the per-dtype kernel table once: scalar references
- * first, then the AVX2/FMA/F16C variants when the CPU has all three and
- * POWER_NO_SIMD is not set. Not a kernel file: the kernels live in
- * quants.c and arch/. */
+/* traits.c - fills the per-dtype kernel tables once: scalar references
+ * first, then one table per SIMD level the CPU supports (each level starts
+ * from the one below and replaces what it implements), and installs the
+ * highest level allowed by the environment. Not a kernel file: the kernels
+ * live in quants.c and arch/. */
 #include "tensor/traits.h"
 
 #include "tensor/dtype.h"
@@ -11,46 +12,69 @@
 #include <stdlib.h>
 #include <string.h>
 
-static pw_traits g_tab[PW_DT_COUNT];
-static pw_traits g_ref[PW_DT_COUNT];
-static int g_simd;
+static pw_traits g_lvl[PW_IMPL_COUNT][PW_DT_COUNT];
+static int g_max;   /* highest level available (CPU and environment) */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-static int cpu_has_avx2(void) {
+static int cpu_level(void) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
+  if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")))
+    return PW_IMPL_SCALAR;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vnni"))
+    return PW_IMPL_AVX512;
+  return PW_IMPL_AVX2;
 #else
-  return 0;
+  return PW_IMPL_SCALAR;
 #endif
 }
 
-static void init_once(void) {
-  quants_fill_ref(g_ref);
-  memcpy(g_tab, g_ref, sizeof g_tab);
+/* POWER_NO_SIMD=1 -> scalar; POWER_SIMD=scalar|avx2|avx512 caps the level. */
+static int env_cap(void) {
   const char *no = getenv("POWER_NO_SIMD");
-  int forbid = no && *no && strcmp(no, "0") != 0;
-  g_simd = !forbid && cpu_has_avx2();
-  if (g_simd) quants_fill_avx2(g_tab);
-  ops_select(g_simd);
+  if (no && *no && strcmp(no, "0") != 0) return PW_IMPL_SCALAR;
+  const char *s = getenv("POWER_SIMD");
+  if (!s || !*s) return PW_IMPL_COUNT - 1;
+  if (strcmp(s, "scalar") == 0) return PW_IMPL_SCALAR;
+  if (strcmp(s, "avx2") == 0) return PW_IMPL_AVX2;
+  return PW_IMPL_COUNT - 1;
+}
+
+static void init_once(void) {
+  quants_fill_ref(g_lvl[PW_IMPL_SCALAR]);
+  const int cpu = cpu_level(), cap = env_cap();
+  g_max = cpu < cap ? cpu : cap;
+  if (g_max >= PW_IMPL_AVX2) {
+    memcpy(g_lvl[PW_IMPL_AVX2], g_lvl[PW_IMPL_SCALAR], sizeof g_lvl[0]);
+    quants_fill_avx2(g_lvl[PW_IMPL_AVX2]);
+  }
+  if (g_max >= PW_IMPL_AVX512) {
+    memcpy(g_lvl[PW_IMPL_AVX512], g_lvl[PW_IMPL_AVX2], sizeof g_lvl[0]);
+    quants_fill_avx512(g_lvl[PW_IMPL_AVX512]);
+  }
+  ops_select(g_max >= PW_IMPL_AVX2);
 }
 
 void pw_tensor_init(void) { pthread_once(&g_once, init_once); }
 
 int pw_tensor_simd(void) {
   pw_tensor_init();
-  return g_simd;
+  return g_max >= PW_IMPL_AVX2;
 }
 
-const pw_traits *pw_traits_get(uint32_t dtype) {
+int pw_tensor_level(void) {
   pw_tensor_init();
-  if (dtype >= PW_DT_COUNT || !g_tab[dtype].to_float) return NULL;
-  return &g_tab[dtype];
+  return g_max;
 }
 
-const pw_traits *pw_traits_ref(uint32_t dtype) {
+const pw_traits *pw_traits_get_impl(uint32_t dtype, int level) {
   pw_tensor_init();
-  if (dtype >= PW_DT_COUNT || !g_ref[dtype].to_float) return NULL;
-  return &g_ref[dtype];
+  if (level < 0 || level > g_max || dtype >= PW_DT_COUNT || !g_lvl[level][dtype].to_float) return NULL;
+  return &g_lvl[level][dtype];
 }
+
+const pw_traits *pw_traits_get(uint32_t dtype) { return pw_traits_get_impl(dtype, pw_tensor_level()); }
+
+const pw_traits *pw_traits_ref(uint32_t dtype) { return pw_traits_get_impl(dtype, PW_IMPL_SCALAR); }

@@ -2,9 +2,11 @@
  * floats, how to quantize floats into it, and the dot product of a weight
  * row with an activation row in the weight's vec_dot_type.
  *
- * pw_tensor_init() detects the CPU once and fills the table with the fastest
- * variants (AVX2/FMA/F16C when present; POWER_NO_SIMD=1 keeps the scalar
- * references). This is not the place for kernels themselves (quants.c,
+ * pw_tensor_init() detects the CPU once and fills one table per
+ * implementation level the CPU supports (scalar references; AVX2/FMA/F16C;
+ * AVX-512 F/BW/VL/DQ + VNNI on top of AVX2) and installs the highest.
+ * POWER_NO_SIMD=1 keeps the scalar references; POWER_SIMD=scalar|avx2|avx512
+ * caps the level (for comparisons). This is not the place for kernels themselves (quants.c,
  * arch/) nor for the matrix multiply (matmul.h). */
 #ifndef PW_TENSOR_TRAITS_H
 #define PW_TENSOR_TRAITS_H
@@ -15,14 +17,25 @@
 /* n elements (a multiple of the block size); src/dst borrowed. */
 typedef void (*pw_to_float_fn)(const void *src, float *dst, int64_t n);
 typedef void (*pw_from_float_fn)(const float *src, void *dst, int64_t n);
-/* out[j] = dot(w, x + j*x_stride bytes) for j in [0, nx), 1 <= nx <= 4, n
+/* out[j] = dot(w, x + j*x_stride bytes) for j in [0, nx), 1 <= nx <=
+ * PW_VEC_DOT_MAX_NX, n
  * elements. Contract relied on by the matmul's batch invariance: out[j] is
  * bit-identical to what a call with nx == 1 on that x row returns, so
  * grouping tokens never changes a result. */
 typedef void (*pw_vec_dot_fn)(int64_t n, const void *w, const void *x, size_t x_stride, int nx,
                               float *out);
 
-#define PW_VEC_DOT_MAX_NX 4
+/* Rows per pass: a weight block is read and unpacked once per this many
+ * activation rows (batched decode, prefill). */
+#define PW_VEC_DOT_MAX_NX 8
+
+/* Kernel implementation levels, each a superset of the one below. */
+enum {
+  PW_IMPL_SCALAR = 0, /* the references */
+  PW_IMPL_AVX2 = 1,   /* AVX2 + FMA + F16C */
+  PW_IMPL_AVX512 = 2, /* AVX-512 F/BW/VL/DQ + VNNI (on top of AVX2) */
+  PW_IMPL_COUNT
+};
 
 typedef struct pw_traits {
   uint32_t dtype;          /* ggml id */
@@ -33,7 +46,7 @@ typedef struct pw_traits {
   pw_from_float_fn from_float; /* always set for known types */
   pw_vec_dot_fn vec_dot;       /* NULL for activation-only types (Q8_1, Q8_K) */
   uint32_t vec_dot_type;   /* dtype the activation row must be in */
-  const char *impl;        /* "scalar" or "avx2": which vec_dot is installed */
+  const char *impl;        /* "scalar", "avx2" or "avx512vnni": the level's name */
 } pw_traits;
 
 /* Detects CPU features and fills the table. Thread-safe and idempotent;
@@ -43,11 +56,18 @@ void pw_tensor_init(void);
 const pw_traits *pw_traits_get(uint32_t dtype);
 /* The scalar reference table entry (the oracles), regardless of CPU. */
 const pw_traits *pw_traits_ref(uint32_t dtype);
-/* 1 when the AVX2/FMA/F16C variants are installed. */
+/* The table entry of one implementation level (PW_IMPL_*), for tests and
+ * benchmarks that compare levels; NULL if the CPU lacks that level, the
+ * environment forbids it, or the dtype is unknown. Static pointer. */
+const pw_traits *pw_traits_get_impl(uint32_t dtype, int level);
+/* 1 when the AVX2/FMA/F16C variants (or better) are installed. */
 int pw_tensor_simd(void);
+/* The installed level (PW_IMPL_*). */
+int pw_tensor_level(void);
 
 /* Internal: each kernel family fills the entries it implements. */
 void quants_fill_ref(pw_traits *tab);
 void quants_fill_avx2(pw_traits *tab);
+void quants_fill_avx512(pw_traits *tab);
 
 #endif

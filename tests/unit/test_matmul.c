@@ -26,7 +26,7 @@ static const uint32_t WTYPES[] = {PW_DT_F32,  PW_DT_F16,  PW_DT_BF16, PW_DT_Q4_0
                                   PW_DT_Q5_0, PW_DT_Q5_1, PW_DT_Q8_0, PW_DT_Q2_K, PW_DT_Q3_K,
                                   PW_DT_Q4_K, PW_DT_Q5_K, PW_DT_Q6_K};
 
-enum { N_IN = 512, N_OUT = 37, MAX_TOK = 9 };
+enum { N_IN = 512, N_OUT = 37, MAX_TOK = 2 * PW_VEC_DOT_MAX_NX + 1 };
 
 static void test_matmul(void) {
   pw_pool *pools[3] = {pw_pool_create(1), pw_pool_create(2), pw_pool_create(3)};

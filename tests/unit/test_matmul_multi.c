@@ -5,6 +5,7 @@
 #include "tensor/dtype.h"
 #include "tensor/matmul.h"
 #include "tensor/quants.h"
+#include "tensor/traits.h"
 #include "test.h"
 
 static uint64_t g_rng = 7;
@@ -27,7 +28,7 @@ int main(void) {
   }
   for (int nt = 1; nt <= 3; nt++) {
     pw_pool *pool = pw_pool_create(nt);
-    for (int64_t n_tok = 1; n_tok <= 9; n_tok += 4) {
+    for (int64_t n_tok = 1; n_tok <= 2 * PW_VEC_DOT_MAX_NX + 1; n_tok += 4) {
       float *X = malloc(sizeof(float) * (size_t)(n_in * n_tok));
       for (int64_t i = 0; i < n_in * n_tok; i++) X[i] = frand();
       pw_mm_op ops[4];

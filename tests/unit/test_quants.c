@@ -1,5 +1,6 @@
 /* test_quants.c - block layouts, fp16/bf16 conversion, scalar reference
- * kernels, and every installed (SIMD) kernel against its reference. */
+ * kernels, and the kernels of every implementation level the CPU has
+ * (AVX2, AVX-512 VNNI) against their references. */
 #include "tensor/dtype.h"
 #include "tensor/quants.h"
 #include "tensor/traits.h"
@@ -424,41 +425,57 @@ static void make_acts(float *x, int64_t n, int mode) {
     x[i] = mode == MODE_ZERO ? 0 : mode == MODE_MAXQ ? 2.5f : mode == MODE_BIGD ? 1e3f * grand() : grand();
 }
 
-static void test_kernels_vs_ref(void) {
-  static uint8_t w[4096 * 4], xq[4 * 4096 * 4 + 64];
-  static float x[4 * 4096], wd[4096], xd[4096];
+#define NXM PW_VEC_DOT_MAX_NX
+
+/* One implementation level's kernels for every weight type: dequant equal
+ * to the reference bit for bit; vec_dot within a named tolerance of the
+ * reference; and out[j] of any group of rows (nx = 1..NXM, any offset)
+ * bit-identical to the nx == 1 result for that row. */
+static int check_level(int level, double *worst) {
+  static uint8_t w[4096 * 4], xq[NXM * 4096 * 4 + 64];
+  static float x[NXM * 4096], wd[4096], xd[4096];
   int checked = 0;
-  double worst = 0;
   for (size_t ti = 0; ti < N_WTYPES; ti++) {
     const uint32_t dt = WTYPES[ti];
-    const pw_traits *tr = pw_traits_get(dt), *rf = pw_traits_ref(dt);
+    const pw_traits *tr = pw_traits_get_impl(dt, level), *rf = pw_traits_ref(dt);
     CHECK(tr && rf && tr->vec_dot && rf->vec_dot);
     if (!tr || !rf || !tr->vec_dot) continue;
     CHECK_EQ_INT(tr->vec_dot_type, pw_ref_vec_dot_type(dt));
     const int64_t blk = tr->blck == 1 ? 32 : tr->blck; /* "block" for lengths */
-    const int64_t lens[] = {blk, 3 * blk, 7 * blk, 4096, dt == PW_DT_F32 || dt == PW_DT_F16 || dt == PW_DT_BF16 ? 37 : blk};
+    /* 1, odd and even block counts, 28 (a 896-wide row: one full and one
+     * partial group of 16 blocks), and a long row */
+    const int64_t lens[] = {blk, 3 * blk, 7 * blk, 28 * blk > 4096 ? 2 * blk : 28 * blk, 4096,
+                            dt == PW_DT_F32 || dt == PW_DT_F16 || dt == PW_DT_BF16 ? 37 : 2 * blk};
     for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
       const int64_t n = lens[li];
       for (int mode = 0; mode < 5; mode++) {
         make_weights(dt, w, n, mode);
-        for (int j = 0; j < 4; j++) make_acts(x + j * n, n, j == 3 && mode == MODE_RANDOM ? MODE_ZERO : mode);
+        for (int j = 0; j < NXM; j++) make_acts(x + j * n, n, j == 3 && mode == MODE_RANDOM ? MODE_ZERO : mode);
         const uint32_t vt = tr->vec_dot_type;
         const size_t xs = (size_t)pw_dtype_row_size(vt, (uint64_t)n);
-        for (int j = 0; j < 4; j++) pw_ref_quantize(vt, x + j * n, xq + j * xs, n);
+        for (int j = 0; j < NXM; j++) pw_ref_quantize(vt, x + j * n, xq + j * xs, n);
         /* dequant: installed == reference bit for bit */
         float d1[4096], d2[4096];
         rf->to_float(w, d1, n);
         tr->to_float(w, d2, n);
-        CHECK_MSG(memcmp(d1, d2, (size_t)n * 4) == 0, "%s dequant n=%lld mode %d", tr->name, (long long)n, mode);
-        float got4[4], got1;
-        tr->vec_dot(n, w, xq, xs, 4, got4);
-        for (int j = 0; j < 4; j++) {
+        CHECK_MSG(memcmp(d1, d2, (size_t)n * 4) == 0, "%s dequant n=%lld mode %d (%s)", tr->name, (long long)n, mode,
+                  tr->impl);
+        float one[NXM];
+        for (int j = 0; j < NXM; j++) tr->vec_dot(n, w, xq + j * xs, xs, 1, &one[j]);
+        /* every group size at a few offsets */
+        for (int nx = 2; nx <= NXM; nx++)
+          for (int off = 0; off + nx <= NXM; off += (nx == NXM ? 1 : NXM - nx > 2 ? 3 : 1)) {
+            float got[NXM];
+            tr->vec_dot(n, w, xq + (size_t)off * xs, xs, nx, got);
+            for (int j = 0; j < nx; j++)
+              CHECK_MSG(fbits(got[j]) == fbits(one[off + j]), "%s (%s) nx=%d off %d row %d vs nx=1 differ (n=%lld)",
+                        tr->name, tr->impl, nx, off, j, (long long)n);
+          }
+        pw_ref_dequant(dt, w, wd, n);
+        for (int j = 0; j < NXM; j++) {
           float ref;
           rf->vec_dot(n, w, xq + j * xs, xs, 1, &ref);
-          tr->vec_dot(n, w, xq + j * xs, xs, 1, &got1);
-          CHECK_MSG(fbits(got1) == fbits(got4[j]), "%s nx=4 vs nx=1 differ (n=%lld)", tr->name, (long long)n);
           /* tolerance: relative to the sum of |products| of the dequantized rows */
-          pw_ref_dequant(dt, w, wd, n);
           pw_ref_dequant(vt, xq + j * xs, xd, n);
           double sabs = 0;
           for (int64_t i = 0; i < n; i++) sabs += fabs((double)wd[i] * xd[i]);
@@ -466,18 +483,34 @@ static void test_kernels_vs_ref(void) {
            * exceed sum|w*x|; allow for it */
           const double rel_tol = 2e-5;
           double tol = rel_tol * sabs * (tr->blck == QK_K ? 4 : 1) + 1e-35;
-          double err = fabs((double)got1 - ref);
-          if (sabs > 0 && err / sabs > worst) worst = err / sabs;
-          CHECK_MSG(err <= tol && isfinite(got1) == isfinite(ref), "%s vec_dot n=%lld mode %d row %d: %.9g vs ref %.9g (tol %g)",
-                    tr->name, (long long)n, mode, j, got1, ref, tol);
-          if (mode == MODE_ZERO) CHECK_MSG(got1 == 0 && ref == 0, "%s zero rows give %g / %g", tr->name, got1, ref);
+          double err = fabs((double)one[j] - ref);
+          if (sabs > 0 && err / sabs > *worst) *worst = err / sabs;
+          CHECK_MSG(err <= tol && isfinite(one[j]) == isfinite(ref),
+                    "%s (%s) vec_dot n=%lld mode %d row %d: %.9g vs ref %.9g (tol %g)", tr->name, tr->impl,
+                    (long long)n, mode, j, one[j], ref, tol);
+          if (mode == MODE_ZERO) CHECK_MSG(one[j] == 0 && ref == 0, "%s zero rows give %g / %g", tr->name, one[j], ref);
           checked++;
         }
       }
     }
   }
-  fprintf(stderr, "  %d vec_dot comparisons, worst |simd-ref|/sum|w*x| = %.3g (simd: %s)\n", checked, worst,
-          pw_tensor_simd() ? "on" : "off");
+  return checked;
+}
+
+static void test_kernels_vs_ref(void) {
+  int levels = 0;
+  for (int level = 0; level < PW_IMPL_COUNT; level++) {
+    if (!pw_traits_get_impl(PW_DT_Q8_0, level)) continue;
+    double worst = 0;
+    int checked = check_level(level, &worst);
+    levels++;
+    fprintf(stderr, "  level %d (%s): %d vec_dot comparisons, worst |impl-ref|/sum|w*x| = %.3g\n", level,
+            pw_traits_get_impl(PW_DT_Q8_0, level)->impl, checked, worst);
+  }
+  /* the installed table is the highest available level */
+  CHECK(pw_traits_get(PW_DT_Q8_0) == pw_traits_get_impl(PW_DT_Q8_0, pw_tensor_level()));
+  CHECK(pw_traits_get_impl(PW_DT_Q8_0, pw_tensor_level() + 1) == NULL);
+  CHECK(levels == pw_tensor_level() + 1);
 }
 
 /* ref vec_dot agrees with a double-precision dot of the dequantized rows:

@@ -5,9 +5,9 @@
  *
  * Dot products follow ggml's AVX2 approach (maddubs/madd integer products
  * per block, one float FMA per block or super-block) and process 1..4
- * activation rows per pass over the weights. Every per-row float operation
- * is the same sequence whatever nx is, so out[j] never depends on how rows
- * are grouped (see pw_vec_dot_fn). Integer parts use exact identities where
+ * activation rows per pass over the weights (larger nx: 4 at a time). Every
+ * per-row float operation is the same sequence whatever nx is, so out[j]
+ * never depends on how rows are grouped (see pw_vec_dot_fn). Integer parts use exact identities where
  * they save work: for Q3_K and Q6_K the constant offsets (4, 32) are taken
  * out through the activation's per-16 sums (bsums).
  *
@@ -80,13 +80,17 @@ AI __m256i scale_pair(int a, int b) {
 
 #define XROW(T, x, xs, j) ((const T *)((const char *)(x) + (size_t)(j) * (xs)))
 
+/* Up to 4 rows per pass (16 ymm registers); more rows are done 4 at a time,
+ * which keeps each row's result independent of nx. */
 #define NX_DISPATCH(name)                                                                       \
   static void name(int64_t n, const void *w, const void *x, size_t xs, int nx, float *out) {    \
-    switch (nx) {                                                                               \
-    case 1: name##_k(n, w, x, xs, 1, out); break;                                               \
-    case 2: name##_k(n, w, x, xs, 2, out); break;                                               \
-    case 3: name##_k(n, w, x, xs, 3, out); break;                                               \
-    default: name##_k(n, w, x, xs, 4, out); break;                                              \
+    for (; nx > 0; nx -= 4, x = (const char *)x + 4 * xs, out += 4) {                           \
+      switch (nx) {                                                                             \
+      case 1: name##_k(n, w, x, xs, 1, out); break;                                             \
+      case 2: name##_k(n, w, x, xs, 2, out); break;                                             \
+      case 3: name##_k(n, w, x, xs, 3, out); break;                                             \
+      default: name##_k(n, w, x, xs, 4, out); break;                                            \
+      }                                                                                         \
     }                                                                                           \
   }
 

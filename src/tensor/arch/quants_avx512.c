@@ -1,0 +1,295 @@
+/* quants_avx512.c - AVX-512 (F/BW/VL/DQ) + VNNI dot products of quantized
+ * weight rows with quantized activation rows, for the hot weight types:
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K. Compiled with the
+ * AVX-512 flag set; installed by pw_tensor_init only when the CPU reports
+ * all of F, BW, VL, DQ and VNNI. Types not covered here keep their AVX2
+ * kernels. Not a quantizer or dequantizer file (those stay in avx2.c).
+ *
+ * 32-element block types use 256-bit VNNI per block (on cores that split
+ * 512-bit operations in two this is as fast, and needs no cross-lane
+ * shuffles). Weight values are made signed, their magnitude goes to the
+ * unsigned operand of vpdpbusd and their sign is moved onto the activation
+ * (a masked negate); Q5's fifth bits are applied straight from the qh word
+ * as a byte mask. The per-block scale products (weight d times activation
+ * d) cost a scalar fp16 convert and multiply per block and row (gathering
+ * them 16 blocks at a time measured slower), then one int->float convert
+ * and one FMA per block and row. The affine types' m*s terms are gathered
+ * 16 blocks at a time.
+ *
+ * K-quants unpack each 64-element chunk once, multiply it with vpmaddubsw
+ * and fold in the 6/8-bit group scales with vpdpwssd, so a whole 256-element
+ * super-block is one int32 vector per row and one FMA.
+ *
+ * Every kernel handles 1..PW_VEC_DOT_MAX_NX activation rows per pass over
+ * the weights; the float operations applied to one row are the same
+ * sequence whatever nx is, so out[j] never depends on how rows are grouped
+ * (the pw_vec_dot_fn contract). */
+#include "tensor/dtype.h"
+#include "tensor/quants.h"
+#include "tensor/traits.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define AI static inline __attribute__((always_inline))
+#define NXMAX 8
+_Static_assert(NXMAX == PW_VEC_DOT_MAX_NX, "kernels unroll for PW_VEC_DOT_MAX_NX rows");
+
+/* loops over rows must be fully unrolled so per-row accumulators stay in
+ * registers */
+#define FOR_ROWS(j) _Pragma("GCC unroll 8") for (int j = 0; j < nx; j++)
+
+#define XROW(x, xs, j) ((const uint8_t *)(x) + (size_t)(j) * (xs))
+
+AI uint32_t ld32(const uint8_t *p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+
+/* fp16 fields at p + 16-bit offset of each of `km`'s blocks (byte offsets
+ * in idx) as floats; lanes outside km are 0. Reads 4 bytes per block, which
+ * stays inside every block format used here. */
+AI __m512 gather_h(const uint8_t *p, __m512i idx, __mmask16 km) {
+  const __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), km, idx, p, 1);
+  return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+}
+
+/* ---- 32-element blocks ------------------------------------------------- */
+
+enum { LQ8_0, LQ4_0, LQ5_0, LQ4_1, LQ5_1 };
+
+AI void vd_leg(int64_t n, const void *vw, const void *x, size_t xs, const int nx, float *out, const int kind) {
+  const int wsz = kind == LQ8_0 ? 34 : kind == LQ4_0 ? 18 : kind == LQ5_0 ? 22 : kind == LQ4_1 ? 20 : 24;
+  const int wqs = kind == LQ8_0 || kind == LQ4_0 ? 2 : kind == LQ4_1 ? 4 : kind == LQ5_0 ? 6 : 8;
+  const int wqh = kind == LQ5_0 ? 2 : 4; /* only used by the 5-bit kinds */
+  const int affine = kind == LQ4_1 || kind == LQ5_1; /* q8_1 activations, unsigned weights */
+  const int ysz = affine ? 36 : 34, yqs = affine ? 4 : 2;
+  const int64_t nb = n / 32;
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i widx = _mm512_mullo_epi32(iota, _mm512_set1_epi32(wsz));
+  const __m512i yidx = _mm512_mullo_epi32(iota, _mm512_set1_epi32(ysz));
+  const __m256i zero = _mm256_setzero_si256();
+  /* two accumulators per row (even and odd blocks) so one row's FMAs don't
+   * wait on each other */
+  __m256 acc0[NXMAX], acc1[NXMAX];
+  __m512 accm[NXMAX];
+  FOR_ROWS(j) {
+    acc0[j] = acc1[j] = _mm256_setzero_ps();
+    accm[j] = _mm512_setzero_ps();
+  }
+  for (int64_t b0 = 0; b0 < nb; b0 += 16) {
+    const int cnt = nb - b0 < 16 ? (int)(nb - b0) : 16;
+    const __mmask16 km = (__mmask16)(cnt == 16 ? 0xFFFFu : (1u << cnt) - 1);
+    const uint8_t *wb = (const uint8_t *)vw + b0 * wsz;
+    /* affine types: the m * s terms of these 16 blocks, from gathered fp16 */
+    if (affine) {
+      const __m512 mw = gather_h(wb + 2, widx, km);
+      FOR_ROWS(j) accm[j] = _mm512_fmadd_ps(mw, gather_h(XROW(x, xs, j) + b0 * ysz + 2, yidx, km), accm[j]);
+    }
+    for (int b = 0; b < cnt; b++) {
+      const uint8_t *wp = wb + b * wsz;
+      const float dwb = _cvtsh_ss(*(const uint16_t *)wp);
+      __m256i q;
+      if (kind == LQ8_0) {
+        q = _mm256_loadu_si256((const __m256i *)(wp + wqs));
+      } else {
+        const __m128i t = _mm_loadu_si128((const __m128i *)(wp + wqs));
+        q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
+        if (kind == LQ4_0) q = _mm256_sub_epi8(q, _mm256_set1_epi8(8));
+        if (kind == LQ5_0) /* q - 16: subtract 16 where the fifth bit is clear */
+          q = _mm256_mask_sub_epi8(q, (__mmask32)~ld32(wp + wqh), q, _mm256_set1_epi8(16));
+        if (kind == LQ5_1) q = _mm256_mask_add_epi8(q, (__mmask32)ld32(wp + wqh), q, _mm256_set1_epi8(16));
+      }
+      const __m256i aq = affine ? q : _mm256_abs_epi8(q);
+      const __mmask32 neg = affine ? 0 : _mm256_movepi8_mask(q);
+      FOR_ROWS(j) {
+        __m256i yv = _mm256_loadu_si256((const __m256i *)(XROW(x, xs, j) + (b0 + b) * ysz + yqs));
+        if (!affine) yv = _mm256_mask_sub_epi8(yv, neg, zero, yv);
+        const __m256 p = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(zero, aq, yv));
+        const float sj = dwb * _cvtsh_ss(*(const uint16_t *)(XROW(x, xs, j) + (b0 + b) * ysz));
+        if (b & 1)
+          acc1[j] = _mm256_fmadd_ps(p, _mm256_set1_ps(sj), acc1[j]);
+        else
+          acc0[j] = _mm256_fmadd_ps(p, _mm256_set1_ps(sj), acc0[j]);
+      }
+    }
+  }
+  FOR_ROWS(j) {
+    const __m256 a = _mm256_add_ps(acc0[j], acc1[j]);
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    float r = _mm_cvtss_f32(s);
+    if (affine) r += _mm512_reduce_add_ps(accm[j]);
+    out[j] = r;
+  }
+}
+
+/* One instantiation per nx so every loop over rows is fully unrolled. */
+#define NX_DISPATCH(name, ...)                                                                       \
+  static void name(int64_t n, const void *w, const void *x, size_t xs, int nx, float *out) {         \
+    switch (nx) {                                                                                    \
+    case 1: name##_k(n, w, x, xs, 1, out, __VA_ARGS__); break;                                       \
+    case 2: name##_k(n, w, x, xs, 2, out, __VA_ARGS__); break;                                       \
+    case 3: name##_k(n, w, x, xs, 3, out, __VA_ARGS__); break;                                       \
+    case 4: name##_k(n, w, x, xs, 4, out, __VA_ARGS__); break;                                       \
+    case 5: name##_k(n, w, x, xs, 5, out, __VA_ARGS__); break;                                       \
+    case 6: name##_k(n, w, x, xs, 6, out, __VA_ARGS__); break;                                       \
+    case 7: name##_k(n, w, x, xs, 7, out, __VA_ARGS__); break;                                       \
+    default: name##_k(n, w, x, xs, 8, out, __VA_ARGS__); break;                                      \
+    }                                                                                                \
+  }
+
+#define vd_q8_0_k vd_leg
+#define vd_q4_0_k vd_leg
+#define vd_q5_0_k vd_leg
+#define vd_q4_1_k vd_leg
+#define vd_q5_1_k vd_leg
+NX_DISPATCH(vd_q8_0, LQ8_0)
+NX_DISPATCH(vd_q4_0, LQ4_0)
+NX_DISPATCH(vd_q5_0, LQ5_0)
+NX_DISPATCH(vd_q4_1, LQ4_1)
+NX_DISPATCH(vd_q5_1, LQ5_1)
+
+/* ---- K-quants ------------------------------------------------------------ */
+
+/* q4_K/q5_K scales[12] -> bytes 0..7 scales, 8..15 mins */
+AI void k4_unpack(const uint8_t *s, uint32_t u[4]) {
+  const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
+  memcpy(u, s, 12);
+  u[3] = ((u[2] >> 4) & km2) | (((u[1] >> 6) & km3) << 4);
+  const uint32_t aux = u[1] & km1;
+  u[1] = (u[2] & km2) | (((u[0] >> 6) & km3) << 4);
+  u[2] = aux;
+  u[0] &= km1;
+}
+
+AI void vd_q45k_k(int64_t n, const void *vw, const void *x, size_t xs, const int nx, float *out, const int five) {
+  const size_t bsz = five ? sizeof(block_q5_K) : sizeof(block_q4_K);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  /* int16 lane t of chunk c's scale vector takes scale 2c + t/16 */
+  const __m512i sidx0 = _mm512_set_epi64(0x0001000100010001, 0x0001000100010001, 0x0001000100010001,
+                                         0x0001000100010001, 0, 0, 0, 0);
+  /* fifth bits: chunk c's low half uses bit 2c of qh, high half bit 2c+1 */
+  const __m512i hsel0 = _mm512_inserti64x4(_mm512_set1_epi8(1), _mm256_set1_epi8(2), 1);
+  __m512 acc[NXMAX];
+  __m256 accm[NXMAX];
+  FOR_ROWS(j) {
+    acc[j] = _mm512_setzero_ps();
+    accm[j] = _mm256_setzero_ps();
+  }
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const uint8_t *blk = (const uint8_t *)vw + (size_t)i * bsz;
+    const block_q4_K *w4 = (const block_q4_K *)blk;
+    const block_q5_K *w5 = (const block_q5_K *)blk;
+    const uint8_t *qs = five ? w5->qs : w4->qs;
+    uint32_t u[4];
+    k4_unpack(five ? w5->scales : w4->scales, u);
+    /* scales as 8 int16 (lanes 0..7), mins duplicated per pair of 16 */
+    const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)u[1], (int)u[0])));
+    const __m128i mins8 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)u[3], (int)u[2]));
+    const __m256i mins = _mm256_set_m128i(_mm_unpackhi_epi16(mins8, mins8), _mm_unpacklo_epi16(mins8, mins8));
+    const float dw = _cvtsh_ss(w4->d), dmw = _cvtsh_ss(w4->dmin); /* same offsets in both */
+    __m512i sumi[NXMAX];
+    FOR_ROWS(j) sumi[j] = _mm512_setzero_si512();
+    const __m512i hb = five ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)w5->qh)) : sumi[0];
+    __m512i sidx = sidx0, hsel = hsel0;
+    for (int c = 0; c < 4; c++) {
+      const __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+      __m512i q = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(bits), _mm256_srli_epi16(bits, 4), 1), m4);
+      if (five) {
+        q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hb, hsel), q, _mm512_set1_epi8(16));
+        hsel = _mm512_slli_epi16(hsel, 2);
+      }
+      const __m512i s = _mm512_permutexvar_epi16(sidx, sc16);
+      sidx = _mm512_add_epi16(sidx, _mm512_set1_epi16(2));
+      FOR_ROWS(j) {
+        const block_q8_K *y = (const block_q8_K *)XROW(x, xs, j) + i;
+        const __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512(y->qs + 64 * c));
+        sumi[j] = _mm512_dpwssd_epi32(sumi[j], p, s);
+      }
+    }
+    FOR_ROWS(j) {
+      const block_q8_K *y = (const block_q8_K *)XROW(x, xs, j) + i;
+      const __m256i pm = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)y->bsums));
+      accm[j] = _mm256_fmadd_ps(_mm256_set1_ps(-(y->d * dmw)), _mm256_cvtepi32_ps(pm), accm[j]);
+      acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(dw * y->d), _mm512_cvtepi32_ps(sumi[j]), acc[j]);
+    }
+  }
+  FOR_ROWS(j) {
+    __m256 m = accm[j];
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    out[j] = _mm512_reduce_add_ps(acc[j]) + _mm_cvtss_f32(s);
+  }
+}
+#define vd_q4_k_k vd_q45k_k
+#define vd_q5_k_k vd_q45k_k
+NX_DISPATCH(vd_q4_k, 0)
+NX_DISPATCH(vd_q5_k, 1)
+
+AI void vd_q6_k_k(int64_t n, const void *vw, const void *x, size_t xs, const int nx, float *out, const int unused) {
+  (void)unused;
+  const block_q6_K *w = vw;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  /* high two bits of the 4 sub-rows k (see block_q6_K) moved to bits 4..5:
+   * k=0: <<4, k=1: <<2 (chunk A); k=2: >>0, k=3: >>2 (chunk B) */
+  const __m512i shA = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+  const __m512i shB = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+  /* int16 lane t of chunk m's scale vector takes scale 4m + t/8 */
+  const __m512i sidx0 = _mm512_set_epi64(0x0003000300030003, 0x0003000300030003, 0x0002000200020002,
+                                         0x0002000200020002, 0x0001000100010001, 0x0001000100010001, 0, 0);
+  __m512 acc[NXMAX];
+  FOR_ROWS(j) acc[j] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const __m256i sc16y = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[i].scales));
+    const __m512i sc16 = _mm512_castsi256_si512(sc16y);
+    const float dw = _cvtsh_ss(w[i].d);
+    __m512i sumi[NXMAX];
+    /* value = q - 32: the -32 comes out as -32 * sum(sc * bsum) */
+    FOR_ROWS(j) {
+      const block_q8_K *y = (const block_q8_K *)XROW(x, xs, j) + i;
+      const __m256i corr = _mm256_madd_epi16(sc16y, _mm256_loadu_si256((const __m256i *)y->bsums));
+      sumi[j] = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5)));
+    }
+    __m512i sidx = sidx0;
+    for (int h = 0; h < 2; h++) {
+      const __m512i l = _mm512_loadu_si512(w[i].ql + 64 * h);
+      const __m512i hh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h)));
+      for (int m = 0; m < 2; m++) {
+        const __m512i lo = m == 0 ? _mm512_and_si512(l, m4) : _mm512_and_si512(_mm512_srli_epi16(l, 4), m4);
+        const __m512i hi = m == 0 ? _mm512_and_si512(_mm512_sllv_epi16(hh, shA), m30)
+                                  : _mm512_and_si512(_mm512_srlv_epi16(hh, shB), m30);
+        const __m512i q = _mm512_or_si512(lo, hi);
+        const __m512i s = _mm512_permutexvar_epi16(sidx, sc16);
+        sidx = _mm512_add_epi16(sidx, _mm512_set1_epi16(4));
+        FOR_ROWS(j) {
+          const block_q8_K *y = (const block_q8_K *)XROW(x, xs, j) + i;
+          const __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512(y->qs + 128 * h + 64 * m));
+          sumi[j] = _mm512_dpwssd_epi32(sumi[j], p, s);
+        }
+      }
+    }
+    FOR_ROWS(j) {
+      const block_q8_K *y = (const block_q8_K *)XROW(x, xs, j) + i;
+      acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(dw * y->d), _mm512_cvtepi32_ps(sumi[j]), acc[j]);
+    }
+  }
+  FOR_ROWS(j) out[j] = _mm512_reduce_add_ps(acc[j]);
+}
+NX_DISPATCH(vd_q6_k, 0)
+
+void quants_fill_avx512(pw_traits *t) {
+  t[PW_DT_Q4_0].vec_dot = vd_q4_0;
+  t[PW_DT_Q4_1].vec_dot = vd_q4_1;
+  t[PW_DT_Q5_0].vec_dot = vd_q5_0;
+  t[PW_DT_Q5_1].vec_dot = vd_q5_1;
+  t[PW_DT_Q8_0].vec_dot = vd_q8_0;
+  t[PW_DT_Q4_K].vec_dot = vd_q4_k;
+  t[PW_DT_Q5_K].vec_dot = vd_q5_k;
+  t[PW_DT_Q6_K].vec_dot = vd_q6_k;
+  for (int i = 0; i < PW_DT_COUNT; i++)
+    if (t[i].to_float) t[i].impl = "avx512vnni";
+}
