@@ -187,6 +187,9 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr, "power serve: %s\n", err);
     return 1;
   }
+  /* Hash the model before answering anything: every response carries the
+   * identity (system_fingerprint), and /health is up only once it is known. */
+  (void)engine_model_sha256(e);
   server_opts so = {0};
   so.host = host;
   so.port = (int)port;

@@ -163,7 +163,9 @@ struct engine {
   int n_slots;         /* KV sequences: max_active + cache entries */
   size_t tok_bytes;    /* KV bytes of one position (target + draft) */
   char model_id[256];
-  char sha256[65];
+  char sha256[65];     /* hex SHA-256 of the model file, computed on first use */
+  bool sha_done;
+  pthread_mutex_t sha_mu;
   char *chat_template; /* owned copy of the model's template; NULL = default */
   /* draft model (ENGINE_SPEC_DRAFT), else NULL */
   model *dm;
@@ -1194,6 +1196,7 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   engine *e = calloc(1, sizeof *e);
   if (!e) return pw_seterr(err, PW_ENOMEM, "engine: out of memory");
   pthread_mutex_init(&e->mu, NULL);
+  pthread_mutex_init(&e->sha_mu, NULL);
   cond_init_monotonic(&e->work_cv);
   cond_init_monotonic(&e->idle_cv);
   int rc;
@@ -1257,9 +1260,6 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   e->n_free = e->n_slots;
 
   model_id_from_path(o.model_path, e->model_id, sizeof e->model_id);
-  uint8_t dig[32];
-  if ((rc = pw_sha256_file(o.model_path, dig, err)) < 0) goto fail;
-  pw_hex(dig, 32, e->sha256);
   gguf_str tmpl;
   if (gguf_get_str(model_gguf(e->m), "tokenizer.chat_template", &tmpl) && tmpl.len > 0) {
     e->chat_template = malloc(tmpl.len + 1);
@@ -1322,6 +1322,7 @@ void engine_destroy(engine *e) {
   pthread_cond_destroy(&e->work_cv);
   pthread_cond_destroy(&e->idle_cv);
   pthread_mutex_destroy(&e->mu);
+  pthread_mutex_destroy(&e->sha_mu);
   free(e);
 }
 
@@ -1356,7 +1357,22 @@ const char *engine_chat_template(const engine *e) {
 }
 int engine_n_ctx(const engine *e) { return e->n_ctx; }
 int engine_n_embd(const engine *e) { return e->n_embd; }
-const char *engine_model_sha256(const engine *e) { return e->sha256; }
+/* The identity is the SHA-256 of the file bytes, hashed from the mapping
+ * (the same bytes) on first use, so commands that never ask don't pay for
+ * reading a multi-GB file at start-up. */
+const char *engine_model_sha256(const engine *ce) {
+  engine *e = (engine *)(uintptr_t)ce;
+  pthread_mutex_lock(&e->sha_mu);
+  if (!e->sha_done) {
+    const gguf_file *f = model_gguf(e->m);
+    uint8_t dig[32];
+    pw_sha256(gguf_base(f), (size_t)gguf_size(f), dig);
+    pw_hex(dig, 32, e->sha256);
+    e->sha_done = true;
+  }
+  pthread_mutex_unlock(&e->sha_mu);
+  return e->sha256;
+}
 
 /* ---- requests ------------------------------------------------------------------ */
 
