@@ -6,17 +6,7 @@
 set -u
 bin=$1
 shared=$2
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-check() { # check DESC COND...
-  desc=$1
-  shift
-  if "$@"; then :; else
-    echo "FAIL: $desc"
-    fail=1
-  fi
-}
+. "$(dirname "$0")/../cli-lib.sh"
 # num FILE PATH: the number at "k1":{"k2":N (one or two keys) in one-line JSON.
 num() {
   if [ $# -eq 2 ]; then

@@ -4,17 +4,7 @@
 set -u
 bin=$1
 shared=$2
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-check() { # check DESC COND...
-  desc=$1
-  shift
-  if "$@"; then :; else
-    echo "FAIL: $desc"
-    fail=1
-  fi
-}
+. "$(dirname "$0")/../cli-lib.sh"
 model=$shared/models/syn-llama-Q4_0.gguf
 [ -f "$model" ] || { echo "FAIL: missing test asset $model"; exit 1; }
 

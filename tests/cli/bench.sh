@@ -5,17 +5,7 @@
 set -u
 bin=$1
 shared=$2
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-check() { # check DESC COND...
-  desc=$1
-  shift
-  if "$@"; then :; else
-    echo "FAIL: $desc"
-    fail=1
-  fi
-}
+. "$(dirname "$0")/../cli-lib.sh"
 # field FILE NAME: the number after "NAME": in a one-line JSON object.
 field() {
   sed -n "s/.*\"$2\":\([-0-9.eE+]*\).*/\1/p" "$1"

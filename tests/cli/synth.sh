@@ -6,17 +6,7 @@
 set -u
 bin=$1
 shared=$2
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-check() { # check DESC COND...
-  desc=$1
-  shift
-  if "$@"; then :; else
-    echo "FAIL: $desc"
-    fail=1
-  fi
-}
+. "$(dirname "$0")/../cli-lib.sh"
 vocab=$shared/tokenizer/ggml-vocab-llama-spm.gguf
 f32=$shared/models/codelm-py-F32.gguf
 for f in "$vocab" "$f32"; do

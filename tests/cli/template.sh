@@ -4,17 +4,7 @@
 set -u
 bin=$1
 shared=$2
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-check() { # check DESC COND...
-  desc=$1
-  shift
-  if "$@"; then :; else
-    echo "FAIL: $desc"
-    fail=1
-  fi
-}
+. "$(dirname "$0")/../cli-lib.sh"
 tdir=$shared/chat-templates
 for f in "$tdir/Qwen-Qwen2.5-7B-Instruct.jinja" "$tdir/google-gemma-2-2b-it.jinja" \
   "$tdir/meta-llama-Llama-3.2-3B-Instruct.jinja" "$shared/models/syn-qwen2-Q4_K_M.gguf" \

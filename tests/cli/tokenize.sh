@@ -4,17 +4,7 @@
 set -u
 bin=$1
 shared=$2
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-check() {
-  desc=$1
-  shift
-  if "$@"; then :; else
-    echo "FAIL: $desc"
-    fail=1
-  fi
-}
+. "$(dirname "$0")/../cli-lib.sh"
 vocab=$shared/tokenizer/ggml-vocab-llama-bpe.gguf
 [ -f "$vocab" ] || { echo "FAIL: missing test asset $vocab"; exit 1; }
 # First conformance vector of the Llama 3 vocabulary, through the CLI.
