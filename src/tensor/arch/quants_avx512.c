@@ -5,16 +5,18 @@
  * all of F, BW, VL, DQ and VNNI. Types not covered here keep their AVX2
  * kernels. Not a quantizer or dequantizer file (those stay in avx2.c).
  *
- * 32-element block types use 256-bit VNNI per block (on cores that split
- * 512-bit operations in two this is as fast, and needs no cross-lane
- * shuffles). Weight values are made signed, their magnitude goes to the
- * unsigned operand of vpdpbusd and their sign is moved onto the activation
- * (a masked negate); Q5's fifth bits are applied straight from the qh word
- * as a byte mask. The per-block scale products (weight d times activation
- * d) cost a scalar fp16 convert and multiply per block and row (gathering
- * them 16 blocks at a time measured slower), then one int->float convert
- * and one FMA per block and row. The affine types' m*s terms are gathered
- * 16 blocks at a time.
+ * Q8_0, Q4_0 and Q5_0 put two 32-element blocks in one 512-bit vector, so
+ * unpack, dot, convert and FMA are one instruction per pair of blocks, and
+ * pairs alternate between two accumulators per row. Weight values are made
+ * signed, their magnitude goes to the unsigned operand of vpdpbusd and
+ * their sign is moved onto the activation (a masked negate); Q5's fifth
+ * bits are applied straight from the qh words as a byte mask. A pair's two
+ * scale products (weight d times activation d) are one 128-bit fp16
+ * convert, multiply and lane permute per row: no per-block scalar convert,
+ * and no gathers (slow on some cores; gathering scales measured slower).
+ * The affine types (Q4_1, Q5_1) use 256-bit VNNI per block with a scalar
+ * scale per block and row; their m*s terms are gathered 16 blocks at a
+ * time.
  *
  * K-quants unpack each 64-element chunk once, multiply it with vpmaddubsw
  * and fold in the 6/8-bit group scales with vpdpwssd, so a whole 256-element
@@ -126,6 +128,98 @@ AI void vd_leg(int64_t n, const void *vw, const void *x, size_t xs, const int nx
   }
 }
 
+/* Symmetric types (Q8_0, Q4_0, Q5_0 with q8_0 activations): two blocks per
+ * 512-bit vector (block b in the low half, b + 1 in the high half), so the
+ * unpack, sign transfer, dot, convert and FMA are one instruction per pair.
+ * A pair's two fp16 scales (weight, and per row activation) are packed
+ * into one word and converted together in a 128-bit register (scalar loads
+ * keep the wide vector pipes free; a 512-bit word permute of the block
+ * bytes and gathers both measured slower). Pairs alternate between two
+ * accumulators per row to halve the FMA dependency chain. */
+
+/* weight pair as signed bytes, or (uns, 4/5-bit kinds) as the unsigned
+ * stored values q + 8 / q + 16; `two` == 0: only block b, high half zero */
+AI __m512i w_pair(const uint8_t *wp, const int wsz, const int kind, const int two, const int uns) {
+  if (kind == LQ8_0) {
+    const __m512i lo = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(wp + 2)));
+    return two ? _mm512_inserti64x4(lo, _mm256_loadu_si256((const __m256i *)(wp + wsz + 2)), 1)
+               : _mm512_zextsi256_si512(_mm512_castsi512_si256(lo));
+  }
+  const int wqs = kind == LQ4_0 ? 2 : 6;
+  /* [t0, t0, t1, t1] then the high nibbles of the odd quarters */
+  __m512i t = _mm512_maskz_broadcast_i32x4(0x00FF, _mm_loadu_si128((const __m128i *)(wp + wqs)));
+  if (two) t = _mm512_mask_broadcast_i32x4(t, 0xFF00, _mm_loadu_si128((const __m128i *)(wp + wsz + wqs)));
+  __m512i q = _mm512_and_si512(_mm512_srlv_epi64(t, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0)), _mm512_set1_epi8(0x0F));
+  if (kind == LQ4_0) return uns ? q : _mm512_maskz_sub_epi8(two ? ~0ull : 0xFFFFFFFFull, q, _mm512_set1_epi8(8));
+  /* Q5_0: q - 16 where the fifth bit is clear */
+  const uint64_t h = (uint64_t)ld32(wp + 2) | (two ? (uint64_t)ld32(wp + wsz + 2) << 32 : 0xFFFFFFFF00000000ull);
+  if (uns) return _mm512_mask_add_epi8(q, (__mmask64)h, q, _mm512_set1_epi8(16));
+  return _mm512_mask_sub_epi8(q, (__mmask64)~h, q, _mm512_set1_epi8(16));
+}
+
+/* [d(b), d(b+1), 0, 0] as floats, from the fp16 scales at byte 0 of two
+ * blocks bsz bytes apart; `two` == 0: the second is 0 and is not read. */
+AI __m128 d_pair(const uint8_t *p, const int bsz, const int two) {
+  uint16_t h0, h1 = 0;
+  memcpy(&h0, p, 2);
+  if (two) memcpy(&h1, p + bsz, 2);
+  return _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)h0 | (uint32_t)h1 << 16)));
+}
+
+/* one pair of weight blocks (wsz bytes each; `two` == 0: a single block)
+ * times each row's matching q8_0 blocks at byte offset yoff */
+AI void pair_rows(const uint8_t *wp, const int wsz, const int kind, const int two, const uint8_t *x, size_t xs,
+                  size_t yoff, const int nx, __m512 *acc) {
+  /* One row, 4/5-bit weights: dot the unsigned stored values and subtract
+   * the offset times the row's sum, one instruction less than moving the
+   * weight signs onto the row. Both give the same exact integers, so the
+   * choice never changes a result. */
+  const int uns = nx == 1 && kind != LQ8_0;
+  const __m512i q = w_pair(wp, wsz, kind, two, uns);
+  const __m512i aq = uns ? q : _mm512_abs_epi8(q);
+  const __mmask64 neg = uns ? 0 : _mm512_movepi8_mask(q);
+  const __m128 dw = d_pair(wp, wsz, two);
+  /* lanes 0..7 take the pair's first scale, 8..15 its second */
+  const __m512i sidx = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 3);
+  const __m512i zero = _mm512_setzero_si512();
+  FOR_ROWS(j) {
+    const uint8_t *yp = XROW(x, xs, j) + yoff;
+    const __m256i y0 = _mm256_loadu_si256((const __m256i *)(yp + 2));
+    __m512i yv = two ? _mm512_inserti64x4(_mm512_castsi256_si512(y0), _mm256_loadu_si256((const __m256i *)(yp + 36)), 1)
+                     : _mm512_zextsi256_si512(y0);
+    __m512i d;
+    if (uns) {
+      d = _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, aq, yv),
+                           _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(kind == LQ4_0 ? 8 : 16), yv));
+    } else {
+      yv = _mm512_mask_sub_epi8(yv, neg, zero, yv);
+      d = _mm512_dpbusd_epi32(zero, aq, yv);
+    }
+    const __m512 p = _mm512_cvtepi32_ps(d);
+    const __m128 sj = _mm_mul_ps(dw, d_pair(yp, 34, two));
+    acc[j] = _mm512_fmadd_ps(p, _mm512_permutexvar_ps(sidx, _mm512_castps128_ps512(sj)), acc[j]);
+  }
+}
+
+AI void vd_sym(int64_t n, const void *vw, const void *x, size_t xs, const int nx, float *out, const int kind) {
+  const int wsz = kind == LQ8_0 ? 34 : kind == LQ4_0 ? 18 : 22;
+  const int64_t nb = n / 32;
+  const uint8_t *w = vw, *xb = x;
+  __m512 acc0[NXMAX], acc1[NXMAX];
+  FOR_ROWS(j) acc0[j] = acc1[j] = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 4 <= nb; b += 4) {
+    pair_rows(w + b * wsz, wsz, kind, 1, xb, xs, (size_t)b * 34, nx, acc0);
+    pair_rows(w + (b + 2) * wsz, wsz, kind, 1, xb, xs, (size_t)(b + 2) * 34, nx, acc1);
+  }
+  if (b + 2 <= nb) {
+    pair_rows(w + b * wsz, wsz, kind, 1, xb, xs, (size_t)b * 34, nx, acc0);
+    b += 2;
+  }
+  if (b < nb) pair_rows(w + b * wsz, wsz, kind, 0, xb, xs, (size_t)b * 34, nx, acc1);
+  FOR_ROWS(j) out[j] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[j], acc1[j]));
+}
+
 /* One instantiation per nx so every loop over rows is fully unrolled. */
 #define NX_DISPATCH(name, ...)                                                                       \
   static void name(int64_t n, const void *w, const void *x, size_t xs, int nx, float *out) {         \
@@ -141,9 +235,9 @@ AI void vd_leg(int64_t n, const void *vw, const void *x, size_t xs, const int nx
     }                                                                                                \
   }
 
-#define vd_q8_0_k vd_leg
-#define vd_q4_0_k vd_leg
-#define vd_q5_0_k vd_leg
+#define vd_q8_0_k vd_sym
+#define vd_q4_0_k vd_sym
+#define vd_q5_0_k vd_sym
 #define vd_q4_1_k vd_leg
 #define vd_q5_1_k vd_leg
 NX_DISPATCH(vd_q8_0, LQ8_0)
