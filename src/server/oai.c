@@ -791,20 +791,30 @@ void oai_sse_role(const oai_resp *o, sbuf *out) {
                  "\"logprobs\":null,\"finish_reason\":null}]}\n\n");
 }
 
-void oai_sse_delta(const oai_resp *o, const char *text, size_t n, const oai_logprobs *lp, sbuf *out) {
-  sbuf_puts(out, "data: ");
-  head(o, true, out);
+/* The opening of choices[0] up to and including its logprobs: chat puts the
+ * text in `content` of the object opened by chat_open (delta or message),
+ * completions in `text`. */
+static void put_choice_text(const oai_resp *o, const char *chat_open, const char *text, size_t n,
+                            const oai_logprobs *lp, sbuf *out) {
+  sbuf_puts(out, ",\"choices\":[{\"index\":0,");
   if (o->kind == OAI_CHAT) {
-    sbuf_puts(out, ",\"choices\":[{\"index\":0,\"delta\":{\"content\":");
+    sbuf_puts(out, chat_open);
+    sbuf_puts(out, "\"content\":");
     sbuf_json_str(out, text, n);
     sbuf_puts(out, "},\"logprobs\":");
   } else {
-    sbuf_puts(out, ",\"choices\":[{\"index\":0,\"text\":");
+    sbuf_puts(out, "\"text\":");
     sbuf_json_str(out, text, n);
     sbuf_puts(out, ",\"logprobs\":");
   }
   if (lp) oai_logprobs_render(lp, out);
   else sbuf_puts(out, "null");
+}
+
+void oai_sse_delta(const oai_resp *o, const char *text, size_t n, const oai_logprobs *lp, sbuf *out) {
+  sbuf_puts(out, "data: ");
+  head(o, true, out);
+  put_choice_text(o, "\"delta\":{", text, n, lp, out);
   sbuf_puts(out, ",\"finish_reason\":null}]}\n\n");
 }
 
@@ -838,17 +848,7 @@ void oai_sse_keepalive(sbuf *out) { sbuf_puts(out, ": keep-alive\n\n"); }
 void oai_render_completion(const oai_resp *o, const char *text, size_t n, const oai_logprobs *lp,
                            engine_finish f, const engine_usage *u, sbuf *out) {
   head(o, false, out);
-  if (o->kind == OAI_CHAT) {
-    sbuf_puts(out, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
-    sbuf_json_str(out, text, n);
-    sbuf_puts(out, "},\"logprobs\":");
-  } else {
-    sbuf_puts(out, ",\"choices\":[{\"index\":0,\"text\":");
-    sbuf_json_str(out, text, n);
-    sbuf_puts(out, ",\"logprobs\":");
-  }
-  if (lp) oai_logprobs_render(lp, out);
-  else sbuf_puts(out, "null");
+  put_choice_text(o, "\"message\":{\"role\":\"assistant\",", text, n, lp, out);
   sbuf_printf(out, ",\"finish_reason\":\"%s\"}],\"usage\":", oai_finish_str(f));
   oai_render_usage(u, out);
   put_speculation(o, u, out);

@@ -237,6 +237,19 @@ static void deq_q5_0(const void *src, float *y, int64_t n) {
     }
   }
 }
+/* Packs 32 5-bit values (clamped to 31): low nibbles of j and j+16 share
+ * qs[j], the fifth bits go to bit j of qh (Q5_0 and Q5_1 share the layout). */
+static void pack_q5(const int v[32], uint8_t qs[16], uint8_t qh_out[4]) {
+  uint32_t qh = 0;
+  for (int j = 0; j < 16; j++) {
+    int a = v[j] > 31 ? 31 : v[j], b = v[j + 16] > 31 ? 31 : v[j + 16];
+    qs[j] = (uint8_t)((a & 0xF) | ((b & 0xF) << 4));
+    qh |= ((uint32_t)(a & 0x10) >> 4) << j;
+    qh |= ((uint32_t)(b & 0x10) >> 4) << (j + 16);
+  }
+  memcpy(qh_out, &qh, 4);
+}
+
 static void q_q5_0(const float *x, void *dst, int64_t n) {
   block_q5_0 *y = dst;
   for (int64_t i = 0; i < n / QK5_0; i++, x += 32) {
@@ -248,16 +261,9 @@ static void q_q5_0(const float *x, void *dst, int64_t n) {
       }
     float d = max / -16, id = d ? 1.0f / d : 0.0f;
     y[i].d = F2H(d);
-    uint32_t qh = 0;
-    for (int j = 0; j < 16; j++) {
-      int a = (int8_t)(x[j] * id + 16.5f), b = (int8_t)(x[j + 16] * id + 16.5f);
-      a = a > 31 ? 31 : a;
-      b = b > 31 ? 31 : b;
-      y[i].qs[j] = (uint8_t)((a & 0xF) | ((b & 0xF) << 4));
-      qh |= ((uint32_t)(a & 0x10) >> 4) << j;
-      qh |= ((uint32_t)(b & 0x10) >> 4) << (j + 16);
-    }
-    memcpy(y[i].qh, &qh, 4);
+    int v[32];
+    for (int j = 0; j < 32; j++) v[j] = (int8_t)(x[j] * id + 16.5f);
+    pack_q5(v, y[i].qs, y[i].qh);
   }
 }
 static float dot_q5_0(int64_t n, const void *w, const void *xq) {
@@ -300,16 +306,9 @@ static void q_q5_1(const float *x, void *dst, int64_t n) {
     float d = (mx - mn) / 31, id = d ? 1.0f / d : 0.0f;
     y[i].d = F2H(d);
     y[i].m = F2H(mn);
-    uint32_t qh = 0;
-    for (int j = 0; j < 16; j++) {
-      int a = (uint8_t)((x[j] - mn) * id + 0.5f), b = (uint8_t)((x[j + 16] - mn) * id + 0.5f);
-      a = a > 31 ? 31 : a;
-      b = b > 31 ? 31 : b;
-      y[i].qs[j] = (uint8_t)((a & 0xF) | ((b & 0xF) << 4));
-      qh |= ((uint32_t)(a & 0x10) >> 4) << j;
-      qh |= ((uint32_t)(b & 0x10) >> 4) << (j + 16);
-    }
-    memcpy(y[i].qh, &qh, 4);
+    int v[32];
+    for (int j = 0; j < 32; j++) v[j] = (uint8_t)((x[j] - mn) * id + 0.5f);
+    pack_q5(v, y[i].qs, y[i].qh);
   }
 }
 static float dot_q5_1(int64_t n, const void *w, const void *xq) {
