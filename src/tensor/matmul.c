@@ -6,7 +6,12 @@
  * read once per 4 tokens while the 4 quantized token rows stay in L1. The
  * vec_dot contract (traits.h) makes each (row, token) result independent of
  * how tokens are grouped, which is what makes results batch- and
- * thread-count-invariant. */
+ * thread-count-invariant.
+ *
+ * Weight types whose level has a tiled kernel (traits.h gemm) take the
+ * other road: X is packed once per row in the kernel's own layout, and each
+ * thread hands its rows, ROW_TILE at a time, with every token to the
+ * kernel, which keeps a tile of rows x tokens in registers. */
 #include "tensor/matmul.h"
 
 #include "base/error.h"
@@ -24,6 +29,7 @@
 
 typedef struct {
   const pw_traits *tr;
+  int gemm;      /* tr->gemm is used: Xq holds gemm_pack rows */
   const pw_traits *vt; /* vec_dot_type traits */
   const uint8_t *W;
   size_t w_row;  /* bytes per weight row */
@@ -34,15 +40,35 @@ typedef struct {
   float *Y;
 } mm_ctx;
 
+/* bytes per activation row in scratch (0: X is used as it is) */
+static size_t x_row_size(const pw_traits *tr, int64_t n_in) {
+  if (tr->gemm) return tr->gemm_xrow(n_in);
+  if (tr->vec_dot_type == PW_DT_F32) return 0;
+  return (size_t)pw_dtype_row_size(tr->vec_dot_type, (uint64_t)n_in);
+}
+
+/* activation rows can be shared between two weight types */
+static int same_x(const pw_traits *a, const pw_traits *b) {
+  if (a->gemm || b->gemm) return a->gemm && b->gemm && a->gemm_pack == b->gemm_pack;
+  return a->vec_dot_type == b->vec_dot_type;
+}
+
 size_t pw_matmul_scratch_size(uint32_t wtype, int64_t n_in, int64_t n_tok) {
   const pw_traits *tr = pw_traits_get(wtype);
   PW_ASSERT(tr && tr->vec_dot && n_in >= 0 && n_tok >= 0);
+  if (tr->gemm) return tr->gemm_xrow(n_in) * (size_t)n_tok;
   if (tr->vec_dot_type == PW_DT_F32) return 0;
   return (size_t)pw_dtype_row_size(tr->vec_dot_type, (uint64_t)n_in) * (size_t)n_tok;
 }
 
 static void quant_task(void *vctx, int ith, int nth) {
   mm_ctx *c = vctx;
+  if (c->gemm) { /* whole rows */
+    long lo, hi;
+    pw_split((long)c->n_tok, ith, nth, &lo, &hi);
+    for (long t = lo; t < hi; t++) c->tr->gemm_pack(c->X + t * c->n_in, c->Xq + (size_t)t * c->x_row, c->n_in);
+    return;
+  }
   const int64_t blck = c->vt->blck;
   const int64_t nblk = c->n_tok * c->n_in / blck;
   long lo, hi;
@@ -56,6 +82,14 @@ static void quant_task(void *vctx, int ith, int nth) {
 /* Rows [lo, hi) of one matrix against every token: for each tile of rows,
  * walk the tokens PW_VEC_DOT_MAX_NX at a time. */
 static void dot_rows(const mm_ctx *c, long lo, long hi) {
+  if (c->gemm) {
+    for (long r0 = lo; r0 < hi; r0 += ROW_TILE) {
+      const int nr = (int)(hi - r0 < ROW_TILE ? hi - r0 : ROW_TILE);
+      c->tr->gemm(c->n_in, c->W + (size_t)r0 * c->w_row, c->w_row, nr, c->Xq, c->x_row, (int)c->n_tok, c->Y + r0,
+                  (size_t)c->n_out);
+    }
+    return;
+  }
   float out[PW_VEC_DOT_MAX_NX];
   for (long r0 = lo; r0 < hi; r0 += ROW_TILE) {
     const long r1 = r0 + ROW_TILE < hi ? r0 + ROW_TILE : hi;
@@ -96,13 +130,14 @@ void pw_matmul(pw_pool *pool, uint32_t wtype, const void *W, int64_t n_in, int64
       .n_tok = n_tok,
       .Y = Y,
   };
-  if (tr->vec_dot_type == PW_DT_F32) {
+  c.gemm = tr->gemm != NULL;
+  if (!c.gemm && tr->vec_dot_type == PW_DT_F32) {
     c.Xq = (uint8_t *)(uintptr_t)X; /* read-only use */
     c.x_row = (size_t)n_in * sizeof(float);
   } else {
     PW_ASSERT(scratch != NULL);
     c.Xq = scratch;
-    c.x_row = (size_t)pw_dtype_row_size(tr->vec_dot_type, (uint64_t)n_in);
+    c.x_row = x_row_size(tr, n_in);
     if (n_tok * n_in < QUANT_POOL_MIN)
       quant_task(&c, 0, 1);
     else
@@ -144,16 +179,16 @@ static void multi_dot_task(void *vctx, int ith, int nth) {
 
 size_t pw_matmul_multi_scratch_size(const pw_mm_op *ops, int n_ops, int64_t n_in, int64_t n_tok) {
   size_t total = 0;
-  uint32_t seen[PW_MM_MAX_OPS];
+  const pw_traits *seen[PW_MM_MAX_OPS];
   int n_seen = 0;
   PW_ASSERT(n_ops >= 1 && n_ops <= PW_MM_MAX_OPS);
   for (int i = 0; i < n_ops; i++) {
     const pw_traits *tr = pw_traits_get(ops[i].wtype);
     PW_ASSERT(tr && tr->vec_dot);
     int dup = 0;
-    for (int j = 0; j < n_seen; j++) dup |= seen[j] == tr->vec_dot_type;
+    for (int j = 0; j < n_seen; j++) dup |= same_x(seen[j], tr);
     if (dup) continue;
-    seen[n_seen++] = tr->vec_dot_type;
+    seen[n_seen++] = tr;
     total += pw_matmul_scratch_size(ops[i].wtype, n_in, n_tok);
   }
   return total;
@@ -181,14 +216,15 @@ void pw_matmul_multi(pw_pool *pool, const pw_mm_op *ops, int n_ops, int64_t n_in
     c->n_tok = n_tok;
     c->Y = ops[i].Y;
     m.total_rows += ops[i].n_out;
-    if (c->tr->vec_dot_type == PW_DT_F32) {
+    c->gemm = c->tr->gemm != NULL;
+    if (!c->gemm && c->tr->vec_dot_type == PW_DT_F32) {
       c->Xq = (uint8_t *)(uintptr_t)X;
       c->x_row = (size_t)n_in * sizeof(float);
       continue;
     }
-    c->x_row = (size_t)pw_dtype_row_size(c->tr->vec_dot_type, (uint64_t)n_in);
+    c->x_row = x_row_size(c->tr, n_in);
     for (int j = 0; j < i; j++)
-      if (m.mm[j].tr->vec_dot_type == c->tr->vec_dot_type) c->Xq = m.mm[j].Xq;
+      if (same_x(m.mm[j].tr, c->tr) && m.mm[j].x_row == c->x_row) c->Xq = m.mm[j].Xq;
     if (!c->Xq) {
       PW_ASSERT(scratch != NULL);
       c->Xq = next;

@@ -25,6 +25,20 @@ typedef void (*pw_from_float_fn)(const float *src, void *dst, int64_t n);
 typedef void (*pw_vec_dot_fn)(int64_t n, const void *w, const void *x, size_t x_stride, int nx,
                               float *out);
 
+/* Optional register-tiled matrix multiply (set only where a level has one):
+ * activation rows are first packed with gemm_pack from f32 into a
+ * level-private layout of gemm_xrow(n) bytes per row (one pack serves every
+ * weight type with the same gemm_pack function), then
+ *   y[t * ys + r] = dot(W row r, packed row t)  for r < nr, t < nt,
+ * W rows w_row bytes apart, packed rows xp_row bytes apart. Contract relied
+ * on by the matmul's batch invariance: each result is bit-identical
+ * whatever nr and nt are (the float operations applied to one (row, token)
+ * pair never depend on the tile it was computed in). */
+typedef size_t (*pw_gemm_xrow_fn)(int64_t n);
+typedef void (*pw_gemm_pack_fn)(const float *x, void *xp, int64_t n);
+typedef void (*pw_gemm_fn)(int64_t n, const void *w, size_t w_row, int nr, const void *xp, size_t xp_row, int nt,
+                           float *y, size_t ys);
+
 /* Rows per pass: a weight block is read and unpacked once per this many
  * activation rows (batched decode, prefill). */
 #define PW_VEC_DOT_MAX_NX 8
@@ -47,6 +61,9 @@ typedef struct pw_traits {
   pw_vec_dot_fn vec_dot;       /* NULL for activation-only types (Q8_1, Q8_K) */
   uint32_t vec_dot_type;   /* dtype the activation row must be in */
   const char *impl;        /* "scalar", "avx2" or "avx512vnni": the level's name */
+  pw_gemm_fn gemm;             /* NULL: the matmul uses vec_dot */
+  pw_gemm_pack_fn gemm_pack;   /* set with gemm */
+  pw_gemm_xrow_fn gemm_xrow;   /* set with gemm */
 } pw_traits;
 
 /* Detects CPU features and fills the table. Thread-safe and idempotent;

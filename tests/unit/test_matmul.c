@@ -28,7 +28,9 @@ static const uint32_t WTYPES[] = {PW_DT_F32,  PW_DT_F16,  PW_DT_BF16, PW_DT_Q4_0
 
 enum { N_IN = 512, N_OUT = 37, MAX_TOK = 2 * PW_VEC_DOT_MAX_NX + 1 };
 
-static void test_matmul(void) {
+/* n_in: 512 (every type), or a multiple of 32 with an odd number of
+ * blocks (only the 32-element types: tiled kernels pair blocks) */
+static void test_matmul(int n_in) {
   pw_pool *pools[3] = {pw_pool_create(1), pw_pool_create(2), pw_pool_create(3)};
   CHECK(pools[0] && pools[1] && pools[2]);
   static float wf[N_OUT * N_IN], X[MAX_TOK * N_IN], wd[N_IN], xd[N_IN];
@@ -38,24 +40,25 @@ static void test_matmul(void) {
   for (size_t ti = 0; ti < sizeof WTYPES / sizeof WTYPES[0]; ti++) {
     const uint32_t dt = WTYPES[ti];
     const pw_traits *tr = pw_traits_get(dt);
-    for (int i = 0; i < N_OUT * N_IN; i++) wf[i] = grand();
-    pw_ref_quantize(dt, wf, W, N_OUT * N_IN);
-    for (int i = 0; i < MAX_TOK * N_IN; i++) X[i] = grand();
-    size_t ss = pw_matmul_scratch_size(dt, N_IN, MAX_TOK);
+    if (n_in % tr->blck) continue;
+    for (int i = 0; i < N_OUT * n_in; i++) wf[i] = grand();
+    pw_ref_quantize(dt, wf, W, N_OUT * n_in);
+    for (int i = 0; i < MAX_TOK * n_in; i++) X[i] = grand();
+    size_t ss = pw_matmul_scratch_size(dt, n_in, MAX_TOK);
     void *scratch = ss ? malloc(ss) : NULL;
     /* single-token results with one thread are the baseline */
-    for (int t = 0; t < MAX_TOK; t++) pw_matmul(pools[0], dt, W, N_IN, N_OUT, X + t * N_IN, 1, Y1 + t * N_OUT, scratch);
+    for (int t = 0; t < MAX_TOK; t++) pw_matmul(pools[0], dt, W, n_in, N_OUT, X + t * n_in, 1, Y1 + t * N_OUT, scratch);
     /* reference: dequantized weights and activations quantized as the
      * kernel sees them, dotted in double */
-    const size_t wrow = (size_t)pw_dtype_row_size(dt, N_IN);
+    const size_t wrow = (size_t)pw_dtype_row_size(dt, n_in);
     int bad = 0;
     for (int t = 0; t < MAX_TOK; t++) {
-      pw_ref_quantize(tr->vec_dot_type, X + t * N_IN, xq, N_IN);
-      pw_ref_dequant(tr->vec_dot_type, xq, xd, N_IN);
+      pw_ref_quantize(tr->vec_dot_type, X + t * n_in, xq, n_in);
+      pw_ref_dequant(tr->vec_dot_type, xq, xd, n_in);
       for (int o = 0; o < N_OUT; o++) {
-        pw_ref_dequant(dt, W + o * wrow, wd, N_IN);
+        pw_ref_dequant(dt, W + o * wrow, wd, n_in);
         double s = 0, sabs = 0;
-        for (int i = 0; i < N_IN; i++) {
+        for (int i = 0; i < n_in; i++) {
           s += (double)wd[i] * xd[i];
           sabs += fabs((double)wd[i] * xd[i]);
         }
@@ -67,10 +70,10 @@ static void test_matmul(void) {
         if (err > tol) bad++;
         /* and vs the exact original float weights: a loose sanity bound */
         double s0 = 0;
-        for (int i = 0; i < N_IN; i++) s0 += (double)wf[o * N_IN + i] * X[t * N_IN + i];
-        /* (error ~ N(0, rel^2 * N_IN) for N(0,1) data; 4.5 sigma) */
+        for (int i = 0; i < n_in; i++) s0 += (double)wf[o * n_in + i] * X[t * n_in + i];
+        /* (error ~ N(0, rel^2 * n_in) for N(0,1) data; 4.5 sigma) */
         double rel = dt == PW_DT_Q2_K ? 0.4 : dt == PW_DT_Q3_K ? 0.18 : 0.1;
-        if (fabs(Y1[t * N_OUT + o] - s0) > 4.5 * rel * sqrt((double)N_IN)) bad++;
+        if (fabs(Y1[t * N_OUT + o] - s0) > 4.5 * rel * sqrt((double)n_in)) bad++;
       }
     }
     CHECK_MSG(bad == 0, "%s: %d outputs off the reference", tr->name, bad);
@@ -79,32 +82,32 @@ static void test_matmul(void) {
     for (int p = 0; p < 3; p++)
       for (int nt = 1; nt <= MAX_TOK; nt++) {
         memset(Y, 0xFF, sizeof Y);
-        pw_matmul(pools[p], dt, W, N_IN, N_OUT, X, nt, Y, scratch);
+        pw_matmul(pools[p], dt, W, n_in, N_OUT, X, nt, Y, scratch);
         if (memcmp(Y, Y1, (size_t)nt * N_OUT * sizeof(float)) != 0) diff++;
         /* a batch starting at an offset token (token 2 first) */
         if (nt <= MAX_TOK - 2) {
-          pw_matmul(pools[p], dt, W, N_IN, N_OUT, X + 2 * N_IN, nt, Y, scratch);
+          pw_matmul(pools[p], dt, W, n_in, N_OUT, X + 2 * n_in, nt, Y, scratch);
           if (memcmp(Y, Y1 + 2 * N_OUT, (size_t)nt * N_OUT * sizeof(float)) != 0) diff++;
         }
       }
     CHECK_MSG(diff == 0, "%s: %d runs not bit-identical across threads/batches", tr->name, diff);
     /* get_row == reference dequant of that row */
     float r1[N_IN], r2[N_IN];
-    pw_get_row(dt, W, N_IN, N_OUT - 1, r1);
-    pw_ref_dequant(dt, W + (N_OUT - 1) * wrow, r2, N_IN);
-    CHECK_MSG(memcmp(r1, r2, sizeof r1) == 0, "%s get_row", tr->name);
+    pw_get_row(dt, W, n_in, N_OUT - 1, r1);
+    pw_ref_dequant(dt, W + (N_OUT - 1) * wrow, r2, n_in);
+    CHECK_MSG(memcmp(r1, r2, (size_t)n_in * sizeof(float)) == 0, "%s get_row", tr->name);
     free(scratch);
   }
-  fprintf(stderr, "  matmul worst |y-ref|/sum|w*x| = %.3g\n", worst);
+  fprintf(stderr, "  matmul n_in %d: worst |y-ref|/sum|w*x| = %.3g\n", n_in, worst);
   /* no pool at all, and n_tok == 0 */
   static float y0[N_OUT];
-  size_t ss = pw_matmul_scratch_size(PW_DT_Q8_0, N_IN, 1);
+  size_t ss = pw_matmul_scratch_size(PW_DT_Q8_0, n_in, 1);
   void *scratch = malloc(ss);
-  pw_ref_quantize(PW_DT_Q8_0, wf, W, N_IN * N_OUT);
-  pw_matmul(NULL, PW_DT_Q8_0, W, N_IN, N_OUT, X, 1, y0, scratch);
-  pw_matmul(pools[2], PW_DT_Q8_0, W, N_IN, N_OUT, X, 1, Y, scratch);
+  pw_ref_quantize(PW_DT_Q8_0, wf, W, n_in * N_OUT);
+  pw_matmul(NULL, PW_DT_Q8_0, W, n_in, N_OUT, X, 1, y0, scratch);
+  pw_matmul(pools[2], PW_DT_Q8_0, W, n_in, N_OUT, X, 1, Y, scratch);
   CHECK(memcmp(y0, Y, sizeof y0) == 0);
-  pw_matmul(pools[2], PW_DT_Q8_0, W, N_IN, N_OUT, X, 0, Y, scratch);
+  pw_matmul(pools[2], PW_DT_Q8_0, W, n_in, N_OUT, X, 0, Y, scratch);
   free(scratch);
   for (int p = 0; p < 3; p++) pw_pool_destroy(pools[p]);
 }
@@ -185,7 +188,9 @@ static void test_ops(void) {
 int main(void) {
   pw_tensor_init();
   fprintf(stderr, "kernels: %s, ops: %s\n", pw_traits_get(PW_DT_Q4_K)->impl, pw_ops_get()->impl);
-  test_matmul();
+  test_matmul(N_IN);
+  test_matmul(160);
+  test_matmul(96);
   test_ops();
   TEST_DONE();
 }
