@@ -6,6 +6,12 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
+
+typedef struct {
+  pw_pool_fn fn;
+  void *ctx;
+} fn_and_ctx;
 
 struct pw_pool {
   int n;                    /* threads including the caller */
@@ -15,9 +21,10 @@ struct pw_pool {
   pthread_cond_t cv_done;   /* signalled when pending reaches 0 */
   _Atomic unsigned long gen;
   _Atomic int pending;
-  int stop;
-  pw_pool_fn fn;
-  void *ctx;
+  _Atomic int sleepers;     /* workers in (or entering) cv_work */
+  _Atomic int waiting;      /* the runner is in (or entering) cv_done */
+  int stop;                 /* under mu */
+  fn_and_ctx job;           /* written before gen is bumped */
 };
 
 typedef struct {
@@ -25,27 +32,64 @@ typedef struct {
   int ith;
 } worker_arg;
 
+/* Spin this long (wall clock) for the next run or for the workers to
+ * finish before sleeping: a forward pass launches runs back to back, and
+ * between decode steps the gap is usually shorter than a futex round trip. */
+#define SPIN_NS 300000L
+
+static long now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+/* spins until *v != old or SPIN_NS passed; returns the last value read */
+static unsigned long spin_while_eq(_Atomic unsigned long *v, unsigned long old) {
+  unsigned long cur;
+  long t0 = 0;
+  for (unsigned i = 0;; i++) {
+    cur = atomic_load_explicit(v, memory_order_acquire);
+    if (cur != old) return cur;
+    if ((i & 1023) == 1023) {
+      long t = now_ns();
+      if (!t0) t0 = t;
+      else if (t - t0 > SPIN_NS) return cur;
+    }
+    cpu_relax();
+  }
+}
+
 static void *worker_main(void *arg) {
   worker_arg wa = *(worker_arg *)arg;
   free(arg);
   pw_pool *p = wa.p;
   unsigned long seen = 0;
   for (;;) {
-    /* Spin briefly: back-to-back kernel launches are the common case. */
-    int spins = 0;
-    while (atomic_load_explicit(&p->gen, memory_order_acquire) == seen && spins < 20000) spins++;
-    pthread_mutex_lock(&p->mu);
-    while (atomic_load(&p->gen) == seen && !p->stop) pthread_cond_wait(&p->cv_work, &p->mu);
-    if (p->stop) {
+    unsigned long g = spin_while_eq(&p->gen, seen);
+    if (g == seen) {
+      /* sleep; pw_pool_run signals when it sees a sleeper (both sides use
+       * sequentially consistent atomics, so either the runner sees this
+       * count or this thread sees the new generation) */
+      pthread_mutex_lock(&p->mu);
+      atomic_fetch_add(&p->sleepers, 1);
+      while (atomic_load(&p->gen) == seen && !p->stop) pthread_cond_wait(&p->cv_work, &p->mu);
+      atomic_fetch_sub(&p->sleepers, 1);
+      const int stop = p->stop;
       pthread_mutex_unlock(&p->mu);
-      return NULL;
+      if (stop) return NULL;
+      g = atomic_load(&p->gen);
     }
-    seen = atomic_load(&p->gen);
-    pw_pool_fn fn = p->fn;
-    void *ctx = p->ctx;
-    pthread_mutex_unlock(&p->mu);
-    fn(ctx, wa.ith, p->n);
-    if (atomic_fetch_sub(&p->pending, 1) == 1) {
+    seen = g;
+    /* fn and ctx were published before the generation (release/acquire) */
+    fn_and_ctx fc = p->job;
+    fc.fn(fc.ctx, wa.ith, p->n);
+    if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->waiting)) {
       pthread_mutex_lock(&p->mu);
       pthread_cond_signal(&p->cv_done);
       pthread_mutex_unlock(&p->mu);
@@ -107,19 +151,30 @@ void pw_pool_run(pw_pool *p, pw_pool_fn fn, void *ctx) {
     fn(ctx, 0, 1);
     return;
   }
-  pthread_mutex_lock(&p->mu);
-  p->fn = fn;
-  p->ctx = ctx;
+  p->job.fn = fn;
+  p->job.ctx = ctx;
   atomic_store(&p->pending, p->n - 1);
-  atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
-  pthread_cond_broadcast(&p->cv_work);
-  pthread_mutex_unlock(&p->mu);
+  atomic_fetch_add(&p->gen, 1); /* seq_cst: publishes job, ordered before the sleeper check */
+  if (atomic_load(&p->sleepers) > 0) {
+    pthread_mutex_lock(&p->mu);
+    pthread_cond_broadcast(&p->cv_work);
+    pthread_mutex_unlock(&p->mu);
+  }
   fn(ctx, 0, p->n);
-  int spins = 0;
-  while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0 && spins < 200000) spins++;
+  long t0 = 0;
+  for (unsigned i = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; i++) {
+    if ((i & 1023) == 1023) {
+      long t = now_ns();
+      if (!t0) t0 = t;
+      else if (t - t0 > SPIN_NS) break;
+    }
+    cpu_relax();
+  }
   if (atomic_load(&p->pending) > 0) {
     pthread_mutex_lock(&p->mu);
+    atomic_store(&p->waiting, 1);
     while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->cv_done, &p->mu);
+    atomic_store(&p->waiting, 0);
     pthread_mutex_unlock(&p->mu);
   }
 }

@@ -514,13 +514,10 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
     }
     rope_apply(c, c->q, n, hp->n_head);
     rope_apply(c, c->k, n, hp->n_head_kv);
+    const pw_from_float_fn to_f16 = pw_traits_get(PW_DT_F16)->from_float;
     for (int t = 0; t < n; t++) {
-      uint16_t *kd = kv->k + kv_off(kv, il, e[t].seq, e[t].pos);
-      uint16_t *vd = kv->v + kv_off(kv, il, e[t].seq, e[t].pos);
-      for (int i = 0; i < kvd; i++) {
-        kd[i] = pw_fp32_to_fp16(c->k[(size_t)t * kvd + i]);
-        vd[i] = pw_fp32_to_fp16(c->v[(size_t)t * kvd + i]);
-      }
+      to_f16(c->k + (size_t)t * kvd, kv->k + kv_off(kv, il, e[t].seq, e[t].pos), kvd);
+      to_f16(c->v + (size_t)t * kvd, kv->v + kv_off(kv, il, e[t].seq, e[t].pos), kvd);
     }
     attn_job job = {c, kv, e, n, il, pw_attn_get()};
     pw_pool_run(m->pool, attn_worker, &job);

@@ -8,7 +8,7 @@ import OpenAI from 'openai';
 
 import { client, metrics, post, sleep, startServer, waitIdle, withTimeout } from './lib.mjs';
 
-const LONG = 600; // tokens of the long stream: seconds on syn-qwen2
+const LONG = 2000; // tokens of the long stream (context 2048): seconds on syn-qwen2
 
 describe('overload with --parallel 1 --queue 1', () => {
   let srv;

@@ -421,6 +421,20 @@ static void gemm_pack_sym(const float *x, void *vxp, int64_t n) {
   }
 }
 
+/* _mm512_reduce_add_ps of four vectors at once, with the same tree (lane
+ * i + 8, then i + 4, i + 2, i + 1 folded onto lane i), so each sum is
+ * bit-identical to reducing its vector alone. */
+AI __m128 reduce_add4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
+  /* [a8 | b8] and [c8 | d8] -> per 128-bit lane: a4, b4, c4, d4 */
+  const __m512 v4 = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
+  const __m512 v2 = _mm512_add_ps(v4, _mm512_permute_ps(v4, 0x4E));
+  const __m512 v1 = _mm512_add_ps(v2, _mm512_permute_ps(v2, 0xB1));
+  /* lane 0 of each 128-bit lane */
+  return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), v1));
+}
+
 /* one pair (or the final single block, two == 0) of R rows x T tokens */
 AI void gemm_pair(const int kind, const int R, const int T, const int two, const uint8_t *w, size_t w_row,
                   const uint8_t *xp, size_t xrow, __m512 acc[4][4]) {
@@ -453,8 +467,13 @@ AI void gemm_tile(const int kind, const int R, const int T, int64_t nb, const ui
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) gemm_pair(kind, R, T, 1, w + b * wsz, w_row, xp + b / 2 * XPAIR, xrow, acc);
   if (b < nb) gemm_pair(kind, R, T, 0, w + b * wsz, w_row, xp + b / 2 * XPAIR, xrow, acc);
-  _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
-    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) y[(size_t)t * ys + r] = _mm512_reduce_add_ps(acc[r][t]);
+  if (R == 4) {
+    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++)
+      _mm_storeu_ps(y + (size_t)t * ys, reduce_add4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
+  } else {
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
+      _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) y[(size_t)t * ys + r] = _mm512_reduce_add_ps(acc[r][t]);
+  }
 }
 
 #define GT(R, T)                                                                                   \
