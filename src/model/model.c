@@ -447,28 +447,31 @@ typedef struct attn_job {
   model_kv *kv;
   const model_entry *e;
   int n, layer;
-  pw_attn_fn attn;
+  int group;  /* query heads per work item: the GQA group, or 1 */
+  pw_attn_multi_fn attn;
 } attn_job;
 
-/* One (entry, head) pair at a time, over the sequence's cache up to and
- * including the entry's own position. */
+/* One (entry, KV head) pair at a time, the KV head's query heads together,
+ * over the sequence's cache up to and including the entry's own position;
+ * (entry, query head) pairs when there are fewer of those than threads. */
 static void attn_worker(void *ctx, int ith, int nth) {
   attn_job *j = ctx;
   model_ctx *c = j->c;
   const model_hparams *hp = &c->m->hp;
   model_kv *kv = j->kv;
   int hd = hp->head_dim, gqa = hp->n_head / hp->n_head_kv;
+  int per_tok = hp->n_head / j->group;
   float scale = 1.0f / sqrtf((float)hd);
   long lo, hi;
-  pw_split((long)j->n * hp->n_head, ith, nth, &lo, &hi);
+  pw_split((long)j->n * per_tok, ith, nth, &lo, &hi);
   for (long w = lo; w < hi; w++) {
-    int t = (int)(w / hp->n_head), h = (int)(w % hp->n_head), hk = h / gqa;
+    int t = (int)(w / per_tok), h = (int)(w % per_tok) * j->group, hk = h / gqa;
     const model_entry *en = &j->e[t];
     const float *q = c->q + ((size_t)t * hp->n_head + h) * hd;
     float *o = c->att + ((size_t)t * hp->n_head + h) * hd;
     const uint16_t *k0 = kv->k + kv_off(kv, j->layer, en->seq, 0) + (size_t)hk * hd;
     const uint16_t *v0 = kv->v + kv_off(kv, j->layer, en->seq, 0) + (size_t)hk * hd;
-    j->attn(q, k0, v0, (size_t)kv->kv_dim, en->pos + 1, hd, scale, o);
+    j->attn(q, j->group, k0, v0, (size_t)kv->kv_dim, en->pos + 1, hd, scale, o);
   }
 }
 
@@ -519,7 +522,8 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
       to_f16(c->k + (size_t)t * kvd, kv->k + kv_off(kv, il, e[t].seq, e[t].pos), kvd);
       to_f16(c->v + (size_t)t * kvd, kv->v + kv_off(kv, il, e[t].seq, e[t].pos), kvd);
     }
-    attn_job job = {c, kv, e, n, il, pw_attn_get()};
+    const int gqa = hp->n_head / hp->n_head_kv;
+    attn_job job = {c, kv, e, n, il, n * hp->n_head_kv >= pw_pool_size(m->pool) ? gqa : 1, pw_attn_multi_get()};
     pw_pool_run(m->pool, attn_worker, &job);
     matmul(c, &L->wo, c->att, n, c->xn);
     pw_add(c->x, c->x, c->xn, (int64_t)n * E);

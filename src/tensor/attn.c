@@ -42,3 +42,13 @@ pw_attn_fn pw_attn_get(void) {
   pw_tensor_init();
   return pw_tensor_simd() ? attn_avx2 : pw_attn_ref;
 }
+
+static void attn_ref_multi(const float *q, int nq, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos,
+                           int hd, float scale, float *out) {
+  for (int h = 0; h < nq; h++) pw_attn_ref(q + (size_t)h * hd, k, v, stride, n_pos, hd, scale, out + (size_t)h * hd);
+}
+
+pw_attn_multi_fn pw_attn_multi_get(void) {
+  pw_tensor_init();
+  return pw_tensor_simd() ? attn_avx2_multi : attn_ref_multi;
+}

@@ -19,12 +19,21 @@ typedef void (*pw_attn_fn)(const float *q, const uint16_t *k, const uint16_t *v,
 
 #define PW_ATTN_MAX_HD 1024
 
+/* nq queries over the same K/V (the query heads of one KV head): q and out
+ * are nq rows of hd floats, contiguous. out row h is bit-identical to what
+ * the single-query kernel of the same level gives for q row h. */
+typedef void (*pw_attn_multi_fn)(const float *q, int nq, const uint16_t *k, const uint16_t *v, size_t stride,
+                                 int n_pos, int hd, float scale, float *out);
+
 /* The installed (fastest) kernel and the scalar reference. */
 pw_attn_fn pw_attn_get(void);
+pw_attn_multi_fn pw_attn_multi_get(void);
 void pw_attn_ref(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd,
                  float scale, float *out);
 /* Internal: the AVX2/F16C variant (arch/attn_avx2.c). */
 void attn_avx2(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd, float scale,
                float *out);
+void attn_avx2_multi(const float *q, int nq, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd,
+                     float scale, float *out);
 
 #endif
