@@ -55,6 +55,7 @@ struct model {
   const float *rope_freqs; /* [head_dim/2] or NULL */
   layer_w *layers;
   pw_pool *pool;
+  unsigned mm_hints;     /* PW_MM_RESIDENT for files that fit in cache */
 };
 
 struct model_kv {
@@ -73,6 +74,8 @@ struct model_ctx {
 };
 
 /* ---- loading ---------------------------------------------------------- */
+
+#define MODEL_RESIDENT_BYTES (16u << 20)
 
 static int get_u32_key(const gguf_file *f, const char *arch, const char *suffix, bool required, uint32_t *out,
                        char *err) {
@@ -242,6 +245,9 @@ int model_load(const char *path, const model_opts *opts, model **out, char *err)
   if (rc) goto fail;
   if ((rc = load_hparams(m, err)) || (rc = bind_weights(m, err))) goto fail;
   int nt = opts && opts->n_threads > 0 ? opts->n_threads : 2;
+  /* a file this small stays in the caches between tokens (the L2s and a
+   * share of L3 of a small CPU): decode is compute-bound, not streaming */
+  if (gguf_size(m->f) <= MODEL_RESIDENT_BYTES) m->mm_hints = PW_MM_RESIDENT;
   m->pool = pw_pool_create(nt);
   if (!m->pool) {
     rc = pw_seterr(err, PW_ENOMEM, "cannot start %d threads", nt);
@@ -398,7 +404,7 @@ void model_ctx_destroy(model_ctx *c) {
 static void rmsnorm(float *y, const float *x, const float *w, int n, float eps) { pw_rmsnorm(y, x, w, n, eps); }
 
 static void matmul(model_ctx *c, const model_weight *w, const float *x, int n, float *y) {
-  pw_matmul(c->m->pool, w->type, w->data, w->n_in, w->n_out, x, n, y, c->mm_scratch);
+  pw_matmul_ex(c->m->pool, w->type, w->data, w->n_in, w->n_out, x, n, y, c->mm_scratch, c->m->mm_hints);
 }
 
 static void add_bias(float *y, const float *b, int n_tok, int dim) {
@@ -507,7 +513,7 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
     pw_mm_op qkv[3] = {{L->wq.type, L->wq.data, L->wq.n_out, c->q},
                        {L->wk.type, L->wk.data, L->wk.n_out, c->k},
                        {L->wv.type, L->wv.data, L->wv.n_out, c->v}};
-    pw_matmul_multi(m->pool, qkv, 3, E, c->xn, n, c->mm_scratch);
+    pw_matmul_multi_ex(m->pool, qkv, 3, E, c->xn, n, c->mm_scratch, m->mm_hints);
     add_bias(c->q, L->bq, n, qd);
     add_bias(c->k, L->bk, n, kvd);
     add_bias(c->v, L->bv, n, kvd);
@@ -530,7 +536,7 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
     for (int t = 0; t < n; t++) rmsnorm(c->xn + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm, E, hp->rms_eps);
     pw_mm_op gu[2] = {{L->w_gate.type, L->w_gate.data, L->w_gate.n_out, c->gate},
                       {L->w_up.type, L->w_up.data, L->w_up.n_out, c->up}};
-    pw_matmul_multi(m->pool, gu, 2, E, c->xn, n, c->mm_scratch);
+    pw_matmul_multi_ex(m->pool, gu, 2, E, c->xn, n, c->mm_scratch, m->mm_hints);
     pw_swiglu(c->gate, c->gate, c->up, (int64_t)n * hp->n_ff);
     matmul(c, &L->w_down, c->gate, n, c->xn);
     pw_add(c->x, c->x, c->xn, (int64_t)n * E);

@@ -30,6 +30,7 @@
 typedef struct {
   const pw_traits *tr;
   int gemm;      /* tr->gemm is used: Xq holds gemm_pack rows */
+  unsigned gflags; /* PW_GEMM_* */
   const pw_traits *vt; /* vec_dot_type traits */
   const uint8_t *W;
   size_t w_row;  /* bytes per weight row */
@@ -86,7 +87,7 @@ static void dot_rows(const mm_ctx *c, long lo, long hi) {
     for (long r0 = lo; r0 < hi; r0 += ROW_TILE) {
       const int nr = (int)(hi - r0 < ROW_TILE ? hi - r0 : ROW_TILE);
       c->tr->gemm(c->n_in, c->W + (size_t)r0 * c->w_row, c->w_row, nr, c->Xq, c->x_row, (int)c->n_tok, c->Y + r0,
-                  (size_t)c->n_out);
+                  (size_t)c->n_out, c->gflags);
     }
     return;
   }
@@ -113,6 +114,11 @@ static void dot_task(void *vctx, int ith, int nth) {
 
 void pw_matmul(pw_pool *pool, uint32_t wtype, const void *W, int64_t n_in, int64_t n_out,
                const float *X, int64_t n_tok, float *Y, void *scratch) {
+  pw_matmul_ex(pool, wtype, W, n_in, n_out, X, n_tok, Y, scratch, 0);
+}
+
+void pw_matmul_ex(pw_pool *pool, uint32_t wtype, const void *W, int64_t n_in, int64_t n_out, const float *X,
+                  int64_t n_tok, float *Y, void *scratch, unsigned hints) {
   const pw_traits *tr = pw_traits_get(wtype);
   PW_ASSERT(tr && tr->vec_dot);
   const pw_traits *vt = pw_traits_get(tr->vec_dot_type);
@@ -131,6 +137,7 @@ void pw_matmul(pw_pool *pool, uint32_t wtype, const void *W, int64_t n_in, int64
       .Y = Y,
   };
   c.gemm = tr->gemm != NULL;
+  c.gflags = hints & PW_MM_RESIDENT ? PW_GEMM_RESIDENT : 0;
   if (!c.gemm && tr->vec_dot_type == PW_DT_F32) {
     c.Xq = (uint8_t *)(uintptr_t)X; /* read-only use */
     c.x_row = (size_t)n_in * sizeof(float);
@@ -196,6 +203,11 @@ size_t pw_matmul_multi_scratch_size(const pw_mm_op *ops, int n_ops, int64_t n_in
 
 void pw_matmul_multi(pw_pool *pool, const pw_mm_op *ops, int n_ops, int64_t n_in, const float *X, int64_t n_tok,
                      void *scratch) {
+  pw_matmul_multi_ex(pool, ops, n_ops, n_in, X, n_tok, scratch, 0);
+}
+
+void pw_matmul_multi_ex(pw_pool *pool, const pw_mm_op *ops, int n_ops, int64_t n_in, const float *X, int64_t n_tok,
+                        void *scratch, unsigned hints) {
   PW_ASSERT(n_ops >= 1 && n_ops <= PW_MM_MAX_OPS && n_in > 0 && n_tok >= 0);
   if (n_tok == 0) return;
   mm_multi m;
@@ -217,6 +229,7 @@ void pw_matmul_multi(pw_pool *pool, const pw_mm_op *ops, int n_ops, int64_t n_in
     c->Y = ops[i].Y;
     m.total_rows += ops[i].n_out;
     c->gemm = c->tr->gemm != NULL;
+    c->gflags = hints & PW_MM_RESIDENT ? PW_GEMM_RESIDENT : 0;
     if (!c->gemm && c->tr->vec_dot_type == PW_DT_F32) {
       c->Xq = (uint8_t *)(uintptr_t)X;
       c->x_row = (size_t)n_in * sizeof(float);

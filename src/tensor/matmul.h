@@ -32,6 +32,11 @@ size_t pw_matmul_scratch_size(uint32_t wtype, int64_t n_in, int64_t n_tok);
 void pw_matmul(pw_pool *pool, uint32_t wtype, const void *W, int64_t n_in, int64_t n_out,
                const float *X, int64_t n_tok, float *Y, void *scratch);
 
+/* pw_matmul with hints (PW_MM_*); the results are the same for any. */
+#define PW_MM_RESIDENT 1u /* the weights are small enough to stay in cache */
+void pw_matmul_ex(pw_pool *pool, uint32_t wtype, const void *W, int64_t n_in, int64_t n_out, const float *X,
+                  int64_t n_tok, float *Y, void *scratch, unsigned hints);
+
 /* Several matrices over the same X (e.g. Q, K and V; or gate and up), in
  * one pool run: X is quantized once per distinct vec_dot_type and the rows
  * of all matrices are split across the pool together, so small matrices
@@ -48,6 +53,8 @@ typedef struct pw_mm_op {
 size_t pw_matmul_multi_scratch_size(const pw_mm_op *ops, int n_ops, int64_t n_in, int64_t n_tok);
 void pw_matmul_multi(pw_pool *pool, const pw_mm_op *ops, int n_ops, int64_t n_in, const float *X, int64_t n_tok,
                      void *scratch);
+void pw_matmul_multi_ex(pw_pool *pool, const pw_mm_op *ops, int n_ops, int64_t n_in, const float *X, int64_t n_tok,
+                        void *scratch, unsigned hints);
 
 /* dst[0..n_in) = row `row` of W dequantized (W, dst as above). */
 void pw_get_row(uint32_t dtype, const void *W, int64_t n_in, int64_t row, float *dst);

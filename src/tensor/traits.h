@@ -37,7 +37,11 @@ typedef void (*pw_vec_dot_fn)(int64_t n, const void *w, const void *x, size_t x_
 typedef size_t (*pw_gemm_xrow_fn)(int64_t n);
 typedef void (*pw_gemm_pack_fn)(const float *x, void *xp, int64_t n);
 typedef void (*pw_gemm_fn)(int64_t n, const void *w, size_t w_row, int nr, const void *xp, size_t xp_row, int nt,
-                           float *y, size_t ys);
+                           float *y, size_t ys, unsigned flags);
+/* gemm flags: the weights are likely cache-resident (a small model), so a
+ * single token is better served by wide tiles than by one streamed row at
+ * a time. Never changes a result. */
+#define PW_GEMM_RESIDENT 1u
 
 /* Rows per pass: a weight block is read and unpacked once per this many
  * activation rows (batched decode, prefill). */

@@ -480,13 +480,13 @@ AI void gemm_tile(const int kind, const int R, const int T, int64_t nb, const ui
   case (R) * 8 + (T): gemm_tile(kind, R, T, nb, wr, w_row, xt, xp_row, yt, ys); break;
 
 AI void gemm_sym(const int kind, int64_t n, const void *w, size_t w_row, int nr, const void *xp, size_t xp_row,
-                 int nt, float *y, size_t ys) {
+                 int nt, float *y, size_t ys, unsigned flags) {
   const int64_t nb = n / 32;
   for (int t0 = 0; t0 < nt; t0 += 4) {
     const int T = nt - t0 < 4 ? nt - t0 : 4;
     const uint8_t *xt = (const uint8_t *)xp + (size_t)t0 * xp_row;
-    /* one token (decode, memory-bound): one row at a time streams best */
-    const int rmax = nt == 1 ? 1 : 4;
+    /* one token streamed from memory: one row at a time streams best */
+    const int rmax = nt == 1 && !(flags & PW_GEMM_RESIDENT) ? 1 : 4;
     for (int r0 = 0; r0 < nr;) {
       const int R = nr - r0 < rmax ? nr - r0 : rmax;
       const uint8_t *wr = (const uint8_t *)w + (size_t)r0 * w_row;
@@ -502,16 +502,16 @@ AI void gemm_sym(const int kind, int64_t n, const void *w, size_t w_row, int nr,
 #undef GT
 
 static void gemm_q8_0(int64_t n, const void *w, size_t w_row, int nr, const void *xp, size_t xp_row, int nt,
-                      float *y, size_t ys) {
-  gemm_sym(LQ8_0, n, w, w_row, nr, xp, xp_row, nt, y, ys);
+                      float *y, size_t ys, unsigned flags) {
+  gemm_sym(LQ8_0, n, w, w_row, nr, xp, xp_row, nt, y, ys, flags);
 }
 static void gemm_q4_0(int64_t n, const void *w, size_t w_row, int nr, const void *xp, size_t xp_row, int nt,
-                      float *y, size_t ys) {
-  gemm_sym(LQ4_0, n, w, w_row, nr, xp, xp_row, nt, y, ys);
+                      float *y, size_t ys, unsigned flags) {
+  gemm_sym(LQ4_0, n, w, w_row, nr, xp, xp_row, nt, y, ys, flags);
 }
 static void gemm_q5_0(int64_t n, const void *w, size_t w_row, int nr, const void *xp, size_t xp_row, int nt,
-                      float *y, size_t ys) {
-  gemm_sym(LQ5_0, n, w, w_row, nr, xp, xp_row, nt, y, ys);
+                      float *y, size_t ys, unsigned flags) {
+  gemm_sym(LQ5_0, n, w, w_row, nr, xp, xp_row, nt, y, ys, flags);
 }
 
 void quants_fill_avx512(pw_traits *t) {
