@@ -160,6 +160,7 @@ struct engine {
   model_kv *kv;
   model_ctx *ctx;
   int n_vocab, n_embd, n_ctx;
+  long n_passes;       /* target forward passes run (engine thread) */
   int n_slots;         /* KV sequences: max_active + cache entries */
   size_t tok_bytes;    /* KV bytes of one position (target + draft) */
   char model_id[256];
@@ -942,7 +943,11 @@ static void engine_step(engine *e) {
 
   int rc = 0;
   if (n > 0) {
-    rc = model_forward(e->ctx, e->kv, e->ents, n, e->logits, NULL, e->err);
+    e->n_passes++;
+    if (e->o.fail_pass > 0 && e->n_passes == e->o.fail_pass)
+      rc = pw_seterr(e->err, PW_EINTERNAL, "forward pass %ld failed (injected)", e->n_passes);
+    else
+      rc = model_forward(e->ctx, e->kv, e->ents, n, e->logits, NULL, e->err);
     if (rc < 0) {
       /* A failed batch fails its sequences (each stays at its last commit
        * until it ends); the others carry on. */

@@ -77,6 +77,10 @@ typedef struct engine_opts {
   int prompt_cache_entries;     /* most cached sequences; 0 = 8; -1 = disabled */
   size_t prompt_cache_bytes;    /* most KV bytes held by entries; 0 = 1 GiB */
   double prompt_cache_ttl_s;    /* idle time before an entry expires; 0 = 600 */
+  /* Testing: target forward pass number fail_pass (1 = the first) fails as
+   * if the model had (PW_EINTERNAL), so tests can check what a failed
+   * batch leaves behind. 0 = never. */
+  long fail_pass;
 } engine_opts;
 
 /* Speculation: each round proposes up to K tokens, verifies the committed

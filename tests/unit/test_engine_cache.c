@@ -62,8 +62,8 @@ static bool same(const result *a, const result *b) {
          memcmp(a->text, b->text, (size_t)a->text_len) == 0;
 }
 
-static engine *make(int entries, size_t bytes, double ttl, int spec_mode) {
-  engine_opts o = {.model_path = k_model, .n_threads = 2, .max_active = 2, .max_queue = 8, .n_ctx = 256,
+static engine *make_failing(int entries, size_t bytes, double ttl, int spec_mode, long fail_pass) {
+  engine_opts o = {.fail_pass = fail_pass, .model_path = k_model, .n_threads = 2, .max_active = 2, .max_queue = 8, .n_ctx = 256,
                    .step_tokens = 64, .prompt_cache_entries = entries, .prompt_cache_bytes = bytes,
                    .prompt_cache_ttl_s = ttl, .spec_mode = spec_mode,
                    .spec_draft_model = POWER_SHARED_DIR "/models/codelm-py-draft-F32.gguf"};
@@ -72,6 +72,10 @@ static engine *make(int entries, size_t bytes, double ttl, int spec_mode) {
   int rc = engine_create(&o, &e, err);
   CHECK_MSG(rc == 0, "engine_create: %s", err);
   return e;
+}
+
+static engine *make(int entries, size_t bytes, double ttl, int spec_mode) {
+  return make_failing(entries, bytes, ttl, spec_mode, 0);
 }
 
 static int encode(engine *e, const char *text, int32_t *out, int cap, bool bos) {
@@ -326,6 +330,43 @@ static void test_cancel_and_capacity(void) {
   engine_destroy(e);
 }
 
+/* A forward pass that fails in the middle of a keyed request that reused
+ * an entry (also with n-gram speculation on): the request ends
+ * with an error after tokens that are a prefix of the unfailed output, the
+ * key's entry is dropped (the next request with the key reuses nothing),
+ * and the engine carries on: the next request gives exactly the unfailed
+ * output. */
+static void test_failed_pass(int spec_mode) {
+  static int32_t pa[256];
+  static result ref1, ref2, x, y;
+  engine *e = make(4, 0, 0, spec_mode);
+  if (!e) return;
+  int na = encode(e, k_turn1, pa, 256, true);
+  engine_params p = params(pa, na, GEN, "a", false);
+  run1(e, &p, &ref1);
+  run1(e, &p, &ref2); /* the same request, reusing the entry */
+  engine_destroy(e);
+  CHECK(same(&ref1, &ref2) && ref2.usage.cached_tokens > 0);
+  /* passes are deterministic: fail the third pass of the second request */
+  const long fail = ref1.usage.target_passes + 3;
+  CHECK(ref2.usage.target_passes > 3);
+  e = make_failing(4, 0, 0, spec_mode, fail);
+  if (!e) return;
+  run1(e, &p, &x);
+  CHECK(same(&x, &ref1));
+  run1(e, &p, &x);
+  CHECK_EQ_INT(x.end, ENGINE_EV_ERROR);
+  CHECK(x.n_tok >= 1 && x.n_tok < ref2.n_tok && memcmp(x.tok, ref2.tok, sizeof x.tok[0] * (size_t)x.n_tok) == 0);
+  CHECK(wait_idle(e));
+  engine_stats st;
+  engine_get_stats(e, &st);
+  CHECK_EQ_INT(st.cache_entries, 0);
+  run1(e, &p, &y);
+  CHECK_EQ_INT(y.usage.cached_tokens, 0);
+  CHECK_MSG(same(&y, &ref1), "after a failed pass (spec %d)", spec_mode);
+  engine_destroy(e);
+}
+
 int main(void) {
   if (access(k_model, R_OK) != 0) {
     fprintf(stderr, "missing test model %s (see shared/README.md)\n", k_model);
@@ -334,6 +375,8 @@ int main(void) {
   double t0 = pw_now_s();
   test_reuse(ENGINE_SPEC_OFF);
   test_reuse(ENGINE_SPEC_PROMPT_LOOKUP);
+  test_failed_pass(ENGINE_SPEC_OFF);
+  test_failed_pass(ENGINE_SPEC_NGRAM);
   if (!TSAN) {
     test_reuse(ENGINE_SPEC_NGRAM);
     test_reuse(ENGINE_SPEC_DRAFT);
