@@ -1,9 +1,9 @@
 /* matmul.c - the threaded quantized matrix multiply.
  *
  * Two pool runs: (1) quantize X into scratch, split by whole activation
- * blocks; (2) split output rows into contiguous ranges (pw_split), and for
- * each small tile of rows walk the tokens 4 at a time so a weight row is
- * read once per 4 tokens while the 4 quantized token rows stay in L1. The
+ * blocks; (2) hand out output rows in chunks from a shared counter, and for
+ * each small tile of rows walk the tokens PW_VEC_DOT_MAX_NX at a time so a
+ * weight row is read once per group while its token rows stay in L1. The
  * vec_dot contract (traits.h) makes each (row, token) result independent of
  * how tokens are grouped, which is what makes results batch- and
  * thread-count-invariant.
@@ -18,6 +18,7 @@
 #include "tensor/dtype.h"
 #include "tensor/traits.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 /* rows per tile: 16 weight rows (a few KB each) stay in L2 while the token
@@ -39,6 +40,7 @@ typedef struct {
   size_t x_row;  /* bytes per activation row in Xq */
   int64_t n_in, n_out, n_tok;
   float *Y;
+  _Atomic long next; /* next row to hand out (dot_task) */
 } mm_ctx;
 
 /* bytes per activation row in scratch (0: X is used as it is) */
@@ -105,11 +107,25 @@ static void dot_rows(const mm_ctx *c, long lo, long hi) {
   }
 }
 
+/* Rows are handed out in chunks from a shared counter, so a thread that
+ * runs slower (a busier core, a worse share of memory bandwidth) takes
+ * fewer chunks instead of keeping the others waiting at the barrier. Which
+ * thread computes a row never changes its value. */
+static long chunk_rows(long rows, int nth) {
+  long c = rows / ((long)nth * 8);
+  c = (c + ROW_TILE - 1) / ROW_TILE * ROW_TILE;
+  return c < ROW_TILE ? ROW_TILE : c;
+}
+
 static void dot_task(void *vctx, int ith, int nth) {
   mm_ctx *c = vctx;
-  long lo, hi;
-  pw_split((long)c->n_out, ith, nth, &lo, &hi);
-  dot_rows(c, lo, hi);
+  (void)ith;
+  const long chunk = chunk_rows((long)c->n_out, nth);
+  for (;;) {
+    const long lo = atomic_fetch_add_explicit(&c->next, chunk, memory_order_relaxed);
+    if (lo >= c->n_out) break;
+    dot_rows(c, lo, lo + chunk < c->n_out ? lo + chunk : (long)c->n_out);
+  }
 }
 
 void pw_matmul(pw_pool *pool, uint32_t wtype, const void *W, int64_t n_in, int64_t n_out,
@@ -159,6 +175,7 @@ typedef struct {
   mm_ctx mm[PW_MM_MAX_OPS]; /* per op; Xq shared between ops of one vec_dot_type */
   int n_ops;
   int64_t total_rows;       /* sum of n_out */
+  _Atomic long next;        /* next row to hand out (multi_dot_task) */
   /* quantization jobs: one per distinct vec_dot_type */
   mm_ctx *quant[PW_MM_MAX_OPS];
   int n_quant;
@@ -171,16 +188,21 @@ static void multi_quant_task(void *vctx, int ith, int nth) {
 
 static void multi_dot_task(void *vctx, int ith, int nth) {
   mm_multi *m = vctx;
-  long lo, hi;
-  pw_split((long)m->total_rows, ith, nth, &lo, &hi);
-  /* The thread's range over the concatenated rows of all matrices. */
-  long base = 0;
-  for (int k = 0; k < m->n_ops && lo < hi; k++) {
-    const mm_ctx *c = &m->mm[k];
-    long a = lo - base, b = hi - base;
-    base += (long)c->n_out;
-    if (b <= 0 || a >= c->n_out) continue;
-    dot_rows(c, a < 0 ? 0 : a, b > c->n_out ? (long)c->n_out : b);
+  (void)ith;
+  const long chunk = chunk_rows((long)m->total_rows, nth);
+  for (;;) {
+    const long lo = atomic_fetch_add_explicit(&m->next, chunk, memory_order_relaxed);
+    if (lo >= m->total_rows) break;
+    const long hi = lo + chunk < m->total_rows ? lo + chunk : (long)m->total_rows;
+    /* the chunk's range over the concatenated rows of all matrices */
+    long base = 0;
+    for (int k = 0; k < m->n_ops; k++) {
+      const mm_ctx *c = &m->mm[k];
+      long a = lo - base, b = hi - base;
+      base += (long)c->n_out;
+      if (b <= 0 || a >= c->n_out) continue;
+      dot_rows(c, a < 0 ? 0 : a, b > c->n_out ? (long)c->n_out : b);
+    }
   }
 }
 
