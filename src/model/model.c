@@ -18,6 +18,7 @@
 #include "tensor/traits.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -455,6 +456,7 @@ typedef struct attn_job {
   int n, layer;
   int group;  /* query heads per work item: the GQA group, or 1 */
   pw_attn_multi_fn attn;
+  _Atomic long next; /* next work item */
 } attn_job;
 
 /* One (entry, KV head) pair at a time, the KV head's query heads together,
@@ -468,9 +470,12 @@ static void attn_worker(void *ctx, int ith, int nth) {
   int hd = hp->head_dim, gqa = hp->n_head / hp->n_head_kv;
   int per_tok = hp->n_head / j->group;
   float scale = 1.0f / sqrtf((float)hd);
-  long lo, hi;
-  pw_split((long)j->n * per_tok, ith, nth, &lo, &hi);
-  for (long w = lo; w < hi; w++) {
+  (void)ith;
+  (void)nth;
+  const long items = (long)j->n * per_tok;
+  /* one item at a time from a shared counter: later tokens of a prompt see
+   * more keys, so fixed ranges would leave one thread with most of it */
+  for (long w; (w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < items;) {
     int t = (int)(w / per_tok), h = (int)(w % per_tok) * j->group, hk = h / gqa;
     const model_entry *en = &j->e[t];
     const float *q = c->q + ((size_t)t * hp->n_head + h) * hd;
@@ -529,7 +534,7 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
       to_f16(c->v + (size_t)t * kvd, kv->v + kv_off(kv, il, e[t].seq, e[t].pos), kvd);
     }
     const int gqa = hp->n_head / hp->n_head_kv;
-    attn_job job = {c, kv, e, n, il, n * hp->n_head_kv >= pw_pool_size(m->pool) ? gqa : 1, pw_attn_multi_get()};
+    attn_job job = {c, kv, e, n, il, n * hp->n_head_kv >= pw_pool_size(m->pool) ? gqa : 1, pw_attn_multi_get(), 0};
     pw_pool_run(m->pool, attn_worker, &job);
     matmul(c, &L->wo, c->att, n, c->xn);
     pw_add(c->x, c->x, c->xn, (int64_t)n * E);
