@@ -27,6 +27,8 @@
 /* below this many activation elements, quantize on the caller: a pool run
  * costs more than the work */
 #define QUANT_POOL_MIN 16384
+/* up to this many tokens a matmul is treated as memory-bound */
+#define MM_STREAM_TOKENS 8
 
 typedef struct {
   const pw_traits *tr;
@@ -109,10 +111,13 @@ static void dot_rows(const mm_ctx *c, long lo, long hi) {
 
 /* Rows are handed out in chunks from a shared counter, so a thread that
  * runs slower (a busier core, a worse share of memory bandwidth) takes
- * fewer chunks instead of keeping the others waiting at the barrier. Which
+ * fewer chunks instead of keeping the others waiting at the barrier (one
+ * chunk per thread for a few tokens, which are memory-bound). Which
  * thread computes a row never changes its value. */
-static long chunk_rows(long rows, int nth) {
-  long c = rows / ((long)nth * 8);
+static long chunk_rows(long rows, int nth, int64_t n_tok) {
+  /* a few tokens stream the weights from memory: one long run per thread
+   * keeps the prefetchers on a single sequential stream */
+  long c = n_tok <= MM_STREAM_TOKENS ? (rows + nth - 1) / nth : rows / ((long)nth * 8);
   c = (c + ROW_TILE - 1) / ROW_TILE * ROW_TILE;
   return c < ROW_TILE ? ROW_TILE : c;
 }
@@ -120,7 +125,7 @@ static long chunk_rows(long rows, int nth) {
 static void dot_task(void *vctx, int ith, int nth) {
   mm_ctx *c = vctx;
   (void)ith;
-  const long chunk = chunk_rows((long)c->n_out, nth);
+  const long chunk = chunk_rows((long)c->n_out, nth, c->n_tok);
   for (;;) {
     const long lo = atomic_fetch_add_explicit(&c->next, chunk, memory_order_relaxed);
     if (lo >= c->n_out) break;
@@ -189,7 +194,7 @@ static void multi_quant_task(void *vctx, int ith, int nth) {
 static void multi_dot_task(void *vctx, int ith, int nth) {
   mm_multi *m = vctx;
   (void)ith;
-  const long chunk = chunk_rows((long)m->total_rows, nth);
+  const long chunk = chunk_rows((long)m->total_rows, nth, m->mm[0].n_tok);
   for (;;) {
     const long lo = atomic_fetch_add_explicit(&m->next, chunk, memory_order_relaxed);
     if (lo >= m->total_rows) break;
