@@ -985,7 +985,7 @@ static int run_curve(const ab_opts *o) {
   model_entry *ent = NULL;
   float *logits = NULL;
   double *ms = NULL, *tmp = NULL;
-  model_opts mo = {(int)o->threads};
+  model_opts mo = {.n_threads = (int)o->threads};
   if (model_load(path, &mo, &m, err)) {
     fprintf(stderr, "power ab: %s: %s\n", path, err);
     return 1;

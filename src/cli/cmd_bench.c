@@ -417,7 +417,7 @@ static int run_model(const bench_opts *o) {
   double *vals = calloc((size_t)3 * r, sizeof *vals);
   bench_series pp = {vals, 0, 0, 0, 0}, tg = {vals + r, 0, 0, 0, 0}, btg = {vals + 2 * r, 0, 0, 0, 0};
   pw_rng_seed(&b.rng, o->seed);
-  model_opts mo = {(int)o->threads};
+  model_opts mo = {.n_threads = (int)o->threads};
   if (!vals) {
     fprintf(stderr, "power bench: out of memory\n");
     goto done;

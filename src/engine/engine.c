@@ -1129,7 +1129,7 @@ const char *engine_spec_name(int mode) {
  * the same piece to both models). */
 static int draft_load(engine *e, const char *path, int n_threads, char *err) {
   char derr[PW_ERRMAX] = "";
-  model_opts mo = {.n_threads = n_threads};
+  model_opts mo = {.n_threads = n_threads, .pool = model_pool(e->m)};
   int rc = model_load(path, &mo, &e->dm, derr);
   if (rc < 0) return pw_seterr(err, rc, "engine: draft model %s: %s", path, derr);
   tok_vocab *dv = NULL;

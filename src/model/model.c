@@ -56,6 +56,7 @@ struct model {
   const float *rope_freqs; /* [head_dim/2] or NULL */
   layer_w *layers;
   pw_pool *pool;
+  bool pool_borrowed;    /* opts->pool: not ours to destroy */
   unsigned mm_hints;     /* PW_MM_RESIDENT for files that fit in cache */
 };
 
@@ -249,7 +250,12 @@ int model_load(const char *path, const model_opts *opts, model **out, char *err)
   /* a file this small stays in the caches between tokens (the L2s and a
    * share of L3 of a small CPU): decode is compute-bound, not streaming */
   if (gguf_size(m->f) <= MODEL_RESIDENT_BYTES) m->mm_hints = PW_MM_RESIDENT;
-  m->pool = pw_pool_create(nt);
+  if (opts && opts->pool) {
+    m->pool = opts->pool;
+    m->pool_borrowed = true;
+  } else {
+    m->pool = pw_pool_create(nt);
+  }
   if (!m->pool) {
     rc = pw_seterr(err, PW_ENOMEM, "cannot start %d threads", nt);
     goto fail;
@@ -263,7 +269,7 @@ fail:
 
 void model_destroy(model *m) {
   if (!m) return;
-  pw_pool_destroy(m->pool);
+  if (!m->pool_borrowed) pw_pool_destroy(m->pool);
   free(m->layers);
   gguf_close(m->f);
   free(m);

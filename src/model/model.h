@@ -51,7 +51,10 @@ typedef struct model_weight {
 typedef struct model model;
 
 typedef struct model_opts {
-  int n_threads; /* kernel threads (>= 1); 0 = 2 */
+  int n_threads; /* kernel threads (>= 1); 0 = 2; ignored with pool */
+  pw_pool *pool; /* borrowed: run on these threads (e.g. a draft model on its
+                  * target's, so idle workers of one never compete with the
+                  * other's); must outlive the model. NULL = own pool */
 } model_opts;
 
 /* Opens and validates a model; owns the GGUF mapping. */

@@ -31,7 +31,7 @@ static void test_invariance(const char *file) {
   char path[1024], err[PW_ERRMAX];
   snprintf(path, sizeof path, "%s/models/%s", POWER_SHARED_DIR, file);
   model *m1, *m2;
-  model_opts o1 = {1}, o2 = {2};
+  model_opts o1 = {.n_threads = 1}, o2 = {.n_threads = 2};
   CHECK_MSG(model_load(path, &o1, &m1, err) == 0, "%s", err);
   CHECK_MSG(model_load(path, &o2, &m2, err) == 0, "%s", err);
   int V;

@@ -73,7 +73,7 @@ static void run_case(const char *json_path) {
   snprintf(path, sizeof path, "%s/models/%s", POWER_SHARED_DIR, mname);
   model *m = NULL;
   char err[PW_ERRMAX] = "";
-  model_opts mo = {2};
+  model_opts mo = {.n_threads = 2};
   int rc = model_load(path, &mo, &m, err);
   CHECK_MSG(rc == 0, "%s: %s", path, err);
   if (rc) {

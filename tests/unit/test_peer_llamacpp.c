@@ -83,7 +83,7 @@ static void log_softmax(const float *x, int n, double *out) {
 static void compare(const char *label, const char *path, const int32_t *ids, int n) {
   char err[PW_ERRMAX];
   model *m = NULL;
-  model_opts o = {2};
+  model_opts o = {.n_threads = 2};
   CHECK_MSG(model_load(path, &o, &m, err) == 0, "%s: %s", label, err);
   if (!m) return;
   int V = model_hp(m)->n_vocab;

@@ -208,7 +208,7 @@ static void test_codelm(void) {
 
   /* Predictions over real code. */
   model *mf = NULL, *m8 = NULL, *m4 = NULL, *mh = NULL;
-  model_opts o = {2};
+  model_opts o = {.n_threads = 2};
   CHECK_MSG(model_load(h16, &o, &mh, err) == 0, "%s", err);
   CHECK_MSG(model_load(f32, &o, &mf, err) == 0, "%s", err);
   CHECK_MSG(model_load(q8, &o, &m8, err) == 0, "%s", err);
@@ -402,7 +402,7 @@ static void test_synth(void) {
     gguf_close(vf);
     gguf_close(f);
     model *m = NULL;
-    model_opts o = {2};
+    model_opts o = {.n_threads = 2};
     CHECK_MSG(model_load(path, &o, &m, err) == 0, "%s: %s", sc->arch, err);
     if (m) {
       const model_hparams *hp = model_hp(m);
