@@ -40,7 +40,8 @@ void pw_attn_ref(const float *q, const uint16_t *k, const uint16_t *v, size_t st
 
 pw_attn_fn pw_attn_get(void) {
   pw_tensor_init();
-  return pw_tensor_simd() ? attn_avx2 : pw_attn_ref;
+  const int lvl = pw_tensor_level();
+  return lvl >= PW_IMPL_AVX512 ? attn_avx512 : lvl >= PW_IMPL_AVX2 ? attn_avx2 : pw_attn_ref;
 }
 
 static void attn_ref_multi(const float *q, int nq, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos,
@@ -50,5 +51,6 @@ static void attn_ref_multi(const float *q, int nq, const uint16_t *k, const uint
 
 pw_attn_multi_fn pw_attn_multi_get(void) {
   pw_tensor_init();
-  return pw_tensor_simd() ? attn_avx2_multi : attn_ref_multi;
+  const int lvl = pw_tensor_level();
+  return lvl >= PW_IMPL_AVX512 ? attn_avx512_multi : lvl >= PW_IMPL_AVX2 ? attn_avx2_multi : attn_ref_multi;
 }

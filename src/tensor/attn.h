@@ -35,5 +35,10 @@ void attn_avx2(const float *q, const uint16_t *k, const uint16_t *v, size_t stri
                float *out);
 void attn_avx2_multi(const float *q, int nq, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd,
                      float scale, float *out);
+/* Internal: the AVX-512 variants (arch/attn_avx512.c). */
+void attn_avx512(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd,
+                 float scale, float *out);
+void attn_avx512_multi(const float *q, int nq, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos,
+                       int hd, float scale, float *out);
 
 #endif

@@ -1,9 +1,11 @@
-/* test_attn.c - the F16 attention kernel: the installed (AVX2) variant
+/* test_attn.c - the F16 attention kernel: the installed (widest) variant,
+ * and the AVX2 one where a wider one is installed,
  * against the scalar reference, and the reference against a double
  * precision softmax-attention (within F16 accumulation error), and the
  * several-query kernel against the single-query one (bit-identical). */
 #include "tensor/attn.h"
 #include "tensor/quants.h"
+#include "tensor/traits.h"
 #include "test.h"
 
 #include <string.h>
@@ -34,6 +36,12 @@ int main(void) {
       float scale = 1.0f / sqrtf((float)hd);
       pw_attn_ref(q, k, v, stride, n, hd, scale, o1);
       fast(q, k, v, stride, n, hd, scale, o2);
+      /* the AVX2 kernel too where a wider one is installed */
+      if (pw_tensor_level() > PW_IMPL_AVX2) {
+        float o4[1024];
+        attn_avx2(q, k, v, stride, n, hd, scale, o4);
+        for (int i = 0; i < hd; i++) CHECK_MSG(fabs(o4[i] - o1[i]) <= 2e-3, "hd %d n %d: avx2 %g vs ref %g", hd, n, o4[i], o1[i]);
+      }
       /* exact reference in double */
       double *s = malloc(sizeof(double) * n), mx = -1e300, sum = 0;
       for (int p = 0; p < n; p++) {
