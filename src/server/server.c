@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -854,10 +855,35 @@ static route find_route(const char *url, metrics_endpoint *ep) {
 
 static bool is_get_route(route r) { return r == R_MODELS || r == R_MODEL || r == R_HEALTH || r == R_METRICS; }
 
+typedef struct hdr_count {
+  int content_length, transfer_encoding, host;
+} hdr_count;
+
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+  (void)kind;
+  (void)value;
+  hdr_count *h = cls;
+  if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) h->content_length++;
+  else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) h->transfer_encoding++;
+  else if (!strcasecmp(key, MHD_HTTP_HEADER_HOST)) h->host++;
+  return MHD_YES;
+}
+
+/* Framing that intermediaries could read differently (request smuggling):
+ * more than one Content-Length, Content-Length with Transfer-Encoding, and
+ * HTTP/1.1 without exactly one Host. NULL when the request is fine. */
+static const char *bad_framing(struct MHD_Connection *c, const char *version) {
+  hdr_count h = {0, 0, 0};
+  MHD_get_connection_values(c, MHD_HEADER_KIND, count_header, &h);
+  if (h.content_length > 1) return "more than one Content-Length header";
+  if (h.content_length && h.transfer_encoding) return "both Content-Length and Transfer-Encoding";
+  if (version && !strcmp(version, MHD_HTTP_VERSION_1_1) && h.host != 1) return "HTTP/1.1 needs exactly one Host header";
+  return NULL;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls) {
-  (void)version;
   server *s = cls;
   conn *k = *con_cls;
   oai_error e;
@@ -875,6 +901,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     oai_new_id("req-", k->log.id, sizeof k->log.id);
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     bool post = !strcmp(method, "POST");
+    const char *framing = bad_framing(c, version);
+    if (framing) {
+      oai_seterr(&e, 400, "invalid_http", NULL, "Malformed request: %s", framing);
+      return queue_error(k, c, &e);
+    }
     if (k->rt == R_NONE) {
       oai_seterr(&e, 404, "unknown_url", NULL, "Unknown request URL: %.16s %.200s", method, url);
       return queue_error(k, c, &e);

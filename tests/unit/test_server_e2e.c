@@ -100,6 +100,30 @@ static void parse_resp(char *raw, size_t n, resp *r) {
   if (strcasestr(r->head, "transfer-encoding: chunked")) dechunk(r);
 }
 
+/* Sends raw bytes as the whole request and reads the answer's status (-1
+ * when the server closes without one), bounded by timeout_ms. */
+static int raw_status(int port, const char *req, int timeout_ms) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  char buf[4096];
+  size_t n = 0;
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0 && send(fd, req, strlen(req), MSG_NOSIGNAL) > 0) {
+    uint64_t end = pw_now_ns() + (uint64_t)timeout_ms * 1000000u;
+    while (n < sizeof buf - 1 && pw_now_ns() < end) {
+      ssize_t k = read_some(fd, buf + n, sizeof buf - 1 - n, 100);
+      if (k < 0) break;
+      n += (size_t)k;
+    }
+  }
+  close(fd);
+  buf[n] = 0;
+  int st = -1;
+  if (sscanf(buf, "HTTP/1.%*d %d", &st) != 1) st = -1;
+  return st;
+}
+
 /* Whole request/response, bounded by timeout_ms. */
 static void http(int port, const char *method, const char *path, const char *hdrs, const char *body, resp *r,
                  int timeout_ms) {
@@ -235,6 +259,20 @@ static void test_errors(void) {
   CHECK_EQ_INT(r.status, 413);
   free(r.body);
   free(b);
+  /* Framing a proxy could read differently: 400 before the body is used. */
+  http(g_port, "POST", "/v1/completions", "Content-Length: 3\r\n", "{\"prompt\":\"x\",\"max_tokens\":1}", &r, 5000);
+  CHECK_EQ_INT(r.status, 400);
+  CHECK_STR(err_code(&r), "invalid_http");
+  free(r.body);
+  http(g_port, "POST", "/v1/completions", "Transfer-Encoding: chunked\r\n", "{\"prompt\":\"x\",\"max_tokens\":1}", &r,
+       5000);
+  CHECK_EQ_INT(r.status, 400);
+  CHECK_STR(err_code(&r), "invalid_http");
+  free(r.body);
+  CHECK_EQ_INT(raw_status(g_port, "GET /health HTTP/1.1\r\nConnection: close\r\n\r\n", 5000), 400);
+  CHECK_EQ_INT(raw_status(g_port, "GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n", 5000), 400);
+  CHECK_EQ_INT(raw_status(g_port, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", 5000), 200);
+  CHECK_EQ_INT(raw_status(g_port, "GET /health HTTP/1.0\r\n\r\n", 5000), 200);
   /* Invalid UTF-8 in content */
   http(g_port, "POST", "/v1/chat/completions", NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\x28\"}]}", &r,
        5000);
