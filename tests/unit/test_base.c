@@ -78,6 +78,16 @@ static void test_pool(void) {
     for (int r = 0; r < 2000; r++) pw_pool_run(p, pool_fn, &c);
     for (int i = 0; i < nt; i++) CHECK_EQ_INT(atomic_load(&c.hits[i]), 2000);
     CHECK_EQ_INT(atomic_load(&c.total), 2000L * 499500L);
+    /* runs far enough apart that the workers go to sleep in between (they
+     * spin for well under 2 ms), and a run right after each */
+    for (int r = 0; r < 20; r++) {
+      usleep(2000);
+      pw_pool_run(p, pool_fn, &c);
+      pw_pool_run(p, pool_fn, &c);
+    }
+    for (int i = 0; i < nt; i++) CHECK_EQ_INT(atomic_load(&c.hits[i]), 2040);
+    CHECK_EQ_INT(atomic_load(&c.total), 2040L * 499500L);
+    usleep(2000); /* destroyed while its workers sleep */
     pw_pool_destroy(p);
   }
   pool_ctx c;
