@@ -13,20 +13,12 @@
  * over the same K/V (a GQA group) go through together (attn_avx2_multi). */
 #include "tensor/attn.h"
 
-#include "tensor/arch/exp_avx2.h"
-
 #include <immintrin.h>
-#include <math.h>
 
-#define RND (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-#define CHUNK 64
-
-static inline float hsum256(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
-  return _mm_cvtss_f32(lo);
+/* head sizes that are not a multiple of 8: the reference, query by query */
+static void attn_narrow(const float *q, int nq, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos,
+                        int hd, float scale, float *out) {
+  for (int h = 0; h < nq; h++) pw_attn_ref(q + (size_t)h * hd, k, v, stride, n_pos, hd, scale, out + (size_t)h * hd);
 }
 
 #define VT __m256
@@ -42,22 +34,8 @@ static inline float hsum256(__m256 v) {
 #define V_STORE_PH(p, v) _mm_storeu_si128((__m128i *)(p), _mm256_cvtps_ph(v, RND))
 #define V_TO8(v) (v)
 #define ATTN_GROUP attn_group
+#define ATTN_MULTI attn_avx2_multi
+#define ATTN_SINGLE attn_avx2
+#define ATTN_NARROW attn_narrow
 
 #include "tensor/arch/attn_impl.h"
-
-void attn_avx2_multi(const float *q, int nq, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd,
-                     float scale, float *out) {
-  if (hd % 8 || hd > MQ_MAX_HD) {
-    for (int h = 0; h < nq; h++) pw_attn_ref(q + (size_t)h * hd, k, v, stride, n_pos, hd, scale, out + (size_t)h * hd);
-    return;
-  }
-  for (int h0 = 0; h0 < nq; h0 += MQ) {
-    const int g = nq - h0 < MQ ? nq - h0 : MQ;
-    attn_group(q + (size_t)h0 * hd, g, k, v, stride, n_pos, hd, scale, out + (size_t)h0 * hd);
-  }
-}
-
-void attn_avx2(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd, float scale,
-               float *out) {
-  attn_avx2_multi(q, 1, k, v, stride, n_pos, hd, scale, out);
-}

@@ -5,21 +5,7 @@
  * AVX2 kernel. Installed only when the CPU has the AVX-512 level. */
 #include "tensor/attn.h"
 
-#include "tensor/arch/exp_avx2.h"
-
 #include <immintrin.h>
-#include <math.h>
-
-#define RND (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-#define CHUNK 64
-
-static inline float hsum256(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
-  return _mm_cvtss_f32(lo);
-}
 
 #define VT __m512
 #define VW 16
@@ -34,22 +20,8 @@ static inline float hsum256(__m256 v) {
 #define V_STORE_PH(p, v) _mm256_storeu_si256((__m256i *)(p), _mm512_cvtps_ph(v, RND))
 #define V_TO8(v) _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1))
 #define ATTN_GROUP attn_group512
+#define ATTN_MULTI attn_avx512_multi
+#define ATTN_SINGLE attn_avx512
+#define ATTN_NARROW attn_avx2_multi
 
 #include "tensor/arch/attn_impl.h"
-
-void attn_avx512_multi(const float *q, int nq, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos,
-                       int hd, float scale, float *out) {
-  if (hd % 16 || hd > MQ_MAX_HD) {
-    attn_avx2_multi(q, nq, k, v, stride, n_pos, hd, scale, out);
-    return;
-  }
-  for (int h0 = 0; h0 < nq; h0 += MQ) {
-    const int g = nq - h0 < MQ ? nq - h0 : MQ;
-    attn_group512(q + (size_t)h0 * hd, g, k, v, stride, n_pos, hd, scale, out + (size_t)h0 * hd);
-  }
-}
-
-void attn_avx512(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd, float scale,
-                 float *out) {
-  attn_avx512_multi(q, 1, k, v, stride, n_pos, hd, scale, out);
-}

@@ -6,8 +6,26 @@
  *   V_LOAD/V_LOADU/V_STORE/V_STOREU, V_MUL, V_FMA, V_SET1
  *   V_LOAD_PH(p), V_STORE_PH(p, v)   VW F16 values <-> one vector
  *   V_TO8(v)                    fold to 8 lanes (lane i + 8 onto lane i)
- *   ATTN_GROUP                  the name of the group function
- * and includes exp_avx2.h, and defines CHUNK, RND and hsum256 before. */
+ *   ATTN_GROUP, ATTN_MULTI, ATTN_SINGLE   names of the functions made here
+ *   ATTN_NARROW(q, nq, k, v, stride, n_pos, hd, scale, out)
+ *                               what handles head sizes not a multiple of VW
+ * (RND may be used in the V_ macros.) */
+
+#include "tensor/arch/exp_avx2.h"
+
+#include <immintrin.h>
+#include <math.h>
+
+#define RND (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define CHUNK 64
+
+static inline float hsum256(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+  return _mm_cvtss_f32(lo);
+}
 
 /* q.k for one key row of f32 values (hd a multiple of VW), folded to 8
  * lanes */
@@ -120,3 +138,20 @@ static void ATTN_GROUP(const float *q, int nq, const uint16_t *k, const uint16_t
   }
 }
 
+
+void ATTN_MULTI(const float *q, int nq, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd,
+                float scale, float *out) {
+  if (hd % VW || hd > MQ_MAX_HD) {
+    ATTN_NARROW(q, nq, k, v, stride, n_pos, hd, scale, out);
+    return;
+  }
+  for (int h0 = 0; h0 < nq; h0 += MQ) {
+    const int g = nq - h0 < MQ ? nq - h0 : MQ;
+    ATTN_GROUP(q + (size_t)h0 * hd, g, k, v, stride, n_pos, hd, scale, out + (size_t)h0 * hd);
+  }
+}
+
+void ATTN_SINGLE(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd, float scale,
+                 float *out) {
+  ATTN_MULTI(q, 1, k, v, stride, n_pos, hd, scale, out);
+}
