@@ -514,6 +514,8 @@ static void slot_release(engine *e, engine_req *r, int status) {
   }
 }
 
+const int engine_batch_le[ENGINE_BATCH_BUCKETS] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
+
 /* Adds the step's counters to the shared statistics; e->mu held. */
 static void stats_flush_locked(engine *e) {
   engine_stats *s = &e->st;
@@ -996,6 +998,9 @@ static void engine_step(engine *e) {
 
   pthread_mutex_lock(&e->mu);
   e->st.steps_total++;
+  int bk = 0;
+  while (bk < ENGINE_BATCH_BUCKETS && n + ne > engine_batch_le[bk]) bk++;
+  e->st.batch_steps_by_size[bk]++;
   stats_flush_locked(e);
   pthread_mutex_unlock(&e->mu);
 }

@@ -199,6 +199,10 @@ typedef struct engine_event {
   char message[256];          /* ERROR */
 } engine_event;
 
+/* Upper bounds of the batch-size buckets of engine_stats. */
+#define ENGINE_BATCH_BUCKETS 10
+extern const int engine_batch_le[ENGINE_BATCH_BUCKETS];
+
 typedef struct engine_stats {
   int active;      /* sequences running */
   int queued;      /* waiting for admission */
@@ -210,6 +214,9 @@ typedef struct engine_stats {
   uint64_t prompt_tokens_total, generated_tokens_total; /* evaluated / sampled */
   uint64_t steps_total;        /* scheduler steps run */
   uint64_t batch_entries_total; /* model entries over all steps (batch size = this / steps) */
+  /* steps by model entries: [i] counts steps with at most engine_batch_le[i]
+   * entries (and more than the bound before); the last, the rest */
+  uint64_t batch_steps_by_size[ENGINE_BATCH_BUCKETS + 1];
   size_t kv_bytes_in_use;      /* KV bytes of the positions held by running sequences and cache entries */
   /* speculation */
   uint64_t spec_drafted_total, spec_accepted_total, spec_emitted_total;

@@ -156,6 +156,16 @@ void metrics_render(const metrics *m, const engine_stats *st, sbuf *out) {
           st->batch_entries_total);
   gauge_f(out, "power_batch_size_average", "Average sequences per engine step since start.",
           st->steps_total ? (double)st->batch_entries_total / (double)st->steps_total : 0.0);
+  header(out, "power_batch_size", "histogram", "Model entries per engine step (decode, proposals, prompt chunks).");
+  uint64_t cum = 0;
+  for (int i = 0; i < ENGINE_BATCH_BUCKETS; i++) {
+    cum += st->batch_steps_by_size[i];
+    sbuf_printf(out, "power_batch_size_bucket{le=\"%d\"} %llu\n", engine_batch_le[i], (unsigned long long)cum);
+  }
+  cum += st->batch_steps_by_size[ENGINE_BATCH_BUCKETS];
+  sbuf_printf(out, "power_batch_size_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+  sbuf_printf(out, "power_batch_size_sum %llu\n", (unsigned long long)st->batch_entries_total);
+  sbuf_printf(out, "power_batch_size_count %llu\n", (unsigned long long)cum);
   gauge(out, "power_kv_bytes_in_use", "KV cache bytes held by running sequences and prompt-cache entries.",
         (long long)st->kv_bytes_in_use);
   /* Speculative decoding. */

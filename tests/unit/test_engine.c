@@ -223,6 +223,11 @@ static void test_batch_invariance(void) {
   CHECK_EQ_INT(st.active, 0);
   CHECK_EQ_INT(st.queued, 0);
   CHECK(st.generated_tokens_total == (uint64_t)(2 * (N_INV * GEN + N_INV * (N_INV - 1) / 2)));
+  /* every step is in exactly one batch-size bucket, and some ran batched */
+  uint64_t steps = 0;
+  for (int i = 0; i <= ENGINE_BATCH_BUCKETS; i++) steps += st.batch_steps_by_size[i];
+  CHECK(steps == st.steps_total && st.steps_total > 0);
+  CHECK(st.batch_steps_by_size[0] < st.steps_total);
   fprintf(stderr, "batch invariance: %d alone %.2fs; text[0] = \"%.60s\"\n", N_INV, t_alone, alone[0].text);
 
   /* Seeded sampling: same seed, same tokens, alone or in company. */

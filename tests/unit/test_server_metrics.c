@@ -140,6 +140,9 @@ int main(void) {
   /* Engine series: speculation, prefix cache, batching, KV. */
   st.steps_total = 8;
   st.batch_entries_total = 20;
+  st.batch_steps_by_size[0] = 3; /* 1 entry */
+  st.batch_steps_by_size[2] = 4; /* 3..4 */
+  st.batch_steps_by_size[ENGINE_BATCH_BUCKETS] = 1; /* more than 512 */
   st.kv_bytes_in_use = (size_t)3 << 30;
   st.spec_drafted_total = 120;
   st.spec_accepted_total = 70;
@@ -169,6 +172,10 @@ int main(void) {
       "power_requests_refused_total{reason=\"too_large\"} 0\n",
       "# TYPE power_batch_size_average gauge\npower_batch_size_average 2.5\n",
       "power_batch_entries_total 20\n",
+      "# TYPE power_batch_size histogram\npower_batch_size_bucket{le=\"1\"} 3\npower_batch_size_bucket{le=\"2\"} 3\n"
+      "power_batch_size_bucket{le=\"4\"} 7\n",
+      "power_batch_size_bucket{le=\"512\"} 7\npower_batch_size_bucket{le=\"+Inf\"} 8\npower_batch_size_sum 20\n"
+      "power_batch_size_count 8\n",
       "# TYPE power_kv_bytes_in_use gauge\npower_kv_bytes_in_use 3221225472\n",
       "# TYPE power_spec_drafted_tokens_total counter\npower_spec_drafted_tokens_total 120\n",
       "power_spec_accepted_tokens_total 70\n",
