@@ -78,20 +78,29 @@ static void header(sbuf *out, const char *name, const char *type, const char *he
   sbuf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void hist(sbuf *out, const char *name, const char *help, const metrics_hist *h, const double *le,
-                 int n_le) {
+/* Histogram samples from non-cumulative bucket counts (n_le + 1 of them,
+ * the last above every bound); +Inf and _count are the same total, so the
+ * exposition is self-consistent even when the counts were read at slightly
+ * different moments. */
+static void hist_series(sbuf *out, const char *name, const char *help, const uint64_t *bucket, const double *le,
+                        int n_le, double sum) {
   header(out, name, "histogram", help);
   uint64_t cum = 0;
   for (int i = 0; i < n_le; i++) {
-    cum += get(&h->bucket[i]);
+    cum += bucket[i];
     sbuf_printf(out, "%s_bucket{le=\"%g\"} %llu\n", name, le[i], (unsigned long long)cum);
   }
-  cum += get(&h->bucket[n_le]);
-  /* Buckets and count are read at slightly different moments; keep the
-   * exposition self-consistent (+Inf bucket == count). */
+  cum += bucket[n_le];
   sbuf_printf(out, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
-  sbuf_printf(out, "%s_sum %.9f\n", name, (double)get(&h->sum_ns) * 1e-9);
+  sbuf_printf(out, sum == (double)(uint64_t)sum ? "%s_sum %.0f\n" : "%s_sum %.9f\n", name, sum);
   sbuf_printf(out, "%s_count %llu\n", name, (unsigned long long)cum);
+}
+
+static void hist(sbuf *out, const char *name, const char *help, const metrics_hist *h, const double *le,
+                 int n_le) {
+  uint64_t b[sizeof h->bucket / sizeof h->bucket[0]];
+  for (int i = 0; i <= n_le; i++) b[i] = get(&h->bucket[i]);
+  hist_series(out, name, help, b, le, n_le, (double)get(&h->sum_ns) * 1e-9);
 }
 
 static void counter(sbuf *out, const char *name, const char *help, uint64_t v) {
@@ -156,16 +165,10 @@ void metrics_render(const metrics *m, const engine_stats *st, sbuf *out) {
           st->batch_entries_total);
   gauge_f(out, "power_batch_size_average", "Average sequences per engine step since start.",
           st->steps_total ? (double)st->batch_entries_total / (double)st->steps_total : 0.0);
-  header(out, "power_batch_size", "histogram", "Model entries per engine step (decode, proposals, prompt chunks).");
-  uint64_t cum = 0;
-  for (int i = 0; i < ENGINE_BATCH_BUCKETS; i++) {
-    cum += st->batch_steps_by_size[i];
-    sbuf_printf(out, "power_batch_size_bucket{le=\"%d\"} %llu\n", engine_batch_le[i], (unsigned long long)cum);
-  }
-  cum += st->batch_steps_by_size[ENGINE_BATCH_BUCKETS];
-  sbuf_printf(out, "power_batch_size_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
-  sbuf_printf(out, "power_batch_size_sum %llu\n", (unsigned long long)st->batch_entries_total);
-  sbuf_printf(out, "power_batch_size_count %llu\n", (unsigned long long)cum);
+  double batch_le[ENGINE_BATCH_BUCKETS];
+  for (int i = 0; i < ENGINE_BATCH_BUCKETS; i++) batch_le[i] = engine_batch_le[i];
+  hist_series(out, "power_batch_size", "Model entries per engine step (decode, proposals, prompt chunks).",
+              st->batch_steps_by_size, batch_le, ENGINE_BATCH_BUCKETS, (double)st->batch_entries_total);
   gauge(out, "power_kv_bytes_in_use", "KV cache bytes held by running sequences and prompt-cache entries.",
         (long long)st->kv_bytes_in_use);
   /* Speculative decoding. */

@@ -30,8 +30,8 @@ typedef struct resp {
   size_t len;
 } resp;
 
-static int http_open(int port, const char *method, const char *path, const char *hdrs, const char *body,
-                     size_t blen) {
+/* A connected socket to 127.0.0.1:port, or -1. */
+static int tcp_connect(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return -1;
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
@@ -40,6 +40,13 @@ static int http_open(int port, const char *method, const char *path, const char 
     close(fd);
     return -1;
   }
+  return fd;
+}
+
+static int http_open(int port, const char *method, const char *path, const char *hdrs, const char *body,
+                     size_t blen) {
+  int fd = tcp_connect(port);
+  if (fd < 0) return -1;
   char head[2048];
   int n = snprintf(head, sizeof head,
                    "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s%s"
@@ -103,13 +110,11 @@ static void parse_resp(char *raw, size_t n, resp *r) {
 /* Sends raw bytes as the whole request and reads the answer's status (-1
  * when the server closes without one), bounded by timeout_ms. */
 static int raw_status(int port, const char *req, int timeout_ms) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int fd = tcp_connect(port);
   if (fd < 0) return -1;
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   char buf[4096];
   size_t n = 0;
-  if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0 && send(fd, req, strlen(req), MSG_NOSIGNAL) > 0) {
+  if (send(fd, req, strlen(req), MSG_NOSIGNAL) > 0) {
     uint64_t end = pw_now_ns() + (uint64_t)timeout_ms * 1000000u;
     while (n < sizeof buf - 1 && pw_now_ns() < end) {
       ssize_t k = read_some(fd, buf + n, sizeof buf - 1 - n, 100);
