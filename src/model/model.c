@@ -72,6 +72,7 @@ struct model_ctx {
   float *x, *xn, *q, *k, *v, *att, *gate, *up; /* [max_batch][...] */
   float *rows;          /* [max_batch][n_embd] gathered rows for logits */
   float *rope_cos, *rope_sin; /* [max_batch][head_dim/2] */
+  int *att_groups;      /* [max_batch] first entry of each attention group */
   void *mm_scratch;
 };
 
@@ -361,6 +362,7 @@ int model_ctx_create(const model *m, int max_batch, int max_ctx, model_ctx **out
   c->rows = malloc(B * hp->n_embd * sizeof(float));
   c->rope_cos = malloc(B * hp->head_dim / 2 * sizeof(float));
   c->rope_sin = malloc(B * hp->head_dim / 2 * sizeof(float));
+  c->att_groups = malloc((B + 1) * sizeof(int));
   /* Scratch for the largest activation quantization of any matmul. */
   size_t mm = 0;
   for (int l = 0; l < hp->n_layer; l++) {
@@ -381,7 +383,7 @@ int model_ctx_create(const model *m, int max_batch, int max_ctx, model_ctx **out
   if (so > mm) mm = so;
   c->mm_scratch = malloc(mm ? mm : 1);
   if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->rows ||
-      !c->rope_cos || !c->rope_sin || !c->mm_scratch) {
+      !c->rope_cos || !c->rope_sin || !c->att_groups || !c->mm_scratch) {
     model_ctx_destroy(c);
     return pw_seterr(err, PW_ENOMEM, "out of memory for batch scratch");
   }
@@ -402,6 +404,7 @@ void model_ctx_destroy(model_ctx *c) {
   free(c->rows);
   free(c->rope_cos);
   free(c->rope_sin);
+  free(c->att_groups);
   free(c->mm_scratch);
   free(c);
 }
@@ -459,37 +462,76 @@ typedef struct attn_job {
   model_ctx *c;
   model_kv *kv;
   const model_entry *e;
-  int n, layer;
-  int group;  /* query heads per work item: the GQA group, or 1 */
+  int layer;
+  int n_groups; /* runs of consecutive entries of one sequence: c->att_groups */
+  int heads;    /* query heads per work item: the GQA group, or 1 */
   pw_attn_multi_fn attn;
   _Atomic long next; /* next work item */
 } attn_job;
 
-/* One (entry, KV head) pair at a time, the KV head's query heads together,
- * over the sequence's cache up to and including the entry's own position;
- * (entry, query head) pairs when there are fewer of those than threads. */
+/* A work item is one group of entries (consecutive, same sequence) and one
+ * KV head with its query heads, or one query head when there would be
+ * fewer items than threads: all its queries go through the kernel
+ * together, so each K/V row is converted once for all of them, each query
+ * over the cache up to and including its entry's own position. */
 static void attn_worker(void *ctx, int ith, int nth) {
   attn_job *j = ctx;
   model_ctx *c = j->c;
   const model_hparams *hp = &c->m->hp;
   model_kv *kv = j->kv;
-  int hd = hp->head_dim, gqa = hp->n_head / hp->n_head_kv;
-  int per_tok = hp->n_head / j->group;
-  float scale = 1.0f / sqrtf((float)hd);
+  const int hd = hp->head_dim, gqa = hp->n_head / hp->n_head_kv;
+  const int per_group = hp->n_head / j->heads;
+  const float scale = 1.0f / sqrtf((float)hd);
   (void)ith;
   (void)nth;
-  const long items = (long)j->n * per_tok;
+  const long items = (long)j->n_groups * per_group;
   /* one item at a time from a shared counter: later tokens of a prompt see
    * more keys, so fixed ranges would leave one thread with most of it */
   for (long w; (w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < items;) {
-    int t = (int)(w / per_tok), h = (int)(w % per_tok) * j->group, hk = h / gqa;
-    const model_entry *en = &j->e[t];
-    const float *q = c->q + ((size_t)t * hp->n_head + h) * hd;
-    float *o = c->att + ((size_t)t * hp->n_head + h) * hd;
+    const int g = (int)(w / per_group), h0 = (int)(w % per_group) * j->heads, hk = h0 / gqa;
+    const int t0 = c->att_groups[g], t1 = c->att_groups[g + 1];
+    const model_entry *en = &j->e[t0];
     const uint16_t *k0 = kv->k + kv_off(kv, j->layer, en->seq, 0) + (size_t)hk * hd;
     const uint16_t *v0 = kv->v + kv_off(kv, j->layer, en->seq, 0) + (size_t)hk * hd;
-    j->attn(q, j->group, k0, v0, (size_t)kv->kv_dim, en->pos + 1, hd, scale, o);
+    const float *qp[PW_ATTN_GROUP_MAX];
+    float *op[PW_ATTN_GROUP_MAX];
+    int np[PW_ATTN_GROUP_MAX], nq = 0;
+    for (int t = t0; t < t1; t++)
+      for (int h = h0; h < h0 + j->heads; h++) {
+        qp[nq] = c->q + ((size_t)t * hp->n_head + h) * hd;
+        op[nq] = c->att + ((size_t)t * hp->n_head + h) * hd;
+        np[nq] = j->e[t].pos + 1;
+        if (++nq == PW_ATTN_GROUP_MAX || (t == t1 - 1 && h == h0 + j->heads - 1)) {
+          j->attn(qp, np, nq, k0, v0, (size_t)kv->kv_dim, hd, scale, op);
+          nq = 0;
+        }
+      }
   }
+}
+
+/* Splits the batch into attention groups (c->att_groups, returns their
+ * count): runs of consecutive entries of one sequence, at most
+ * PW_ATTN_GROUP_MAX / gqa entries each (so one kernel call holds a group's
+ * queries for one KV head), and short enough that there are work items for
+ * every thread. */
+static int attn_groups(model_ctx *c, const model_entry *e, int n, int threads) {
+  const model_hparams *hp = &c->m->hp;
+  const int gqa = hp->n_head / hp->n_head_kv;
+  int cap = PW_ATTN_GROUP_MAX / gqa;
+  if (cap < 1) cap = 1;
+  /* about two items per thread at least */
+  const int want = (2 * threads + hp->n_head_kv - 1) / hp->n_head_kv;
+  if (want > 1 && (n + want - 1) / want < cap) cap = (n + want - 1) / want;
+  if (cap < 1) cap = 1;
+  int g = 0;
+  for (int t = 0; t < n;) {
+    int u = t + 1;
+    while (u < n && u - t < cap && e[u].seq == e[t].seq) u++;
+    c->att_groups[g++] = t;
+    t = u;
+  }
+  c->att_groups[g] = n;
+  return g;
 }
 
 int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float *logits, float *hidden,
@@ -518,6 +560,7 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
   int qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
   for (int t = 0; t < n; t++) pw_get_row(m->tok_embd.type, m->tok_embd.data, E, e[t].token, c->x + (size_t)t * E);
   rope_tables(c, e, n);
+  const int n_groups = attn_groups(c, e, n, pw_pool_size(m->pool));
   for (int il = 0; il < hp->n_layer; il++) {
     const layer_w *L = &m->layers[il];
     for (int t = 0; t < n; t++) rmsnorm(c->xn + (size_t)t * E, c->x + (size_t)t * E, L->attn_norm, E, hp->rms_eps);
@@ -539,8 +582,8 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
       to_f16(c->k + (size_t)t * kvd, kv->k + kv_off(kv, il, e[t].seq, e[t].pos), kvd);
       to_f16(c->v + (size_t)t * kvd, kv->v + kv_off(kv, il, e[t].seq, e[t].pos), kvd);
     }
-    const int gqa = hp->n_head / hp->n_head_kv;
-    attn_job job = {c, kv, e, n, il, n * hp->n_head_kv >= pw_pool_size(m->pool) ? gqa : 1, pw_attn_multi_get(), 0};
+    attn_job job = {c, kv, e, il, n_groups, n_groups * hp->n_head_kv >= pw_pool_size(m->pool) ? hp->n_head / hp->n_head_kv : 1,
+                    pw_attn_multi_get(), 0};
     pw_pool_run(m->pool, attn_worker, &job);
     matmul(c, &L->wo, c->att, n, c->xn);
     pw_add(c->x, c->x, c->xn, (int64_t)n * E);

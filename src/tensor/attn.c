@@ -44,9 +44,9 @@ pw_attn_fn pw_attn_get(void) {
   return lvl >= PW_IMPL_AVX512 ? attn_avx512 : lvl >= PW_IMPL_AVX2 ? attn_avx2 : pw_attn_ref;
 }
 
-static void attn_ref_multi(const float *q, int nq, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos,
-                           int hd, float scale, float *out) {
-  for (int h = 0; h < nq; h++) pw_attn_ref(q + (size_t)h * hd, k, v, stride, n_pos, hd, scale, out + (size_t)h * hd);
+static void attn_ref_multi(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
+                           size_t stride, int hd, float scale, float *const *out) {
+  for (int h = 0; h < nq; h++) pw_attn_ref(q[h], k, v, stride, n_pos[h], hd, scale, out[h]);
 }
 
 pw_attn_multi_fn pw_attn_multi_get(void) {

@@ -19,11 +19,16 @@ typedef void (*pw_attn_fn)(const float *q, const uint16_t *k, const uint16_t *v,
 
 #define PW_ATTN_MAX_HD 1024
 
-/* nq queries over the same K/V (the query heads of one KV head): q and out
- * are nq rows of hd floats, contiguous. out row h is bit-identical to what
- * the single-query kernel of the same level gives for q row h. */
-typedef void (*pw_attn_multi_fn)(const float *q, int nq, const uint16_t *k, const uint16_t *v, size_t stride,
-                                 int n_pos, int hd, float scale, float *out);
+/* nq queries over the same K/V (the query heads of one KV head, for one or
+ * several tokens of a sequence): query h is the hd floats at q[h], sees the
+ * first n_pos[h] >= 1 rows of K/V, and its output goes to out[h]. Each
+ * output is bit-identical to what the single-query kernel of the same
+ * level gives for that query alone. Queries are taken PW_ATTN_GROUP_MAX at
+ * a time: each K/V row is converted once per group. */
+typedef void (*pw_attn_multi_fn)(const float *const *q, const int *n_pos, int nq, const uint16_t *k,
+                                 const uint16_t *v, size_t stride, int hd, float scale, float *const *out);
+
+#define PW_ATTN_GROUP_MAX 32
 
 /* The installed (fastest) kernel and the scalar reference. */
 pw_attn_fn pw_attn_get(void);
@@ -33,12 +38,12 @@ void pw_attn_ref(const float *q, const uint16_t *k, const uint16_t *v, size_t st
 /* Internal: the AVX2/F16C variant (arch/attn_avx2.c). */
 void attn_avx2(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd, float scale,
                float *out);
-void attn_avx2_multi(const float *q, int nq, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd,
-                     float scale, float *out);
+void attn_avx2_multi(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
+                     size_t stride, int hd, float scale, float *const *out);
 /* Internal: the AVX-512 variants (arch/attn_avx512.c). */
 void attn_avx512(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd,
                  float scale, float *out);
-void attn_avx512_multi(const float *q, int nq, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos,
-                       int hd, float scale, float *out);
+void attn_avx512_multi(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
+                       size_t stride, int hd, float scale, float *const *out);
 
 #endif

@@ -17,7 +17,7 @@ static float frand(void) {
 }
 
 int main(void) {
-  const int hds[] = {8, 64, 128, 40};
+  const int hds[] = {8, 32, 64, 128, 40};
   const int npos[] = {1, 2, 7, 100, 513};
   pw_attn_fn fast = pw_attn_get();
   pw_attn_multi_fn multi = pw_attn_multi_get();
@@ -61,18 +61,28 @@ int main(void) {
         CHECK_MSG(de <= 2e-3 + 1e-3 * sqrt((double)n), "hd %d n %d: ref %g vs exact %g", hd, n, o1[i], e);
         CHECK_MSG(df <= 2e-3, "hd %d n %d: fast %g vs ref %g", hd, n, o2[i], o1[i]);
       }
-      /* Several queries over the same K/V (a GQA group of 1..11, so groups
-       * of more than 8 are split): each output row bit-identical to the
-       * single-query kernel on that row. */
-      for (int nq = 1; nq <= 11; nq += 5) {
+      /* Several queries over the same K/V (a GQA group, or the heads of
+       * several tokens: 1..41 queries, so groups of more than
+       * PW_ATTN_GROUP_MAX are split), each seeing its own prefix of the
+       * keys: each output bit-identical to the single-query kernel on that
+       * query and prefix. */
+      for (int nq = 1; nq <= 41; nq += 8) {
         float *qs = malloc(sizeof(float) * (size_t)nq * hd), *om = malloc(sizeof(float) * (size_t)nq * hd);
+        const float *qp[41];
+        float *op[41];
+        int np[41];
         for (int i = 0; i < nq * hd; i++) qs[i] = frand() * 3;
-        multi(qs, nq, k, v, stride, n, hd, scale, om);
+        for (int h = 0; h < nq; h++) {
+          qp[h] = qs + (size_t)h * hd;
+          op[h] = om + (size_t)h * hd;
+          np[h] = h % 3 == 0 ? n : 1 + (int)((frand() * 0.5 + 0.5) * (n - 1)); /* 1..n */
+        }
+        multi(qp, np, nq, k, v, stride, hd, scale, op);
         for (int h = 0; h < nq; h++) {
           float o3[1024];
-          fast(qs + (size_t)h * hd, k, v, stride, n, hd, scale, o3);
-          CHECK_MSG(memcmp(o3, om + (size_t)h * hd, sizeof(float) * hd) == 0, "hd %d n %d: query %d of %d differs",
-                    hd, n, h, nq);
+          fast(qs + (size_t)h * hd, k, v, stride, np[h], hd, scale, o3);
+          CHECK_MSG(memcmp(o3, om + (size_t)h * hd, sizeof(float) * hd) == 0,
+                    "hd %d n %d: query %d of %d (%d keys) differs", hd, n, h, nq, np[h]);
         }
         free(qs);
         free(om);

@@ -16,9 +16,9 @@
 #include <immintrin.h>
 
 /* head sizes that are not a multiple of 8: the reference, query by query */
-static void attn_narrow(const float *q, int nq, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos,
-                        int hd, float scale, float *out) {
-  for (int h = 0; h < nq; h++) pw_attn_ref(q + (size_t)h * hd, k, v, stride, n_pos, hd, scale, out + (size_t)h * hd);
+static void attn_narrow(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
+                        size_t stride, int hd, float scale, float *const *out) {
+  for (int h = 0; h < nq; h++) pw_attn_ref(q[h], k, v, stride, n_pos[h], hd, scale, out[h]);
 }
 
 #define VT __m256
@@ -31,7 +31,7 @@ static void attn_narrow(const float *q, int nq, const uint16_t *k, const uint16_
 #define V_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define V_SET1(x) _mm256_set1_ps(x)
 #define V_LOAD_PH(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
-#define V_STORE_PH(p, v) _mm_storeu_si128((__m128i *)(p), _mm256_cvtps_ph(v, RND))
+#define V_ROUND16(v) _mm256_cvtph_ps(_mm256_cvtps_ph(v, RND))
 #define V_TO8(v) (v)
 #define ATTN_GROUP attn_group
 #define ATTN_MULTI attn_avx2_multi

@@ -17,7 +17,7 @@
 #define V_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define V_SET1(x) _mm512_set1_ps(x)
 #define V_LOAD_PH(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
-#define V_STORE_PH(p, v) _mm256_storeu_si256((__m256i *)(p), _mm512_cvtps_ph(v, RND))
+#define V_ROUND16(v) _mm512_cvtph_ps(_mm512_cvtps_ph(v, RND))
 #define V_TO8(v) _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1))
 #define ATTN_GROUP attn_group512
 #define ATTN_MULTI attn_avx512_multi
