@@ -152,9 +152,11 @@ AI __m512i w_pair(const uint8_t *wp, const int wsz, const int kind, const int tw
   __m512i q = _mm512_and_si512(_mm512_srlv_epi64(t, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0)), _mm512_set1_epi8(0x0F));
   if (kind == LQ4_0) return uns ? q : _mm512_maskz_sub_epi8(two ? ~0ull : 0xFFFFFFFFull, q, _mm512_set1_epi8(8));
   /* Q5_0: q - 16 where the fifth bit is clear */
-  const uint64_t h = (uint64_t)ld32(wp + 2) | (two ? (uint64_t)ld32(wp + wsz + 2) << 32 : 0xFFFFFFFF00000000ull);
-  if (uns) return _mm512_mask_add_epi8(q, (__mmask64)h, q, _mm512_set1_epi8(16));
-  return _mm512_mask_sub_epi8(q, (__mmask64)~h, q, _mm512_set1_epi8(16));
+  /* the two blocks' 32-bit high-bit masks straight into one mask register */
+  const __mmask64 h = _mm512_kunpackd(two ? _cvtu32_mask32(ld32(wp + wsz + 2)) : (__mmask64)0xFFFFFFFFu,
+                                      _cvtu32_mask32(ld32(wp + 2)));
+  if (uns) return _mm512_mask_add_epi8(q, h, q, _mm512_set1_epi8(16));
+  return _mm512_mask_sub_epi8(q, _knot_mask64(h), q, _mm512_set1_epi8(16));
 }
 
 /* [d(b), d(b+1), 0, 0] as floats, from the fp16 scales at byte 0 of two
@@ -163,7 +165,7 @@ AI __m128 d_pair(const uint8_t *p, const int bsz, const int two) {
   uint16_t h0, h1 = 0;
   memcpy(&h0, p, 2);
   if (two) memcpy(&h1, p + bsz, 2);
-  return _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)h0 | (uint32_t)h1 << 16)));
+  return _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(h0), h1, 1));
 }
 
 /* one pair of weight blocks (wsz bytes each; `two` == 0: a single block)
@@ -464,9 +466,10 @@ AI void gemm_tile(const int kind, const int R, const int T, int64_t nb, const ui
   __m512 acc[4][4];
   _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
     _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+  const uint8_t *wb = w, *xb = xp;
   int64_t b = 0;
-  for (; b + 2 <= nb; b += 2) gemm_pair(kind, R, T, 1, w + b * wsz, w_row, xp + b / 2 * XPAIR, xrow, acc);
-  if (b < nb) gemm_pair(kind, R, T, 0, w + b * wsz, w_row, xp + b / 2 * XPAIR, xrow, acc);
+  for (; b + 2 <= nb; b += 2, wb += 2 * wsz, xb += XPAIR) gemm_pair(kind, R, T, 1, wb, w_row, xb, xrow, acc);
+  if (b < nb) gemm_pair(kind, R, T, 0, wb, w_row, xb, xrow, acc);
   if (R == 4) {
     _Pragma("GCC unroll 4") for (int t = 0; t < T; t++)
       _mm_storeu_ps(y + (size_t)t * ys, reduce_add4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
