@@ -29,6 +29,9 @@
 #define QUANT_POOL_MIN 16384
 /* up to this many tokens a matmul is treated as memory-bound */
 #define MM_STREAM_TOKENS 8
+/* below this many multiply-adds a matmul runs on the calling thread: the
+ * pool's hand-off and barrier would cost more than the split saves */
+#define MM_POOL_MIN_MACS 262144.0
 
 typedef struct {
   const pw_traits *tr;
@@ -171,7 +174,8 @@ void pw_matmul_ex(pw_pool *pool, uint32_t wtype, const void *W, int64_t n_in, in
     else
       pw_pool_run(pool, quant_task, &c);
   }
-  pw_pool_run(pool, dot_task, &c);
+  if (!(hints & PW_MM_SPLIT) && (double)n_out * (double)n_in * (double)n_tok < MM_POOL_MIN_MACS) dot_task(&c, 0, 1);
+  else pw_pool_run(pool, dot_task, &c);
 }
 
 /* ---- several matrices over one X ------------------------------------- */
@@ -276,7 +280,9 @@ void pw_matmul_multi_ex(pw_pool *pool, const pw_mm_op *ops, int n_ops, int64_t n
     if (n_tok * n_in < QUANT_POOL_MIN) multi_quant_task(&m, 0, 1);
     else pw_pool_run(pool, multi_quant_task, &m);
   }
-  pw_pool_run(pool, multi_dot_task, &m);
+  if (!(hints & PW_MM_SPLIT) && (double)m.total_rows * (double)n_in * (double)n_tok < MM_POOL_MIN_MACS)
+    multi_dot_task(&m, 0, 1);
+  else pw_pool_run(pool, multi_dot_task, &m);
 }
 
 void pw_get_row(uint32_t dtype, const void *W, int64_t n_in, int64_t row, float *dst) {

@@ -34,6 +34,8 @@ void pw_matmul(pw_pool *pool, uint32_t wtype, const void *W, int64_t n_in, int64
 
 /* pw_matmul with hints (PW_MM_*); the results are the same for any. */
 #define PW_MM_RESIDENT 1u /* the weights are small enough to stay in cache */
+#define PW_MM_SPLIT 2u    /* split across the pool even when the work is small
+                             (otherwise that runs on the caller) */
 void pw_matmul_ex(pw_pool *pool, uint32_t wtype, const void *W, int64_t n_in, int64_t n_out, const float *X,
                   int64_t n_tok, float *Y, void *scratch, unsigned hints);
 

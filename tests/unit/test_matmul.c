@@ -84,10 +84,14 @@ static void test_matmul(int n_in) {
         memset(Y, 0xFF, sizeof Y);
         pw_matmul(pools[p], dt, W, n_in, N_OUT, X, nt, Y, scratch);
         if (memcmp(Y, Y1, (size_t)nt * N_OUT * sizeof(float)) != 0) diff++;
-        /* hints choose other tiles, never other results */
-        memset(Y, 0xFF, sizeof Y);
-        pw_matmul_ex(pools[p], dt, W, n_in, N_OUT, X, nt, Y, scratch, PW_MM_RESIDENT);
-        if (memcmp(Y, Y1, (size_t)nt * N_OUT * sizeof(float)) != 0) diff++;
+        /* hints choose other tiles and splits, never other results (small
+         * shapes like these run on the caller unless split is forced) */
+        const unsigned hints[3] = {PW_MM_SPLIT, PW_MM_RESIDENT, PW_MM_RESIDENT | PW_MM_SPLIT};
+        for (int h = 0; h < 3; h++) {
+          memset(Y, 0xFF, sizeof Y);
+          pw_matmul_ex(pools[p], dt, W, n_in, N_OUT, X, nt, Y, scratch, hints[h]);
+          if (memcmp(Y, Y1, (size_t)nt * N_OUT * sizeof(float)) != 0) diff++;
+        }
         /* a batch starting at an offset token (token 2 first) */
         if (nt <= MAX_TOK - 2) {
           pw_matmul(pools[p], dt, W, n_in, N_OUT, X + 2 * n_in, nt, Y, scratch);

@@ -8,6 +8,8 @@
 #include "tensor/traits.h"
 #include "test.h"
 
+#include <string.h>
+
 static uint64_t g_rng = 7;
 static float frand(void) {
   g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
@@ -40,13 +42,21 @@ int main(void) {
       }
       size_t ss = pw_matmul_multi_scratch_size(ops, 4, n_in, n_tok);
       void *scratch = malloc(ss ? ss : 1);
-      pw_matmul_multi(pool, ops, 4, n_in, X, n_tok, scratch);
       for (int k = 0; k < 4; k++) {
         void *s1 = malloc(pw_matmul_scratch_size(types[k], n_in, n_tok) + 1);
         pw_matmul(pool, types[k], W[k], n_in, n_out[k], X, n_tok, Y1[k], s1);
-        CHECK_MSG(memcmp(Y1[k], Y2[k], sizeof(float) * (size_t)(n_tok * n_out[k])) == 0,
-                  "op %d (%s) threads %d tokens %lld differs", k, pw_dtype_name(types[k]), nt, (long long)n_tok);
         free(s1);
+      }
+      /* small work runs on the caller unless the split is forced: both */
+      for (int split = 0; split < 2; split++) {
+        for (int k = 0; k < 4; k++) memset(Y2[k], 0xFF, sizeof(float) * (size_t)(n_tok * n_out[k]));
+        pw_matmul_multi_ex(pool, ops, 4, n_in, X, n_tok, scratch, split ? PW_MM_SPLIT : 0);
+        for (int k = 0; k < 4; k++)
+          CHECK_MSG(memcmp(Y1[k], Y2[k], sizeof(float) * (size_t)(n_tok * n_out[k])) == 0,
+                    "op %d (%s) threads %d tokens %lld split %d differs", k, pw_dtype_name(types[k]), nt,
+                    (long long)n_tok, split);
+      }
+      for (int k = 0; k < 4; k++) {
         free(Y1[k]);
         free(Y2[k]);
       }
