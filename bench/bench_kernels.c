@@ -39,6 +39,22 @@ static double run(const pw_traits *t, int64_t n, const void *w, const void *xq, 
   return (now() - t0) / passes * 1e9;
 }
 
+/* ns per weight row of the tiled gemm path (what pw_matmul takes for the
+ * types that have one): all ROWS rows against nt packed activation rows */
+static double run_gemm(const pw_traits *t, int64_t n, const void *w, const void *xp, size_t xps, int nt,
+                       unsigned flags, int passes) {
+  const size_t wr = (size_t)pw_dtype_row_size(t->dtype, (uint64_t)n);
+  static float y[ROWS * PW_VEC_DOT_MAX_NX];
+  volatile float sink = 0;
+  const double t0 = now();
+  for (int r = 0; r < passes; r++) {
+    t->gemm(n, w, wr, ROWS, xp, xps, nt, y, ROWS, flags);
+    sink += y[r % ROWS];
+  }
+  (void)sink;
+  return (now() - t0) / passes / ROWS * 1e9;
+}
+
 static int cmp_d(const void *a, const void *b) {
   const double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -89,6 +105,37 @@ int main(int argc, char **argv) {
       }
     }
     printf("\n");
+  }
+  /* the gemm path: one token streamed (one row at a time), one token
+   * resident (4-row tiles), nxm tokens */
+  printf("\ngemm path, same units: %-8s %9s %9s %9s\n", "level", "1", "1-res", "8");
+  for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+    const pw_traits *t = pw_traits_get(types[i]);
+    if (!t->gemm) continue;
+    if (argc > 1) {
+      int want = 0;
+      for (int a = 1; a < argc; a++) want |= strcmp(argv[a], t->name) == 0;
+      if (!want) continue;
+    }
+    pw_ref_quantize(types[i], x, w, n * ROWS);
+    const double wbytes = (double)pw_dtype_row_size(t->dtype, (uint64_t)n);
+    const size_t xps = t->gemm_xrow(n);
+    uint8_t *xp = malloc(xps * nxm);
+    if (!xp) return 1;
+    for (int j = 0; j < nxm; j++) t->gemm_pack(x + j * n, xp + j * xps, n);
+    double res[3][REPS];
+    for (int r = 0; r < REPS; r++) {
+      res[0][r] = run_gemm(t, n, w, xp, xps, 1, 0, 100);
+      res[1][r] = run_gemm(t, n, w, xp, xps, 1, PW_GEMM_RESIDENT, 100);
+      res[2][r] = run_gemm(t, n, w, xp, xps, nxm, 0, 50) / nxm;
+    }
+    printf("%-5s %25s", t->name, lvl_name[pw_tensor_level()]);
+    for (int k = 0; k < 3; k++) {
+      qsort(res[k], REPS, sizeof(double), cmp_d);
+      printf(" %9.2f", wbytes / res[k][REPS / 2]);
+    }
+    printf("\n");
+    free(xp);
   }
   free(x);
   free(w);
