@@ -70,6 +70,7 @@
 #define SPEC_NGRAM_MAX 4   /* lookup tries n-grams of this length down to 1 */
 #define SPEC_WINDOW 8      /* rounds with proposals judged for the fallback */
 #define SPEC_MIN_RATE 0.2  /* acceptance below this over a full window: stop speculating */
+#define SPEC_DRAFT_PMIN 0.3 /* a draft model proposes only tokens it gives at least this probability */
 #define CACHE_MAX_ENTRIES 4096
 
 _Static_assert(ENGINE_MAX_STOP <= STOP_MAX_STRINGS && ENGINE_MAX_STOP_LEN <= STOP_MAX_LEN,
@@ -702,6 +703,19 @@ static int spec_lookup(const engine *e, engine_req *r, int k) {
  * sequences still drafting. Greedy. A sequence whose catch-up does not fit
  * the draft batch feeds part of it and proposes nothing this round; a
  * failed draft pass only shortens the proposals. */
+/* The draft's greedy choice from its logits, if it is confident enough to
+ * propose it: its softmax probability at least SPEC_DRAFT_PMIN. Proposals
+ * the draft itself doubts are mostly rejected and each costs a draft pass
+ * and a verified position. */
+static bool draft_pick(const engine *e, const float *l, int32_t *tok) {
+  const int32_t best = pw_argmax(l, e->n_vocab);
+  const float mx = l[best];
+  double sum = 0;
+  for (int i = 0; i < e->n_vocab; i++) sum += exp((double)(l[i] - mx));
+  *tok = best;
+  return 1.0 / sum >= SPEC_DRAFT_PMIN;
+}
+
 static void spec_draft(engine *e) {
   int cap = e->o.step_tokens, n = 0, rows = 0, kmax = 0;
   for (int i = 0; i < e->n_run; i++) {
@@ -735,7 +749,8 @@ static void spec_draft(engine *e) {
   }
   for (int i = 0; i < e->n_run; i++) {
     engine_req *r = e->run[i];
-    if (r->draft_row >= 0) r->prop[0] = pw_argmax(e->dlogits + (size_t)r->draft_row * e->n_vocab, e->n_vocab);
+    if (r->draft_row >= 0 && !draft_pick(e, e->dlogits + (size_t)r->draft_row * e->n_vocab, &r->prop[0]))
+      r->n_prop = 0;
   }
   for (int j = 1; j < kmax; j++) {
     n = 0;
@@ -751,10 +766,7 @@ static void spec_draft(engine *e) {
     for (int i = 0; i < e->n_run; i++) {
       engine_req *r = e->run[i];
       if (r->draft_row < 0) continue;
-      if (rc < 0)
-        r->n_prop = j;
-      else
-        r->prop[j] = pw_argmax(e->dlogits + (size_t)r->draft_row * e->n_vocab, e->n_vocab);
+      if (rc < 0 || !draft_pick(e, e->dlogits + (size_t)r->draft_row * e->n_vocab, &r->prop[j])) r->n_prop = j;
     }
     if (rc < 0) {
       pw_log(PW_LOG_WARN, "engine: draft pass failed: %s", e->err);
