@@ -15,6 +15,8 @@
 
 #define WAIT_MS 60000 /* generous: sanitizer builds are slow */
 #define MAX_TOK 1100
+#include "engine_util.h"
+
 /* Tokens per request in the invariance test: fewer in the (much slower)
  * sanitizer builds. */
 #if defined(__SANITIZE_THREAD__)
@@ -37,120 +39,16 @@
 
 static const char *k_model = POWER_SHARED_DIR "/models/codelm-py-Q8_0.gguf";
 
-typedef struct result {
-  int32_t tok[MAX_TOK];
-  int text_off[MAX_TOK + 1]; /* text bytes before token i's event */
-  int n_tok;
-  char text[16384];
-  int text_len;
-  engine_ev_type end; /* DONE / ERROR, 0 = timed out */
-  engine_finish finish;
-  engine_usage usage;
-  int status;
-  char message[256];
-  float logprob0;
-  int n_top0;
-} result;
-
-static void append(result *res, const char *t, int n) {
-  if (res->text_len + n >= (int)sizeof res->text) n = (int)sizeof res->text - 1 - res->text_len;
-  memcpy(res->text + res->text_len, t, (size_t)n);
-  res->text_len += n;
-  res->text[res->text_len] = 0;
-}
-
-/* Reads events until DONE/ERROR (or timeout). */
-static void collect(engine_req *r, result *res) {
-  memset(res, 0, sizeof *res);
-  engine_event ev;
-  for (;;) {
-    if (engine_next(r, &ev, WAIT_MS) != 0) return;
-    if (ev.type == ENGINE_EV_TOKEN) {
-      if (res->n_tok < MAX_TOK) {
-        if (res->n_tok == 0) {
-          res->logprob0 = ev.logprob;
-          res->n_top0 = ev.n_top;
-        }
-        res->text_off[res->n_tok] = res->text_len;
-        res->tok[res->n_tok++] = ev.token;
-      }
-      append(res, ev.text, ev.text_len);
-      continue;
-    }
-    res->end = ev.type;
-    res->finish = ev.finish;
-    res->usage = ev.usage;
-    res->status = ev.status;
-    memcpy(res->message, ev.message, sizeof res->message);
-    if (ev.type == ENGINE_EV_DONE) append(res, ev.text, ev.text_len);
-    res->text_off[res->n_tok] = res->text_len;
-    return;
-  }
-}
-
-static bool same(const result *a, const result *b) {
-  return a->end == b->end && a->finish == b->finish && a->n_tok == b->n_tok &&
-         memcmp(a->tok, b->tok, (size_t)a->n_tok * sizeof a->tok[0]) == 0 && a->text_len == b->text_len &&
-         memcmp(a->text, b->text, (size_t)a->text_len) == 0;
-}
-
 static engine *make_engine(int max_active, int max_queue, int n_ctx, int step_tokens, int max_events) {
   engine_opts o = {.model_path = k_model, .n_threads = 2, .max_active = max_active, .max_queue = max_queue,
                    .n_ctx = n_ctx, .step_tokens = step_tokens, .max_events = max_events};
-  engine *e = NULL;
-  char err[PW_ERRMAX] = "";
-  int rc = engine_create(&o, &e, err);
-  CHECK_MSG(rc == 0, "engine_create: %s", err);
-  return e;
-}
-
-static int encode(engine *e, const char *text, int32_t *out, int cap) {
-  size_t n = 0;
-  char err[PW_ERRMAX] = "";
-  int rc = tok_encode(engine_vocab(e), text, strlen(text), true, false, out, (size_t)cap, &n, err);
-  CHECK_MSG(rc == 0, "tok_encode: %s", err);
-  return rc == 0 ? (int)n : 0;
+  return create_engine(&o);
 }
 
 static engine_params greedy(const int32_t *prompt, int n, int max_tokens) {
-  engine_params p;
-  memset(&p, 0, sizeof p);
-  p.prompt = prompt;
-  p.n_prompt = n;
-  p.max_tokens = max_tokens;
-  pw_sampler_params_default(&p.sampling);
+  engine_params p = base_params(prompt, n, max_tokens);
   p.sampling.temperature = 0;
-  p.ignore_eos = true;
   return p;
-}
-
-static engine_req *submit(engine *e, const engine_params *p) {
-  engine_req *r = NULL;
-  char err[PW_ERRMAX] = "";
-  int rc = engine_submit(e, p, &r, err);
-  CHECK_MSG(rc == 0, "engine_submit: %s (%s)", err, pw_strerror(rc));
-  return r;
-}
-
-static void run1(engine *e, const engine_params *p, result *res) {
-  engine_req *r = submit(e, p);
-  if (!r) {
-    memset(res, 0, sizeof *res);
-    return;
-  }
-  collect(r, res);
-  engine_release(r);
-}
-
-/* Waits until the engine has no request left (polling stats, bounded). */
-static bool wait_idle(engine *e) {
-  for (int i = 0; i < WAIT_MS / 5; i++) {
-    engine_stats st;
-    engine_get_stats(e, &st);
-    if (st.active == 0 && st.queued == 0) return true;
-    usleep(5000);
-  }
-  return false;
 }
 
 static const char *k_prompts[8] = {
@@ -499,12 +397,9 @@ static void test_limits_and_stop(void) {
 }
 
 static void embed(engine *e, const int32_t *prompt, int n, float *out) {
-  engine_params p;
-  memset(&p, 0, sizeof p);
-  p.prompt = prompt;
-  p.n_prompt = n;
+  engine_params p = base_params(prompt, n, 0);
+  p.ignore_eos = false;
   p.embedding = true;
-  pw_sampler_params_default(&p.sampling);
   engine_req *r = submit(e, &p);
   if (!r) return;
   static result res;
@@ -670,10 +565,7 @@ static void test_stress(void) {
 }
 
 int main(void) {
-  if (access(k_model, R_OK) != 0) {
-    fprintf(stderr, "missing test model %s (see shared/README.md)\n", k_model);
-    return 1;
-  }
+  if (!have_model(k_model)) return 1;
   double t0 = pw_now_s();
   test_batch_invariance();
   fprintf(stderr, "  batch invariance + sampling: %.2fs\n", pw_now_s() - t0);

@@ -13,6 +13,8 @@
 
 #define WAIT_MS 120000
 #define MAX_TOK 256
+#include "engine_util.h"
+
 #if defined(__SANITIZE_THREAD__)
 #define TSAN 1 /* ThreadSanitizer: fewer speculation modes */
 #define GEN 8
@@ -26,74 +28,20 @@
 
 static const char *k_model = POWER_SHARED_DIR "/models/codelm-py-Q8_0.gguf";
 
-typedef struct result {
-  int32_t tok[MAX_TOK];
-  int n_tok;
-  char text[4096];
-  int text_len;
-  engine_ev_type end;
-  engine_finish finish;
-  engine_usage usage;
-} result;
-
-static void collect(engine_req *r, result *res) {
-  memset(res, 0, sizeof *res);
-  engine_event ev;
-  for (;;) {
-    if (engine_next(r, &ev, WAIT_MS) != 0) return;
-    if (ev.type == ENGINE_EV_TOKEN && res->n_tok < MAX_TOK) res->tok[res->n_tok++] = ev.token;
-    int n = ev.text_len;
-    if (res->text_len + n >= (int)sizeof res->text) n = (int)sizeof res->text - 1 - res->text_len;
-    if (ev.type != ENGINE_EV_ERROR) {
-      memcpy(res->text + res->text_len, ev.text, (size_t)n);
-      res->text_len += n;
-    }
-    if (ev.type == ENGINE_EV_TOKEN) continue;
-    res->end = ev.type;
-    res->finish = ev.finish;
-    res->usage = ev.usage;
-    return;
-  }
-}
-
-static bool same(const result *a, const result *b) {
-  return a->end == ENGINE_EV_DONE && b->end == ENGINE_EV_DONE && a->finish == b->finish && a->n_tok == b->n_tok &&
-         memcmp(a->tok, b->tok, (size_t)a->n_tok * sizeof a->tok[0]) == 0 && a->text_len == b->text_len &&
-         memcmp(a->text, b->text, (size_t)a->text_len) == 0;
-}
-
 static engine *make_failing(int entries, size_t bytes, double ttl, int spec_mode, long fail_pass) {
   engine_opts o = {.fail_pass = fail_pass, .model_path = k_model, .n_threads = 2, .max_active = 2, .max_queue = 8, .n_ctx = 256,
                    .step_tokens = 64, .prompt_cache_entries = entries, .prompt_cache_bytes = bytes,
                    .prompt_cache_ttl_s = ttl, .spec_mode = spec_mode,
                    .spec_draft_model = POWER_SHARED_DIR "/models/codelm-py-draft-F32.gguf"};
-  engine *e = NULL;
-  char err[PW_ERRMAX] = "";
-  int rc = engine_create(&o, &e, err);
-  CHECK_MSG(rc == 0, "engine_create: %s", err);
-  return e;
+  return create_engine(&o);
 }
 
 static engine *make(int entries, size_t bytes, double ttl, int spec_mode) {
   return make_failing(entries, bytes, ttl, spec_mode, 0);
 }
 
-static int encode(engine *e, const char *text, int32_t *out, int cap, bool bos) {
-  size_t n = 0;
-  char err[PW_ERRMAX] = "";
-  int rc = tok_encode(engine_vocab(e), text, strlen(text), bos, false, out, (size_t)cap, &n, err);
-  CHECK_MSG(rc == 0, "tok_encode: %s", err);
-  return rc == 0 ? (int)n : 0;
-}
-
 static engine_params params(const int32_t *prompt, int n, int max_tokens, const char *key, bool sampled) {
-  engine_params p;
-  memset(&p, 0, sizeof p);
-  p.prompt = prompt;
-  p.n_prompt = n;
-  p.max_tokens = max_tokens;
-  pw_sampler_params_default(&p.sampling);
-  p.ignore_eos = true;
+  engine_params p = base_params(prompt, n, max_tokens);
   p.sampling.temperature = sampled ? 0.8f : 0.0f;
   p.sampling.top_p = 0.95f;
   p.sampling.repeat_penalty = 1.1f;
@@ -106,28 +54,6 @@ static engine_params params(const int32_t *prompt, int n, int max_tokens, const 
   return p;
 }
 
-static void run1(engine *e, const engine_params *p, result *res) {
-  engine_req *r = NULL;
-  char err[PW_ERRMAX] = "";
-  int rc = engine_submit(e, p, &r, err);
-  CHECK_MSG(rc == 0, "engine_submit: %s", err);
-  if (r)
-    collect(r, res);
-  else
-    memset(res, 0, sizeof *res);
-  engine_release(r);
-}
-
-static bool wait_idle(engine *e) {
-  for (int i = 0; i < WAIT_MS / 5; i++) {
-    engine_stats st;
-    engine_get_stats(e, &st);
-    if (st.active == 0 && st.queued == 0) return true;
-    usleep(5000);
-  }
-  return false;
-}
-
 static const char *k_turn1 =
     "import os\nimport sys\n\n\ndef main(argv):\n    \"\"\"Entry point.\"\"\"\n    if len(argv) < 2:\n";
 static const char *k_turn2 = "\n\n\ndef helper(path):\n    if os.path.exists(path):\n";
@@ -138,7 +64,7 @@ static void test_reuse(int spec_mode) {
   engine *c = make(4, 0, 0, spec_mode), *u = make(-1, 0, 0, ENGINE_SPEC_OFF);
   if (!c || !u) goto out;
   static int32_t p1[256], p2[256];
-  int n1 = encode(c, k_turn1, p1, 256, true);
+  int n1 = encode(c, k_turn1, p1, 256);
   static result a, b, ref, t2, t2ref, s1, s2, sref;
   for (int pass = 0; pass < 2; pass++) {
     engine_params p = params(p1, n1, GEN, "conv-1", false);
@@ -148,8 +74,8 @@ static void test_reuse(int spec_mode) {
   run1(u, &p, &ref);
   CHECK_EQ_INT(a.usage.cached_tokens, 0);
   CHECK_EQ_INT(b.usage.cached_tokens, n1 - 1); /* the whole prompt but its last token */
-  CHECK_MSG(same(&a, &ref) && same(&b, &ref), "cached output differs (%d, %d, %d tokens)", a.n_tok, b.n_tok,
-            ref.n_tok);
+  CHECK_MSG(same_done(&a, &ref) && same_done(&b, &ref), "cached output differs (%d, %d, %d tokens)", a.n_tok,
+            b.n_tok, ref.n_tok);
 
   /* Turn 2: the conversation so far plus a new part; only the new part and
    * the last generated token are evaluated. */
@@ -158,7 +84,7 @@ static void test_reuse(int spec_mode) {
   n2 = n1;
   memcpy(p2 + n2, b.tok, (size_t)b.n_tok * sizeof *p2);
   n2 += b.n_tok;
-  int n_new = encode(c, k_turn2, p2 + n2, 256 - n2, false);
+  int n_new = encode_ex(c, k_turn2, p2 + n2, 256 - n2, false);
   n2 += n_new;
   CHECK(n_new > 5 && n2 + GEN <= 256);
   p = params(p2, n2, GEN, "conv-1", true);
@@ -166,7 +92,7 @@ static void test_reuse(int spec_mode) {
   p.has_cache_key = false;
   run1(u, &p, &t2ref);
   CHECK_EQ_INT(t2.usage.cached_tokens, n1 + b.n_tok - 1);
-  CHECK_MSG(same(&t2, &t2ref), "turn 2 differs with reuse (%d vs %d tokens)", t2.n_tok, t2ref.n_tok);
+  CHECK_MSG(same_done(&t2, &t2ref), "turn 2 differs with reuse (%d vs %d tokens)", t2.n_tok, t2ref.n_tok);
   fprintf(stderr, "  %s turn 2: %d prompt tokens, %d reused, %d evaluated\n", engine_spec_name(spec_mode), n2,
           t2.usage.cached_tokens, n2 - t2.usage.cached_tokens);
 
@@ -178,7 +104,7 @@ static void test_reuse(int spec_mode) {
   run1(u, &p, &sref);
   CHECK_EQ_INT(s1.usage.cached_tokens, 0);
   CHECK_EQ_INT(s2.usage.cached_tokens, n1 - 1);
-  CHECK(same(&s1, &sref) && same(&s2, &sref));
+  CHECK(same_done(&s1, &sref) && same_done(&s2, &sref));
 
   engine_stats st;
   engine_get_stats(c, &st);
@@ -202,7 +128,7 @@ static void test_in_use(void) {
   engine *c = make(4, 0, 0, ENGINE_SPEC_OFF);
   if (!c) return;
   static int32_t p1[256];
-  int n1 = encode(c, k_turn1, p1, 256, true);
+  int n1 = encode(c, k_turn1, p1, 256);
   static result warm, x, y, ref;
   engine_params p = params(p1, n1, GEN, "shared", false);
   run1(c, &p, &warm);
@@ -214,7 +140,7 @@ static void test_in_use(void) {
   if (r2) collect(r2, &y);
   engine_release(r1);
   engine_release(r2);
-  CHECK(same(&x, &warm) && same(&y, &warm));
+  CHECK(same_done(&x, &warm) && same_done(&y, &warm));
   CHECK_MSG((x.usage.cached_tokens == 0) != (y.usage.cached_tokens == 0), "cached %d and %d",
             x.usage.cached_tokens, y.usage.cached_tokens);
   CHECK_EQ_INT(x.usage.cached_tokens + y.usage.cached_tokens, n1 - 1);
@@ -224,7 +150,7 @@ static void test_in_use(void) {
   CHECK_EQ_INT(st.cache_entries, 1);
   run1(c, &p, &ref);
   CHECK_EQ_INT(ref.usage.cached_tokens, n1 - 1);
-  CHECK(same(&ref, &warm));
+  CHECK(same_done(&ref, &warm));
   engine_destroy(c);
 }
 
@@ -241,8 +167,8 @@ static void test_eviction(void) {
   /* By count: two entries; a third key evicts the least recently used. */
   engine *e = make(2, 0, 0, ENGINE_SPEC_OFF);
   if (!e) return;
-  int na = encode(e, k_turn1, pa, 256, true), nb = encode(e, k_other, pb, 256, true);
-  int nc = encode(e, k_turn2, pc, 256, true);
+  int na = encode(e, k_turn1, pa, 256), nb = encode(e, k_other, pb, 256);
+  int nc = encode(e, k_turn2, pc, 256);
   CHECK_EQ_INT(hit(e, pa, na, "a"), 0);
   CHECK_EQ_INT(hit(e, pb, nb, "b"), 0);
   CHECK_EQ_INT(hit(e, pa, na, "a"), na - 1); /* a is now the most recent */
@@ -303,7 +229,7 @@ static void test_cancel_and_capacity(void) {
   engine *e = make(2, 0, 0, ENGINE_SPEC_OFF);
   if (!e) return;
   static int32_t pa[256], pb[256];
-  int na = encode(e, k_turn1, pa, 256, true), nb = encode(e, k_other, pb, 256, true);
+  int na = encode(e, k_turn1, pa, 256), nb = encode(e, k_other, pb, 256);
   hit(e, pa, na, "a");
   hit(e, pb, nb, "b"); /* two idle entries */
   engine_params p = params(pa, na, 0, "a", false);
@@ -341,19 +267,19 @@ static void test_failed_pass(int spec_mode) {
   static result ref1, ref2, x, y;
   engine *e = make(4, 0, 0, spec_mode);
   if (!e) return;
-  int na = encode(e, k_turn1, pa, 256, true);
+  int na = encode(e, k_turn1, pa, 256);
   engine_params p = params(pa, na, GEN, "a", false);
   run1(e, &p, &ref1);
   run1(e, &p, &ref2); /* the same request, reusing the entry */
   engine_destroy(e);
-  CHECK(same(&ref1, &ref2) && ref2.usage.cached_tokens > 0);
+  CHECK(same_done(&ref1, &ref2) && ref2.usage.cached_tokens > 0);
   /* passes are deterministic: fail the third pass of the second request */
   const long fail = ref1.usage.target_passes + 3;
   CHECK(ref2.usage.target_passes > 3);
   e = make_failing(4, 0, 0, spec_mode, fail);
   if (!e) return;
   run1(e, &p, &x);
-  CHECK(same(&x, &ref1));
+  CHECK(same_done(&x, &ref1));
   run1(e, &p, &x);
   CHECK_EQ_INT(x.end, ENGINE_EV_ERROR);
   CHECK(x.n_tok >= 1 && x.n_tok < ref2.n_tok && memcmp(x.tok, ref2.tok, sizeof x.tok[0] * (size_t)x.n_tok) == 0);
@@ -363,15 +289,12 @@ static void test_failed_pass(int spec_mode) {
   CHECK_EQ_INT(st.cache_entries, 0);
   run1(e, &p, &y);
   CHECK_EQ_INT(y.usage.cached_tokens, 0);
-  CHECK_MSG(same(&y, &ref1), "after a failed pass (spec %d)", spec_mode);
+  CHECK_MSG(same_done(&y, &ref1), "after a failed pass (spec %d)", spec_mode);
   engine_destroy(e);
 }
 
 int main(void) {
-  if (access(k_model, R_OK) != 0) {
-    fprintf(stderr, "missing test model %s (see shared/README.md)\n", k_model);
-    return 1;
-  }
+  if (!have_model(k_model)) return 1;
   double t0 = pw_now_s();
   test_reuse(ENGINE_SPEC_OFF);
   test_reuse(ENGINE_SPEC_PROMPT_LOOKUP);

@@ -15,6 +15,8 @@
 
 #define WAIT_MS 120000 /* generous: sanitizer builds are slow */
 #define MAX_TOK 512
+#include "engine_util.h"
+
 #if defined(__SANITIZE_THREAD__)
 #define SMALL 1 /* ThreadSanitizer: one model, short outputs */
 #define GEN 8
@@ -28,78 +30,15 @@
 
 #define MODELS POWER_SHARED_DIR "/models/"
 
-typedef struct result {
-  int32_t tok[MAX_TOK];
-  float lp[MAX_TOK];
-  int n_tok;
-  char text[8192];
-  int text_len;
-  engine_ev_type end; /* DONE / ERROR, 0 = timed out */
-  engine_finish finish;
-  engine_usage usage;
-  int status;
-} result;
-
-static void collect(engine_req *r, result *res) {
-  memset(res, 0, sizeof *res);
-  engine_event ev;
-  for (;;) {
-    if (engine_next(r, &ev, WAIT_MS) != 0) return;
-    if (ev.type == ENGINE_EV_TOKEN && res->n_tok < MAX_TOK) {
-      res->lp[res->n_tok] = ev.logprob;
-      res->tok[res->n_tok++] = ev.token;
-    }
-    int n = ev.text_len;
-    if (res->text_len + n >= (int)sizeof res->text) n = (int)sizeof res->text - 1 - res->text_len;
-    if (ev.type != ENGINE_EV_ERROR) {
-      memcpy(res->text + res->text_len, ev.text, (size_t)n);
-      res->text_len += n;
-      res->text[res->text_len] = 0;
-    }
-    if (ev.type == ENGINE_EV_TOKEN) continue;
-    res->end = ev.type;
-    res->finish = ev.finish;
-    res->usage = ev.usage;
-    res->status = ev.status;
-    return;
-  }
-}
-
-static bool same(const result *a, const result *b) {
-  return a->end == ENGINE_EV_DONE && a->end == b->end && a->finish == b->finish && a->n_tok == b->n_tok &&
-         memcmp(a->tok, b->tok, (size_t)a->n_tok * sizeof a->tok[0]) == 0 &&
-         memcmp(a->lp, b->lp, (size_t)a->n_tok * sizeof a->lp[0]) == 0 && a->text_len == b->text_len &&
-         memcmp(a->text, b->text, (size_t)a->text_len) == 0 &&
-         a->usage.completion_tokens == b->usage.completion_tokens;
-}
-
 static engine *make(const char *model, int mode, const char *draft, int max_active) {
   engine_opts o = {.model_path = model, .n_threads = 2, .max_active = max_active, .max_queue = 16, .n_ctx = 256,
                    .step_tokens = 96, .spec_mode = mode, .spec_draft_model = draft, .spec_draft_max = 8,
                    .prompt_cache_entries = -1};
-  engine *e = NULL;
-  char err[PW_ERRMAX] = "";
-  int rc = engine_create(&o, &e, err);
-  CHECK_MSG(rc == 0, "engine_create(%s, %s): %s", model, engine_spec_name(mode), err);
-  return e;
-}
-
-static int encode(engine *e, const char *text, int32_t *out, int cap) {
-  size_t n = 0;
-  char err[PW_ERRMAX] = "";
-  int rc = tok_encode(engine_vocab(e), text, strlen(text), true, false, out, (size_t)cap, &n, err);
-  CHECK_MSG(rc == 0, "tok_encode: %s", err);
-  return rc == 0 ? (int)n : 0;
+  return create_engine(&o);
 }
 
 static engine_params params(const int32_t *prompt, int n, int max_tokens, bool sampled, uint64_t seed) {
-  engine_params p;
-  memset(&p, 0, sizeof p);
-  p.prompt = prompt;
-  p.n_prompt = n;
-  p.max_tokens = max_tokens;
-  pw_sampler_params_default(&p.sampling);
-  p.ignore_eos = true;
+  engine_params p = base_params(prompt, n, max_tokens);
   p.want_logprobs = true;
   if (sampled) {
     p.sampling.temperature = 0.8f;
@@ -115,12 +54,7 @@ static engine_params params(const int32_t *prompt, int n, int max_tokens, bool s
 static void run_many(engine *e, const engine_params *ps, int n, result *out) {
   engine_req *rs[16];
   PW_ASSERT(n <= 16);
-  for (int i = 0; i < n; i++) {
-    rs[i] = NULL;
-    char err[PW_ERRMAX] = "";
-    int rc = engine_submit(e, &ps[i], &rs[i], err);
-    CHECK_MSG(rc == 0, "engine_submit: %s", err);
-  }
+  for (int i = 0; i < n; i++) rs[i] = submit(e, &ps[i]);
   for (int i = 0; i < n; i++) {
     if (rs[i])
       collect(rs[i], &out[i]);
@@ -236,24 +170,24 @@ static void exactness(const char *model, int mode, const char *draft, int gen) {
   int drafted = 0, accepted = 0;
   for (int i = 0; i < 2; i++) {
     run_many(e, &c->main[i], 1, &c->got[i]);
-    CHECK_MSG(same(&c->ref[i], &c->got[i]), "%s %s request %d (%s) differs alone: %d vs %d tokens", model, name, i,
-              i % 2 ? "sampled" : "greedy", c->ref[i].n_tok, c->got[i].n_tok);
+    CHECK_MSG(same_exact(&c->ref[i], &c->got[i]), "%s %s request %d (%s) differs alone: %d vs %d tokens", model, name,
+              i, i % 2 ? "sampled" : "greedy", c->ref[i].n_tok, c->got[i].n_tok);
     drafted += c->got[i].usage.spec_drafted;
     accepted += c->got[i].usage.spec_accepted;
   }
   run_many(e, c->main, N_MAIN, c->got);
   for (int i = 0; i < N_MAIN; i++) {
-    CHECK_MSG(same(&c->ref[i], &c->got[i]), "%s %s request %d (%s) differs among %d: %d vs %d tokens", model, name,
-              i, i % 2 ? "sampled" : "greedy", N_MAIN, c->ref[i].n_tok, c->got[i].n_tok);
+    CHECK_MSG(same_exact(&c->ref[i], &c->got[i]), "%s %s request %d (%s) differs among %d: %d vs %d tokens", model,
+              name, i, i % 2 ? "sampled" : "greedy", N_MAIN, c->ref[i].n_tok, c->got[i].n_tok);
     CHECK_EQ_INT(c->got[i].n_tok, gen + 3 * i);
     check_usage(&c->got[i]);
   }
   run_many(e, c->var, c->n_var, c->got);
   for (int i = 0; i < c->n_var; i++) {
     const engine_params *p = &c->var[i];
-    CHECK_MSG(same(&c->ref_var[i], &c->got[i]), "%s %s variant %d (max_tokens %d, stop \"%s\", eos %d) differs: %d vs %d tokens",
-              model, name, i, p->max_tokens, p->n_stop ? p->stop[0] : "", !p->ignore_eos, c->ref_var[i].n_tok,
-              c->got[i].n_tok);
+    CHECK_MSG(same_exact(&c->ref_var[i], &c->got[i]),
+              "%s %s variant %d (max_tokens %d, stop \"%s\", eos %d) differs: %d vs %d tokens", model, name, i,
+              p->max_tokens, p->n_stop ? p->stop[0] : "", !p->ignore_eos, c->ref_var[i].n_tok, c->got[i].n_tok);
     check_usage(&c->got[i]);
     if (p->n_stop) CHECK(c->got[i].finish == ENGINE_FINISH_STOP);
     if (p->spec_off) {
@@ -305,7 +239,7 @@ static double acceptance(const char *model, int mode, const char *draft, const r
   engine_params p = params(pr, n, gen, false, 0);
   static result r;
   run_many(e, &p, 1, &r);
-  CHECK_MSG(!ref || same(ref, &r), "copy prompt differs with %s", engine_spec_name(mode));
+  CHECK_MSG(!ref || same_exact(ref, &r), "copy prompt differs with %s", engine_spec_name(mode));
   double per = r.usage.target_passes > 0 ? (double)r.usage.completion_tokens / r.usage.target_passes : 0;
   engine_stats st;
   engine_get_stats(e, &st);
@@ -351,7 +285,7 @@ static void test_fallback(void) {
     engine_params p = params(pr, 100, SMALL ? 60 : 120, s == 1, 5);
     run_many(off, &p, 1, &a);
     run_many(e, &p, 1, &b);
-    CHECK_MSG(same(&a, &b), "fallback request (%s) differs", s ? "sampled" : "greedy");
+    CHECK_MSG(same_exact(&a, &b), "fallback request (%s) differs", s ? "sampled" : "greedy");
     check_usage(&b);
   }
   engine_stats st;
@@ -395,10 +329,7 @@ int main(void) {
   char path[1024];
   for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
     snprintf(path, sizeof path, MODELS "%s", need[i]);
-    if (access(path, R_OK) != 0) {
-      fprintf(stderr, "missing test model %s (see shared/README.md)\n", path);
-      return 1;
-    }
+    if (!have_model(path)) return 1;
   }
   double t0 = pw_now_s();
   test_draft_mismatch();
