@@ -47,10 +47,19 @@ static inline __m256 hsum8x8(const __m256 a[8]) {
   return _mm256_add_ps(lo, hi);
 }
 
-/* rows [0, np) of an F16 matrix (stride elements apart) as packed f32 */
-static void rows_to_f32(const uint16_t *src, size_t stride, int np, int hd, float *dst) {
-  for (int p = 0; p < np; p++)
+/* rows [0, np) of an F16 matrix (stride elements apart) as packed f32;
+ * meanwhile rows [0, npf) at pf (same layout) are prefetched: the cache's
+ * rows are strided reads from memory that the hardware prefetchers pick up
+ * late, so each chunk asks for the next rows it will need */
+static void rows_to_f32(const uint16_t *src, size_t stride, int np, int hd, float *dst, const uint16_t *pf,
+                        int npf) {
+  for (int p = 0; p < np; p++) {
+    if (p < npf)
+      for (int i = 0; i < hd; i += 32) _mm_prefetch((const char *)(pf + p * stride + i), _MM_HINT_T0);
     for (int i = 0; i < hd; i += VW) V_STORE(dst + (size_t)p * hd + i, V_LOAD_PH(src + p * stride + i));
+  }
+  for (int p = np; p < npf; p++)
+    for (int i = 0; i < hd; i += 32) _mm_prefetch((const char *)(pf + p * stride + i), _MM_HINT_T0);
 }
 
 /* Up to MQ queries sharing one K/V (the query heads of a GQA group, and
@@ -64,40 +73,41 @@ static void rows_to_f32(const uint16_t *src, size_t stride, int np, int hd, floa
 #define MQ_MAX_HD 256
 #define MQP (MQ + 8) /* rows padded to whole 8-query vectors */
 
-/* Step 3 below for four queries (lim 0 for absent ones) and W vectors of
- * the head from element j0: the accumulators stay in registers over the
- * chunk's keys, the four queries' updates are independent chains. Each
+/* Step 3 below for four queries (lim 0 for absent ones) and W <= 4 vectors
+ * of the head from element j0: the accumulators stay in registers over the
+ * chunk's keys, the 4 x W updates are independent chains (each a multiply-
+ * add and two conversions long, so many must be in flight). Each
  * element is updated exactly as in the reference: rescaled when the max
  * grew, then plus V times the weight, rounded to F16 after each. */
 static inline __attribute__((always_inline)) void accum_quad(float (*acc)[MQ_MAX_HD], const float *ex,
                                                              const int *grow, const int *lim, const float *kf,
                                                              int hd, int np, int j0, const int W) {
-  VT a[4][2];
+  VT a[4][4];
 #pragma GCC unroll 4
   for (int h = 0; h < 4; h++)
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int u = 0; u < W; u++) a[h][u] = V_LOAD(acc[h] + j0 + u * VW);
   for (int p = 0; p < np; p++) {
     const float *vr = kf + (size_t)p * hd + j0;
-    VT vv[2];
-#pragma GCC unroll 2
+    VT vv[4];
+#pragma GCC unroll 4
     for (int u = 0; u < W; u++) vv[u] = V_LOAD(vr + u * VW);
 #pragma GCC unroll 4
     for (int h = 0; h < 4; h++) {
       if (p >= lim[h]) continue;
       VT vs = V_SET1(ex[(size_t)p * MQP + h]);
       if (grow[(size_t)p * MQP + h]) {
-#pragma GCC unroll 2
+#pragma GCC unroll 4
         for (int u = 0; u < W; u++) a[h][u] = V_ROUND16(V_MUL(a[h][u], vs));
         vs = V_SET1(1.0f);
       }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
       for (int u = 0; u < W; u++) a[h][u] = V_ROUND16(V_FMA(vv[u], vs, a[h][u]));
     }
   }
 #pragma GCC unroll 4
   for (int h = 0; h < 4; h++)
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int u = 0; u < W; u++) V_STORE(acc[h] + j0 + u * VW, a[h][u]);
 }
 
@@ -130,7 +140,8 @@ static void ATTN_GROUP(const float *const *q, const int *n_pos, int nq, const ui
   for (int p0 = 0; p0 < n_max; p0 += CHUNK) {
     const int np = n_max - p0 < CHUNK ? n_max - p0 : CHUNK;
     /* 1. scores */
-    rows_to_f32(k + (size_t)p0 * stride, stride, np, hd, kf);
+    /* K of this chunk (V of it on the way) */
+    rows_to_f32(k + (size_t)p0 * stride, stride, np, hd, kf, v + (size_t)p0 * stride, np);
     for (int h = 0; h < nq; h++) {
       const int nh = n_pos[h] - p0 < np ? n_pos[h] - p0 : np;
       lim[h] = nh > 0 ? nh : 0;
@@ -163,10 +174,16 @@ static void ATTN_GROUP(const float *const *q, const int *n_pos, int nq, const ui
     for (int p = 0; p < np; p++)
       for (int h = 0; h < nq; h += 8) _mm256_store_ps(ex[p] + h, exp8(_mm256_load_ps(ex[p] + h)));
     /* 3. the F16 accumulators, key by key (kf now holds V) */
-    rows_to_f32(v + (size_t)p0 * stride, stride, np, hd, kf);
+    /* V of this chunk (K of the next one on the way) */
+    const int np_next = n_max - p0 - np < CHUNK ? n_max - p0 - np : CHUNK;
+    rows_to_f32(v + (size_t)p0 * stride, stride, np, hd, kf, k + (size_t)(p0 + np) * stride, np_next);
     for (int h = 0; h < nq; h += 4) {
       int j = 0;
-      for (; j + 2 * VW <= hd; j += 2 * VW) accum_quad(acc + h, ex[0] + h, grow[0] + h, lim + h, kf, hd, np, j, 2);
+      for (; j + 4 * VW <= hd; j += 4 * VW) accum_quad(acc + h, ex[0] + h, grow[0] + h, lim + h, kf, hd, np, j, 4);
+      if (j + 2 * VW <= hd) {
+        accum_quad(acc + h, ex[0] + h, grow[0] + h, lim + h, kf, hd, np, j, 2);
+        j += 2 * VW;
+      }
       if (j < hd) accum_quad(acc + h, ex[0] + h, grow[0] + h, lim + h, kf, hd, np, j, 1);
     }
     /* 4. the running sums: S * ms + vs, ms = the weight where the max grew
