@@ -61,8 +61,10 @@ struct model {
 };
 
 struct model_kv {
-  int n_layer, n_seq, n_ctx, kv_dim;
-  uint16_t *k, *v; /* [n_layer][n_seq][n_ctx][kv_dim] F16 */
+  int n_layer, n_seq, n_ctx, kv_dim, n_head_kv, head_dim;
+  /* [n_layer][n_seq][n_head_kv][n_ctx][head_dim] F16: each KV head's rows
+   * are contiguous, one stream for the thread that attends over them */
+  uint16_t *k, *v;
   int *len;        /* [n_seq] */
 };
 
@@ -292,6 +294,8 @@ int model_kv_create(const model *m, int n_seq, int n_ctx, model_kv **out, char *
   kv->n_seq = n_seq;
   kv->n_ctx = n_ctx;
   kv->kv_dim = m->hp.n_head_kv * m->hp.head_dim;
+  kv->n_head_kv = m->hp.n_head_kv;
+  kv->head_dim = m->hp.head_dim;
   size_t n = (size_t)kv->n_layer * n_seq * n_ctx * kv->kv_dim;
   kv->k = malloc(n * sizeof(uint16_t));
   kv->v = malloc(n * sizeof(uint16_t));
@@ -324,17 +328,20 @@ void model_kv_truncate(model_kv *kv, int seq, int len) {
   kv->len[seq] = len;
 }
 
-static size_t kv_off(const model_kv *kv, int layer, int seq, int pos) {
-  return (((size_t)layer * kv->n_seq + seq) * kv->n_ctx + pos) * kv->kv_dim;
+/* element offset of (layer, seq, KV head, position) */
+static size_t kv_off(const model_kv *kv, int layer, int seq, int head, int pos) {
+  return ((((size_t)layer * kv->n_seq + seq) * kv->n_head_kv + head) * kv->n_ctx + pos) * kv->head_dim;
 }
 
 void model_kv_copy(model_kv *kv, int dst, int src, int len) {
   PW_ASSERT(len >= 0 && len <= kv->len[src]);
   if (dst != src)
-    for (int l = 0; l < kv->n_layer; l++) {
-      memcpy(kv->k + kv_off(kv, l, dst, 0), kv->k + kv_off(kv, l, src, 0), (size_t)len * kv->kv_dim * 2);
-      memcpy(kv->v + kv_off(kv, l, dst, 0), kv->v + kv_off(kv, l, src, 0), (size_t)len * kv->kv_dim * 2);
-    }
+    for (int l = 0; l < kv->n_layer; l++)
+      for (int h = 0; h < kv->n_head_kv; h++) {
+        const size_t bytes = (size_t)len * kv->head_dim * sizeof(uint16_t);
+        memcpy(kv->k + kv_off(kv, l, dst, h, 0), kv->k + kv_off(kv, l, src, h, 0), bytes);
+        memcpy(kv->v + kv_off(kv, l, dst, h, 0), kv->v + kv_off(kv, l, src, h, 0), bytes);
+      }
   kv->len[dst] = len;
 }
 
@@ -491,8 +498,8 @@ static void attn_worker(void *ctx, int ith, int nth) {
     const int g = (int)(w / per_group), h0 = (int)(w % per_group) * j->heads, hk = h0 / gqa;
     const int t0 = c->att_groups[g], t1 = c->att_groups[g + 1];
     const model_entry *en = &j->e[t0];
-    const uint16_t *k0 = kv->k + kv_off(kv, j->layer, en->seq, 0) + (size_t)hk * hd;
-    const uint16_t *v0 = kv->v + kv_off(kv, j->layer, en->seq, 0) + (size_t)hk * hd;
+    const uint16_t *k0 = kv->k + kv_off(kv, j->layer, en->seq, hk, 0);
+    const uint16_t *v0 = kv->v + kv_off(kv, j->layer, en->seq, hk, 0);
     const float *qp[PW_ATTN_GROUP_MAX];
     float *op[PW_ATTN_GROUP_MAX];
     int np[PW_ATTN_GROUP_MAX], nq = 0;
@@ -502,7 +509,7 @@ static void attn_worker(void *ctx, int ith, int nth) {
         op[nq] = c->att + ((size_t)t * hp->n_head + h) * hd;
         np[nq] = j->e[t].pos + 1;
         if (++nq == PW_ATTN_GROUP_MAX || (t == t1 - 1 && h == h0 + j->heads - 1)) {
-          j->attn(qp, np, nq, k0, v0, (size_t)kv->kv_dim, hd, scale, op);
+          j->attn(qp, np, nq, k0, v0, (size_t)hd, hd, scale, op);
           nq = 0;
         }
       }
@@ -578,10 +585,11 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
     rope_apply(c, c->q, n, hp->n_head);
     rope_apply(c, c->k, n, hp->n_head_kv);
     const pw_from_float_fn to_f16 = pw_traits_get(PW_DT_F16)->from_float;
-    for (int t = 0; t < n; t++) {
-      to_f16(c->k + (size_t)t * kvd, kv->k + kv_off(kv, il, e[t].seq, e[t].pos), kvd);
-      to_f16(c->v + (size_t)t * kvd, kv->v + kv_off(kv, il, e[t].seq, e[t].pos), kvd);
-    }
+    for (int t = 0; t < n; t++)
+      for (int h = 0; h < hp->n_head_kv; h++) {
+        to_f16(c->k + (size_t)t * kvd + (size_t)h * hd, kv->k + kv_off(kv, il, e[t].seq, h, e[t].pos), hd);
+        to_f16(c->v + (size_t)t * kvd + (size_t)h * hd, kv->v + kv_off(kv, il, e[t].seq, h, e[t].pos), hd);
+      }
     attn_job job = {c, kv, e, il, n_groups, n_groups * hp->n_head_kv >= pw_pool_size(m->pool) ? hp->n_head / hp->n_head_kv : 1,
                     pw_attn_multi_get(), 0};
     pw_pool_run(m->pool, attn_worker, &job);
