@@ -55,6 +55,14 @@ static double run_gemm(const pw_traits *t, int64_t n, const void *w, const void 
   return (now() - t0) / passes / ROWS * 1e9;
 }
 
+/* no type arguments: every type; else the named ones */
+static int wanted(int argc, char **argv, const char *name) {
+  if (argc <= 1) return 1;
+  for (int a = 1; a < argc; a++)
+    if (strcmp(argv[a], name) == 0) return 1;
+  return 0;
+}
+
 static int cmp_d(const void *a, const void *b) {
   const double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -78,11 +86,7 @@ int main(int argc, char **argv) {
   printf("\n");
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
     const pw_traits *t = pw_traits_get(types[i]);
-    if (argc > 1) {
-      int want = 0;
-      for (int a = 1; a < argc; a++) want |= strcmp(argv[a], t->name) == 0;
-      if (!want) continue;
-    }
+    if (!wanted(argc, argv, t->name)) continue;
     pw_ref_quantize(types[i], x, w, n * ROWS);
     const size_t xs = (size_t)pw_dtype_row_size(t->vec_dot_type, (uint64_t)n);
     const double wbytes = (double)pw_dtype_row_size(t->dtype, (uint64_t)n);
@@ -112,11 +116,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
     const pw_traits *t = pw_traits_get(types[i]);
     if (!t->gemm) continue;
-    if (argc > 1) {
-      int want = 0;
-      for (int a = 1; a < argc; a++) want |= strcmp(argv[a], t->name) == 0;
-      if (!want) continue;
-    }
+    if (!wanted(argc, argv, t->name)) continue;
     pw_ref_quantize(types[i], x, w, n * ROWS);
     const double wbytes = (double)pw_dtype_row_size(t->dtype, (uint64_t)n);
     const size_t xps = t->gemm_xrow(n);
