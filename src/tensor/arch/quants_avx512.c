@@ -479,12 +479,105 @@ AI void gemm_tile(const int kind, const int R, const int T, int64_t nb, const ui
   }
 }
 
+/* ---- the same tiles over unpacked rows (many tokens) --------------------
+ * With 8 or more tokens each weight pair would be unpacked once per group
+ * of 4 tokens; instead a block of rows is unpacked once into a buffer, per
+ * pair the 64 bytes gemm_pair gives vpdpbusd and the 16 lane scales it
+ * multiplies (UPAIR bytes), and the tiles read those. The operations per
+ * (row, token, pair) and their order are gemm_pair's, so every result is
+ * bit-identical to the packed path's. */
+#define UPAIR 128
+#define GEMM_UNPACK_TOKENS 32
+#define GEMM_UNPACK_BYTES (128u << 10)
+
+AI void unpack_rows(const int kind, int64_t nb, const uint8_t *w, size_t w_row, int nr, uint8_t *u, size_t u_row) {
+  const int wsz = kind == LQ8_0 ? 34 : kind == LQ4_0 ? 18 : 22;
+  const __m512i sidx = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 3);
+  for (int r = 0; r < nr; r++) {
+    const uint8_t *wp = w + (size_t)r * w_row;
+    uint8_t *up = u + (size_t)r * u_row;
+    for (int64_t b = 0; b < nb; b += 2, wp += 2 * wsz, up += UPAIR) {
+      const int two = b + 1 < nb;
+      __m512i q = two ? w_pair(wp, wsz, kind, 1, 1) : w_pair(wp, wsz, kind, 0, 1);
+      if (kind == LQ8_0) q = _mm512_xor_si512(q, _mm512_set1_epi8((char)0x80));
+      _mm512_store_si512(up, q);
+      _mm512_store_ps(up + 64, _mm512_permutexvar_ps(sidx, _mm512_castps128_ps512(two ? d_pair(wp, wsz, 1)
+                                                                                          : d_pair(wp, wsz, 0))));
+    }
+  }
+}
+
+AI void gemm_tile_u(const int kind, const int R, const int T, int64_t np, const uint8_t *u, size_t u_row,
+                    const uint8_t *xp, size_t xrow, float *y, size_t ys) {
+  const int sh = kind == LQ8_0 ? 7 : kind == LQ4_0 ? 3 : 4;
+  __m512 acc[4][4];
+  _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
+    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < np; p++, u += UPAIR, xp += XPAIR) {
+    __m512i nc[4];
+    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) nc[t] = _mm512_slli_epi32(_mm512_loadu_si512(xp + (size_t)t * xrow + 128), sh);
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+      const uint8_t *ur = u + (size_t)r * u_row;
+      const __m512i q = _mm512_load_si512(ur);
+      const __m512 dw = _mm512_load_ps(ur + 64);
+      _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
+        const uint8_t *xt = xp + (size_t)t * xrow;
+        const __m512i d = _mm512_dpbusd_epi32(nc[t], q, _mm512_loadu_si512(xt));
+        const __m512 s = _mm512_mul_ps(dw, _mm512_loadu_ps(xt + 64));
+        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc[r][t]);
+      }
+    }
+  }
+  if (R == 4) {
+    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++)
+      _mm_storeu_ps(y + (size_t)t * ys, reduce_add4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
+  } else {
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
+      _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) y[(size_t)t * ys + r] = _mm512_reduce_add_ps(acc[r][t]);
+  }
+}
+
+#define GTU(R, T)                                                                                  \
+  case (R) * 8 + (T): gemm_tile_u(kind, R, T, np, ur, u_row, xt, xp_row, yt, ys); break;
+
+/* rows [0, nr) through the unpacked path, in blocks that fit the buffer;
+ * returns 0 (nothing done) when not even 4 rows fit */
+AI int gemm_sym_u(const int kind, int64_t n, const void *w, size_t w_row, int nr, const void *xp, size_t xp_row,
+                  int nt, float *y, size_t ys) {
+  const int64_t nb = n / 32, np = (nb + 1) / 2;
+  const size_t u_row = (size_t)np * UPAIR;
+  int ub = (int)(GEMM_UNPACK_BYTES / u_row) / 4 * 4;
+  if (ub < 4) return 0;
+  uint8_t buf[GEMM_UNPACK_BYTES] __attribute__((aligned(64)));
+  for (int b0 = 0; b0 < nr; b0 += ub) {
+    const int nbr = nr - b0 < ub ? nr - b0 : ub;
+    unpack_rows(kind, nb, (const uint8_t *)w + (size_t)b0 * w_row, w_row, nbr, buf, u_row);
+    for (int t0 = 0; t0 < nt; t0 += 4) {
+      const int T = nt - t0 < 4 ? nt - t0 : 4;
+      const uint8_t *xt = (const uint8_t *)xp + (size_t)t0 * xp_row;
+      for (int r0 = 0; r0 < nbr;) {
+        const int R = nbr - r0 < 4 ? nbr - r0 : 4;
+        const uint8_t *ur = buf + (size_t)r0 * u_row;
+        float *yt = y + (size_t)t0 * ys + b0 + r0;
+        switch (R * 8 + T) {
+          GTU(1, 1) GTU(1, 2) GTU(1, 3) GTU(1, 4) GTU(2, 1) GTU(2, 2) GTU(2, 3) GTU(2, 4)
+          GTU(3, 1) GTU(3, 2) GTU(3, 3) GTU(3, 4) GTU(4, 1) GTU(4, 2) GTU(4, 3) GTU(4, 4)
+        }
+        r0 += R;
+      }
+    }
+  }
+  return 1;
+}
+#undef GTU
+
 #define GT(R, T)                                                                                   \
   case (R) * 8 + (T): gemm_tile(kind, R, T, nb, wr, w_row, xt, xp_row, yt, ys); break;
 
 AI void gemm_sym(const int kind, int64_t n, const void *w, size_t w_row, int nr, const void *xp, size_t xp_row,
                  int nt, float *y, size_t ys, unsigned flags) {
   const int64_t nb = n / 32;
+  if (nt >= GEMM_UNPACK_TOKENS && gemm_sym_u(kind, n, w, w_row, nr, xp, xp_row, nt, y, ys)) return;
   for (int t0 = 0; t0 < nt; t0 += 4) {
     const int T = nt - t0 < 4 ? nt - t0 : 4;
     const uint8_t *xt = (const uint8_t *)xp + (size_t)t0 * xp_row;
