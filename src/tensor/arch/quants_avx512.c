@@ -460,16 +460,14 @@ AI void gemm_pair(const int kind, const int R, const int T, const int two, const
   }
 }
 
-AI void gemm_tile(const int kind, const int R, const int T, int64_t nb, const uint8_t *w, size_t w_row,
-                  const uint8_t *xp, size_t xrow, float *y, size_t ys) {
-  const int wsz = kind == LQ8_0 ? 34 : kind == LQ4_0 ? 18 : 22;
-  __m512 acc[4][4];
+AI void tile_zero(const int R, const int T, __m512 acc[4][4]) {
   _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
     _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
-  const uint8_t *wb = w, *xb = xp;
-  int64_t b = 0;
-  for (; b + 2 <= nb; b += 2, wb += 2 * wsz, xb += XPAIR) gemm_pair(kind, R, T, 1, wb, w_row, xb, xrow, acc);
-  if (b < nb) gemm_pair(kind, R, T, 0, wb, w_row, xb, xrow, acc);
+}
+
+/* each (row, token) accumulator reduced to y[t * ys + r]: four rows
+ * together with reduce_add4, the same sums as one at a time */
+AI void tile_out(const int R, const int T, __m512 acc[4][4], float *y, size_t ys) {
   if (R == 4) {
     _Pragma("GCC unroll 4") for (int t = 0; t < T; t++)
       _mm_storeu_ps(y + (size_t)t * ys, reduce_add4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
@@ -477,6 +475,18 @@ AI void gemm_tile(const int kind, const int R, const int T, int64_t nb, const ui
     _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
       _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) y[(size_t)t * ys + r] = _mm512_reduce_add_ps(acc[r][t]);
   }
+}
+
+AI void gemm_tile(const int kind, const int R, const int T, int64_t nb, const uint8_t *w, size_t w_row,
+                  const uint8_t *xp, size_t xrow, float *y, size_t ys) {
+  const int wsz = kind == LQ8_0 ? 34 : kind == LQ4_0 ? 18 : 22;
+  __m512 acc[4][4];
+  tile_zero(R, T, acc);
+  const uint8_t *wb = w, *xb = xp;
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2, wb += 2 * wsz, xb += XPAIR) gemm_pair(kind, R, T, 1, wb, w_row, xb, xrow, acc);
+  if (b < nb) gemm_pair(kind, R, T, 0, wb, w_row, xb, xrow, acc);
+  tile_out(R, T, acc, y, ys);
 }
 
 /* ---- the same tiles over unpacked rows (many tokens) --------------------
@@ -511,8 +521,7 @@ AI void gemm_tile_u(const int kind, const int R, const int T, int64_t np, const 
                     const uint8_t *xp, size_t xrow, float *y, size_t ys) {
   const int sh = kind == LQ8_0 ? 7 : kind == LQ4_0 ? 3 : 4;
   __m512 acc[4][4];
-  _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
-    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+  tile_zero(R, T, acc);
   for (int64_t p = 0; p < np; p++, u += UPAIR, xp += XPAIR) {
     __m512i nc[4];
     _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) nc[t] = _mm512_slli_epi32(_mm512_loadu_si512(xp + (size_t)t * xrow + 128), sh);
@@ -528,13 +537,7 @@ AI void gemm_tile_u(const int kind, const int R, const int T, int64_t np, const 
       }
     }
   }
-  if (R == 4) {
-    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++)
-      _mm_storeu_ps(y + (size_t)t * ys, reduce_add4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
-  } else {
-    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
-      _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) y[(size_t)t * ys + r] = _mm512_reduce_add_ps(acc[r][t]);
-  }
+  tile_out(R, T, acc, y, ys);
 }
 
 #define GTU(R, T)                                                                                  \
