@@ -2,13 +2,14 @@
  * way llama-bench measures it, so the figures can be set beside llama.cpp's.
  *
  *   power bench [--model M] [-p 512] [-n 128] [-r 5] [--threads N]
- *               [--batch B] [--seed S] [-o md|json]
+ *               [--depth D] [--batch B] [--seed S] [-o md|json]
  *   power bench --bandwidth [--bandwidth-mib 1024] [--threads N] [-o md|json]
  *
  * pp  prompt processing: p seeded random token ids from an empty cache, in
  *     batches of up to 512, logits only for the last one.
  * tg  generation: after a one-token prompt, n single-token steps with logits
- *     at every step and the argmax fed back.
+ *     at every step and the argmax fed back; with --depth D, after D cached
+ *     tokens instead (filled once, untimed: decode speed at that context).
  * batch_tg (with --batch B): B sequences decoding together, one step = one
  *     batch of B entries (one per sequence), logits for all; the aggregate
  *     rate and its ratio to tg.
@@ -52,7 +53,7 @@
 
 typedef struct bench_opts {
   const char *model;
-  long p, n, r, threads, batch, bw_mib;
+  long p, n, r, threads, batch, bw_mib, depth;
   unsigned long long seed;
   int json;
   int bandwidth;
@@ -73,6 +74,7 @@ static void bench_usage(FILE *out) {
           "  -n, --n-gen N         generated tokens for tg (default 128; 0 = skip)\n"
           "  -r, --repetitions N   timed repetitions after one warm-up (default 5)\n"
           "  -t, --threads N       kernel threads (default 2)\n"
+          "  -d, --depth D         tokens already in the cache before tg (default 0)\n"
           "  -b, --batch B         also decode B sequences together (batch_tg)\n"
           "  --seed S              seed of the random token ids (default 1)\n"
           "  -o, --output FMT      md (default) or json (one object)\n"
@@ -253,15 +255,29 @@ static double bench_pp(bench_run *b, int p) {
   return p / t;
 }
 
-/* Generation of n tokens after a one-token prompt; returns tok/s or -1. */
+/* The depth tokens of tg's sequence (1), once, in prompt-sized batches. */
+static int bench_fill_depth(bench_run *b, int d) {
+  fill_tokens(b, d);
+  model_kv_truncate(b->kv, 1, 0);
+  for (int i = 0; i < d; i += BENCH_MAX_CHUNK) {
+    int nb = d - i < BENCH_MAX_CHUNK ? d - i : BENCH_MAX_CHUNK;
+    for (int j = 0; j < nb; j++) b->entries[j] = (model_entry){1, i + j, b->tokens[i + j], i + j == d - 1};
+    if (model_forward(b->ctx, b->kv, b->entries, nb, b->logits, NULL, b->err)) return -1;
+  }
+  return 0;
+}
+
+/* Generation of n tokens after a one-token prompt, in sequence 1 after its
+ * depth tokens; returns tok/s or -1. */
 static double bench_tg(bench_run *b, int n) {
+  const int d = (int)b->o->depth;
   fill_tokens(b, 1);
-  model_kv_truncate(b->kv, 0, 0);
-  model_entry e = {0, 0, b->tokens[0], true};
+  model_kv_truncate(b->kv, 1, d);
+  model_entry e = {1, d, b->tokens[0], true};
   if (model_forward(b->ctx, b->kv, &e, 1, b->logits, NULL, b->err)) return -1;
   double t = 0;
   for (int i = 0; i < n; i++) {
-    e = (model_entry){0, i + 1, argmax(b->logits, b->hp->n_vocab), true};
+    e = (model_entry){1, d + i + 1, argmax(b->logits, b->hp->n_vocab), true};
     double t0 = pw_now_s();
     if (model_forward(b->ctx, b->kv, &e, 1, b->logits, NULL, b->err)) return -1;
     t += pw_now_s() - t0;
@@ -348,6 +364,7 @@ static void print_json(const bench_run *b, const char *path, const bench_facts *
   json_object_set_new(root, "p", json_integer(o->p));
   json_object_set_new(root, "n", json_integer(o->n));
   json_object_set_new(root, "r", json_integer(o->r));
+  json_object_set_new(root, "depth", json_integer(o->depth));
   json_object_set_new(root, "seed", json_integer((json_int_t)o->seed));
   if (pp->n) {
     json_object_set_new(root, "pp_tok_s", json_real(pp->med));
@@ -391,7 +408,10 @@ static void print_md(const bench_run *b, const char *path, const bench_facts *fx
     print_md_row(b, path, fx, name, pp, "");
   }
   if (tg->n) {
-    snprintf(name, sizeof name, "tg%ld", b->o->n);
+    if (b->o->depth)
+      snprintf(name, sizeof name, "tg%ld @ d%ld", b->o->n, b->o->depth);
+    else
+      snprintf(name, sizeof name, "tg%ld", b->o->n);
     print_md_row(b, path, fx, name, tg, "");
   }
   if (btg->n) {
@@ -429,12 +449,16 @@ static int run_model(const bench_opts *o) {
   b.hp = model_hp(b.m);
   int chunk = p < BENCH_MAX_CHUNK ? p : BENCH_MAX_CHUNK;
   if (chunk < 1) chunk = 1;
-  int n_ctx = p > n + 1 ? p : n + 1;
+  const int d = (int)o->depth;
+  if (d > 0 && chunk < (d < BENCH_MAX_CHUNK ? d : BENCH_MAX_CHUNK)) chunk = d < BENCH_MAX_CHUNK ? d : BENCH_MAX_CHUNK;
+  int n_ctx = p > d + n + 1 ? p : d + n + 1;
   int n_ent = chunk > nb ? chunk : nb;
   int n_tok = p > nb ? p : nb;
+  if (d > n_tok) n_tok = d;
   if (n_tok < 1) n_tok = 1;
   size_t n_logits = (size_t)(nb > 1 ? nb : 1) * (size_t)b.hp->n_vocab;
-  if (model_kv_create(b.m, 1, n_ctx, &b.kv, b.err) || model_ctx_create(b.m, chunk, n_ctx, &b.ctx, b.err) ||
+  /* sequence 0: pp; sequence 1: tg (after its depth tokens) */
+  if (model_kv_create(b.m, 2, n_ctx, &b.kv, b.err) || model_ctx_create(b.m, chunk, n_ctx, &b.ctx, b.err) ||
       (nb > 0 && (model_kv_create(b.m, nb, n + 1, &b.kvb, b.err) ||
                   model_ctx_create(b.m, nb, n + 1, &b.ctxb, b.err)))) {
     fprintf(stderr, "power bench: %s\n", b.err);
@@ -449,7 +473,8 @@ static int run_model(const bench_opts *o) {
   }
   /* Warm-up (not counted): faults the weights in, sizes caches. */
   int n_warm = n < 16 ? n : 16;
-  if ((p > 0 && bench_pp(&b, p) < 0) || (n > 0 && bench_tg(&b, n_warm) < 0) ||
+  if ((p > 0 && bench_pp(&b, p) < 0) || (n > 0 && d > 0 && bench_fill_depth(&b, d) < 0) ||
+      (n > 0 && bench_tg(&b, n_warm) < 0) ||
       (nb > 0 && bench_batch_tg(&b, n_warm) < 0)) {
     fprintf(stderr, "power bench: %s\n", b.err);
     goto done;
@@ -521,6 +546,8 @@ int cmd_bench(int argc, char **argv) {
       NEED_V if (cli_parse_long("bench", a, v, 1, BENCH_MAX_REPS, &o.r)) return 2;
     } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
       NEED_V if (cli_parse_long("bench", a, v, 1, 256, &o.threads)) return 2;
+    } else if (!strcmp(a, "-d") || !strcmp(a, "--depth")) {
+      NEED_V if (cli_parse_long("bench", a, v, 0, 1 << 20, &o.depth)) return 2;
     } else if (!strcmp(a, "-b") || !strcmp(a, "--batch")) {
       NEED_V if (cli_parse_long("bench", a, v, 1, 4096, &o.batch)) return 2;
     } else if (!strcmp(a, "--bandwidth-mib")) {
@@ -550,6 +577,10 @@ int cmd_bench(int argc, char **argv) {
   if (o.bandwidth) return run_bandwidth(&o);
   if (o.p == 0 && o.n == 0) {
     fprintf(stderr, "power bench: nothing to measure: -p and -n are both 0\n");
+    return 2;
+  }
+  if (o.depth > 0 && o.n == 0) {
+    fprintf(stderr, "power bench: --depth needs generated tokens (-n > 0)\n");
     return 2;
   }
   if (o.batch > 0 && o.n == 0) {

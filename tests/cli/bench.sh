@@ -55,6 +55,16 @@ check "bench -p 600 exits 0" [ $? -eq 0 ]
 check "bench -p 600 pp_tok_s > 0" positive "$(field "$tmp/out" pp_tok_s)"
 check "bench reports the architecture" grep -q '"arch":"qwen2"' "$tmp/out"
 
+# --depth: tg after that many cached tokens (more than one 512-token batch)
+"$bin" bench --model "$qwen" -p 0 -n 4 -r 1 --depth 600 -o json >"$tmp/out" 2>"$tmp/err"
+check "bench --depth exits 0" [ $? -eq 0 ]
+check "bench --depth tg_tok_s > 0" positive "$(field "$tmp/out" tg_tok_s)"
+check "bench --depth is reported" grep -q '"depth":600' "$tmp/out"
+"$bin" bench --model "$model" -p 0 -n 2 -r 1 -d 5 >"$tmp/out" 2>"$tmp/err"
+check "bench md names the depth" grep -q '| tg2 @ d5 |' "$tmp/out"
+"$bin" bench --model "$model" -p 4 -n 0 -d 5 >/dev/null 2>"$tmp/err"
+check "bench --depth without -n exits 2" [ $? -eq 2 ]
+
 # markdown table
 "$bin" bench --model "$model" -p 8 -n 4 -r 1 --batch 2 >"$tmp/out" 2>"$tmp/err"
 check "bench md exits 0" [ $? -eq 0 ]
