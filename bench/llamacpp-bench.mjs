@@ -3,7 +3,7 @@
 // bundled in node-llama-cpp, measured like `power bench` measures Power.
 //
 //   node bench/llamacpp-bench.mjs MODEL.gguf [--threads 2] [-p 512] [-n 128]
-//        [-r 5] [--seed 1]
+//        [-r 5] [--seed 1] [--depth 0]
 //
 // Prints one JSON object on stdout with the same field names as
 // `power bench -o json` (pp_tok_s, tg_tok_s, pp_reps, tg_reps, ...).
@@ -21,7 +21,8 @@
 //     512 (n_batch = n_ubatch, as Power's 512-token chunks), output for the
 //     last token only.
 // tg: after a one-token prompt, n single-token decodes with the greedy
-//     (argmax) token fed back.
+//     (argmax) token fed back; with --depth D, after D random tokens and
+//     then the one-token prompt (evaluated before each repetition, untimed).
 // Everything runs on the CPU with node-llama-cpp's context defaults (F16 KV
 // cache, flash attention "auto"). Nothing is built or downloaded: a missing
 // prebuilt binary is an error.
@@ -39,13 +40,13 @@ function die(msg, code = 1) {
 }
 
 const usage =
-  "usage: node bench/llamacpp-bench.mjs MODEL.gguf [--threads N] [-p N] [-n N] [-r N] [--seed S]";
-const opt = { threads: 2, p: 512, n: 128, r: 5, seed: 1 };
+  "usage: node bench/llamacpp-bench.mjs MODEL.gguf [--threads N] [-p N] [-n N] [-r N] [--seed S] [--depth D]";
+const opt = { threads: 2, p: 512, n: 128, r: 5, seed: 1, depth: 0 };
 let modelPath = null;
 const argv = process.argv.slice(2);
 for (let i = 0; i < argv.length; i++) {
   const a = argv[i];
-  const key = { "--threads": "threads", "-t": "threads", "-p": "p", "-n": "n", "-r": "r", "--seed": "seed" }[a];
+  const key = { "--threads": "threads", "-t": "threads", "-p": "p", "-n": "n", "-r": "r", "--seed": "seed", "--depth": "depth", "-d": "depth" }[a];
   if (a === "-h" || a === "--help") {
     process.stdout.write(usage + "\n");
     process.exit(0);
@@ -77,8 +78,8 @@ const llama = await getLlama({
   logger: (level, message) => logs.push(String(message)),
 });
 const model = await llama.loadModel({ modelPath, gpuLayers: 0 });
-const batchSize = Math.min(Math.max(opt.p, 1), 512);
-const contextSize = Math.max(256, Math.ceil((Math.max(opt.p, opt.n + 1) + 1) / 256) * 256);
+const batchSize = Math.min(Math.max(opt.p, opt.depth, 1), 512);
+const contextSize = Math.max(256, Math.ceil((Math.max(opt.p, opt.depth + opt.n + 1) + 1) / 256) * 256);
 const context = await model.createContext({
   contextSize,
   batchSize,
@@ -131,8 +132,11 @@ async function runPp(p) {
 
 async function runTg(n) {
   await seq.clearHistory();
-  const first = await seq.controlledEvaluate([[rand() % nVocab, { generateNext: { token: true } }]]);
-  let tok = first[0].next.token;
+  const toks = [];
+  for (let i = 0; i < opt.depth; i++) toks.push(rand() % nVocab);
+  toks.push([rand() % nVocab, { generateNext: { token: true } }]);
+  const first = await seq.controlledEvaluate(toks);
+  let tok = first[opt.depth].next.token;
   await counters();
   let wall = 0;
   for (let i = 0; i < n; i++) {
@@ -190,6 +194,7 @@ const out = {
   n: opt.n,
   r: opt.r,
   seed: opt.seed,
+  depth: opt.depth,
 };
 if (pp.length) {
   const s = stats(pp);
