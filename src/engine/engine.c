@@ -708,12 +708,9 @@ static int spec_lookup(const engine *e, engine_req *r, int k) {
  * the draft itself doubts are mostly rejected and each costs a draft pass
  * and a verified position. */
 static bool draft_pick(const engine *e, const float *l, int32_t *tok) {
-  const int32_t best = pw_argmax(l, e->n_vocab);
-  const float mx = l[best];
-  double sum = 0;
-  for (int i = 0; i < e->n_vocab; i++) sum += exp((double)(l[i] - mx));
-  *tok = best;
-  return 1.0 / sum >= SPEC_DRAFT_PMIN;
+  float lp;
+  *tok = pw_argmax(l, e->n_vocab);
+  return pw_sampler_logprobs(l, e->n_vocab, *tok, 0, NULL, &lp) >= 0 && lp >= logf((float)SPEC_DRAFT_PMIN);
 }
 
 static void spec_draft(engine *e) {

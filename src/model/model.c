@@ -61,7 +61,7 @@ struct model {
 };
 
 struct model_kv {
-  int n_layer, n_seq, n_ctx, kv_dim, n_head_kv, head_dim;
+  int n_layer, n_seq, n_ctx, n_head_kv, head_dim;
   /* [n_layer][n_seq][n_head_kv][n_ctx][head_dim] F16: each KV head's rows
    * are contiguous, one stream for the thread that attends over them */
   uint16_t *k, *v;
@@ -293,10 +293,9 @@ int model_kv_create(const model *m, int n_seq, int n_ctx, model_kv **out, char *
   kv->n_layer = m->hp.n_layer;
   kv->n_seq = n_seq;
   kv->n_ctx = n_ctx;
-  kv->kv_dim = m->hp.n_head_kv * m->hp.head_dim;
   kv->n_head_kv = m->hp.n_head_kv;
   kv->head_dim = m->hp.head_dim;
-  size_t n = (size_t)kv->n_layer * n_seq * n_ctx * kv->kv_dim;
+  size_t n = (size_t)kv->n_layer * n_seq * n_ctx * kv->n_head_kv * kv->head_dim;
   kv->k = malloc(n * sizeof(uint16_t));
   kv->v = malloc(n * sizeof(uint16_t));
   kv->len = calloc((size_t)n_seq, sizeof(int));
@@ -320,7 +319,7 @@ int model_kv_n_seq(const model_kv *kv) { return kv->n_seq; }
 int model_kv_n_ctx(const model_kv *kv) { return kv->n_ctx; }
 int model_kv_len(const model_kv *kv, int seq) { return kv->len[seq]; }
 size_t model_kv_bytes(const model_kv *kv) {
-  return 2 * (size_t)kv->n_layer * kv->n_seq * kv->n_ctx * kv->kv_dim * sizeof(uint16_t);
+  return 2 * (size_t)kv->n_layer * kv->n_seq * kv->n_ctx * kv->n_head_kv * kv->head_dim * sizeof(uint16_t);
 }
 
 void model_kv_truncate(model_kv *kv, int seq, int len) {

@@ -125,6 +125,12 @@ static long chunk_rows(long rows, int nth, int64_t n_tok) {
   return c < ROW_TILE ? ROW_TILE : c;
 }
 
+/* the multiply-adds are too few to be worth the pool (PW_MM_SPLIT: split
+ * anyway) */
+static int on_caller(unsigned hints, int64_t rows, int64_t n_in, int64_t n_tok) {
+  return !(hints & PW_MM_SPLIT) && (double)rows * (double)n_in * (double)n_tok < MM_POOL_MIN_MACS;
+}
+
 static void dot_task(void *vctx, int ith, int nth) {
   mm_ctx *c = vctx;
   (void)ith;
@@ -174,7 +180,7 @@ void pw_matmul_ex(pw_pool *pool, uint32_t wtype, const void *W, int64_t n_in, in
     else
       pw_pool_run(pool, quant_task, &c);
   }
-  if (!(hints & PW_MM_SPLIT) && (double)n_out * (double)n_in * (double)n_tok < MM_POOL_MIN_MACS) dot_task(&c, 0, 1);
+  if (on_caller(hints, n_out, n_in, n_tok)) dot_task(&c, 0, 1);
   else pw_pool_run(pool, dot_task, &c);
 }
 
@@ -280,8 +286,7 @@ void pw_matmul_multi_ex(pw_pool *pool, const pw_mm_op *ops, int n_ops, int64_t n
     if (n_tok * n_in < QUANT_POOL_MIN) multi_quant_task(&m, 0, 1);
     else pw_pool_run(pool, multi_quant_task, &m);
   }
-  if (!(hints & PW_MM_SPLIT) && (double)m.total_rows * (double)n_in * (double)n_tok < MM_POOL_MIN_MACS)
-    multi_dot_task(&m, 0, 1);
+  if (on_caller(hints, m.total_rows, n_in, n_tok)) multi_dot_task(&m, 0, 1);
   else pw_pool_run(pool, multi_dot_task, &m);
 }
 

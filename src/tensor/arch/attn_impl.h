@@ -48,9 +48,9 @@ static inline __m256 hsum8x8(const __m256 a[8]) {
 }
 
 /* rows [0, np) of an F16 matrix (stride elements apart) as packed f32;
- * meanwhile rows [0, npf) at pf (same layout) are prefetched: the cache's
- * rows are strided reads from memory that the hardware prefetchers pick up
- * late, so each chunk asks for the next rows it will need */
+ * meanwhile rows [0, npf) at pf (same layout) are prefetched: at long
+ * contexts the cache comes from memory, so each chunk asks for the rows it
+ * will need next */
 static void rows_to_f32(const uint16_t *src, size_t stride, int np, int hd, float *dst, const uint16_t *pf,
                         int npf) {
   for (int p = 0; p < np; p++) {

@@ -168,6 +168,16 @@ AI __m128 d_pair(const uint8_t *p, const int bsz, const int two) {
   return _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(h0), h1, 1));
 }
 
+/* block bytes of the symmetric 32-element types */
+AI int sym_wsz(const int kind) { return kind == LQ8_0 ? 34 : kind == LQ4_0 ? 18 : 22; }
+
+/* [d(b) x 8, d(b+1) x 8]: the pair's scales on the lanes vpdpbusd sums
+ * its blocks into */
+AI __m512 d_lanes(const uint8_t *wp, const int wsz, const int two) {
+  const __m512i sidx = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 3);
+  return _mm512_permutexvar_ps(sidx, _mm512_castps128_ps512(d_pair(wp, wsz, two)));
+}
+
 /* one pair of weight blocks (wsz bytes each; `two` == 0: a single block)
  * times each row's matching q8_0 blocks at byte offset yoff */
 AI void pair_rows(const uint8_t *wp, const int wsz, const int kind, const int two, const uint8_t *x, size_t xs,
@@ -204,7 +214,7 @@ AI void pair_rows(const uint8_t *wp, const int wsz, const int kind, const int tw
 }
 
 AI void vd_sym(int64_t n, const void *vw, const void *x, size_t xs, const int nx, float *out, const int kind) {
-  const int wsz = kind == LQ8_0 ? 34 : kind == LQ4_0 ? 18 : 22;
+  const int wsz = sym_wsz(kind);
   const int64_t nb = n / 32;
   const uint8_t *w = vw, *xb = x;
   __m512 acc0[NXMAX], acc1[NXMAX];
@@ -437,26 +447,45 @@ AI __m128 reduce_add4(__m512 a, __m512 b, __m512 c, __m512 d) {
   return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), v1));
 }
 
+/* The pair's weights as vpdpbusd takes them, unsigned: Q4_0/Q5_0 as
+ * stored, Q8_0 moved up by 128 */
+AI __m512i w_pair_u(const uint8_t *wp, const int wsz, const int kind, const int two) {
+  const __m512i q = w_pair(wp, wsz, kind, two, 1);
+  return kind == LQ8_0 ? _mm512_xor_si512(q, _mm512_set1_epi8((char)0x80)) : q;
+}
+
+/* log2 of the weight offset of w_pair_u */
+AI int sym_shift(const int kind) { return kind == LQ8_0 ? 7 : kind == LQ4_0 ? 3 : 4; }
+
+/* each token's offset correction (its negated lane sums times the weight
+ * offset): the initial value of its integer dots */
+AI void tok_corr(const int kind, const int T, const uint8_t *xp, size_t xrow, __m512i nc[4]) {
+  _Pragma("GCC unroll 4") for (int t = 0; t < T; t++)
+    nc[t] = _mm512_slli_epi32(_mm512_loadu_si512(xp + (size_t)t * xrow + 128), sym_shift(kind));
+}
+
+/* one row's pair (weights q, lane scales dw) against T tokens: per (row,
+ * token, pair) the dot, the scale product, the convert and the FMA */
+AI void row_tokens(const int T, __m512i q, __m512 dw, const __m512i nc[4], const uint8_t *xp, size_t xrow,
+                   __m512 acc[4]) {
+  _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
+    const uint8_t *xt = xp + (size_t)t * xrow;
+    const __m512i d = _mm512_dpbusd_epi32(nc[t], q, _mm512_loadu_si512(xt));
+    const __m512 s = _mm512_mul_ps(dw, _mm512_loadu_ps(xt + 64));
+    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc[t]);
+  }
+}
+
 /* one pair (or the final single block, two == 0) of R rows x T tokens */
 AI void gemm_pair(const int kind, const int R, const int T, const int two, const uint8_t *w, size_t w_row,
                   const uint8_t *xp, size_t xrow, __m512 acc[4][4]) {
-  const int wsz = kind == LQ8_0 ? 34 : kind == LQ4_0 ? 18 : 22;
-  const int sh = kind == LQ8_0 ? 7 : kind == LQ4_0 ? 3 : 4; /* log2 of the weight offset */
-  const __m512i sidx = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 3);
+  const int wsz = sym_wsz(kind);
   __m512i nc[4];
-  _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) nc[t] = _mm512_slli_epi32(_mm512_loadu_si512(xp + (size_t)t * xrow + 128), sh);
+  tok_corr(kind, T, xp, xrow, nc);
   _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
     const uint8_t *wp = w + (size_t)r * w_row;
     _mm_prefetch((const char *)(wp + GEMM_PF_ROWS * w_row), _MM_HINT_T0);
-    __m512i q = w_pair(wp, wsz, kind, two, 1);
-    if (kind == LQ8_0) q = _mm512_xor_si512(q, _mm512_set1_epi8((char)0x80));
-    const __m512 dw = _mm512_permutexvar_ps(sidx, _mm512_castps128_ps512(d_pair(wp, wsz, two)));
-    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
-      const uint8_t *xt = xp + (size_t)t * xrow;
-      const __m512i d = _mm512_dpbusd_epi32(nc[t], q, _mm512_loadu_si512(xt));
-      const __m512 s = _mm512_mul_ps(dw, _mm512_loadu_ps(xt + 64));
-      acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc[r][t]);
-    }
+    row_tokens(T, w_pair_u(wp, wsz, kind, two), d_lanes(wp, wsz, two), nc, xp, xrow, acc[r]);
   }
 }
 
@@ -479,7 +508,7 @@ AI void tile_out(const int R, const int T, __m512 acc[4][4], float *y, size_t ys
 
 AI void gemm_tile(const int kind, const int R, const int T, int64_t nb, const uint8_t *w, size_t w_row,
                   const uint8_t *xp, size_t xrow, float *y, size_t ys) {
-  const int wsz = kind == LQ8_0 ? 34 : kind == LQ4_0 ? 18 : 22;
+  const int wsz = sym_wsz(kind);
   __m512 acc[4][4];
   tile_zero(R, T, acc);
   const uint8_t *wb = w, *xb = xp;
@@ -492,49 +521,40 @@ AI void gemm_tile(const int kind, const int R, const int T, int64_t nb, const ui
 /* ---- the same tiles over unpacked rows (many tokens) --------------------
  * With 8 or more tokens each weight pair would be unpacked once per group
  * of 4 tokens; instead a block of rows is unpacked once into a buffer, per
- * pair the 64 bytes gemm_pair gives vpdpbusd and the 16 lane scales it
- * multiplies (UPAIR bytes), and the tiles read those. The operations per
- * (row, token, pair) and their order are gemm_pair's, so every result is
- * bit-identical to the packed path's. */
+ * pair w_pair_u's 64 bytes and d_lanes's 16 scales (UPAIR bytes), and the
+ * tiles read those. Both paths run row_tokens per (row, pair) in the same
+ * order, so every result is bit-identical to the packed path's. */
 #define UPAIR 128
 #define GEMM_UNPACK_TOKENS 32
 #define GEMM_UNPACK_BYTES (128u << 10)
 
 AI void unpack_rows(const int kind, int64_t nb, const uint8_t *w, size_t w_row, int nr, uint8_t *u, size_t u_row) {
-  const int wsz = kind == LQ8_0 ? 34 : kind == LQ4_0 ? 18 : 22;
-  const __m512i sidx = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 3);
+  const int wsz = sym_wsz(kind);
   for (int r = 0; r < nr; r++) {
     const uint8_t *wp = w + (size_t)r * w_row;
     uint8_t *up = u + (size_t)r * u_row;
-    for (int64_t b = 0; b < nb; b += 2, wp += 2 * wsz, up += UPAIR) {
-      const int two = b + 1 < nb;
-      __m512i q = two ? w_pair(wp, wsz, kind, 1, 1) : w_pair(wp, wsz, kind, 0, 1);
-      if (kind == LQ8_0) q = _mm512_xor_si512(q, _mm512_set1_epi8((char)0x80));
-      _mm512_store_si512(up, q);
-      _mm512_store_ps(up + 64, _mm512_permutexvar_ps(sidx, _mm512_castps128_ps512(two ? d_pair(wp, wsz, 1)
-                                                                                          : d_pair(wp, wsz, 0))));
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2, wp += 2 * wsz, up += UPAIR) {
+      _mm512_store_si512(up, w_pair_u(wp, wsz, kind, 1));
+      _mm512_store_ps(up + 64, d_lanes(wp, wsz, 1));
+    }
+    if (b < nb) {
+      _mm512_store_si512(up, w_pair_u(wp, wsz, kind, 0));
+      _mm512_store_ps(up + 64, d_lanes(wp, wsz, 0));
     }
   }
 }
 
 AI void gemm_tile_u(const int kind, const int R, const int T, int64_t np, const uint8_t *u, size_t u_row,
                     const uint8_t *xp, size_t xrow, float *y, size_t ys) {
-  const int sh = kind == LQ8_0 ? 7 : kind == LQ4_0 ? 3 : 4;
   __m512 acc[4][4];
   tile_zero(R, T, acc);
   for (int64_t p = 0; p < np; p++, u += UPAIR, xp += XPAIR) {
     __m512i nc[4];
-    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) nc[t] = _mm512_slli_epi32(_mm512_loadu_si512(xp + (size_t)t * xrow + 128), sh);
+    tok_corr(kind, T, xp, xrow, nc);
     _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
       const uint8_t *ur = u + (size_t)r * u_row;
-      const __m512i q = _mm512_load_si512(ur);
-      const __m512 dw = _mm512_load_ps(ur + 64);
-      _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
-        const uint8_t *xt = xp + (size_t)t * xrow;
-        const __m512i d = _mm512_dpbusd_epi32(nc[t], q, _mm512_loadu_si512(xt));
-        const __m512 s = _mm512_mul_ps(dw, _mm512_loadu_ps(xt + 64));
-        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc[r][t]);
-      }
+      row_tokens(T, _mm512_load_si512(ur), _mm512_load_ps(ur + 64), nc, xp, xrow, acc[r]);
     }
   }
   tile_out(R, T, acc, y, ys);
