@@ -1,12 +1,16 @@
 /* bench_kernels.c - microbenchmark of the vec_dot kernels of every
  * implementation level the CPU has (scalar, avx2, avx512vnni): GB/s of
- * weight bytes streamed per core for 4096-wide rows, with 1 activation row
+ * weight bytes streamed per core for 4096-wide rows (BENCH_N=896 in the
+ * environment: 896-wide, as in a 0.5B model; types whose blocks do not
+ * divide the width are left out), with 1 activation row
  * per pass (decode) and PW_VEC_DOT_MAX_NX rows per pass (batched decode,
  * prefill; weight bytes counted once per token, so it reads as "effective"
  * GB/s). 64 weight rows (in L2) are cycled so this measures the kernel, not
  * DRAM. Each figure is the median of several repetitions, levels
  * interleaved, timed in thread CPU time because the machine may be shared.
- *   build/bench_kernels [type ...]   e.g. build/bench_kernels Q5_0 Q8_0 */
+ *   build/bench_kernels [type ...]   e.g. build/bench_kernels Q5_0 Q8_0
+ * The tiled gemm path's packed activations are cache-line aligned, as the
+ * model's scratch is. */
 #include "tensor/dtype.h"
 #include "tensor/quants.h"
 #include "tensor/traits.h"
@@ -72,7 +76,11 @@ int main(int argc, char **argv) {
   static const uint32_t types[] = {PW_DT_F16,  PW_DT_Q4_0, PW_DT_Q4_1, PW_DT_Q5_0, PW_DT_Q5_1, PW_DT_Q8_0,
                                    PW_DT_Q2_K, PW_DT_Q3_K, PW_DT_Q4_K, PW_DT_Q5_K, PW_DT_Q6_K};
   static const char *lvl_name[PW_IMPL_COUNT] = {"scalar", "avx2", "avx512"};
-  const int64_t n = 4096;
+  const int64_t n = getenv("BENCH_N") ? atoll(getenv("BENCH_N")) : 4096;
+  if (n < 32 || n % 32) {
+    fprintf(stderr, "bench_kernels: BENCH_N must be a positive multiple of 32\n");
+    return 2;
+  }
   const int nxm = PW_VEC_DOT_MAX_NX;
   float *x = malloc(sizeof(float) * n * ROWS);
   uint8_t *w = malloc((size_t)n * ROWS * 4), *xq = malloc((size_t)n * 4 * nxm + 64);
@@ -86,7 +94,7 @@ int main(int argc, char **argv) {
   printf("\n");
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
     const pw_traits *t = pw_traits_get(types[i]);
-    if (!wanted(argc, argv, t->name)) continue;
+    if (!wanted(argc, argv, t->name) || n % t->blck) continue;
     pw_ref_quantize(types[i], x, w, n * ROWS);
     const size_t xs = (size_t)pw_dtype_row_size(t->vec_dot_type, (uint64_t)n);
     const double wbytes = (double)pw_dtype_row_size(t->dtype, (uint64_t)n);
@@ -111,26 +119,28 @@ int main(int argc, char **argv) {
     printf("\n");
   }
   /* the gemm path: one token streamed (one row at a time), one token
-   * resident (4-row tiles), nxm tokens */
-  printf("\ngemm path, same units: %-8s %9s %9s %9s\n", "level", "1", "1-res", "8");
+   * resident (4-row tiles), then 4, 5 and nxm tokens (a verification pass
+   * of 1 + K tokens takes these shapes) */
+  static const int gemm_nt[] = {1, 1, 4, 5, PW_VEC_DOT_MAX_NX};
+  enum { NG = sizeof gemm_nt / sizeof gemm_nt[0] };
+  printf("\ngemm path, same units: %-8s %9s %9s %9s %9s %9s\n", "level", "1", "1-res", "4", "5", "8");
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
     const pw_traits *t = pw_traits_get(types[i]);
     if (!t->gemm) continue;
-    if (!wanted(argc, argv, t->name)) continue;
+    if (!wanted(argc, argv, t->name) || n % t->blck) continue;
     pw_ref_quantize(types[i], x, w, n * ROWS);
     const double wbytes = (double)pw_dtype_row_size(t->dtype, (uint64_t)n);
     const size_t xps = t->gemm_xrow(n);
-    uint8_t *xp = malloc(xps * nxm);
+    uint8_t *xp = aligned_alloc(64, (xps * nxm + 63) / 64 * 64);
     if (!xp) return 1;
     for (int j = 0; j < nxm; j++) t->gemm_pack(x + j * n, xp + j * xps, n);
-    double res[3][REPS];
-    for (int r = 0; r < REPS; r++) {
-      res[0][r] = run_gemm(t, n, w, xp, xps, 1, 0, 100);
-      res[1][r] = run_gemm(t, n, w, xp, xps, 1, PW_GEMM_RESIDENT, 100);
-      res[2][r] = run_gemm(t, n, w, xp, xps, nxm, 0, 50) / nxm;
-    }
+    double res[NG][REPS];
+    for (int r = 0; r < REPS; r++)
+      for (int k = 0; k < NG; k++)
+        res[k][r] = run_gemm(t, n, w, xp, xps, gemm_nt[k], k == 1 ? PW_GEMM_RESIDENT : 0, 100 / gemm_nt[k] + 20) /
+                    gemm_nt[k];
     printf("%-5s %25s", t->name, lvl_name[pw_tensor_level()]);
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < NG; k++) {
       qsort(res[k], REPS, sizeof(double), cmp_d);
       printf(" %9.2f", wbytes / res[k][REPS / 2]);
     }

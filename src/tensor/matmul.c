@@ -32,6 +32,9 @@
 /* below this many multiply-adds a matmul runs on the calling thread: the
  * pool's hand-off and barrier would cost more than the split saves */
 #define MM_POOL_MIN_MACS 262144.0
+/* each op's activation rows in a multi-op scratch start on a cache line
+ * (as the scratch itself should: the tiles read them with 64-byte loads) */
+#define LINE_UP(b) (((b) + 63) / 64 * 64)
 
 typedef struct {
   const pw_traits *tr;
@@ -233,7 +236,7 @@ size_t pw_matmul_multi_scratch_size(const pw_mm_op *ops, int n_ops, int64_t n_in
     for (int j = 0; j < n_seen; j++) dup |= same_x(seen[j], tr);
     if (dup) continue;
     seen[n_seen++] = tr;
-    total += pw_matmul_scratch_size(ops[i].wtype, n_in, n_tok);
+    total += LINE_UP(pw_matmul_scratch_size(ops[i].wtype, n_in, n_tok));
   }
   return total;
 }
@@ -278,7 +281,7 @@ void pw_matmul_multi_ex(pw_pool *pool, const pw_mm_op *ops, int n_ops, int64_t n
     if (!c->Xq) {
       PW_ASSERT(scratch != NULL);
       c->Xq = next;
-      next += c->x_row * (size_t)n_tok;
+      next += LINE_UP(c->x_row * (size_t)n_tok);
       m.quant[m.n_quant++] = c;
     }
   }

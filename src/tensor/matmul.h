@@ -25,8 +25,9 @@ size_t pw_matmul_scratch_size(uint32_t wtype, int64_t n_in, int64_t n_tok);
  * typically a view into the mmap. X: n_tok rows of n_in floats (borrowed).
  * Y: n_tok rows of n_out floats (caller-owned, written):
  * Y[t*n_out + o] = dot(W row o, X row t). scratch: caller-owned, at least
- * pw_matmul_scratch_size bytes, no alignment needed (may be NULL when that
- * is 0). pool may be NULL (runs on the caller). Y must not alias X.
+ * pw_matmul_scratch_size bytes, any alignment but faster 64-byte aligned
+ * (may be NULL when that is 0). pool may be NULL (runs on the caller). Y
+ * must not alias X.
  * Unsupported types or bad shapes are internal invariant violations
  * (PW_ASSERT): callers validate at load time. */
 void pw_matmul(pw_pool *pool, uint32_t wtype, const void *W, int64_t n_in, int64_t n_out,

@@ -457,20 +457,34 @@ AI __m512i w_pair_u(const uint8_t *wp, const int wsz, const int kind, const int 
 /* log2 of the weight offset of w_pair_u */
 AI int sym_shift(const int kind) { return kind == LQ8_0 ? 7 : kind == LQ4_0 ? 3 : 4; }
 
-/* each token's offset correction (its negated lane sums times the weight
+/* Tiles are R rows x T tokens: up to 4 x 4, or 2 x 5..8 when those
+ * tokens' activation rows fit in L1 together (GEMM_WIDE_X_BYTES): one
+ * unpack of a weight pair then serves up to 8 tokens instead of 4. With
+ * wider rows the 2-row tiles would read each token's data from L2 twice as
+ * often, and measured slower than 4 x 4. */
+#define TMAX 8
+#define GEMM_WIDE_X_BYTES (24u << 10)
+
+/* a token's offset correction (its negated lane sums times the weight
  * offset): the initial value of its integer dots */
+AI __m512i tok_nc(const int kind, const uint8_t *xt) {
+  return _mm512_slli_epi32(_mm512_loadu_si512(xt + 128), sym_shift(kind));
+}
+
+/* up to 4 tokens keep their corrections in registers; wider tiles read
+ * them at each use (the registers go to the accumulators) */
 AI void tok_corr(const int kind, const int T, const uint8_t *xp, size_t xrow, __m512i nc[4]) {
-  _Pragma("GCC unroll 4") for (int t = 0; t < T; t++)
-    nc[t] = _mm512_slli_epi32(_mm512_loadu_si512(xp + (size_t)t * xrow + 128), sym_shift(kind));
+  if (T > 4) return;
+  _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) nc[t] = tok_nc(kind, xp + (size_t)t * xrow);
 }
 
 /* one row's pair (weights q, lane scales dw) against T tokens: per (row,
  * token, pair) the dot, the scale product, the convert and the FMA */
-AI void row_tokens(const int T, __m512i q, __m512 dw, const __m512i nc[4], const uint8_t *xp, size_t xrow,
-                   __m512 acc[4]) {
-  _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
+AI void row_tokens(const int kind, const int T, __m512i q, __m512 dw, const __m512i nc[4], const uint8_t *xp,
+                   size_t xrow, __m512 acc[TMAX]) {
+  _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
     const uint8_t *xt = xp + (size_t)t * xrow;
-    const __m512i d = _mm512_dpbusd_epi32(nc[t], q, _mm512_loadu_si512(xt));
+    const __m512i d = _mm512_dpbusd_epi32(T > 4 ? tok_nc(kind, xt) : nc[t], q, _mm512_loadu_si512(xt));
     const __m512 s = _mm512_mul_ps(dw, _mm512_loadu_ps(xt + 64));
     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc[t]);
   }
@@ -478,38 +492,70 @@ AI void row_tokens(const int T, __m512i q, __m512 dw, const __m512i nc[4], const
 
 /* one pair (or the final single block, two == 0) of R rows x T tokens */
 AI void gemm_pair(const int kind, const int R, const int T, const int two, const uint8_t *w, size_t w_row,
-                  const uint8_t *xp, size_t xrow, __m512 acc[4][4]) {
+                  const uint8_t *xp, size_t xrow, __m512 acc[4][TMAX]) {
   const int wsz = sym_wsz(kind);
   __m512i nc[4];
   tok_corr(kind, T, xp, xrow, nc);
+  if (T > 4) { /* both rows unpacked, then each token's data read once */
+    __m512i q[2];
+    __m512 dw[2];
+    _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) {
+      const uint8_t *wp = w + (size_t)r * w_row;
+      _mm_prefetch((const char *)(wp + GEMM_PF_ROWS * w_row), _MM_HINT_T0);
+      q[r] = w_pair_u(wp, wsz, kind, two);
+      dw[r] = d_lanes(wp, wsz, two);
+    }
+    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
+      const uint8_t *xt = xp + (size_t)t * xrow;
+      const __m512i nct = tok_nc(kind, xt), xv = _mm512_loadu_si512(xt);
+      const __m512 dx = _mm512_loadu_ps(xt + 64);
+      _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) {
+        const __m512i d = _mm512_dpbusd_epi32(nct, q[r], xv);
+        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(dw[r], dx), acc[r][t]);
+      }
+    }
+    return;
+  }
   _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
     const uint8_t *wp = w + (size_t)r * w_row;
     _mm_prefetch((const char *)(wp + GEMM_PF_ROWS * w_row), _MM_HINT_T0);
-    row_tokens(T, w_pair_u(wp, wsz, kind, two), d_lanes(wp, wsz, two), nc, xp, xrow, acc[r]);
+    row_tokens(kind, T, w_pair_u(wp, wsz, kind, two), d_lanes(wp, wsz, two), nc, xp, xrow, acc[r]);
   }
 }
 
-AI void tile_zero(const int R, const int T, __m512 acc[4][4]) {
+AI void tile_zero(const int R, const int T, __m512 acc[4][TMAX]) {
   _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
-    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
 }
 
-/* each (row, token) accumulator reduced to y[t * ys + r]: four rows
- * together with reduce_add4, the same sums as one at a time */
-AI void tile_out(const int R, const int T, __m512 acc[4][4], float *y, size_t ys) {
+/* each (row, token) accumulator reduced to y[t * ys + r]: four at a time
+ * with reduce_add4 (four rows of a token, or two rows of two tokens), the
+ * same sums as one at a time */
+AI void tile_out(const int R, const int T, __m512 acc[4][TMAX], float *y, size_t ys) {
   if (R == 4) {
     _Pragma("GCC unroll 4") for (int t = 0; t < T; t++)
       _mm_storeu_ps(y + (size_t)t * ys, reduce_add4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
+  } else if (R == 2) {
+    int t = 0;
+    _Pragma("GCC unroll 4") for (; t + 2 <= T; t += 2) {
+      const __m128 v = reduce_add4(acc[0][t], acc[1][t], acc[0][t + 1], acc[1][t + 1]);
+      _mm_storel_pi((__m64 *)(y + (size_t)t * ys), v);
+      _mm_storeh_pi((__m64 *)(y + (size_t)(t + 1) * ys), v);
+    }
+    if (t < T) {
+      y[(size_t)t * ys] = _mm512_reduce_add_ps(acc[0][t]);
+      y[(size_t)t * ys + 1] = _mm512_reduce_add_ps(acc[1][t]);
+    }
   } else {
     _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
-      _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) y[(size_t)t * ys + r] = _mm512_reduce_add_ps(acc[r][t]);
+      _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) y[(size_t)t * ys + r] = _mm512_reduce_add_ps(acc[r][t]);
   }
 }
 
 AI void gemm_tile(const int kind, const int R, const int T, int64_t nb, const uint8_t *w, size_t w_row,
                   const uint8_t *xp, size_t xrow, float *y, size_t ys) {
   const int wsz = sym_wsz(kind);
-  __m512 acc[4][4];
+  __m512 acc[4][TMAX];
   tile_zero(R, T, acc);
   const uint8_t *wb = w, *xb = xp;
   int64_t b = 0;
@@ -547,14 +593,14 @@ AI void unpack_rows(const int kind, int64_t nb, const uint8_t *w, size_t w_row, 
 
 AI void gemm_tile_u(const int kind, const int R, const int T, int64_t np, const uint8_t *u, size_t u_row,
                     const uint8_t *xp, size_t xrow, float *y, size_t ys) {
-  __m512 acc[4][4];
+  __m512 acc[4][TMAX];
   tile_zero(R, T, acc);
   for (int64_t p = 0; p < np; p++, u += UPAIR, xp += XPAIR) {
     __m512i nc[4];
     tok_corr(kind, T, xp, xrow, nc);
     _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
       const uint8_t *ur = u + (size_t)r * u_row;
-      row_tokens(T, _mm512_load_si512(ur), _mm512_load_ps(ur + 64), nc, xp, xrow, acc[r]);
+      row_tokens(kind, T, _mm512_load_si512(ur), _mm512_load_ps(ur + 64), nc, xp, xrow, acc[r]);
     }
   }
   tile_out(R, T, acc, y, ys);
@@ -595,27 +641,31 @@ AI int gemm_sym_u(const int kind, int64_t n, const void *w, size_t w_row, int nr
 #undef GTU
 
 #define GT(R, T)                                                                                   \
-  case (R) * 8 + (T): gemm_tile(kind, R, T, nb, wr, w_row, xt, xp_row, yt, ys); break;
+  case (R) * 16 + (T): gemm_tile(kind, R, T, nb, wr, w_row, xt, xp_row, yt, ys); break;
 
 AI void gemm_sym(const int kind, int64_t n, const void *w, size_t w_row, int nr, const void *xp, size_t xp_row,
                  int nt, float *y, size_t ys, unsigned flags) {
   const int64_t nb = n / 32;
   if (nt >= GEMM_UNPACK_TOKENS && gemm_sym_u(kind, n, w, w_row, nr, xp, xp_row, nt, y, ys)) return;
-  for (int t0 = 0; t0 < nt; t0 += 4) {
-    const int T = nt - t0 < 4 ? nt - t0 : 4;
+  const int tmax = (size_t)TMAX * xp_row <= GEMM_WIDE_X_BYTES ? TMAX : 4;
+  for (int t0 = 0; t0 < nt;) {
+    /* groups of up to 4 tokens (4-row tiles) or of 5..8 (2-row tiles) */
+    const int T = nt - t0 < tmax ? nt - t0 : tmax;
     const uint8_t *xt = (const uint8_t *)xp + (size_t)t0 * xp_row;
     /* one token streamed from memory: one row at a time streams best */
-    const int rmax = nt == 1 && !(flags & PW_GEMM_RESIDENT) ? 1 : 4;
+    const int rmax = T > 4 ? 2 : nt == 1 && !(flags & PW_GEMM_RESIDENT) ? 1 : 4;
     for (int r0 = 0; r0 < nr;) {
       const int R = nr - r0 < rmax ? nr - r0 : rmax;
       const uint8_t *wr = (const uint8_t *)w + (size_t)r0 * w_row;
       float *yt = y + (size_t)t0 * ys + r0;
-      switch (R * 8 + T) {
+      switch (R * 16 + T) {
         GT(1, 1) GT(1, 2) GT(1, 3) GT(1, 4) GT(2, 1) GT(2, 2) GT(2, 3) GT(2, 4)
         GT(3, 1) GT(3, 2) GT(3, 3) GT(3, 4) GT(4, 1) GT(4, 2) GT(4, 3) GT(4, 4)
+        GT(1, 5) GT(1, 6) GT(1, 7) GT(1, 8) GT(2, 5) GT(2, 6) GT(2, 7) GT(2, 8)
       }
       r0 += R;
     }
+    t0 += T;
   }
 }
 #undef GT
