@@ -471,22 +471,23 @@ AI __m512i tok_nc(const int kind, const uint8_t *xt) {
   return _mm512_slli_epi32(_mm512_loadu_si512(xt + 128), sym_shift(kind));
 }
 
-/* up to 4 tokens keep their corrections in registers; wider tiles read
- * them at each use (the registers go to the accumulators) */
+/* the corrections of up to 4 tokens, kept in registers by 4-token tiles */
 AI void tok_corr(const int kind, const int T, const uint8_t *xp, size_t xrow, __m512i nc[4]) {
-  if (T > 4) return;
   _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) nc[t] = tok_nc(kind, xp + (size_t)t * xrow);
 }
 
-/* one row's pair (weights q, lane scales dw) against T tokens: per (row,
- * token, pair) the dot, the scale product, the convert and the FMA */
-AI void row_tokens(const int kind, const int T, __m512i q, __m512 dw, const __m512i nc[4], const uint8_t *xp,
-                   size_t xrow, __m512 acc[TMAX]) {
-  _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
+/* one (row, token, pair): the dot, the scale product, the convert and the
+ * FMA; every tile shape runs exactly this */
+AI __m512 pair_fma(__m512i nc, __m512i q, __m512i x, __m512 dw, __m512 dx, __m512 acc) {
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(nc, q, x)), _mm512_mul_ps(dw, dx), acc);
+}
+
+/* one row's pair (weights q, lane scales dw) against up to 4 tokens */
+AI void row_tokens(const int T, __m512i q, __m512 dw, const __m512i nc[4], const uint8_t *xp, size_t xrow,
+                   __m512 acc[TMAX]) {
+  _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
     const uint8_t *xt = xp + (size_t)t * xrow;
-    const __m512i d = _mm512_dpbusd_epi32(T > 4 ? tok_nc(kind, xt) : nc[t], q, _mm512_loadu_si512(xt));
-    const __m512 s = _mm512_mul_ps(dw, _mm512_loadu_ps(xt + 64));
-    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc[t]);
+    acc[t] = pair_fma(nc[t], q, _mm512_loadu_si512(xt), dw, _mm512_loadu_ps(xt + 64), acc[t]);
   }
 }
 
@@ -494,9 +495,8 @@ AI void row_tokens(const int kind, const int T, __m512i q, __m512 dw, const __m5
 AI void gemm_pair(const int kind, const int R, const int T, const int two, const uint8_t *w, size_t w_row,
                   const uint8_t *xp, size_t xrow, __m512 acc[4][TMAX]) {
   const int wsz = sym_wsz(kind);
-  __m512i nc[4];
-  tok_corr(kind, T, xp, xrow, nc);
-  if (T > 4) { /* both rows unpacked, then each token's data read once */
+  if (T > 4) { /* 2 rows unpacked, then each token's data read once (its
+                * correction too: the registers go to the accumulators) */
     __m512i q[2];
     __m512 dw[2];
     _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) {
@@ -509,17 +509,16 @@ AI void gemm_pair(const int kind, const int R, const int T, const int two, const
       const uint8_t *xt = xp + (size_t)t * xrow;
       const __m512i nct = tok_nc(kind, xt), xv = _mm512_loadu_si512(xt);
       const __m512 dx = _mm512_loadu_ps(xt + 64);
-      _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) {
-        const __m512i d = _mm512_dpbusd_epi32(nct, q[r], xv);
-        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(dw[r], dx), acc[r][t]);
-      }
+      _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) acc[r][t] = pair_fma(nct, q[r], xv, dw[r], dx, acc[r][t]);
     }
     return;
   }
+  __m512i nc[4];
+  tok_corr(kind, T, xp, xrow, nc);
   _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
     const uint8_t *wp = w + (size_t)r * w_row;
     _mm_prefetch((const char *)(wp + GEMM_PF_ROWS * w_row), _MM_HINT_T0);
-    row_tokens(kind, T, w_pair_u(wp, wsz, kind, two), d_lanes(wp, wsz, two), nc, xp, xrow, acc[r]);
+    row_tokens(T, w_pair_u(wp, wsz, kind, two), d_lanes(wp, wsz, two), nc, xp, xrow, acc[r]);
   }
 }
 
@@ -600,7 +599,7 @@ AI void gemm_tile_u(const int kind, const int R, const int T, int64_t np, const 
     tok_corr(kind, T, xp, xrow, nc);
     _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
       const uint8_t *ur = u + (size_t)r * u_row;
-      row_tokens(kind, T, _mm512_load_si512(ur), _mm512_load_ps(ur + 64), nc, xp, xrow, acc[r]);
+      row_tokens(T, _mm512_load_si512(ur), _mm512_load_ps(ur + 64), nc, xp, xrow, acc[r]);
     }
   }
   tile_out(R, T, acc, y, ys);
