@@ -392,13 +392,14 @@ NX_DISPATCH(vd_q6_k, 0)
 /* Activations are packed once per matmul (gemm_pack_sym) in pairs of q8_0
  * blocks, 192 bytes a pair: the 64 signed quants, the 16 lane scales (block
  * 2i's fp16 d in lanes 0..7, block 2i+1's in 8..15, as floats) and the 16
- * negated lane sums (each int32 lane of vpdpbusd covers 4 quants). Weights
+ * lane corrections (each int32 lane of vpdpbusd covers 4 quants). Weights
  * enter vpdpbusd unsigned: Q4_0 and Q5_0 as their stored values q + 8 and
- * q + 16, Q8_0 as q + 128 (xor 0x80); the offset times the activation lane
- * sum, which depends on the token alone, is the initial value of the
+ * q + 16, Q8_0 as q + 128 (xor 0x80); the offset times the negated
+ * activation lane sum depends on the token alone, is packed with it (so
+ * each weight type has its own pack) and is the initial value of the
  * integer dot. So per (row, token, pair) there are four operations (dot,
- * convert, scale product, FMA) and no sign fix-up; the weight unpack and
- * the token's correction are shared by the whole tile.
+ * convert, scale product, FMA) and no sign fix-up; the weight unpack is
+ * shared by the whole tile.
  *
  * Each (row, token) result is one accumulator over the pairs in order and
  * one final reduction, whatever tile computed it (the gemm contract). */
@@ -414,7 +415,9 @@ static pw_from_float_fn g_q8_0_from; /* the installed q8_0 quantizer */
 
 static size_t gemm_xrow_sym(int64_t n) { return (size_t)((n / 32 + 1) / 2) * XPAIR; }
 
-static void gemm_pack_sym(const float *x, void *vxp, int64_t n) {
+/* shift: log2 of the weight offset of the type the rows are packed for
+ * (sym_shift) */
+AI void gemm_pack_sym(const float *x, void *vxp, int64_t n, const int shift) {
   const int64_t nb = n / 32;
   const __m512i sidx = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 3);
   uint8_t *xp = vxp;
@@ -429,7 +432,8 @@ static void gemm_pack_sym(const float *x, void *vxp, int64_t n) {
     const __m128 d = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)q[0].d | (uint32_t)q[1].d << 16)));
     _mm512_storeu_ps(xp + 64, _mm512_permutexvar_ps(sidx, _mm512_castps128_ps512(d)));
     const __m512i zero = _mm512_setzero_si512();
-    _mm512_storeu_si512(xp + 128, _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(1), v)));
+    const __m512i sums = _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(1), v);
+    _mm512_storeu_si512(xp + 128, _mm512_sub_epi32(zero, _mm512_slli_epi32(sums, shift)));
   }
 }
 
@@ -466,14 +470,12 @@ AI int sym_shift(const int kind) { return kind == LQ8_0 ? 7 : kind == LQ4_0 ? 3 
 #define GEMM_WIDE_X_BYTES (24u << 10)
 
 /* a token's offset correction (its negated lane sums times the weight
- * offset): the initial value of its integer dots */
-AI __m512i tok_nc(const int kind, const uint8_t *xt) {
-  return _mm512_slli_epi32(_mm512_loadu_si512(xt + 128), sym_shift(kind));
-}
+ * offset, as packed): the initial value of its integer dots */
+AI __m512i tok_nc(const uint8_t *xt) { return _mm512_loadu_si512(xt + 128); }
 
 /* the corrections of up to 4 tokens, kept in registers by 4-token tiles */
-AI void tok_corr(const int kind, const int T, const uint8_t *xp, size_t xrow, __m512i nc[4]) {
-  _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) nc[t] = tok_nc(kind, xp + (size_t)t * xrow);
+AI void tok_corr(const int T, const uint8_t *xp, size_t xrow, __m512i nc[4]) {
+  _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) nc[t] = tok_nc(xp + (size_t)t * xrow);
 }
 
 /* one (row, token, pair): the dot, the scale product, the convert and the
@@ -507,14 +509,18 @@ AI void gemm_pair(const int kind, const int R, const int T, const int two, const
     }
     _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
       const uint8_t *xt = xp + (size_t)t * xrow;
-      const __m512i nct = tok_nc(kind, xt), xv = _mm512_loadu_si512(xt);
-      const __m512 dx = _mm512_loadu_ps(xt + 64);
+      __m512i nct = tok_nc(xt), xv = _mm512_loadu_si512(xt);
+      __m512 dx = _mm512_loadu_ps(xt + 64);
+      /* in registers for both rows: left to itself the compiler reloads
+       * them as memory operands, and three loads per (row, token) made
+       * this tile load-bound */
+      __asm__("" : "+v"(nct), "+v"(xv), "+v"(dx));
       _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) acc[r][t] = pair_fma(nct, q[r], xv, dw[r], dx, acc[r][t]);
     }
     return;
   }
   __m512i nc[4];
-  tok_corr(kind, T, xp, xrow, nc);
+  tok_corr(T, xp, xrow, nc);
   _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
     const uint8_t *wp = w + (size_t)r * w_row;
     _mm_prefetch((const char *)(wp + GEMM_PF_ROWS * w_row), _MM_HINT_T0);
@@ -590,13 +596,13 @@ AI void unpack_rows(const int kind, int64_t nb, const uint8_t *w, size_t w_row, 
   }
 }
 
-AI void gemm_tile_u(const int kind, const int R, const int T, int64_t np, const uint8_t *u, size_t u_row,
+AI void gemm_tile_u(const int R, const int T, int64_t np, const uint8_t *u, size_t u_row,
                     const uint8_t *xp, size_t xrow, float *y, size_t ys) {
   __m512 acc[4][TMAX];
   tile_zero(R, T, acc);
   for (int64_t p = 0; p < np; p++, u += UPAIR, xp += XPAIR) {
     __m512i nc[4];
-    tok_corr(kind, T, xp, xrow, nc);
+    tok_corr(T, xp, xrow, nc);
     _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
       const uint8_t *ur = u + (size_t)r * u_row;
       row_tokens(T, _mm512_load_si512(ur), _mm512_load_ps(ur + 64), nc, xp, xrow, acc[r]);
@@ -606,7 +612,7 @@ AI void gemm_tile_u(const int kind, const int R, const int T, int64_t np, const 
 }
 
 #define GTU(R, T)                                                                                  \
-  case (R) * 8 + (T): gemm_tile_u(kind, R, T, np, ur, u_row, xt, xp_row, yt, ys); break;
+  case (R) * 8 + (T): gemm_tile_u(R, T, np, ur, u_row, xt, xp_row, yt, ys); break;
 
 /* rows [0, nr) through the unpacked path, in blocks that fit the buffer;
  * returns 0 (nothing done) when not even 4 rows fit */
@@ -669,6 +675,10 @@ AI void gemm_sym(const int kind, int64_t n, const void *w, size_t w_row, int nr,
 }
 #undef GT
 
+static void gemm_pack_q8_0(const float *x, void *xp, int64_t n) { gemm_pack_sym(x, xp, n, sym_shift(LQ8_0)); }
+static void gemm_pack_q4_0(const float *x, void *xp, int64_t n) { gemm_pack_sym(x, xp, n, sym_shift(LQ4_0)); }
+static void gemm_pack_q5_0(const float *x, void *xp, int64_t n) { gemm_pack_sym(x, xp, n, sym_shift(LQ5_0)); }
+
 static void gemm_q8_0(int64_t n, const void *w, size_t w_row, int nr, const void *xp, size_t xp_row, int nt,
                       float *y, size_t ys, unsigned flags) {
   gemm_sym(LQ8_0, n, w, w_row, nr, xp, xp_row, nt, y, ys, flags);
@@ -694,9 +704,11 @@ void quants_fill_avx512(pw_traits *t) {
   g_q8_0_from = t[PW_DT_Q8_0].from_float;
   const uint32_t sym[3] = {PW_DT_Q8_0, PW_DT_Q4_0, PW_DT_Q5_0};
   const pw_gemm_fn gf[3] = {gemm_q8_0, gemm_q4_0, gemm_q5_0};
+  /* one pack per type: each holds its own weight offset's corrections */
+  const pw_gemm_pack_fn gp[3] = {gemm_pack_q8_0, gemm_pack_q4_0, gemm_pack_q5_0};
   for (int i = 0; i < 3; i++) {
     t[sym[i]].gemm = gf[i];
-    t[sym[i]].gemm_pack = gemm_pack_sym;
+    t[sym[i]].gemm_pack = gp[i];
     t[sym[i]].gemm_xrow = gemm_xrow_sym;
   }
   for (int i = 0; i < PW_DT_COUNT; i++)
