@@ -33,7 +33,10 @@
  * paired ratio is the median over adjacent (baseline, candidate) pairs; the
  * self ratio (median of a configuration's later half of runs over its
  * earlier half) shows how much a configuration differs from itself, i.e.
- * the noise floor a ratio has to clear.
+ * the noise floor a ratio has to clear. The gain is the lower of the two
+ * per-order decode ratios. The report names the model and the workload by
+ * the SHA-256 of their bytes; with -o json each run is listed under
+ * "samples".
  *
  * Parity: every request's generated token ids and finish reason must be
  * identical in every run of both configurations (the first baseline run is
@@ -202,6 +205,7 @@ typedef struct ab_request {
 typedef struct ab_workload {
   ab_request *req; /* owned, [n] */
   int n;
+  char sha256[65]; /* of the file's bytes, hex */
 } ab_workload;
 
 static void workload_free(ab_workload *w) {
@@ -332,6 +336,8 @@ static int workload_load(const char *path, const prompt_builder *pb, int n_ctx, 
     }
   }
   if (!w->n) rc = pw_seterr(err, PW_EINVAL, "workload %s has no requests", path);
+  uint8_t dig[32];
+  if (!rc && !(rc = pw_sha256_file(path, dig, err))) pw_hex(dig, 32, w->sha256);
 fail:
   free(line);
   fclose(f);
@@ -645,6 +651,7 @@ static const char *base_name(const char *path) {
 typedef struct ab_report {
   const ab_opts *o;
   const char *model_path;
+  const char *model_sha256, *workload_sha256; /* hex */
   const ab_workload *w;
   const ab_run *runs;
   int n_runs;
@@ -655,6 +662,15 @@ typedef struct ab_report {
 
 static double med_of(const ab_report *rp, int cfg, int order, int half, int metric) {
   return runs_median(rp->runs, rp->n_runs, cfg, order, half, metric);
+}
+
+/* The reported gain: the lower of the two order-specific candidate/baseline
+ * ratios of the median decode throughput, so a drift that favours whichever
+ * configuration runs second cannot make it. */
+static double ab_gain(const ab_report *rp) {
+  double g[2];
+  for (int ord = 0; ord < 2; ord++) g[ord] = ratio(med_of(rp, 1, ord, -1, AB_DECODE), med_of(rp, 0, ord, -1, AB_DECODE));
+  return isfinite(g[0]) && isfinite(g[1]) ? (g[0] < g[1] ? g[0] : g[1]) : NAN;
 }
 
 static json_t *metric_json(const ab_report *rp, int order, int metric) {
@@ -678,12 +694,15 @@ static void print_json(const ab_report *rp) {
   const ab_sums *b = &rp->sums[0], *c = &rp->sums[1];
   json_t *root = json_object();
   json_object_set_new(root, "model", json_string(base_name(rp->model_path)));
+  json_object_set_new(root, "model_sha256", json_string(rp->model_sha256));
   json_object_set_new(root, "workload", json_string(base_name(o->workload)));
+  json_object_set_new(root, "workload_sha256", json_string(rp->workload_sha256));
   json_object_set_new(root, "requests", json_integer(rp->w->n));
   json_object_set_new(root, "rounds", json_integer(o->rounds));
   json_object_set_new(root, "threads", json_integer(o->threads));
   json_object_set_new(root, "baseline", json_string(o->cfg[0].text));
   json_object_set_new(root, "candidate", json_string(o->cfg[1].text));
+  json_object_set_new(root, "gain", jnum(ab_gain(rp)));
   json_object_set_new(root, "parity", json_boolean(rp->parity.mismatches == 0));
   json_object_set_new(root, "parity_mismatches", json_integer(rp->parity.mismatches));
   if (rp->parity.mismatches) json_object_set_new(root, "parity_first_mismatch", json_string(rp->parity.first));
@@ -758,7 +777,7 @@ static void print_json(const ab_report *rp) {
     json_object_set_new(x, "tokens", json_integer(r->tokens));
     json_array_append_new(arr, x);
   }
-  json_object_set_new(root, "runs", arr);
+  json_object_set_new(root, "samples", arr);
   char *txt = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(6));
   if (txt) printf("%s\n", txt);
   free(txt);
@@ -812,7 +831,10 @@ static void print_md(const ab_report *rp) {
   md_row("cached tokens", "per run", (double)b->cached / nb, (double)c->cached / nc, false);
   md_row("prompt tokens", "per run", (double)b->prompt / nb, (double)c->prompt / nc, false);
   md_row("completion tokens", "per run", (double)b->completion / nb, (double)c->completion / nc, false);
-  printf("\nparity: %s", rp->parity.mismatches ? "false" : "true");
+  printf("\ngain: %s (decode tok/s, the lower of the two order-specific ratios)\n",
+         fmt(x, sizeof x, ab_gain(rp), "%.3fx"));
+  printf("model sha256: %s\nworkload sha256: %s\n", rp->model_sha256, rp->workload_sha256);
+  printf("parity: %s", rp->parity.mismatches ? "false" : "true");
   if (rp->parity.mismatches) printf(" (%ld mismatching request runs; first: %s)", rp->parity.mismatches, rp->parity.first);
   else printf(" (every request's tokens identical in all %d runs)", rp->n_runs);
   printf("\n");
@@ -893,7 +915,7 @@ static int run_ab(const ab_opts *o) {
   /* Warm-up: the first request, shortened, once per engine (faults in the
    * weights and starts the threads); not counted. */
   {
-    ab_workload one = {w.req, 1};
+    ab_workload one = {.req = w.req, .n = 1};
     ab_request warm = w.req[0];
     warm.max_tokens = warm.max_tokens < 8 ? warm.max_tokens : 8;
     one.req = &warm;
@@ -938,6 +960,8 @@ static int run_ab(const ab_opts *o) {
   memset(&rp, 0, sizeof rp);
   rp.o = o;
   rp.model_path = path;
+  rp.model_sha256 = engine_model_sha256(eng[0]);
+  rp.workload_sha256 = w.sha256;
   rp.w = &w;
   rp.runs = runs;
   rp.n_runs = n_runs;

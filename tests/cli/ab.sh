@@ -49,10 +49,19 @@ check "ab json prints one line" [ "$(wc -l <"$tmp/out")" -eq 1 ]
 check "ab json is an object" grep -q '^{.*}$' "$tmp/out"
 check "ab off/off parity is true" grep -q '"parity":true' "$tmp/out"
 for k in tokens_per_target_pass acceptance decode_tok_s e2e_tok_s per_order self_ratio paired_ratio ttft_ms \
-  cached_tokens runs; do
+  cached_tokens samples gain model_sha256 workload_sha256; do
   check "ab json has $k" grep -q "\"$k\":" "$tmp/out"
 done
 check "ab json names the model" grep -q '"model":"codelm-py-Q8_0.gguf"' "$tmp/out"
+check "ab json gives the model's sha256" \
+  grep -q "\"model_sha256\":\"$(sha256sum "$model" | cut -c1-64)\"" "$tmp/out"
+check "ab json gives the workload's sha256" \
+  grep -q "\"workload_sha256\":\"$(sha256sum "$tmp/w.jsonl" | cut -c1-64)\"" "$tmp/out"
+# gain: the lower of the two order-specific decode ratios
+r1=$(sed -n 's/.*"baseline_first":{"decode_tok_s":{[^{}]*"ratio":\([-0-9.eE+]*\)}.*/\1/p' "$tmp/out")
+r2=$(sed -n 's/.*"candidate_first":{"decode_tok_s":{[^{}]*"ratio":\([-0-9.eE+]*\)}.*/\1/p' "$tmp/out")
+check "ab gain is the lower order-specific decode ratio" \
+  equals "$(num "$tmp/out" gain)" "$(awk -v a="$r1" -v b="$r2" 'BEGIN { print (a + 0 < b + 0) ? a : b }')"
 check "ab json gives the configurations" grep -q '"baseline":"spec=off","candidate":"spec=off"' "$tmp/out"
 check "ab json gives the rounds" equals "$(num "$tmp/out" rounds)" 2
 check "ab json counts the requests" equals "$(num "$tmp/out" requests)" 5
