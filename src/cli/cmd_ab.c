@@ -28,6 +28,8 @@
  *                  per-stream generation rate after the first token;
  *   e2e tok/s    = sum(completion) / wall time of the run (first submit to
  *                  last DONE), i.e. throughput including prompt work.
+ * Per request, over all runs of a configuration: TTFT and latency (submit
+ * to DONE), median and 99th percentile (nearest rank).
  * Figures are medians over runs: per order (baseline-first rounds,
  * candidate-first rounds) and pooled; ratios are candidate / baseline. The
  * paired ratio is the median over adjacent (baseline, candidate) pairs; the
@@ -504,13 +506,28 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 /* Median of the finite values of v[0..n) (v is reordered); NAN if none. */
-static double median(double *v, int n) {
+/* sorts the finite values of v to its front; returns their count */
+static int sort_finite(double *v, int n) {
   int m = 0;
   for (int i = 0; i < n; i++)
     if (isfinite(v[i])) v[m++] = v[i];
-  if (!m) return NAN;
   qsort(v, (size_t)m, sizeof *v, cmp_double);
+  return m;
+}
+
+static double median(double *v, int n) {
+  const int m = sort_finite(v, n);
+  if (!m) return NAN;
   return m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+}
+
+/* the p-th percentile, nearest rank: the smallest value with at least p%
+ * of the values at or below it */
+static double percentile(double *v, int n, double p) {
+  const int m = sort_finite(v, n);
+  if (!m) return NAN;
+  int k = (int)ceil(p / 100.0 * m);
+  return v[k < 1 ? 0 : k > m ? m - 1 : k - 1];
 }
 
 static double ratio(double num, double den) { return isfinite(num) && isfinite(den) && den > 0 ? num / den : NAN; }
@@ -557,6 +574,7 @@ typedef struct ab_sums { /* per configuration, over all its runs */
   long completion, prompt, cached, drafted, accepted, emitted, passes;
   int n_runs;
   double ttft_ms, ttft_cold_ms, ttft_warm_ms; /* medians */
+  double ttft_p99_ms, latency_ms, latency_p99_ms; /* latency: submit to done */
   int n_cold, n_warm;
 } ab_sums;
 
@@ -564,8 +582,9 @@ static void config_sums(const ab_run *runs, int n_runs, int cfg, int n_req, ab_s
   memset(s, 0, sizeof *s);
   size_t cap = (size_t)n_runs * (size_t)n_req;
   double *all = malloc(cap * sizeof *all), *cold = malloc(cap * sizeof *cold), *warm = malloc(cap * sizeof *warm);
+  double *lat = malloc(cap * sizeof *lat);
   int n_all = 0;
-  for (int i = 0; all && cold && warm && i < n_runs; i++) {
+  for (int i = 0; all && cold && warm && lat && i < n_runs; i++) {
     if (runs[i].cfg != cfg) continue;
     s->n_runs++;
     for (int j = 0; j < n_req; j++) {
@@ -579,12 +598,17 @@ static void config_sums(const ab_run *runs, int n_runs, int cfg, int n_req, ab_s
       s->emitted += u->spec_emitted;
       s->passes += u->target_passes;
       double ms = (r->t_first - r->t_submit) * 1e3;
+      lat[n_all] = (r->t_done - r->t_submit) * 1e3;
       all[n_all++] = ms;
       if (u->cached_tokens > 0) warm[s->n_warm++] = ms;
       else cold[s->n_cold++] = ms;
     }
   }
   s->ttft_ms = all ? median(all, n_all) : NAN;
+  s->ttft_p99_ms = all ? percentile(all, n_all, 99) : NAN;
+  s->latency_ms = lat ? median(lat, n_all) : NAN;
+  s->latency_p99_ms = lat ? percentile(lat, n_all, 99) : NAN;
+  free(lat);
   s->ttft_cold_ms = cold ? median(cold, s->n_cold) : NAN;
   s->ttft_warm_ms = warm ? median(warm, s->n_warm) : NAN;
   free(all);
@@ -737,6 +761,7 @@ static void print_json(const ab_report *rp) {
     const ab_sums *s = &rp->sums[k];
     json_t *x = json_object();
     json_object_set_new(x, "median", jnum(s->ttft_ms));
+    json_object_set_new(x, "p99", jnum(s->ttft_p99_ms));
     json_object_set_new(x, "cold", jnum(s->ttft_cold_ms));
     json_object_set_new(x, "warm", jnum(s->ttft_warm_ms));
     json_object_set_new(x, "n_cold", json_integer(s->n_cold));
@@ -759,6 +784,14 @@ static void print_json(const ab_report *rp) {
     json_object_set_new(st, cfg_names[k], stats_json(&rp->stats[k]));
   }
   json_object_set_new(root, "ttft_ms", ttft);
+  json_t *lat = json_object();
+  for (int k = 0; k < 2; k++) {
+    json_t *x = json_object();
+    json_object_set_new(x, "median", jnum(rp->sums[k].latency_ms));
+    json_object_set_new(x, "p99", jnum(rp->sums[k].latency_p99_ms));
+    json_object_set_new(lat, cfg_names[k], x);
+  }
+  json_object_set_new(root, "latency_ms", lat);
   json_object_set_new(root, "cached_tokens", pair((double)b->cached / (b->n_runs ? b->n_runs : 1),
                                                   (double)c->cached / (c->n_runs ? c->n_runs : 1)));
   json_object_set_new(root, "tokens_per_run", tok);
@@ -821,6 +854,9 @@ static void print_md(const ab_report *rp) {
            fmt(x, sizeof x, ratio(med_of(rp, 0, -1, 1, m), med_of(rp, 0, -1, 0, m)), "%.3fx"),
            fmt(y, sizeof y, ratio(med_of(rp, 1, -1, 1, m), med_of(rp, 1, -1, 0, m)), "%.3fx"));
   md_row("TTFT ms", "all requests", b->ttft_ms, c->ttft_ms, true);
+  md_row("TTFT ms p99", "all requests", b->ttft_p99_ms, c->ttft_p99_ms, true);
+  md_row("request latency ms", "all requests", b->latency_ms, c->latency_ms, true);
+  md_row("request latency ms p99", "all requests", b->latency_p99_ms, c->latency_p99_ms, true);
   md_row("TTFT ms", "cold (nothing cached)", b->ttft_cold_ms, c->ttft_cold_ms, false);
   md_row("TTFT ms", "warm (prefix reused)", b->ttft_warm_ms, c->ttft_warm_ms, false);
   md_row("TTFT warm/cold", "medians", ratio(b->ttft_warm_ms, b->ttft_cold_ms), ratio(c->ttft_warm_ms, c->ttft_cold_ms),

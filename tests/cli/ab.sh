@@ -49,10 +49,16 @@ check "ab json prints one line" [ "$(wc -l <"$tmp/out")" -eq 1 ]
 check "ab json is an object" grep -q '^{.*}$' "$tmp/out"
 check "ab off/off parity is true" grep -q '"parity":true' "$tmp/out"
 for k in tokens_per_target_pass acceptance decode_tok_s e2e_tok_s per_order self_ratio paired_ratio ttft_ms \
-  cached_tokens samples gain model_sha256 workload_sha256; do
+  cached_tokens samples gain model_sha256 workload_sha256 latency_ms; do
   check "ab json has $k" grep -q "\"$k\":" "$tmp/out"
 done
 check "ab json names the model" grep -q '"model":"codelm-py-Q8_0.gguf"' "$tmp/out"
+# the baseline's request times: TTFT median <= p99, latency median <= p99,
+# TTFT median <= latency median
+bt() { sed -n "s/.*\"$1\":{\"baseline\":{[^{}]*\"$2\":\([-0-9.eE+]*\)[,}].*/\1/p" "$tmp/out"; }
+check "ab TTFT and latency medians and p99 are ordered" awk -v tm="$(bt ttft_ms median)" -v tp="$(bt ttft_ms p99)" \
+  -v lm="$(bt latency_ms median)" -v lp="$(bt latency_ms p99)" \
+  'BEGIN { exit !(tm + 0 > 0 && tp + 0 >= tm + 0 && lm + 0 >= tm + 0 && lp + 0 >= lm + 0) }'
 check "ab json gives the model's sha256" \
   grep -q "\"model_sha256\":\"$(sha256sum "$model" | cut -c1-64)\"" "$tmp/out"
 check "ab json gives the workload's sha256" \
