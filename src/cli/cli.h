@@ -20,5 +20,8 @@ const char *cli_resolve_model(const char *explicit_path, char *err, size_t errle
  * after printing "power <cmd>: invalid value for <opt>: <v>". */
 int cli_parse_long(const char *cmd, const char *opt, const char *v, long lo, long hi, long *out);
 int cli_parse_double(const char *cmd, const char *opt, const char *v, double lo, double hi, double *out);
+/* A whole file (at most max bytes) in a malloc'ed NUL-terminated buffer,
+ * its length in *len; NULL with err set (PW_EIO, PW_ENOMEM). */
+char *cli_slurp(const char *path, long max, size_t *len, char *err);
 
 #endif

@@ -1,6 +1,8 @@
 /* cli_common.c - helpers shared by subcommands: model resolution, option
- * value parsing. */
+ * value parsing, reading a whole file. */
 #include "cli/cli.h"
+
+#include "base/error.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -69,4 +71,29 @@ int cli_parse_double(const char *cmd, const char *opt, const char *v, double lo,
   }
   *out = x;
   return 0;
+}
+
+char *cli_slurp(const char *path, long max, size_t *len, char *err) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    pw_seterr(err, PW_EIO, "cannot open %s", path);
+    return NULL;
+  }
+  char *buf = NULL;
+  long n = -1;
+  if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
+  if (n < 0 || n > max || fseek(f, 0, SEEK_SET) != 0) {
+    pw_seterr(err, PW_EIO, "cannot read %s%s", path, n > max ? " (too large)" : "");
+  } else if (!(buf = malloc((size_t)n + 1))) {
+    pw_seterr(err, PW_ENOMEM, "out of memory reading %s", path);
+  } else if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
+    pw_seterr(err, PW_EIO, "cannot read %s", path);
+    free(buf);
+    buf = NULL;
+  } else {
+    buf[n] = 0;
+    *len = (size_t)n;
+  }
+  fclose(f);
+  return buf;
 }

@@ -3,6 +3,8 @@
  *
  *   power bench [--model M] [-p 512] [-n 128] [-r 5] [--threads N]
  *               [--depth D] [--batch B] [--seed S] [-o md|json]
+ *               [--spec MODE [--spec-draft-model M] [--spec-draft-max K]
+ *                [--prompt-file F]]
  *   power bench --bandwidth [--bandwidth-mib 1024] [--threads N] [-o md|json]
  *
  * pp  prompt processing: p seeded random token ids from an empty cache, in
@@ -13,6 +15,12 @@
  * batch_tg (with --batch B): B sequences decoding together, one step = one
  *     batch of B entries (one per sequence), logits for all; the aggregate
  *     rate and its ratio to tg.
+ * tg_spec (with --spec MODE): generation through the engine, n tokens,
+ *     greedy, from F's text (--prompt-file) or else from p (at least 64)
+ *     seeded random ids: the same request without speculation and with it,
+ *     in alternating order; decode tok/s after the first token (as power ab
+ *     measures it), their ratio, tokens per target pass and acceptance.
+ *     Every run must give the same tokens (exit status 1 otherwise).
  * Each figure is timed r times after one uncounted warm-up; medians, min and
  * max are reported in tokens per second. Only model_forward is timed: the
  * argmax between steps (a scan of n_vocab floats) is outside the clock, as
@@ -32,6 +40,8 @@
 #include "base/pool.h"
 #include "base/rng.h"
 #include "cli/cli.h"
+#include "cli/cli_gen.h"
+#include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "tensor/dtype.h"
@@ -57,6 +67,8 @@ typedef struct bench_opts {
   unsigned long long seed;
   int json;
   int bandwidth;
+  spec_opts spec;
+  const char *prompt_file;
 } bench_opts;
 
 /* One figure over r repetitions: tokens per second per repetition. */
@@ -79,7 +91,9 @@ static void bench_usage(FILE *out) {
           "  --seed S              seed of the random token ids (default 1)\n"
           "  -o, --output FMT      md (default) or json (one object)\n"
           "  --bandwidth           measure memory read bandwidth instead\n"
-          "  --bandwidth-mib N     probe buffer size (default 1024)\n");
+          "  --bandwidth-mib N     probe buffer size (default 1024)\n"
+          "  --prompt-file F       --spec: generate from this text (default: random ids)\n");
+  spec_opts_usage(out);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -343,14 +357,147 @@ static const char *base_name(const char *path) {
   return s ? s + 1 : path;
 }
 
+/* ---- generation through the engine, with and without speculation ---- */
+
+#define BENCH_SPEC_RANDOM_PROMPT 64 /* random ids when -p is smaller and no file */
+#define BENCH_PROMPT_FILE_MAX ((long)4 << 20)
+
+typedef struct bench_spec {
+  bench_series off, on; /* decode tok/s after the first token */
+  long drafted, accepted, completion, passes; /* the speculative runs, summed */
+  int n_prompt;
+  int parity; /* every run gave the reference tokens */
+} bench_spec;
+
+/* One greedy request of n tokens (end-of-generation ignored); the decode
+ * rate after the first token, or -1 with err set. ids: n slots. */
+static double spec_one(engine *e, const int32_t *prompt, int n_prompt, int n, bool spec_off, int32_t *ids,
+                       engine_usage *u, char *err) {
+  engine_params p;
+  memset(&p, 0, sizeof p);
+  p.prompt = prompt;
+  p.n_prompt = n_prompt;
+  p.max_tokens = n;
+  pw_sampler_params_default(&p.sampling);
+  p.sampling.temperature = 0;
+  p.ignore_eos = true;
+  p.spec_off = spec_off;
+  engine_req *r;
+  if (engine_submit(e, &p, &r, err)) return -1;
+  int got = 0;
+  double t_first = 0, t_done = 0;
+  engine_event ev;
+  for (;;) {
+    int rc = engine_next(r, &ev, -1);
+    if (rc || ev.type == ENGINE_EV_ERROR) {
+      pw_seterr(err, rc ? rc : ev.status, "%s", rc ? pw_strerror(rc) : ev.message);
+      engine_release(r);
+      return -1;
+    }
+    if (ev.type == ENGINE_EV_TOKEN) {
+      if (!got) t_first = pw_now_s();
+      if (got < n) ids[got++] = ev.token;
+    } else if (ev.type == ENGINE_EV_DONE) {
+      t_done = pw_now_s();
+      *u = ev.usage;
+      break;
+    }
+  }
+  engine_release(r);
+  if (got < 2 || t_done <= t_first) return pw_seterr(err, PW_EINTERNAL, "generation ended after %d tokens", got), -1;
+  return (got - 1) / (t_done - t_first);
+}
+
+/* The prompt: --prompt-file's text, else max(p, 64) seeded random ids. */
+static int spec_prompt(const bench_opts *o, engine *e, const model_hparams *hp, int32_t **out, int *n_out,
+                       char *err) {
+  if (!o->prompt_file) {
+    int n = o->p > BENCH_SPEC_RANDOM_PROMPT ? (int)o->p : BENCH_SPEC_RANDOM_PROMPT;
+    pw_rng rng;
+    pw_rng_seed(&rng, o->seed);
+    if (!(*out = malloc((size_t)n * sizeof **out))) return pw_seterr(err, PW_ENOMEM, "out of memory");
+    for (int i = 0; i < n; i++) (*out)[i] = (int32_t)(pw_rng_next(&rng) % (uint64_t)hp->n_vocab);
+    *n_out = n;
+    return 0;
+  }
+  size_t len;
+  char *text = cli_slurp(o->prompt_file, BENCH_PROMPT_FILE_MAX, &len, err);
+  if (!text) return PW_EIO;
+  prompt_builder pb;
+  int rc = prompt_builder_init(&pb, engine_vocab(e), engine_chat_template(e), err);
+  if (!rc) {
+    oai_error oe;
+    if (prompt_tokenize(&pb, text, len, true, false, "prompt", out, n_out, &oe))
+      rc = pw_seterr(err, PW_EINVAL, "%s: %s", o->prompt_file, oe.message);
+    else if (*n_out < 1)
+      rc = pw_seterr(err, PW_EINVAL, "%s: the prompt is empty", o->prompt_file);
+    prompt_builder_free(&pb);
+  }
+  free(text);
+  return rc;
+}
+
+static int run_spec(const bench_opts *o, const char *path, const model_hparams *hp, bench_spec *bs, char *err) {
+  const int n = (int)o->n, r = (int)o->r;
+  engine_opts eo;
+  memset(&eo, 0, sizeof eo);
+  eo.model_path = path;
+  eo.n_threads = (int)o->threads;
+  eo.max_active = 1;
+  eo.prompt_cache_entries = -1;
+  spec_opts_apply(&o->spec, &eo);
+  engine *e = NULL;
+  int32_t *prompt = NULL, *ref = malloc((size_t)n * sizeof *ref), *ids = malloc((size_t)n * sizeof *ids);
+  int rc = !ref || !ids ? pw_seterr(err, PW_ENOMEM, "out of memory") : engine_create(&eo, &e, err);
+  if (!rc) rc = spec_prompt(o, e, hp, &prompt, &bs->n_prompt, err);
+  if (!rc && bs->n_prompt + n > engine_n_ctx(e))
+    rc = pw_seterr(err, PW_ECONTEXT, "%d prompt + %d generated tokens do not fit the context of %d", bs->n_prompt,
+                   n, engine_n_ctx(e));
+  engine_usage u;
+  /* warm-up, uncounted; its spec-off tokens are the reference */
+  if (!rc && (spec_one(e, prompt, bs->n_prompt, n, true, ref, &u, err) < 0 ||
+              spec_one(e, prompt, bs->n_prompt, n, false, ids, &u, err) < 0))
+    rc = PW_EINTERNAL;
+  bs->parity = !rc && !memcmp(ids, ref, (size_t)n * sizeof *ids);
+  for (int k = 0; !rc && k < r; k++)
+    for (int j = 0; !rc && j < 2; j++) {
+      const bool off = (j == 0) == (k % 2 == 0); /* off first on even repetitions */
+      double v = spec_one(e, prompt, bs->n_prompt, n, off, ids, &u, err);
+      if (v < 0) {
+        rc = PW_EINTERNAL;
+        break;
+      }
+      bs->parity &= !memcmp(ids, ref, (size_t)n * sizeof *ids);
+      bench_series *s = off ? &bs->off : &bs->on;
+      s->v[s->n++] = v;
+      if (!off) {
+        bs->drafted += u.spec_drafted;
+        bs->accepted += u.spec_accepted;
+        bs->completion += u.completion_tokens;
+        bs->passes += u.target_passes;
+      }
+    }
+  series_finish(&bs->off);
+  series_finish(&bs->on);
+  engine_destroy(e);
+  free(prompt);
+  free(ref);
+  free(ids);
+  return rc;
+}
+
 static json_t *series_json(const bench_series *s) {
   json_t *a = json_array();
   for (int i = 0; i < s->n; i++) json_array_append_new(a, json_real(s->v[i]));
   return a;
 }
 
+static double spec_ratio(const bench_spec *bs) { return bs->off.med > 0 ? bs->on.med / bs->off.med : 0; }
+static double spec_tpp(const bench_spec *bs) { return bs->passes ? (double)bs->completion / bs->passes : 0; }
+static double spec_acc(const bench_spec *bs) { return bs->drafted ? (double)bs->accepted / bs->drafted : 0; }
+
 static void print_json(const bench_run *b, const char *path, const bench_facts *fx, const bench_series *pp,
-                       const bench_series *tg, const bench_series *btg) {
+                       const bench_series *tg, const bench_series *btg, const bench_spec *bs) {
   const bench_opts *o = b->o;
   json_t *root = json_object();
   json_object_set_new(root, "model", json_string(base_name(path)));
@@ -386,6 +533,20 @@ static void print_json(const bench_run *b, const char *path, const bench_facts *
     json_object_set_new(root, "batch_tg_reps", series_json(btg));
     json_object_set_new(root, "batch_tg_ratio", json_real(tg->n && tg->med > 0 ? btg->med / tg->med : 0));
   }
+  if (bs->on.n) {
+    json_t *x = json_object();
+    json_object_set_new(x, "mode", json_string(engine_spec_name(o->spec.mode)));
+    json_object_set_new(x, "prompt_tokens", json_integer(bs->n_prompt));
+    json_object_set_new(x, "off_tok_s", json_real(bs->off.med));
+    json_object_set_new(x, "off_reps", series_json(&bs->off));
+    json_object_set_new(x, "spec_tok_s", json_real(bs->on.med));
+    json_object_set_new(x, "spec_reps", series_json(&bs->on));
+    json_object_set_new(x, "ratio", json_real(spec_ratio(bs)));
+    json_object_set_new(x, "tokens_per_target_pass", json_real(spec_tpp(bs)));
+    json_object_set_new(x, "acceptance", json_real(spec_acc(bs)));
+    json_object_set_new(x, "parity", json_boolean(bs->parity));
+    json_object_set_new(root, "tg_spec", x);
+  }
   char *txt = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(8));
   if (txt) printf("%s\n", txt);
   free(txt);
@@ -399,7 +560,7 @@ static void print_md_row(const bench_run *b, const char *path, const bench_facts
 }
 
 static void print_md(const bench_run *b, const char *path, const bench_facts *fx, const bench_series *pp,
-                     const bench_series *tg, const bench_series *btg) {
+                     const bench_series *tg, const bench_series *btg, const bench_spec *bs) {
   printf("| model | type | size | params | threads | test | t/s (median) | min | max |\n");
   printf("| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n");
   char name[64], extra[64];
@@ -420,8 +581,20 @@ static void print_md(const bench_run *b, const char *path, const bench_facts *fx
     if (tg->n && tg->med > 0) snprintf(extra, sizeof extra, " %.2fx tg", btg->med / tg->med);
     print_md_row(b, path, fx, name, btg, extra);
   }
+  if (bs->on.n) {
+    snprintf(name, sizeof name, "tg%ld engine, spec off", b->o->n);
+    print_md_row(b, path, fx, name, &bs->off, "");
+    snprintf(name, sizeof name, "tg%ld engine, spec %s", b->o->n, engine_spec_name(b->o->spec.mode));
+    snprintf(extra, sizeof extra, " %.2fx; %.2f tok/pass, acceptance %.2f", spec_ratio(bs), spec_tpp(bs),
+             spec_acc(bs));
+    print_md_row(b, path, fx, name, &bs->on, extra);
+  }
   printf("\n%ld repetitions after one warm-up; weights read per decode step %.2f MiB\n", b->o->r,
          fx->bytes_per_token / 1048576.0);
+  if (bs->on.n)
+    printf("engine rows: greedy generation of %ld tokens from %d prompt tokens, decode rate after the first "
+           "token; outputs %s\n",
+           b->o->n, bs->n_prompt, bs->parity ? "identical" : "DIFFER");
 }
 
 static int run_model(const bench_opts *o) {
@@ -434,8 +607,9 @@ static int run_model(const bench_opts *o) {
   int status = 1;
   int p = (int)o->p, n = (int)o->n, r = (int)o->r, nb = (int)o->batch;
   bench_run b = {.o = o};
-  double *vals = calloc((size_t)3 * r, sizeof *vals);
+  double *vals = calloc((size_t)5 * r, sizeof *vals);
   bench_series pp = {vals, 0, 0, 0, 0}, tg = {vals + r, 0, 0, 0, 0}, btg = {vals + 2 * r, 0, 0, 0, 0};
+  bench_spec bs = {.off = {vals + 3 * r, 0, 0, 0, 0}, .on = {vals + 4 * r, 0, 0, 0, 0}};
   pw_rng_seed(&b.rng, o->seed);
   model_opts mo = {.n_threads = (int)o->threads};
   if (!vals) {
@@ -499,13 +673,21 @@ static int run_model(const bench_opts *o) {
   series_finish(&pp);
   series_finish(&tg);
   series_finish(&btg);
+  if (o->spec.mode != ENGINE_SPEC_OFF && run_spec(o, path, b.hp, &bs, b.err)) {
+    fprintf(stderr, "power bench: --spec: %s\n", b.err);
+    goto done;
+  }
   bench_facts fx;
   model_facts(model_gguf(b.m), &fx);
   if (o->json)
-    print_json(&b, path, &fx, &pp, &tg, &btg);
+    print_json(&b, path, &fx, &pp, &tg, &btg, &bs);
   else
-    print_md(&b, path, &fx, &pp, &tg, &btg);
+    print_md(&b, path, &fx, &pp, &tg, &btg, &bs);
   status = 0;
+  if (bs.on.n && !bs.parity) {
+    fprintf(stderr, "power bench: speculative output differs from the output without speculation\n");
+    status = 1;
+  }
   goto done;
 fwd_fail:
   fprintf(stderr, "power bench: %s\n", b.err);
@@ -524,6 +706,7 @@ done:
 
 int cmd_bench(int argc, char **argv) {
   bench_opts o = {.p = 512, .n = 128, .r = 5, .threads = 2, .batch = 0, .bw_mib = 1024, .seed = 1};
+  int sp;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -561,6 +744,11 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "power bench: invalid value for --seed: '%s'\n", v);
         return 2;
       }
+    } else if (!strcmp(a, "--prompt-file")) {
+      NEED_V o.prompt_file = v;
+    } else if ((sp = spec_opts_parse("bench", &o.spec, a, v)) != 0) {
+      if (sp < 0) return 2;
+      i++;
     } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
       NEED_V if (!strcmp(v, "json")) o.json = 1;
       else if (!strcmp(v, "md")) o.json = 0;
@@ -581,6 +769,15 @@ int cmd_bench(int argc, char **argv) {
   }
   if (o.depth > 0 && o.n == 0) {
     fprintf(stderr, "power bench: --depth needs generated tokens (-n > 0)\n");
+    return 2;
+  }
+  if (spec_opts_check("bench", &o.spec)) return 2;
+  if (o.spec.mode != ENGINE_SPEC_OFF && o.n < 2) {
+    fprintf(stderr, "power bench: --spec needs at least 2 generated tokens (-n)\n");
+    return 2;
+  }
+  if (o.prompt_file && o.spec.mode == ENGINE_SPEC_OFF) {
+    fprintf(stderr, "power bench: --prompt-file is the prompt of the --spec figures; give --spec MODE\n");
     return 2;
   }
   if (o.batch > 0 && o.n == 0) {

@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "chat/chat.h"
+#include "cli/cli.h"
 #include "gguf/gguf.h"
 
 #include <stdio.h>
@@ -22,32 +23,6 @@
 static void usage(FILE *out) {
   fprintf(out, "usage: power template (--model M.gguf | --template FILE.jinja) --vars VARS.json "
                "[--date YYYY-MM-DDTHH:MM:SS]\n");
-}
-
-/* Reads a whole file into a malloc'ed NUL-terminated buffer. */
-static char *slurp(const char *path, size_t *len, char *err) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    pw_seterr(err, PW_EIO, "cannot open %s", path);
-    return NULL;
-  }
-  char *buf = NULL;
-  long n = -1;
-  if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
-  if (n < 0 || n > TEMPLATE_MAX_FILE || fseek(f, 0, SEEK_SET) != 0) {
-    pw_seterr(err, PW_EIO, "cannot read %s%s", path, n > TEMPLATE_MAX_FILE ? " (larger than 16 MiB)" : "");
-  } else if (!(buf = malloc((size_t)n + 1))) {
-    pw_seterr(err, PW_ENOMEM, "out of memory reading %s", path);
-  } else if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-    pw_seterr(err, PW_EIO, "cannot read %s", path);
-    free(buf);
-    buf = NULL;
-  } else {
-    buf[n] = 0;
-    *len = (size_t)n;
-  }
-  fclose(f);
-  return buf;
 }
 
 static char *model_template(const char *path, size_t *len, char *err) {
@@ -116,7 +91,7 @@ int cmd_template(int argc, char **argv) {
   }
   char err[PW_ERRMAX] = "";
   size_t tl = 0;
-  char *tmpl = model ? model_template(model, &tl, err) : slurp(tmpl_path, &tl, err);
+  char *tmpl = model ? model_template(model, &tl, err) : cli_slurp(tmpl_path, TEMPLATE_MAX_FILE, &tl, err);
   if (!tmpl) {
     fprintf(stderr, "power template: %s\n", err);
     return 1;

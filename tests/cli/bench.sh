@@ -73,6 +73,38 @@ check "bench md has a pp8 row" grep -q '| pp8 |' "$tmp/out"
 check "bench md has a tg4 row" grep -q '| tg4 |' "$tmp/out"
 check "bench md has a batch row" grep -q '| tg4 x 2 seqs |' "$tmp/out"
 
+# --spec: the engine's generation with and without speculation, on the
+# trained model (copyable code), the same tokens both ways
+code=$shared/models/codelm-py-Q8_0.gguf
+printf '    def get_name(self):\n        return self._name\n\n    def set_name(self, value):\n        self._name = value\n\n    def get_' \
+  >"$tmp/prompt.txt"
+"$bin" bench --model "$code" -p 0 -n 48 -r 2 --spec ngram --prompt-file "$tmp/prompt.txt" -o json \
+  >"$tmp/out" 2>"$tmp/err"
+check "bench --spec exits 0" [ $? -eq 0 ]
+check "bench --spec names the mode" grep -q '"tg_spec":{"mode":"ngram"' "$tmp/out"
+check "bench --spec outputs are identical" grep -q '"parity":true' "$tmp/out"
+check "bench --spec off rate > 0" positive "$(field "$tmp/out" off_tok_s)"
+check "bench --spec rate > 0" positive "$(field "$tmp/out" spec_tok_s)"
+check "bench --spec ratio > 0" positive "$(field "$tmp/out" ratio)"
+check "bench --spec emits more than one token per pass" \
+  awk -v v="$(field "$tmp/out" tokens_per_target_pass)" 'BEGIN { exit !(v + 0 > 1) }'
+check "bench --spec acceptance in (0, 1]" \
+  awk -v v="$(field "$tmp/out" acceptance)" 'BEGIN { exit !(v + 0 > 0 && v + 0 <= 1) }'
+check "bench --spec counts the prompt file's tokens" \
+  [ "$(field "$tmp/out" prompt_tokens)" = "$("$bin" tokenize --model "$code" --ids --file "$tmp/prompt.txt" |
+    tr ', ' '\n\n' | grep -c '[0-9]')" ]
+"$bin" bench --model "$code" -p 0 -n 8 -r 1 --spec prompt-lookup >"$tmp/out" 2>"$tmp/err"
+check "bench --spec md has both engine rows" \
+  sh -c "grep -q '| tg8 engine, spec off |' '$tmp/out' && grep -q '| tg8 engine, spec prompt-lookup |' '$tmp/out'"
+"$bin" bench --model "$code" -n 1 --spec ngram >/dev/null 2>"$tmp/err"
+check "bench --spec with one token exits 2" [ $? -eq 2 ]
+"$bin" bench --model "$code" --spec draft >/dev/null 2>"$tmp/err"
+check "bench --spec draft without a draft model exits 2" [ $? -eq 2 ]
+"$bin" bench --model "$code" --prompt-file "$tmp/prompt.txt" >/dev/null 2>"$tmp/err"
+check "bench --prompt-file without --spec exits 2" [ $? -eq 2 ]
+"$bin" bench --model "$code" -p 0 -n 8 -r 1 --spec ngram --prompt-file "$tmp/none.txt" >/dev/null 2>"$tmp/err"
+check "bench --spec with a missing prompt file exits 1" [ $? -eq 1 ]
+
 # bandwidth probe
 "$bin" bench --bandwidth --bandwidth-mib 16 -o json >"$tmp/out" 2>"$tmp/err"
 check "bench --bandwidth exits 0" [ $? -eq 0 ]
