@@ -66,7 +66,7 @@ void spec_opts_usage(FILE *out) {
           "  --spec MODE           exact speculative decoding: off (default), prompt-lookup,\n"
           "                        ngram, or draft (with --spec-draft-model); output is the same\n"
           "  --spec-draft-model M  draft GGUF for --spec draft (same vocabulary as the model)\n"
-          "  --spec-draft-max K    most tokens proposed per round, 1..32 (default 8)\n");
+          "  --spec-draft-max K    most tokens proposed per round, 1..32 (default 7)\n");
 }
 
 int gen_opts_check(const char *cmd, const gen_opts *o) { return spec_opts_check(cmd, &o->spec); }

@@ -72,7 +72,7 @@ typedef struct engine_opts {
   /* Exact speculative decoding (see "Speculation" below). */
   int spec_mode;                /* engine_spec_mode; 0 = ENGINE_SPEC_OFF */
   const char *spec_draft_model; /* GGUF of the draft model for ENGINE_SPEC_DRAFT */
-  int spec_draft_max;           /* K: most proposals per round; 0 = 8; <= 32 */
+  int spec_draft_max;           /* K: most proposals per round; 0 = 7; <= 32 */
   /* Keyed prefix reuse (see "Prefix cache" below). */
   int prompt_cache_entries;     /* most cached sequences; 0 = 8; -1 = disabled */
   size_t prompt_cache_bytes;    /* most KV bytes held by entries; 0 = 1 GiB */
