@@ -23,7 +23,9 @@
  * for its keys and the first turn of a conversation is a real miss.
  *
  * Per request the clock reads: submit, first TOKEN event (time to first
- * token = queueing + prompt evaluation + first sample), DONE. Per run:
+ * token = queueing + prompt evaluation + first sample), DONE; event times
+ * are when the engine queued them (engine_event.time_s), so a client thread
+ * that gets the CPU late does not bunch them up. Per run:
  *   decode tok/s = sum(completion - 1) / sum(DONE - first token), i.e. the
  *                  per-stream generation rate after the first token;
  *   e2e tok/s    = sum(completion) / wall time of the run (first submit to
@@ -421,10 +423,10 @@ static int exec_one(ab_exec *x, int i) {
       break;
     }
     if (ev.type == ENGINE_EV_TOKEN) {
-      if (!res->n_ids) res->t_first = pw_now_s();
+      if (!res->n_ids) res->t_first = ev.time_s;
       if (res->n_ids < res->cap) res->ids[res->n_ids++] = ev.token;
     } else if (ev.type == ENGINE_EV_DONE) {
-      res->t_done = pw_now_s();
+      res->t_done = ev.time_s;
       if (!res->t_first) res->t_first = res->t_done; /* ended before any emitted token */
       res->finish = ev.finish;
       res->usage = ev.usage;

@@ -18,9 +18,9 @@
  * tg_spec (with --spec MODE): generation through the engine, n tokens,
  *     greedy, from F's text (--prompt-file) or else from p (at least 64)
  *     seeded random ids: the same request without speculation and with it,
- *     in alternating order; decode tok/s after the first token ((n - 1) over
- *     the request's time less that of a 1-token request), their ratio,
- *     tokens per target pass and acceptance.
+ *     in alternating order; decode tok/s after the first token (from the
+ *     engine's event times, as power ab), their ratio, tokens per target
+ *     pass and acceptance.
  *     Every run must give the same tokens (exit status 1 otherwise).
  * Each figure is timed r times after one uncounted warm-up; medians, min and
  * max are reported in tokens per second. Only model_forward is timed: the
@@ -370,10 +370,9 @@ typedef struct bench_spec {
   int parity; /* every run gave the reference tokens */
 } bench_spec;
 
-/* One greedy request of n tokens (end-of-generation ignored): seconds from
- * submit to its end, or -1 with err set. ids: n slots. Token events are not
- * timed one by one: a reader sharing two cores with the engine's threads may
- * receive them in bursts. */
+/* One greedy request of n tokens (end-of-generation ignored); the decode
+ * rate after the first token, from the engine's event times, or -1 with err
+ * set. ids: n slots. */
 static double spec_one(engine *e, const int32_t *prompt, int n_prompt, int n, bool spec_off, int32_t *ids,
                        engine_usage *u, char *err) {
   engine_params p;
@@ -386,10 +385,9 @@ static double spec_one(engine *e, const int32_t *prompt, int n_prompt, int n, bo
   p.ignore_eos = true;
   p.spec_off = spec_off;
   engine_req *r;
-  const double t0 = pw_now_s();
   if (engine_submit(e, &p, &r, err)) return -1;
   int got = 0;
-  double t_done = 0;
+  double t_first = 0, t_done = 0;
   engine_event ev;
   for (;;) {
     int rc = engine_next(r, &ev, -1);
@@ -399,16 +397,18 @@ static double spec_one(engine *e, const int32_t *prompt, int n_prompt, int n, bo
       return -1;
     }
     if (ev.type == ENGINE_EV_TOKEN) {
+      if (!got) t_first = ev.time_s;
       if (got < n) ids[got++] = ev.token;
     } else if (ev.type == ENGINE_EV_DONE) {
-      t_done = pw_now_s();
+      t_done = ev.time_s;
       *u = ev.usage;
       break;
     }
   }
   engine_release(r);
-  if (got < n) return pw_seterr(err, PW_EINTERNAL, "generation ended after %d of %d tokens", got, n), -1;
-  return t_done - t0;
+  if (got < n || t_done <= t_first)
+    return pw_seterr(err, PW_EINTERNAL, "generation ended after %d of %d tokens", got, n), -1;
+  return (n - 1) / (t_done - t_first);
 }
 
 /* The prompt: --prompt-file's text, else max(p, 64) seeded random ids. */
@@ -462,22 +462,17 @@ static int run_spec(const bench_opts *o, const char *path, const model_hparams *
               spec_one(e, prompt, bs->n_prompt, n, false, ids, &u, err) < 0))
     rc = PW_EINTERNAL;
   bs->parity = !rc && !memcmp(ids, ref, (size_t)n * sizeof *ids);
-  /* Per repetition: the prompt and first token alone (t1), then the whole
-   * request without and with speculation (order alternating); decode rate
-   * = (n - 1) / (t - t1). */
   for (int k = 0; !rc && k < r; k++) {
-    const double t1 = spec_one(e, prompt, bs->n_prompt, 1, true, ids, &u, err);
-    if (t1 < 0) rc = PW_EINTERNAL;
     for (int j = 0; !rc && j < 2; j++) {
       const bool off = (j == 0) == (k % 2 == 0); /* off first on even repetitions */
-      const double t = spec_one(e, prompt, bs->n_prompt, n, off, ids, &u, err);
-      if (t < 0) {
+      const double v = spec_one(e, prompt, bs->n_prompt, n, off, ids, &u, err);
+      if (v < 0) {
         rc = PW_EINTERNAL;
         break;
       }
       bs->parity &= !memcmp(ids, ref, (size_t)n * sizeof *ids);
       bench_series *s = off ? &bs->off : &bs->on;
-      s->v[s->n++] = t > t1 ? (n - 1) / (t - t1) : 0;
+      s->v[s->n++] = v;
       if (!off) {
         bs->drafted += u.spec_drafted;
         bs->accepted += u.spec_accepted;

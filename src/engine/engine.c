@@ -276,7 +276,9 @@ static bool req_push(engine_req *r, const engine_event *ev) {
   } else if (!final && r->ring_count >= r->ring_cap - 1) {
     ok = false;
   } else {
-    ev_copy(&r->ring[(r->ring_head + r->ring_count) % r->ring_cap], ev);
+    engine_event *slot = &r->ring[(r->ring_head + r->ring_count) % r->ring_cap];
+    ev_copy(slot, ev);
+    slot->time_s = pw_now_s();
     r->ring_count++;
     if (final) r->end_pushed = true;
     pthread_cond_signal(&r->cv);

@@ -197,6 +197,9 @@ typedef struct engine_event {
                                * PW_ELIMIT (consumer too slow), PW_ECANCELED (engine stopped),
                                * PW_ERANGE (sampling impossible), others from the model */
   char message[256];          /* ERROR */
+  double time_s;              /* pw_now_s() when the engine queued it: a reader on a busy
+                               * machine may receive events in bursts, so rates are timed
+                               * from these, not from when events are read */
 } engine_event;
 
 /* Upper bounds of the batch-size buckets of engine_stats. */
