@@ -6,6 +6,7 @@
  * kept per result) first. */
 #ifndef PW_ENGINE_UTIL_H
 #define PW_ENGINE_UTIL_H
+#include "base/clock.h"
 #include "engine/engine.h"
 #include "test.h"
 #include "tok/tok.h"
@@ -53,8 +54,14 @@ static inline void result_append(result *res, const char *t, int n) {
 static inline void collect(engine_req *r, result *res) {
   memset(res, 0, sizeof *res);
   engine_event ev;
+  double prev = 0;
   for (;;) {
     if (engine_next(r, &ev, WAIT_MS) != 0) return;
+    /* queued in order, and before it was read */
+    const double now = pw_now_s();
+    CHECK_MSG(ev.time_s > 0 && ev.time_s >= prev && ev.time_s <= now, "event time %.6f (previous %.6f, read at %.6f)",
+              ev.time_s, prev, now);
+    prev = ev.time_s;
     if (ev.type == ENGINE_EV_TOKEN) {
       if (res->n_tok < MAX_TOK) {
         if (res->n_tok == 0) {
