@@ -511,6 +511,9 @@ static void print_json(const bench_run *b, const char *path, const bench_facts *
   json_object_set_new(root, "size", json_integer((json_int_t)fx->file_bytes));
   json_object_set_new(root, "params", json_integer((json_int_t)fx->params));
   json_object_set_new(root, "weight_bytes_per_token", json_integer((json_int_t)fx->bytes_per_token));
+  const gguf_residency *res = model_residency(b->m);
+  json_object_set_new(root, "weight_bytes_in_2mib_pages",
+                      res->huge_bytes >= 0 ? json_integer((json_int_t)res->huge_bytes) : json_null());
   json_object_set_new(root, "threads", json_integer(o->threads));
   json_object_set_new(root, "p", json_integer(o->p));
   json_object_set_new(root, "n", json_integer(o->n));
@@ -593,8 +596,13 @@ static void print_md(const bench_run *b, const char *path, const bench_facts *fx
              spec_acc(bs));
     print_md_row(b, path, fx, name, &bs->on, extra);
   }
-  printf("\n%ld repetitions after one warm-up; weights read per decode step %.2f MiB\n", b->o->r,
+  const gguf_residency *res = model_residency(b->m);
+  printf("\n%ld repetitions after one warm-up; weights read per decode step %.2f MiB", b->o->r,
          fx->bytes_per_token / 1048576.0);
+  if (res->huge_bytes >= 0)
+    printf("; file mapped %.0f%% in 2 MiB pages%s", 100.0 * res->huge_bytes / (res->bytes ? res->bytes : 1),
+           res->refreshed ? " (page cache re-read)" : "");
+  printf("\n");
   if (bs->on.n)
     printf("engine rows: greedy generation of %ld tokens from %d prompt tokens, decode rate after the first "
            "token; outputs %s\n",

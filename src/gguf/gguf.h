@@ -83,6 +83,17 @@ int gguf_open(const char *path, gguf_file **out, char *err);
 int gguf_open_mem(const void *buf, size_t len, gguf_file **out, char *err);
 void gguf_close(gguf_file *f);
 
+/* Faults a mapped file's bytes in ahead of use, in 2 MiB pages where the
+ * kernel can give them (see gguf.c); a no-op for gguf_open_mem. Reports the
+ * bytes, how many are mapped in 2 MiB pages (-1 when unknown) and
+ * whether the file's page cache was re-read to get them. */
+typedef struct gguf_residency {
+  uint64_t bytes;
+  int64_t huge_bytes;
+  int refreshed;
+} gguf_residency;
+void gguf_make_resident(gguf_file *f, gguf_residency *r);
+
 uint32_t gguf_version(const gguf_file *f);
 uint64_t gguf_size(const gguf_file *f);        /* file bytes */
 const void *gguf_base(const gguf_file *f);     /* first byte of the file */

@@ -429,6 +429,8 @@ static int write_header(const gguf_writer *w, wr_sink *k) {
   return rc;
 }
 
+#define WR_BUF_BYTES (2u << 20)
+
 int gguf_writer_write(const gguf_writer *w, const char *path, gguf_tensor_data_fn fn, void *ctx, char *err) {
   if (!w || !path || !*path) return pw_seterr(err, PW_EINVAL, "gguf writer: no output path");
   if (w->n_t && !fn) return pw_seterr(err, PW_EINVAL, "gguf writer: tensors but no data callback");
@@ -449,9 +451,12 @@ int gguf_writer_write(const gguf_writer *w, const char *path, gguf_tensor_data_f
     free(tmp);
     return rc;
   }
-  /* Large stdio buffer: rows arrive in small pieces. */
-  buf = malloc(1 << 20);
-  if (buf) setvbuf(k.fp, buf, _IOFBF, 1 << 20);
+  /* Large stdio buffer: rows arrive in small pieces. 2 MiB writes at 2 MiB
+   * offsets also let the page cache hold the new file in 2 MiB folios, so a
+   * model loaded right after it is written can be mapped in 2 MiB pages
+   * (see gguf_make_resident). */
+  buf = malloc(WR_BUF_BYTES);
+  if (buf) setvbuf(k.fp, buf, _IOFBF, WR_BUF_BYTES);
   if ((rc = write_header(w, &k))) goto io_fail;
   for (uint64_t i = 0; i < w->n_t; i++) {
     const wr_tensor *t = &w->t[i];

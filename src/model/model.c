@@ -10,6 +10,7 @@
 #include "model/model.h"
 
 #include "base/error.h"
+#include "base/log.h"
 #include "tensor/attn.h"
 #include "tensor/dtype.h"
 #include "tensor/matmul.h"
@@ -18,6 +19,7 @@
 #include "tensor/traits.h"
 
 #include <math.h>
+#include <sys/mman.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +60,7 @@ struct model {
   pw_pool *pool;
   bool pool_borrowed;    /* opts->pool: not ours to destroy */
   unsigned mm_hints;     /* PW_MM_RESIDENT for files that fit in cache */
+  gguf_residency res;    /* how the weights are mapped */
 };
 
 struct model_kv {
@@ -249,6 +252,10 @@ int model_load(const char *path, const model_opts *opts, model **out, char *err)
   int rc = gguf_open(path, &m->f, err);
   if (rc) goto fail;
   if ((rc = load_hparams(m, err)) || (rc = bind_weights(m, err))) goto fail;
+  gguf_make_resident(m->f, &m->res);
+  if (m->res.huge_bytes >= 0)
+    pw_log(PW_LOG_INFO, "model %s: %.1f MiB mapped, %.1f MiB of them in 2 MiB pages%s", path, m->res.bytes / 1048576.0,
+           m->res.huge_bytes / 1048576.0, m->res.refreshed ? " (page cache re-read to get them)" : "");
   int nt = opts && opts->n_threads > 0 ? opts->n_threads : 2;
   /* a file this small stays in the caches between tokens (the L2s and a
    * share of L3 of a small CPU): decode is compute-bound, not streaming */
@@ -280,6 +287,7 @@ void model_destroy(model *m) {
 
 const model_hparams *model_hp(const model *m) { return &m->hp; }
 const gguf_file *model_gguf(const model *m) { return m->f; }
+const gguf_residency *model_residency(const model *m) { return &m->res; }
 pw_pool *model_pool(const model *m) { return m->pool; }
 
 /* Buffers the kernels stream through start on a cache line: they are read
@@ -287,8 +295,17 @@ pw_pool *model_pool(const model *m) { return m->pool; }
  * alignment gives) measured 10-20% slower in the matmul tiles. Freed with
  * free(). */
 static void *alloc_lines(size_t bytes) {
-  if (bytes > SIZE_MAX - 64) return NULL;
-  return aligned_alloc(64, (bytes + 63) / 64 * 64);
+  const size_t huge = 2u << 20;
+  if (bytes > SIZE_MAX - huge) return NULL;
+  if (bytes < huge) return aligned_alloc(64, (bytes + 63) / 64 * 64);
+  /* Big buffers (the KV cache, a large batch's scratch) are read whole
+   * every step: in 2 MiB pages where the kernel gives them, for the same
+   * reason as the weights (gguf_make_resident). */
+  void *p = aligned_alloc(huge, (bytes + huge - 1) / huge * huge);
+#ifdef MADV_HUGEPAGE
+  if (p) madvise(p, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE);
+#endif
+  return p;
 }
 
 /* ---- KV cache --------------------------------------------------------- */

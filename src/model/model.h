@@ -64,6 +64,8 @@ const model_hparams *model_hp(const model *m);
 /* The underlying file (borrowed; lives as long as the model), e.g. for the
  * tokenizer and chat template. */
 const gguf_file *model_gguf(const model *m);
+/* how the weights are mapped (gguf_make_resident, run by model_load) */
+const gguf_residency *model_residency(const model *m);
 pw_pool *model_pool(const model *m);
 
 /* KV cache: n_seq sequences of up to n_ctx positions each, F16, allocated

@@ -35,6 +35,9 @@ check "bench json has 2 tg reps" [ "$(count "$tmp/out" tg_reps)" -eq 2 ]
 check "bench json names the model" grep -q '"model":"syn-llama-Q4_0.gguf"' "$tmp/out"
 check "bench json gives p, n, r, threads" grep -q '"threads":2,"p":16,"n":8,"r":2' "$tmp/out"
 check "bench json gives the bytes read per token" positive "$(field "$tmp/out" weight_bytes_per_token)"
+hp=$(sed -n 's/.*"weight_bytes_in_2mib_pages":\([0-9]*\|null\).*/\1/p' "$tmp/out")
+check "bench json gives the bytes mapped in 2 MiB pages (or null)" [ -n "$hp" ]
+[ "$hp" != null ] && check "bench json: 2 MiB-page bytes within the file" awk -v h="$hp" -v s="$(field "$tmp/out" size)" 'BEGIN { exit !(h >= 0 && h <= s) }'
 check "bench json without --batch has no batch figure" [ -z "$(field "$tmp/out" batch_tg_tok_s)" ]
 check "bench json keeps stderr empty" [ ! -s "$tmp/err" ]
 med=$(field "$tmp/out" tg_tok_s)

@@ -10,6 +10,7 @@
 
 #include <dirent.h>
 #include <stdint.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 /* ---- a tiny GGUF writer for hand-built files -------------------------- */
@@ -282,6 +283,66 @@ static void test_shared_models(void) {
   CHECK_MSG(n_models >= 5, "expected the shared models, found %d", n_models);
 }
 
+/* gguf_make_resident: every byte faulted in, the same bytes as the file
+ * (a page-cache re-read must not lose or change any), the 2 MiB-page count
+ * found in /proc for this very mapping; a no-op over a caller buffer. */
+static void test_residency(void) {
+  char path[1024], err[PW_ERRMAX] = "";
+  snprintf(path, sizeof path, "%s/models/syn-llama3-Q8_0.gguf", POWER_SHARED_DIR);
+  size_t len;
+  uint8_t *p = read_file(path, &len);
+  CHECK_MSG(p != NULL, "cannot read %s", path);
+  if (!p) return;
+  gguf_file *f;
+  CHECK(gguf_open_mem(p, len, &f, err) == 0);
+  gguf_residency r;
+  if (f) {
+    gguf_make_resident(f, &r);
+    CHECK(r.bytes == len && r.huge_bytes == -1 && !r.refreshed);
+    gguf_close(f);
+  }
+  /* a copy written 4 KiB at a time: its page cache starts in small folios,
+   * which is what makes gguf_make_resident re-read a file */
+  char tmp[] = "/tmp/power-test-XXXXXX";
+  int fd = mkstemp(tmp);
+  CHECK(fd >= 0);
+  for (size_t o = 0; fd >= 0 && o < len; o += 4096) {
+    size_t n = len - o < 4096 ? len - o : 4096;
+    CHECK(write(fd, p + o, n) == (ssize_t)n);
+  }
+  if (fd >= 0) {
+    CHECK(fsync(fd) == 0);
+    close(fd);
+  }
+  int refreshed = 0;
+  for (int round = 0; round < 3; round++) {
+    CHECK_MSG(gguf_open(round ? tmp : path, &f, err) == 0, "%s", err);
+    if (!f) break;
+    gguf_make_resident(f, &r);
+    CHECK(r.bytes == len && gguf_size(f) == len);
+    FILE *smaps = fopen("/proc/self/smaps", "r");
+    if (smaps) {
+      fclose(smaps);
+      CHECK_MSG(r.huge_bytes >= 0 && (uint64_t)r.huge_bytes <= len, "huge bytes %lld of %zu", (long long)r.huge_bytes,
+                len);
+    }
+    const long pg = sysconf(_SC_PAGESIZE);
+    size_t np = (len + (size_t)pg - 1) / (size_t)pg;
+    unsigned char *vec = malloc(np);
+    CHECK(vec && mincore((void *)gguf_base(f), len, vec) == 0);
+    size_t res = 0;
+    for (size_t i = 0; vec && i < np; i++) res += vec[i] & 1;
+    CHECK_MSG(res == np, "round %d: %zu of %zu pages resident", round, res, np);
+    free(vec);
+    CHECK_MSG(memcmp(gguf_base(f), p, len) == 0, "round %d: mapped bytes differ from the file", round);
+    refreshed += r.refreshed;
+    gguf_close(f);
+  }
+  printf("residency: %d of 3 loads re-read the page cache\n", refreshed);
+  unlink(tmp);
+  free(p);
+}
+
 static void test_missing_file(void) {
   gguf_file *f;
   char err[PW_ERRMAX];
@@ -293,6 +354,7 @@ int main(void) {
   test_good();
   test_bad_headers();
   test_missing_file();
+  test_residency();
   test_shared_models();
   TEST_DONE();
 }
