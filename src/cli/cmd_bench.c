@@ -52,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -188,7 +189,13 @@ static int run_bandwidth(const bench_opts *o) {
   g_have_avx2 = __builtin_cpu_supports("avx2");
 #endif
   size_t bytes = (size_t)o->bw_mib << 20;
-  uint64_t *buf = aligned_alloc(128, bytes);
+  /* in 2 MiB pages where the kernel gives them, as the weights are mapped
+   * (gguf_make_resident): the bound is then the same kind of read */
+  const size_t huge = 2u << 20, cap = (bytes + huge - 1) / huge * huge;
+  uint64_t *buf = aligned_alloc(huge, cap);
+#ifdef MADV_HUGEPAGE
+  if (buf) madvise(buf, cap, MADV_HUGEPAGE);
+#endif
   pw_pool *pool = pw_pool_create((int)o->threads);
   if (!buf || !pool) {
     fprintf(stderr, "power bench: cannot allocate the %ld MiB probe buffer\n", o->bw_mib);
