@@ -338,18 +338,22 @@ void gguf_close(gguf_file *f) {
 }
 
 /* ---- residency: the tensor data faulted in, in 2 MiB pages ---------------
- * Decode streams every weight once per token. In 4 KiB pages that is one
- * TLB miss per 4 KiB, which on some virtual machines costs more than the
- * read itself (measured here: a 1.2B-parameter Q4_K_M file decoded at 1.5-5
- * tok/s on one thread with 42% of it in 2 MiB pages, 27 tok/s with 94%).
- * The kernel maps a file's page cache in 2 MiB pages where the cache holds
- * it in 2 MiB folios and the mapping is aligned (it aligns large file
- * mappings itself); which folios the cache holds depends on how the file
- * came there: read-ahead after MADV_HUGEPAGE builds 2 MiB ones, small
- * writes leave small ones. So: MADV_HUGEPAGE, fault everything in, and if
- * the kernel shows it can map file pages huge but most of ours are not, drop
- * this file's clean cached pages (nobody else's, and none another process
- * still maps) and fault them in again, once. Linux-only; elsewhere, or
+ * Decode streams every weight once per token, so the mapping is asked for
+ * 2 MiB pages (one TLB entry per 2 MiB instead of 512) and faulted in at
+ * load rather than token by token. The kernel maps a file's page cache in
+ * 2 MiB pages where the cache holds it in 2 MiB folios and the mapping is
+ * aligned (it aligns large file mappings itself); which folios the cache
+ * holds depends on how the file came there: read-ahead after MADV_HUGEPAGE
+ * builds 2 MiB ones, small writes leave small ones. So: MADV_HUGEPAGE,
+ * fault everything in, and if the kernel shows it can map file pages huge
+ * but most of ours are not, drop this file's clean cached pages (nobody
+ * else's, and none another process still maps) and fault them in again,
+ * once. Measured on the machines this was built on: in one period, freshly
+ * written files decoded 5-18x slower on one thread (a 1.2B Q4_K_M file at
+ * 1.5-5 tok/s, 42% of it in 2 MiB pages) until their cache was re-read this
+ * way (20-27 tok/s, all of it in 2 MiB pages), four files in a row; at other
+ * times files in small folios decoded as fast as in 2 MiB ones, so the cause
+ * of the slow state is not settled. Linux-only; elsewhere, or
  * without /proc, the data is simply faulted in. */
 
 #ifndef MADV_POPULATE_READ
