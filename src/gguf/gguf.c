@@ -356,8 +356,8 @@ void gguf_close(gguf_file *f) {
  * of the slow state is not settled. Linux-only; elsewhere, or
  * without /proc, the data is simply faulted in. */
 
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22
+#if defined(__linux__) && !defined(MADV_POPULATE_READ)
+#define MADV_POPULATE_READ 22 /* Linux 5.14; older headers lack it */
 #endif
 
 /* "Key:   N kB" of the smaps entry of the mapping starting at `start`, or
@@ -365,7 +365,7 @@ void gguf_close(gguf_file *f) {
 static int64_t proc_kb(const void *start, const char *key) {
   FILE *fp = fopen(start ? "/proc/self/smaps" : "/proc/meminfo", "re");
   if (!fp) return -1;
-  static char line[4096];
+  char line[4096];
   const size_t kl = strlen(key);
   int in = start == NULL;
   int64_t kb = -1;
@@ -388,8 +388,10 @@ static int64_t proc_kb(const void *start, const char *key) {
 }
 
 static void populate(const gguf_file *f) {
+#ifdef MADV_POPULATE_READ
   if (madvise((void *)f->base, f->size, MADV_POPULATE_READ) == 0) return;
-  /* kernels before 5.14: touch a byte per page */
+#endif
+  /* kernels before 5.14, other systems: touch a byte per page */
   const long pg = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
   volatile uint8_t sink = 0;
   for (uint64_t o = 0; o < f->size; o += (uint64_t)pg) sink ^= f->base[o];
