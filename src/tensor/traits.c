@@ -23,7 +23,8 @@ static int cpu_level(void) {
     return PW_IMPL_SCALAR;
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512vnni"))
+      __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi") &&
+      __builtin_cpu_supports("avx512bitalg"))
     return PW_IMPL_AVX512;
   return PW_IMPL_AVX2;
 #else

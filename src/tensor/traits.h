@@ -4,7 +4,7 @@
  *
  * pw_tensor_init() detects the CPU once and fills one table per
  * implementation level the CPU supports (scalar references; AVX2/FMA/F16C;
- * AVX-512 F/BW/VL/DQ + VNNI on top of AVX2) and installs the highest.
+ * AVX-512 F/BW/VL/DQ + VNNI, VBMI, BITALG on top of AVX2) and installs the highest.
  * POWER_NO_SIMD=1 keeps the scalar references; POWER_SIMD=scalar|avx2|avx512
  * caps the level (for comparisons). This is not the place for kernels themselves (quants.c,
  * arch/) nor for the matrix multiply (matmul.h). */
@@ -51,7 +51,7 @@ typedef void (*pw_gemm_fn)(int64_t n, const void *w, size_t w_row, int nr, const
 enum {
   PW_IMPL_SCALAR = 0, /* the references */
   PW_IMPL_AVX2 = 1,   /* AVX2 + FMA + F16C */
-  PW_IMPL_AVX512 = 2, /* AVX-512 F/BW/VL/DQ + VNNI (on top of AVX2) */
+  PW_IMPL_AVX512 = 2, /* AVX-512 F/BW/VL/DQ + VNNI, VBMI, BITALG (on top of AVX2) */
   PW_IMPL_COUNT
 };
 

@@ -30,9 +30,10 @@ static const uint32_t WTYPES[] = {PW_DT_F32,  PW_DT_F16,  PW_DT_BF16, PW_DT_Q4_0
  * 8224 inputs: rows too long for one unpack buffer of 16 rows */
 enum { N_IN = 512, N_IN_MAX = 8224, N_OUT = 37, MAX_TOK = 41 };
 
-/* n_in: 512 (every type), or a multiple of 32 with an odd number of
- * blocks (only the 32-element types: tiled kernels pair blocks); above
- * N_IN, every 8th batch size only */
+/* n_in: 512 (every type), or a multiple of 32 that is not a multiple of
+ * 128 (only the 32-element types: tiled kernels take blocks in pairs or
+ * quads, and these leave 1, 2 or 3 over); above N_IN, every 8th batch size
+ * only */
 static void test_matmul(int n_in) {
   pw_pool *pools[3] = {pw_pool_create(1), pw_pool_create(2), pw_pool_create(3)};
   CHECK(pools[0] && pools[1] && pools[2]);
@@ -200,8 +201,9 @@ int main(void) {
   pw_tensor_init();
   fprintf(stderr, "kernels: %s, ops: %s\n", pw_traits_get(PW_DT_Q4_K)->impl, pw_ops_get()->impl);
   test_matmul(N_IN);
-  test_matmul(160);
-  test_matmul(96);
+  test_matmul(160); /* 5 blocks: a quad and one over */
+  test_matmul(192); /* 6: a quad and two over */
+  test_matmul(96);  /* 3: a partial quad alone */
   test_matmul(N_IN_MAX);
   test_ops();
   TEST_DONE();

@@ -1,11 +1,13 @@
 /* quants_avx512.c - AVX-512 (F/BW/VL/DQ) + VNNI dot products of quantized
  * weight rows with quantized activation rows, for the hot weight types:
- * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K. Compiled with the
- * AVX-512 flag set; installed by pw_tensor_init only when the CPU reports
- * all of F, BW, VL, DQ and VNNI. Types not covered here keep their AVX2
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K, and the tiled GEMM of
+ * Q8_0, Q4_0 and Q5_0 (which the matmul uses for those types). Compiled
+ * with the AVX-512 flag set; installed by pw_tensor_init only when the CPU
+ * reports all of F, BW, VL, DQ, VNNI, VBMI and BITALG (the GEMM's byte
+ * permute and bit shuffle). Types not covered here keep their AVX2
  * kernels. Not a quantizer or dequantizer file (those stay in avx2.c).
  *
- * Q8_0, Q4_0 and Q5_0 put two 32-element blocks in one 512-bit vector, so
+ * The vec_dot kernels of Q8_0, Q4_0 and Q5_0 put two 32-element blocks in one 512-bit vector, so
  * unpack, dot, convert and FMA are one instruction per pair of blocks, and
  * pairs alternate between two accumulators per row. Weight values are made
  * signed, their magnitude goes to the unsigned operand of vpdpbusd and
@@ -404,23 +406,37 @@ NX_DISPATCH(vd_q6_k, 0)
 
 /* ---- register-tiled GEMM for the symmetric 32-element types ------------- */
 
-/* Activations are packed once per matmul (gemm_pack_sym) in pairs of q8_0
- * blocks, 192 bytes a pair: the 64 signed quants, the 16 lane scales (block
- * 2i's fp16 d in lanes 0..7, block 2i+1's in 8..15, as floats) and the 16
- * lane corrections (each int32 lane of vpdpbusd covers 4 quants). Weights
- * enter vpdpbusd unsigned: Q4_0 and Q5_0 as their stored values q + 8 and
- * q + 16, Q8_0 as q + 128 (xor 0x80); the offset times the negated
- * activation lane sum depends on the token alone, is packed with it (so
- * each weight type has its own pack) and is the initial value of the
- * integer dot. So per (row, token, pair) there are four operations (dot,
- * convert, scale product, FMA) and no sign fix-up; the weight unpack is
- * shared by the whole tile.
+/* The GEMM walks each weight row in units: Q8_0 in pairs of blocks, Q4_0
+ * and Q5_0 in quads of blocks. Activations are packed once per matmul
+ * (gemm_pack_*) into the same units of q8_0 blocks:
+ * - a pair (XPAIR = 192 bytes): the 64 signed quants (block 2i in the low
+ *   half), the 16 lane scales (block 2i's fp16 d in lanes 0..7, block
+ *   2i+1's in 8..15, as floats) and the 16 lane corrections;
+ * - a quad (XQUAD = 256 bytes): quants 0..15 of block 4i+k in 128-bit lane
+ *   k, then quants 16..31 the same way (the low and high nibbles of a
+ *   Q4_0/Q5_0 block), the 16 lane scales (block 4i+k's d in lanes
+ *   4k..4k+3) and the lane corrections. Two vpdpbusd fold a whole block
+ *   into its 4 lanes, so one convert, scale product and FMA serve 4 blocks.
+ * Weights enter vpdpbusd unsigned: Q4_0 and Q5_0 as their stored values
+ * q + 8 and q + 16, Q8_0 as q + 128 (xor 0x80); the offset times the
+ * negated activation lane sum depends on the token alone, is packed with it
+ * (so each weight type has its own pack) and is the initial value of the
+ * integer dot. So per (row, token, unit) there is no sign fix-up, and the
+ * weight unpack is shared by the whole tile.
  *
- * Each (row, token) result is one accumulator over the pairs in order and
+ * A quad's weights are two loads (88 or 72 bytes; the rest masked off),
+ * one byte permute that puts each block's 16 quant bytes in its lane, and
+ * one word permute that gathers the four fp16 scales (and Q5_0's fifth-bit
+ * words) into the lanes that use them; Q5_0's fifth bits become byte masks
+ * with vpshufbitqmb. Measured from L2 on the 0.5B shape, one token: 24 ->
+ * 38 GB/s per core against two blocks per vector with scalar scale loads.
+ *
+ * Each (row, token) result is one accumulator over the units in order and
  * one final reduction, whatever tile computed it (the gemm contract). */
 
 #define XPAIR 192
-/* Each pair load of a weight row goes with a software prefetch this many
+#define XQUAD 256
+/* Each unit load of a weight row goes with software prefetches this many
  * rows further on (rows are contiguous, so that is a fixed distance ahead
  * in the stream); measured faster than the hardware prefetchers alone,
  * much more so for tiles that read 4 rows side by side. */
@@ -428,11 +444,25 @@ NX_DISPATCH(vd_q6_k, 0)
 
 static pw_from_float_fn g_q8_0_from; /* the installed q8_0 quantizer */
 
-static size_t gemm_xrow_sym(int64_t n) { return (size_t)((n / 32 + 1) / 2) * XPAIR; }
+/* blocks per unit, activation bytes per unit */
+AI int unit_nb(const int kind) { return kind == LQ8_0 ? 2 : 4; }
+AI size_t unit_x(const int kind) { return kind == LQ8_0 ? XPAIR : XQUAD; }
+
+static size_t gemm_xrow_pair(int64_t n) { return (size_t)((n / 32 + 1) / 2) * XPAIR; }
+static size_t gemm_xrow_quad(int64_t n) { return (size_t)((n / 32 + 3) / 4) * XQUAD; }
+
+/* the lane corrections of a unit's quants v (and v2, quads): the negated
+ * lane sums times the weight offset (2^shift) */
+AI __m512i lane_corr(__m512i v, __m512i v2, const int quad, const int shift) {
+  const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi8(1);
+  __m512i sums = _mm512_dpbusd_epi32(zero, one, v);
+  if (quad) sums = _mm512_dpbusd_epi32(sums, one, v2);
+  return _mm512_sub_epi32(zero, _mm512_slli_epi32(sums, shift));
+}
 
 /* shift: log2 of the weight offset of the type the rows are packed for
  * (sym_shift) */
-AI void gemm_pack_sym(const float *x, void *vxp, int64_t n, const int shift) {
+AI void gemm_pack_pair(const float *x, void *vxp, int64_t n, const int shift) {
   const int64_t nb = n / 32;
   const __m512i sidx = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 3);
   uint8_t *xp = vxp;
@@ -446,9 +476,28 @@ AI void gemm_pack_sym(const float *x, void *vxp, int64_t n, const int shift) {
     _mm512_storeu_si512(xp, v);
     const __m128 d = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)q[0].d | (uint32_t)q[1].d << 16)));
     _mm512_storeu_ps(xp + 64, _mm512_permutexvar_ps(sidx, _mm512_castps128_ps512(d)));
-    const __m512i zero = _mm512_setzero_si512();
-    const __m512i sums = _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(1), v);
-    _mm512_storeu_si512(xp + 128, _mm512_sub_epi32(zero, _mm512_slli_epi32(sums, shift)));
+    _mm512_storeu_si512(xp + 128, lane_corr(v, v, 0, shift));
+  }
+}
+
+AI void gemm_pack_quad(const float *x, void *vxp, int64_t n, const int shift) {
+  const int64_t nb = n / 32;
+  const __m512i sidx = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 2);
+  uint8_t *xp = vxp;
+  for (int64_t b = 0; b < nb; b += 4, xp += XQUAD) {
+    const int cnt = nb - b < 4 ? (int)(nb - b) : 4;
+    block_q8_0 q[4];
+    g_q8_0_from(x + b * 32, q, cnt * 32);
+    if (cnt < 4) memset(&q[cnt], 0, (size_t)(4 - cnt) * sizeof q[0]);
+    uint64_t dh = 0;
+    for (int k = 0; k < 4; k++) {
+      memcpy(xp + 16 * k, q[k].qs, 16);
+      memcpy(xp + 64 + 16 * k, q[k].qs + 16, 16);
+      dh |= (uint64_t)q[k].d << 16 * k;
+    }
+    const __m128 d = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)dh));
+    _mm512_storeu_ps(xp + 128, _mm512_permutexvar_ps(sidx, _mm512_castps128_ps512(d)));
+    _mm512_storeu_si512(xp + 192, lane_corr(_mm512_loadu_si512(xp), _mm512_loadu_si512(xp + 64), 1, shift));
   }
 }
 
@@ -466,80 +515,151 @@ AI __m128 reduce_add4(__m512 a, __m512 b, __m512 c, __m512 d) {
   return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), v1));
 }
 
-/* The pair's weights as vpdpbusd takes them, unsigned: Q4_0/Q5_0 as
- * stored, Q8_0 moved up by 128 */
-AI __m512i w_pair_u(const uint8_t *wp, const int wsz, const int kind, const int two) {
-  const __m512i q = w_pair(wp, wsz, kind, two, 1);
-  return kind == LQ8_0 ? _mm512_xor_si512(q, _mm512_set1_epi8((char)0x80)) : q;
+/* log2 of the weight offset of the unsigned weights */
+AI int sym_shift(const int kind) { return kind == LQ8_0 ? 7 : kind == LQ4_0 ? 3 : 4; }
+
+/* one unit of one weight row as the dots take it: a (and b, quads) the
+ * unsigned quants, d the lane scales */
+typedef struct {
+  __m512i a, b;
+  __m512 d;
+} wunit;
+
+/* a byte-mask of the low `n` bytes (n <= 64) */
+AI __mmask64 low_bytes(int n) { return n >= 64 ? ~0ull : (1ull << n) - 1; }
+
+/* the unit at wp with cnt of its blocks present (the last unit of a row
+ * may have fewer); absent blocks read as zero (their scales too) */
+AI wunit w_unit(const uint8_t *wp, const int kind, const int cnt) {
+  wunit u;
+  if (kind == LQ8_0) {
+    u.a = _mm512_xor_si512(w_pair(wp, 34, LQ8_0, cnt == 2, 1), _mm512_set1_epi8((char)0x80));
+    u.b = _mm512_setzero_si512();
+    u.d = d_lanes(wp, 34, cnt == 2);
+    return u;
+  }
+  const int wsz = sym_wsz(kind), nbytes = cnt * wsz;
+  const __m512i lo = nbytes >= 64 ? _mm512_loadu_si512(wp) : _mm512_maskz_loadu_epi8(low_bytes(nbytes), wp);
+  const __m512i hi = nbytes > 64 ? _mm512_maskz_loadu_epi8(low_bytes(nbytes - 64), wp + 64) : _mm512_setzero_si512();
+  /* block k's 16 quant bytes (at k * wsz + 2, or + 6 after Q5_0's qh) into
+   * lane k */
+  const int qo = kind == LQ4_0 ? 2 : 6;
+  __m512i qidx;
+  if (kind == LQ4_0)
+    qidx = _mm512_set_epi8(69, 68, 67, 66, 65, 64, 63, 62, 61, 60, 59, 58, 57, 56, 55, 54,
+                           51, 50, 49, 48, 47, 46, 45, 44, 43, 42, 41, 40, 39, 38, 37, 36,
+                           33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18,
+                           15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  else
+    qidx = _mm512_set_epi8(81, 80, 79, 78, 77, 76, 75, 74, 73, 72, 71, 70, 69, 68, 67, 66,
+                           59, 58, 57, 56, 55, 54, 53, 52, 51, 50, 49, 48, 47, 46, 45, 44,
+                           37, 36, 35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22,
+                           15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i v = _mm512_permutex2var_epi8(lo, _mm512_add_epi8(qidx, _mm512_set1_epi8((char)qo)), hi);
+  const __m512i m0f = _mm512_set1_epi8(0x0F);
+  u.a = _mm512_and_si512(v, m0f);
+  u.b = _mm512_and_si512(_mm512_srli_epi16(v, 4), m0f);
+  if (kind == LQ4_0) {
+    /* words [d0 x 4, d1 x 4, d2 x 4, d3 x 4] (d_k at word 9k) */
+    const __m512i didx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                          27, 27, 27, 27, 18, 18, 18, 18, 9, 9, 9, 9, 0, 0, 0, 0);
+    u.d = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(didx, lo)));
+    return u;
+  }
+  /* Q5_0: quadword 2k and 2k+1 = [d_k, d_k, qh_k low, qh_k high] (d_k at
+   * word 11k, qh_k at words 11k + 1 and 11k + 2) */
+  const __m512i bidx = _mm512_set_epi16(35, 34, 33, 33, 35, 34, 33, 33, 24, 23, 22, 22, 24, 23, 22, 22,
+                                        13, 12, 11, 11, 13, 12, 11, 11, 2, 1, 0, 0, 2, 1, 0, 0);
+  const __m512i bq = _mm512_permutex2var_epi16(lo, bidx, hi);
+  /* byte j of quadword m takes qh bit 32 + 8 (m & 1) + j: the fifth bit of
+   * quant 8 (m & 1) + j in the low nibbles, + 16 in the high ones */
+  const __m512i sel = _mm512_set1_epi64(0x2726252423222120ll);
+  const __m512i sel_lo = _mm512_mask_add_epi8(sel, 0xFF00FF00FF00FF00ull, sel, _mm512_set1_epi8(8));
+  const __m512i s16 = _mm512_set1_epi8(16);
+  u.a = _mm512_mask_add_epi8(u.a, _mm512_bitshuffle_epi64_mask(bq, sel_lo), u.a, s16);
+  u.b = _mm512_mask_add_epi8(u.b, _mm512_bitshuffle_epi64_mask(bq, _mm512_add_epi8(sel_lo, s16)), u.b, s16);
+  u.d = _mm512_cvtph_ps(_mm512_cvtepi64_epi32(bq));
+  return u;
 }
 
-/* log2 of the weight offset of w_pair_u */
-AI int sym_shift(const int kind) { return kind == LQ8_0 ? 7 : kind == LQ4_0 ? 3 : 4; }
+/* prefetches of the unit at wp, GEMM_PF_ROWS rows on (both of a quad's
+ * cache lines) */
+AI void w_prefetch(const uint8_t *wp, size_t w_row, const int kind) {
+  _mm_prefetch((const char *)(wp + GEMM_PF_ROWS * w_row), _MM_HINT_T0);
+  if (kind != LQ8_0) _mm_prefetch((const char *)(wp + GEMM_PF_ROWS * w_row + 4 * sym_wsz(kind) - 1), _MM_HINT_T0);
+}
 
 /* Tiles are R rows x T tokens: up to 4 x 4, or 2 x 5..8 when those
  * tokens' activation rows fit in L1 together (GEMM_WIDE_X_BYTES): one
- * unpack of a weight pair then serves up to 8 tokens instead of 4. With
+ * unpack of a weight unit then serves up to 8 tokens instead of 4. With
  * wider rows the 2-row tiles would read each token's data from L2 twice as
  * often, and measured slower than 4 x 4. */
 #define TMAX 8
 #define GEMM_WIDE_X_BYTES (24u << 10)
 
-/* a token's offset correction (its negated lane sums times the weight
- * offset, as packed): the initial value of its integer dots */
-AI __m512i tok_nc(const uint8_t *xt) { return _mm512_loadu_si512(xt + 128); }
+/* a token's correction for this unit (as packed): the initial value of
+ * its integer dots */
+AI __m512i tok_nc(const int kind, const uint8_t *xt) { return _mm512_loadu_si512(xt + (kind == LQ8_0 ? 128 : 192)); }
 
 /* the corrections of up to 4 tokens, kept in registers by 4-token tiles */
-AI void tok_corr(const int T, const uint8_t *xp, size_t xrow, __m512i nc[4]) {
-  _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) nc[t] = tok_nc(xp + (size_t)t * xrow);
+AI void tok_corr(const int kind, const int T, const uint8_t *xp, size_t xrow, __m512i nc[4]) {
+  _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) nc[t] = tok_nc(kind, xp + (size_t)t * xrow);
 }
 
-/* one (row, token, pair): the dot, the scale product, the convert and the
- * FMA; every tile shape runs exactly this */
-AI __m512 pair_fma(__m512i nc, __m512i q, __m512i x, __m512 dw, __m512 dx, __m512 acc) {
-  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(nc, q, x)), _mm512_mul_ps(dw, dx), acc);
+/* one (row, token, unit): the dots, the scale product, the convert and the
+ * FMA; every tile shape runs exactly this. x, x2: the token's quants (x2
+ * for quads only), dx its lane scales */
+AI __m512 unit_fma(const int kind, __m512i nc, const wunit *w, __m512i x, __m512i x2, __m512 dx, __m512 acc) {
+  __m512i d = _mm512_dpbusd_epi32(nc, w->a, x);
+  if (kind != LQ8_0) d = _mm512_dpbusd_epi32(d, w->b, x2);
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(w->d, dx), acc);
 }
 
-/* one row's pair (weights q, lane scales dw) against up to 4 tokens */
-AI void row_tokens(const int T, __m512i q, __m512 dw, const __m512i nc[4], const uint8_t *xp, size_t xrow,
+/* the token's data of a unit at xt */
+AI __m512i tok_x2(const int kind, const uint8_t *xt) {
+  return kind == LQ8_0 ? _mm512_setzero_si512() : _mm512_loadu_si512(xt + 64);
+}
+AI __m512 tok_dx(const int kind, const uint8_t *xt) { return _mm512_loadu_ps(xt + (kind == LQ8_0 ? 64 : 128)); }
+
+/* one row's unit against up to 4 tokens */
+AI void row_tokens(const int kind, const int T, const wunit *w, const __m512i nc[4], const uint8_t *xp, size_t xrow,
                    __m512 acc[TMAX]) {
   _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
     const uint8_t *xt = xp + (size_t)t * xrow;
-    acc[t] = pair_fma(nc[t], q, _mm512_loadu_si512(xt), dw, _mm512_loadu_ps(xt + 64), acc[t]);
+    acc[t] = unit_fma(kind, nc[t], w, _mm512_loadu_si512(xt), tok_x2(kind, xt), tok_dx(kind, xt), acc[t]);
   }
 }
 
-/* one pair (or the final single block, two == 0) of R rows x T tokens */
-AI void gemm_pair(const int kind, const int R, const int T, const int two, const uint8_t *w, size_t w_row,
+/* one unit (cnt blocks of it present) of R rows x T tokens */
+AI void gemm_unit(const int kind, const int R, const int T, const int cnt, const uint8_t *w, size_t w_row,
                   const uint8_t *xp, size_t xrow, __m512 acc[4][TMAX]) {
-  const int wsz = sym_wsz(kind);
   if (T > 4) { /* 2 rows unpacked, then each token's data read once (its
                 * correction too: the registers go to the accumulators) */
-    __m512i q[2];
-    __m512 dw[2];
+    wunit q[2];
     _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) {
       const uint8_t *wp = w + (size_t)r * w_row;
-      _mm_prefetch((const char *)(wp + GEMM_PF_ROWS * w_row), _MM_HINT_T0);
-      q[r] = w_pair_u(wp, wsz, kind, two);
-      dw[r] = d_lanes(wp, wsz, two);
+      w_prefetch(wp, w_row, kind);
+      q[r] = w_unit(wp, kind, cnt);
     }
     _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
       const uint8_t *xt = xp + (size_t)t * xrow;
-      __m512i nct = tok_nc(xt), xv = _mm512_loadu_si512(xt);
-      __m512 dx = _mm512_loadu_ps(xt + 64);
+      __m512i nct = tok_nc(kind, xt), xv = _mm512_loadu_si512(xt), x2 = tok_x2(kind, xt);
+      __m512 dx = tok_dx(kind, xt);
       /* in registers for both rows: left to itself the compiler reloads
-       * them as memory operands, and three loads per (row, token) made
+       * them as memory operands, and those loads per (row, token) made
        * this tile load-bound */
-      __asm__("" : "+v"(nct), "+v"(xv), "+v"(dx));
-      _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) acc[r][t] = pair_fma(nct, q[r], xv, dw[r], dx, acc[r][t]);
+      __asm__("" : "+v"(nct), "+v"(xv), "+v"(x2), "+v"(dx));
+      _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) acc[r][t] = unit_fma(kind, nct, &q[r], xv, x2, dx, acc[r][t]);
     }
     return;
   }
   __m512i nc[4];
-  tok_corr(T, xp, xrow, nc);
+  tok_corr(kind, T, xp, xrow, nc);
   _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
     const uint8_t *wp = w + (size_t)r * w_row;
-    _mm_prefetch((const char *)(wp + GEMM_PF_ROWS * w_row), _MM_HINT_T0);
-    row_tokens(T, w_pair_u(wp, wsz, kind, two), d_lanes(wp, wsz, two), nc, xp, xrow, acc[r]);
+    w_prefetch(wp, w_row, kind);
+    const wunit q = w_unit(wp, kind, cnt);
+    row_tokens(kind, T, &q, nc, xp, xrow, acc[r]);
   }
 }
 
@@ -574,67 +694,73 @@ AI void tile_out(const int R, const int T, __m512 acc[4][TMAX], float *y, size_t
 
 AI void gemm_tile(const int kind, const int R, const int T, int64_t nb, const uint8_t *w, size_t w_row,
                   const uint8_t *xp, size_t xrow, float *y, size_t ys) {
-  const int wsz = sym_wsz(kind);
+  const int U = unit_nb(kind), wsz = sym_wsz(kind);
+  const size_t xu = unit_x(kind);
   __m512 acc[4][TMAX];
   tile_zero(R, T, acc);
   const uint8_t *wb = w, *xb = xp;
   int64_t b = 0;
-  for (; b + 2 <= nb; b += 2, wb += 2 * wsz, xb += XPAIR) gemm_pair(kind, R, T, 1, wb, w_row, xb, xrow, acc);
-  if (b < nb) gemm_pair(kind, R, T, 0, wb, w_row, xb, xrow, acc);
+  for (; b + U <= nb; b += U, wb += U * wsz, xb += xu) gemm_unit(kind, R, T, U, wb, w_row, xb, xrow, acc);
+  if (b < nb) gemm_unit(kind, R, T, (int)(nb - b), wb, w_row, xb, xrow, acc);
   tile_out(R, T, acc, y, ys);
 }
 
 /* ---- the same tiles over unpacked rows (many tokens) --------------------
- * With 8 or more tokens each weight pair would be unpacked once per group
+ * With 8 or more tokens each weight unit would be unpacked once per group
  * of 4 tokens; instead a block of rows is unpacked once into a buffer, per
- * pair w_pair_u's 64 bytes and d_lanes's 16 scales (UPAIR bytes), and the
- * tiles read those. Both paths run row_tokens per (row, pair) in the same
- * order, so every result is bit-identical to the packed path's. */
-#define UPAIR 128
+ * unit w_unit's vectors (UUNIT bytes), and the tiles read those. Both paths
+ * run row_tokens per (row, unit) in the same order, so every result is
+ * bit-identical to the packed path's. */
 #define GEMM_UNPACK_TOKENS 32
 #define GEMM_UNPACK_BYTES (128u << 10)
 
+/* unpacked bytes per unit: a (and b) and d */
+AI size_t uunit(const int kind) { return kind == LQ8_0 ? 128 : 192; }
+
 AI void unpack_rows(const int kind, int64_t nb, const uint8_t *w, size_t w_row, int nr, uint8_t *u, size_t u_row) {
-  const int wsz = sym_wsz(kind);
+  const int wsz = sym_wsz(kind), U = unit_nb(kind);
+  const size_t uu = uunit(kind);
   for (int r = 0; r < nr; r++) {
     const uint8_t *wp = w + (size_t)r * w_row;
     uint8_t *up = u + (size_t)r * u_row;
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2, wp += 2 * wsz, up += UPAIR) {
-      _mm512_store_si512(up, w_pair_u(wp, wsz, kind, 1));
-      _mm512_store_ps(up + 64, d_lanes(wp, wsz, 1));
-    }
-    if (b < nb) {
-      _mm512_store_si512(up, w_pair_u(wp, wsz, kind, 0));
-      _mm512_store_ps(up + 64, d_lanes(wp, wsz, 0));
+    for (int64_t b = 0; b < nb; b += U, wp += U * wsz, up += uu) {
+      const wunit q = b + U <= nb ? w_unit(wp, kind, U) : w_unit(wp, kind, (int)(nb - b));
+      _mm512_store_si512(up, q.a);
+      if (kind != LQ8_0) _mm512_store_si512(up + 64, q.b);
+      _mm512_store_ps(up + uu - 64, q.d);
     }
   }
 }
 
-AI void gemm_tile_u(const int R, const int T, int64_t np, const uint8_t *u, size_t u_row,
+AI void gemm_tile_u(const int kind, const int R, const int T, int64_t np, const uint8_t *u, size_t u_row,
                     const uint8_t *xp, size_t xrow, float *y, size_t ys) {
+  const size_t uu = uunit(kind), xu = unit_x(kind);
   __m512 acc[4][TMAX];
   tile_zero(R, T, acc);
-  for (int64_t p = 0; p < np; p++, u += UPAIR, xp += XPAIR) {
+  for (int64_t p = 0; p < np; p++, u += uu, xp += xu) {
     __m512i nc[4];
-    tok_corr(T, xp, xrow, nc);
+    tok_corr(kind, T, xp, xrow, nc);
     _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
       const uint8_t *ur = u + (size_t)r * u_row;
-      row_tokens(T, _mm512_load_si512(ur), _mm512_load_ps(ur + 64), nc, xp, xrow, acc[r]);
+      wunit q;
+      q.a = _mm512_load_si512(ur);
+      q.b = kind == LQ8_0 ? _mm512_setzero_si512() : _mm512_load_si512(ur + 64);
+      q.d = _mm512_load_ps(ur + uu - 64);
+      row_tokens(kind, T, &q, nc, xp, xrow, acc[r]);
     }
   }
   tile_out(R, T, acc, y, ys);
 }
 
 #define GTU(R, T)                                                                                  \
-  case (R) * 8 + (T): gemm_tile_u(R, T, np, ur, u_row, xt, xp_row, yt, ys); break;
+  case (R) * 8 + (T): gemm_tile_u(kind, R, T, np, ur, u_row, xt, xp_row, yt, ys); break;
 
 /* rows [0, nr) through the unpacked path, in blocks that fit the buffer;
  * returns 0 (nothing done) when not even 4 rows fit */
 AI int gemm_sym_u(const int kind, int64_t n, const void *w, size_t w_row, int nr, const void *xp, size_t xp_row,
                   int nt, float *y, size_t ys) {
-  const int64_t nb = n / 32, np = (nb + 1) / 2;
-  const size_t u_row = (size_t)np * UPAIR;
+  const int64_t nb = n / 32, np = (nb + unit_nb(kind) - 1) / unit_nb(kind);
+  const size_t u_row = (size_t)np * uunit(kind);
   int ub = (int)(GEMM_UNPACK_BYTES / u_row) / 4 * 4;
   if (ub < 4) return 0;
   uint8_t buf[GEMM_UNPACK_BYTES] __attribute__((aligned(64)));
@@ -694,9 +820,9 @@ AI void gemm_sym(const int kind, int64_t n, const void *w, size_t w_row, int nr,
 }
 #undef GT
 
-static void gemm_pack_q8_0(const float *x, void *xp, int64_t n) { gemm_pack_sym(x, xp, n, sym_shift(LQ8_0)); }
-static void gemm_pack_q4_0(const float *x, void *xp, int64_t n) { gemm_pack_sym(x, xp, n, sym_shift(LQ4_0)); }
-static void gemm_pack_q5_0(const float *x, void *xp, int64_t n) { gemm_pack_sym(x, xp, n, sym_shift(LQ5_0)); }
+static void gemm_pack_q8_0(const float *x, void *xp, int64_t n) { gemm_pack_pair(x, xp, n, sym_shift(LQ8_0)); }
+static void gemm_pack_q4_0(const float *x, void *xp, int64_t n) { gemm_pack_quad(x, xp, n, sym_shift(LQ4_0)); }
+static void gemm_pack_q5_0(const float *x, void *xp, int64_t n) { gemm_pack_quad(x, xp, n, sym_shift(LQ5_0)); }
 
 static void gemm_q8_0(int64_t n, const void *w, size_t w_row, int nr, const void *xp, size_t xp_row, int nt,
                       float *y, size_t ys, unsigned flags) {
@@ -728,7 +854,7 @@ void quants_fill_avx512(pw_traits *t) {
   for (int i = 0; i < 3; i++) {
     t[sym[i]].gemm = gf[i];
     t[sym[i]].gemm_pack = gp[i];
-    t[sym[i]].gemm_xrow = gemm_xrow_sym;
+    t[sym[i]].gemm_xrow = sym[i] == PW_DT_Q8_0 ? gemm_xrow_pair : gemm_xrow_quad;
   }
   for (int i = 0; i < PW_DT_COUNT; i++)
     if (t[i].to_float) t[i].impl = "avx512vnni";
