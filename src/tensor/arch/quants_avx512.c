@@ -445,10 +445,9 @@ NX_DISPATCH(vd_q6_k, 0)
 static pw_from_float_fn g_q8_0_from; /* the installed q8_0 quantizer */
 
 /* blocks per unit, activation bytes per unit */
-AI int unit_nb(const int kind) { return kind == LQ8_0 ? 2 : 4; }
-AI size_t unit_x(const int kind) { return kind == LQ8_0 ? XPAIR : XQUAD; }
+AI int unit_nb(const int kind) { (void)kind; return 4; }
+AI size_t unit_x(const int kind) { (void)kind; return XQUAD; }
 
-static size_t gemm_xrow_pair(int64_t n) { return (size_t)((n / 32 + 1) / 2) * XPAIR; }
 static size_t gemm_xrow_quad(int64_t n) { return (size_t)((n / 32 + 3) / 4) * XQUAD; }
 
 /* the lane corrections of a unit's quants v (and v2, quads): the negated
@@ -462,24 +461,6 @@ AI __m512i lane_corr(__m512i v, __m512i v2, const int quad, const int shift) {
 
 /* shift: log2 of the weight offset of the type the rows are packed for
  * (sym_shift) */
-AI void gemm_pack_pair(const float *x, void *vxp, int64_t n, const int shift) {
-  const int64_t nb = n / 32;
-  const __m512i sidx = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 3);
-  uint8_t *xp = vxp;
-  for (int64_t b = 0; b < nb; b += 2, xp += XPAIR) {
-    const int two = b + 1 < nb;
-    block_q8_0 q[2];
-    g_q8_0_from(x + b * 32, q, two ? 64 : 32);
-    if (!two) memset(&q[1], 0, sizeof q[1]);
-    const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)q[0].qs)),
-                                         _mm256_loadu_si256((const __m256i *)q[1].qs), 1);
-    _mm512_storeu_si512(xp, v);
-    const __m128 d = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)q[0].d | (uint32_t)q[1].d << 16)));
-    _mm512_storeu_ps(xp + 64, _mm512_permutexvar_ps(sidx, _mm512_castps128_ps512(d)));
-    _mm512_storeu_si512(xp + 128, lane_corr(v, v, 0, shift));
-  }
-}
-
 AI void gemm_pack_quad(const float *x, void *vxp, int64_t n, const int shift) {
   const int64_t nb = n / 32;
   const __m512i sidx = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 2);
@@ -533,9 +514,31 @@ AI __mmask64 low_bytes(int n) { return n >= 64 ? ~0ull : (1ull << n) - 1; }
 AI wunit w_unit(const uint8_t *wp, const int kind, const int cnt) {
   wunit u;
   if (kind == LQ8_0) {
-    u.a = _mm512_xor_si512(w_pair(wp, 34, LQ8_0, cnt == 2, 1), _mm512_set1_epi8((char)0x80));
-    u.b = _mm512_setzero_si512();
-    u.d = d_lanes(wp, 34, cnt == 2);
+    /* [block 0 | block 1] and [block 2 | block 3] quants, then the low and
+     * high 16 of each block into its lane */
+    const int nbytes = cnt * 34;
+    const __m512i x80 = _mm512_set1_epi8((char)0x80);
+    __m512i A, B;
+    if (cnt == 4) {
+      A = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(wp + 2))),
+                             _mm256_loadu_si256((const __m256i *)(wp + 36)), 1);
+      B = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(wp + 70))),
+                             _mm256_loadu_si256((const __m256i *)(wp + 104)), 1);
+    } else {
+      __m256i q[4];
+      for (int k = 0; k < 4; k++)
+        q[k] = k < cnt ? _mm256_loadu_si256((const __m256i *)(wp + 34 * k + 2)) : _mm256_setzero_si256();
+      A = _mm512_inserti64x4(_mm512_castsi256_si512(q[0]), q[1], 1);
+      B = _mm512_inserti64x4(_mm512_castsi256_si512(q[2]), q[3], 1);
+    }
+    u.a = _mm512_xor_si512(_mm512_shuffle_i32x4(A, B, 0x88), x80);
+    u.b = _mm512_xor_si512(_mm512_shuffle_i32x4(A, B, 0xDD), x80);
+    const __m512i l0 = nbytes >= 64 ? _mm512_loadu_si512(wp) : _mm512_maskz_loadu_epi8(low_bytes(nbytes), wp);
+    const __m512i l1 = nbytes > 64 ? _mm512_maskz_loadu_epi8(low_bytes(nbytes - 64), wp + 64) : _mm512_setzero_si512();
+    /* words [d0 x 4, d1 x 4, d2 x 4, d3 x 4] (d_k at word 17k) */
+    const __m512i didx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                          51, 51, 51, 51, 34, 34, 34, 34, 17, 17, 17, 17, 0, 0, 0, 0);
+    u.d = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(l0, didx, l1)));
     return u;
   }
   const int wsz = sym_wsz(kind), nbytes = cnt * wsz;
@@ -585,8 +588,10 @@ AI wunit w_unit(const uint8_t *wp, const int kind, const int cnt) {
 /* prefetches of the unit at wp, GEMM_PF_ROWS rows on (both of a quad's
  * cache lines) */
 AI void w_prefetch(const uint8_t *wp, size_t w_row, const int kind) {
-  _mm_prefetch((const char *)(wp + GEMM_PF_ROWS * w_row), _MM_HINT_T0);
-  if (kind != LQ8_0) _mm_prefetch((const char *)(wp + GEMM_PF_ROWS * w_row + 4 * sym_wsz(kind) - 1), _MM_HINT_T0);
+  const char *pf = (const char *)wp + GEMM_PF_ROWS * w_row;
+  _mm_prefetch(pf, _MM_HINT_T0);
+  if (kind == LQ8_0) _mm_prefetch(pf + 64, _MM_HINT_T0);
+  _mm_prefetch(pf + 4 * sym_wsz(kind) - 1, _MM_HINT_T0);
 }
 
 /* Tiles are R rows x T tokens: up to 4 x 4, or 2 x 5..8 when those
@@ -599,7 +604,7 @@ AI void w_prefetch(const uint8_t *wp, size_t w_row, const int kind) {
 
 /* a token's correction for this unit (as packed): the initial value of
  * its integer dots */
-AI __m512i tok_nc(const int kind, const uint8_t *xt) { return _mm512_loadu_si512(xt + (kind == LQ8_0 ? 128 : 192)); }
+AI __m512i tok_nc(const int kind, const uint8_t *xt) { (void)kind; return _mm512_loadu_si512(xt + 192); }
 
 /* the corrections of up to 4 tokens, kept in registers by 4-token tiles */
 AI void tok_corr(const int kind, const int T, const uint8_t *xp, size_t xrow, __m512i nc[4]) {
@@ -610,16 +615,17 @@ AI void tok_corr(const int kind, const int T, const uint8_t *xp, size_t xrow, __
  * FMA; every tile shape runs exactly this. x, x2: the token's quants (x2
  * for quads only), dx its lane scales */
 AI __m512 unit_fma(const int kind, __m512i nc, const wunit *w, __m512i x, __m512i x2, __m512 dx, __m512 acc) {
-  __m512i d = _mm512_dpbusd_epi32(nc, w->a, x);
-  if (kind != LQ8_0) d = _mm512_dpbusd_epi32(d, w->b, x2);
+  (void)kind;
+  __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(nc, w->a, x), w->b, x2);
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(w->d, dx), acc);
 }
 
 /* the token's data of a unit at xt */
 AI __m512i tok_x2(const int kind, const uint8_t *xt) {
-  return kind == LQ8_0 ? _mm512_setzero_si512() : _mm512_loadu_si512(xt + 64);
+  (void)kind;
+  return _mm512_loadu_si512(xt + 64);
 }
-AI __m512 tok_dx(const int kind, const uint8_t *xt) { return _mm512_loadu_ps(xt + (kind == LQ8_0 ? 64 : 128)); }
+AI __m512 tok_dx(const int kind, const uint8_t *xt) { (void)kind; return _mm512_loadu_ps(xt + 128); }
 
 /* one row's unit against up to 4 tokens */
 AI void row_tokens(const int kind, const int T, const wunit *w, const __m512i nc[4], const uint8_t *xp, size_t xrow,
@@ -715,7 +721,7 @@ AI void gemm_tile(const int kind, const int R, const int T, int64_t nb, const ui
 #define GEMM_UNPACK_BYTES (128u << 10)
 
 /* unpacked bytes per unit: a (and b) and d */
-AI size_t uunit(const int kind) { return kind == LQ8_0 ? 128 : 192; }
+AI size_t uunit(const int kind) { (void)kind; return 192; }
 
 AI void unpack_rows(const int kind, int64_t nb, const uint8_t *w, size_t w_row, int nr, uint8_t *u, size_t u_row) {
   const int wsz = sym_wsz(kind), U = unit_nb(kind);
@@ -726,7 +732,7 @@ AI void unpack_rows(const int kind, int64_t nb, const uint8_t *w, size_t w_row, 
     for (int64_t b = 0; b < nb; b += U, wp += U * wsz, up += uu) {
       const wunit q = b + U <= nb ? w_unit(wp, kind, U) : w_unit(wp, kind, (int)(nb - b));
       _mm512_store_si512(up, q.a);
-      if (kind != LQ8_0) _mm512_store_si512(up + 64, q.b);
+      _mm512_store_si512(up + 64, q.b);
       _mm512_store_ps(up + uu - 64, q.d);
     }
   }
@@ -744,7 +750,7 @@ AI void gemm_tile_u(const int kind, const int R, const int T, int64_t np, const 
       const uint8_t *ur = u + (size_t)r * u_row;
       wunit q;
       q.a = _mm512_load_si512(ur);
-      q.b = kind == LQ8_0 ? _mm512_setzero_si512() : _mm512_load_si512(ur + 64);
+      q.b = _mm512_load_si512(ur + 64);
       q.d = _mm512_load_ps(ur + uu - 64);
       row_tokens(kind, T, &q, nc, xp, xrow, acc[r]);
     }
@@ -820,7 +826,7 @@ AI void gemm_sym(const int kind, int64_t n, const void *w, size_t w_row, int nr,
 }
 #undef GT
 
-static void gemm_pack_q8_0(const float *x, void *xp, int64_t n) { gemm_pack_pair(x, xp, n, sym_shift(LQ8_0)); }
+static void gemm_pack_q8_0(const float *x, void *xp, int64_t n) { gemm_pack_quad(x, xp, n, sym_shift(LQ8_0)); }
 static void gemm_pack_q4_0(const float *x, void *xp, int64_t n) { gemm_pack_quad(x, xp, n, sym_shift(LQ4_0)); }
 static void gemm_pack_q5_0(const float *x, void *xp, int64_t n) { gemm_pack_quad(x, xp, n, sym_shift(LQ5_0)); }
 
@@ -854,7 +860,7 @@ void quants_fill_avx512(pw_traits *t) {
   for (int i = 0; i < 3; i++) {
     t[sym[i]].gemm = gf[i];
     t[sym[i]].gemm_pack = gp[i];
-    t[sym[i]].gemm_xrow = sym[i] == PW_DT_Q8_0 ? gemm_xrow_pair : gemm_xrow_quad;
+    t[sym[i]].gemm_xrow = gemm_xrow_quad;
   }
   for (int i = 0; i < PW_DT_COUNT; i++)
     if (t[i].to_float) t[i].impl = "avx512vnni";
