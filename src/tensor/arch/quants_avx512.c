@@ -294,6 +294,7 @@ AI void vd_q45k_k(int64_t n, const void *vw, const void *x, size_t xs, const int
                                          0x0001000100010001, 0, 0, 0, 0);
   /* fifth bits: chunk c's low half uses bit 2c of qh, high half bit 2c+1 */
   const __m512i hsel0 = _mm512_inserti64x4(_mm512_set1_epi8(1), _mm256_set1_epi8(2), 1);
+  const __m512i sh4 = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
   __m512 acc[NXMAX];
   __m256 accm[NXMAX];
   FOR_ROWS(j) {
@@ -318,8 +319,10 @@ AI void vd_q45k_k(int64_t n, const void *vw, const void *x, size_t xs, const int
     const __m512i hb = five ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)w5->qh)) : sumi[0];
     __m512i sidx = sidx0, hsel = hsel0;
     for (int c = 0; c < 4; c++) {
-      const __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-      __m512i q = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(bits), _mm256_srli_epi16(bits, 4), 1), m4);
+      /* low nibbles in the low half, high nibbles in the high half: a
+       * broadcast load and one variable shift */
+      const __m512i bits = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * c)));
+      __m512i q = _mm512_and_si512(_mm512_srlv_epi64(bits, sh4), m4);
       if (five) {
         q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hb, hsel), q, _mm512_set1_epi8(16));
         hsel = _mm512_slli_epi16(hsel, 2);
