@@ -173,13 +173,6 @@ AI __m128 d_pair(const uint8_t *p, const int bsz, const int two) {
 /* block bytes of the symmetric 32-element types */
 AI int sym_wsz(const int kind) { return kind == LQ8_0 ? 34 : kind == LQ4_0 ? 18 : 22; }
 
-/* [d(b) x 8, d(b+1) x 8]: the pair's scales on the lanes vpdpbusd sums
- * its blocks into */
-AI __m512 d_lanes(const uint8_t *wp, const int wsz, const int two) {
-  const __m512i sidx = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 3);
-  return _mm512_permutexvar_ps(sidx, _mm512_castps128_ps512(d_pair(wp, wsz, two)));
-}
-
 /* one pair of weight blocks (wsz bytes each; `two` == 0: a single block)
  * times each row's matching q8_0 blocks at byte offset yoff */
 AI void pair_rows(const uint8_t *wp, const int wsz, const int kind, const int two, const uint8_t *x, size_t xs,
@@ -409,37 +402,36 @@ NX_DISPATCH(vd_q6_k, 0)
 
 /* ---- register-tiled GEMM for the symmetric 32-element types ------------- */
 
-/* The GEMM walks each weight row in units: Q8_0 in pairs of blocks, Q4_0
- * and Q5_0 in quads of blocks. Activations are packed once per matmul
- * (gemm_pack_*) into the same units of q8_0 blocks:
- * - a pair (XPAIR = 192 bytes): the 64 signed quants (block 2i in the low
- *   half), the 16 lane scales (block 2i's fp16 d in lanes 0..7, block
- *   2i+1's in 8..15, as floats) and the 16 lane corrections;
- * - a quad (XQUAD = 256 bytes): quants 0..15 of block 4i+k in 128-bit lane
- *   k, then quants 16..31 the same way (the low and high nibbles of a
- *   Q4_0/Q5_0 block), the 16 lane scales (block 4i+k's d in lanes
- *   4k..4k+3) and the lane corrections. Two vpdpbusd fold a whole block
- *   into its 4 lanes, so one convert, scale product and FMA serve 4 blocks.
+/* The GEMM walks each weight row in quads of 32-element blocks.
+ * Activations are packed once per matmul (gemm_pack_quad) into the same
+ * quads of q8_0 blocks, XQUAD = 256 bytes each: quants 0..15 of block 4i+k
+ * in 128-bit lane k, then quants 16..31 the same way (for Q4_0/Q5_0 the
+ * low and high nibbles of a block), the 16 lane scales (block 4i+k's d in
+ * lanes 4k..4k+3, as floats) and the 16 lane corrections. Two vpdpbusd
+ * fold a whole block into its 4 lanes, so one convert, scale product and
+ * FMA serve 4 blocks (two blocks per vector needed twice those).
  * Weights enter vpdpbusd unsigned: Q4_0 and Q5_0 as their stored values
  * q + 8 and q + 16, Q8_0 as q + 128 (xor 0x80); the offset times the
  * negated activation lane sum depends on the token alone, is packed with it
  * (so each weight type has its own pack) and is the initial value of the
- * integer dot. So per (row, token, unit) there is no sign fix-up, and the
+ * integer dot. So per (row, token, quad) there is no sign fix-up, and the
  * weight unpack is shared by the whole tile.
  *
- * A quad's weights are two loads (88 or 72 bytes; the rest masked off),
- * one byte permute that puts each block's 16 quant bytes in its lane, and
- * one word permute that gathers the four fp16 scales (and Q5_0's fifth-bit
- * words) into the lanes that use them; Q5_0's fifth bits become byte masks
- * with vpshufbitqmb. Measured from L2 on the 0.5B shape, one token: 24 ->
- * 38 GB/s per core against two blocks per vector with scalar scale loads.
+ * A Q4_0/Q5_0 quad's weights are two loads (72 or 88 bytes; the rest
+ * masked off), one byte permute that puts each block's 16 quant bytes in
+ * its lane, and one word permute that gathers the four fp16 scales (and
+ * Q5_0's fifth-bit words) into the lanes that use them; Q5_0's fifth bits
+ * become byte masks with vpshufbitqmb. Q8_0 loads each block's 32 quants
+ * and splits halves with two 128-bit lane shuffles. Measured from L2, one
+ * token streamed, against two blocks per vector with scalar scale loads:
+ * Q5_0 24 -> 38 GB/s per core at 896 wide (+65% at 4096), Q8_0 +30%; 4-8
+ * tokens +25-40%.
  *
- * Each (row, token) result is one accumulator over the units in order and
+ * Each (row, token) result is one accumulator over the quads in order and
  * one final reduction, whatever tile computed it (the gemm contract). */
 
-#define XPAIR 192
 #define XQUAD 256
-/* Each unit load of a weight row goes with software prefetches this many
+/* Each quad load of a weight row goes with software prefetches this many
  * rows further on (rows are contiguous, so that is a fixed distance ahead
  * in the stream); measured faster than the hardware prefetchers alone,
  * much more so for tiles that read 4 rows side by side. */
@@ -447,18 +439,13 @@ NX_DISPATCH(vd_q6_k, 0)
 
 static pw_from_float_fn g_q8_0_from; /* the installed q8_0 quantizer */
 
-/* blocks per unit, activation bytes per unit */
-AI int unit_nb(const int kind) { (void)kind; return 4; }
-AI size_t unit_x(const int kind) { (void)kind; return XQUAD; }
-
 static size_t gemm_xrow_quad(int64_t n) { return (size_t)((n / 32 + 3) / 4) * XQUAD; }
 
-/* the lane corrections of a unit's quants v (and v2, quads): the negated
- * lane sums times the weight offset (2^shift) */
-AI __m512i lane_corr(__m512i v, __m512i v2, const int quad, const int shift) {
+/* the lane corrections of a quad's quants v and v2: the negated lane sums
+ * times the weight offset (2^shift) */
+AI __m512i lane_corr(__m512i v, __m512i v2, const int shift) {
   const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi8(1);
-  __m512i sums = _mm512_dpbusd_epi32(zero, one, v);
-  if (quad) sums = _mm512_dpbusd_epi32(sums, one, v2);
+  const __m512i sums = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, one, v), one, v2);
   return _mm512_sub_epi32(zero, _mm512_slli_epi32(sums, shift));
 }
 
@@ -481,7 +468,7 @@ AI void gemm_pack_quad(const float *x, void *vxp, int64_t n, const int shift) {
     }
     const __m128 d = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)dh));
     _mm512_storeu_ps(xp + 128, _mm512_permutexvar_ps(sidx, _mm512_castps128_ps512(d)));
-    _mm512_storeu_si512(xp + 192, lane_corr(_mm512_loadu_si512(xp), _mm512_loadu_si512(xp + 64), 1, shift));
+    _mm512_storeu_si512(xp + 192, lane_corr(_mm512_loadu_si512(xp), _mm512_loadu_si512(xp + 64), shift));
   }
 }
 
@@ -502,8 +489,8 @@ AI __m128 reduce_add4(__m512 a, __m512 b, __m512 c, __m512 d) {
 /* log2 of the weight offset of the unsigned weights */
 AI int sym_shift(const int kind) { return kind == LQ8_0 ? 7 : kind == LQ4_0 ? 3 : 4; }
 
-/* one unit of one weight row as the dots take it: a (and b, quads) the
- * unsigned quants, d the lane scales */
+/* one quad of one weight row as the dots take it: a and b the unsigned
+ * quants (low and high 16 of each block), d the lane scales */
 typedef struct {
   __m512i a, b;
   __m512 d;
@@ -512,7 +499,7 @@ typedef struct {
 /* a byte-mask of the low `n` bytes (n <= 64) */
 AI __mmask64 low_bytes(int n) { return n >= 64 ? ~0ull : (1ull << n) - 1; }
 
-/* the unit at wp with cnt of its blocks present (the last unit of a row
+/* the quad at wp with cnt of its blocks present (the last quad of a row
  * may have fewer); absent blocks read as zero (their scales too) */
 AI wunit w_unit(const uint8_t *wp, const int kind, const int cnt) {
   wunit u;
@@ -588,7 +575,7 @@ AI wunit w_unit(const uint8_t *wp, const int kind, const int cnt) {
   return u;
 }
 
-/* prefetches of the unit at wp, GEMM_PF_ROWS rows on (both of a quad's
+/* prefetches of the quad at wp, GEMM_PF_ROWS rows on (both of a quad's
  * cache lines) */
 AI void w_prefetch(const uint8_t *wp, size_t w_row, const int kind) {
   const char *pf = (const char *)wp + GEMM_PF_ROWS * w_row;
@@ -599,48 +586,41 @@ AI void w_prefetch(const uint8_t *wp, size_t w_row, const int kind) {
 
 /* Tiles are R rows x T tokens: up to 4 x 4, or 2 x 5..8 when those
  * tokens' activation rows fit in L1 together (GEMM_WIDE_X_BYTES): one
- * unpack of a weight unit then serves up to 8 tokens instead of 4. With
+ * unpack of a weight quad then serves up to 8 tokens instead of 4. With
  * wider rows the 2-row tiles would read each token's data from L2 twice as
  * often, and measured slower than 4 x 4. */
 #define TMAX 8
 #define GEMM_WIDE_X_BYTES (24u << 10)
 
-/* a token's correction for this unit (as packed): the initial value of
+/* a token's correction for this quad (as packed): the initial value of
  * its integer dots */
-AI __m512i tok_nc(const int kind, const uint8_t *xt) { (void)kind; return _mm512_loadu_si512(xt + 192); }
+AI __m512i tok_nc(const uint8_t *xt) { return _mm512_loadu_si512(xt + 192); }
 
 /* the corrections of up to 4 tokens, kept in registers by 4-token tiles */
-AI void tok_corr(const int kind, const int T, const uint8_t *xp, size_t xrow, __m512i nc[4]) {
-  _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) nc[t] = tok_nc(kind, xp + (size_t)t * xrow);
+AI void tok_corr(const int T, const uint8_t *xp, size_t xrow, __m512i nc[4]) {
+  _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) nc[t] = tok_nc(xp + (size_t)t * xrow);
 }
 
-/* one (row, token, unit): the dots, the scale product, the convert and the
- * FMA; every tile shape runs exactly this. x, x2: the token's quants (x2
- * for quads only), dx its lane scales */
-AI __m512 unit_fma(const int kind, __m512i nc, const wunit *w, __m512i x, __m512i x2, __m512 dx, __m512 acc) {
-  (void)kind;
-  __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(nc, w->a, x), w->b, x2);
+/* one (row, token, quad): the dots, the scale product, the convert and the
+ * FMA; every tile shape runs exactly this. x, x2: the token's quants, dx
+ * its lane scales */
+AI __m512 quad_fma(__m512i nc, const wunit *w, __m512i x, __m512i x2, __m512 dx, __m512 acc) {
+  const __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(nc, w->a, x), w->b, x2);
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(w->d, dx), acc);
 }
 
-/* the token's data of a unit at xt */
-AI __m512i tok_x2(const int kind, const uint8_t *xt) {
-  (void)kind;
-  return _mm512_loadu_si512(xt + 64);
-}
-AI __m512 tok_dx(const int kind, const uint8_t *xt) { (void)kind; return _mm512_loadu_ps(xt + 128); }
 
-/* one row's unit against up to 4 tokens */
-AI void row_tokens(const int kind, const int T, const wunit *w, const __m512i nc[4], const uint8_t *xp, size_t xrow,
+/* one row's quad against up to 4 tokens */
+AI void row_tokens(const int T, const wunit *w, const __m512i nc[4], const uint8_t *xp, size_t xrow,
                    __m512 acc[TMAX]) {
   _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
     const uint8_t *xt = xp + (size_t)t * xrow;
-    acc[t] = unit_fma(kind, nc[t], w, _mm512_loadu_si512(xt), tok_x2(kind, xt), tok_dx(kind, xt), acc[t]);
+    acc[t] = quad_fma(nc[t], w, _mm512_loadu_si512(xt), _mm512_loadu_si512(xt + 64), _mm512_loadu_ps(xt + 128), acc[t]);
   }
 }
 
-/* one unit (cnt blocks of it present) of R rows x T tokens */
-AI void gemm_unit(const int kind, const int R, const int T, const int cnt, const uint8_t *w, size_t w_row,
+/* one quad (cnt blocks of it present) of R rows x T tokens */
+AI void gemm_quad(const int kind, const int R, const int T, const int cnt, const uint8_t *w, size_t w_row,
                   const uint8_t *xp, size_t xrow, __m512 acc[4][TMAX]) {
   if (T > 4) { /* 2 rows unpacked, then each token's data read once (its
                 * correction too: the registers go to the accumulators) */
@@ -652,23 +632,23 @@ AI void gemm_unit(const int kind, const int R, const int T, const int cnt, const
     }
     _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
       const uint8_t *xt = xp + (size_t)t * xrow;
-      __m512i nct = tok_nc(kind, xt), xv = _mm512_loadu_si512(xt), x2 = tok_x2(kind, xt);
-      __m512 dx = tok_dx(kind, xt);
+      __m512i nct = tok_nc(xt), xv = _mm512_loadu_si512(xt), x2 = _mm512_loadu_si512(xt + 64);
+      __m512 dx = _mm512_loadu_ps(xt + 128);
       /* in registers for both rows: left to itself the compiler reloads
        * them as memory operands, and those loads per (row, token) made
        * this tile load-bound */
       __asm__("" : "+v"(nct), "+v"(xv), "+v"(x2), "+v"(dx));
-      _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) acc[r][t] = unit_fma(kind, nct, &q[r], xv, x2, dx, acc[r][t]);
+      _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) acc[r][t] = quad_fma(nct, &q[r], xv, x2, dx, acc[r][t]);
     }
     return;
   }
   __m512i nc[4];
-  tok_corr(kind, T, xp, xrow, nc);
+  tok_corr(T, xp, xrow, nc);
   _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
     const uint8_t *wp = w + (size_t)r * w_row;
     w_prefetch(wp, w_row, kind);
     const wunit q = w_unit(wp, kind, cnt);
-    row_tokens(kind, T, &q, nc, xp, xrow, acc[r]);
+    row_tokens(T, &q, nc, xp, xrow, acc[r]);
   }
 }
 
@@ -703,73 +683,70 @@ AI void tile_out(const int R, const int T, __m512 acc[4][TMAX], float *y, size_t
 
 AI void gemm_tile(const int kind, const int R, const int T, int64_t nb, const uint8_t *w, size_t w_row,
                   const uint8_t *xp, size_t xrow, float *y, size_t ys) {
-  const int U = unit_nb(kind), wsz = sym_wsz(kind);
-  const size_t xu = unit_x(kind);
+  const int wsz = sym_wsz(kind);
   __m512 acc[4][TMAX];
   tile_zero(R, T, acc);
   const uint8_t *wb = w, *xb = xp;
   int64_t b = 0;
-  for (; b + U <= nb; b += U, wb += U * wsz, xb += xu) gemm_unit(kind, R, T, U, wb, w_row, xb, xrow, acc);
-  if (b < nb) gemm_unit(kind, R, T, (int)(nb - b), wb, w_row, xb, xrow, acc);
+  for (; b + 4 <= nb; b += 4, wb += 4 * wsz, xb += XQUAD) gemm_quad(kind, R, T, 4, wb, w_row, xb, xrow, acc);
+  if (b < nb) gemm_quad(kind, R, T, (int)(nb - b), wb, w_row, xb, xrow, acc);
   tile_out(R, T, acc, y, ys);
 }
 
 /* ---- the same tiles over unpacked rows (many tokens) --------------------
- * With 8 or more tokens each weight unit would be unpacked once per group
+ * With 8 or more tokens each weight quad would be unpacked once per group
  * of 4 tokens; instead a block of rows is unpacked once into a buffer, per
- * unit w_unit's vectors (UUNIT bytes), and the tiles read those. Both paths
- * run row_tokens per (row, unit) in the same order, so every result is
+ * quad w_unit's vectors (UQUAD bytes), and the tiles read those. Both paths
+ * run row_tokens per (row, quad) in the same order, so every result is
  * bit-identical to the packed path's. */
 #define GEMM_UNPACK_TOKENS 32
 #define GEMM_UNPACK_BYTES (128u << 10)
 
-/* unpacked bytes per unit: a (and b) and d */
-AI size_t uunit(const int kind) { (void)kind; return 192; }
+/* unpacked bytes per quad: a, b and d */
+#define UQUAD 192
 
 AI void unpack_rows(const int kind, int64_t nb, const uint8_t *w, size_t w_row, int nr, uint8_t *u, size_t u_row) {
-  const int wsz = sym_wsz(kind), U = unit_nb(kind);
-  const size_t uu = uunit(kind);
+  const int wsz = sym_wsz(kind);
   for (int r = 0; r < nr; r++) {
     const uint8_t *wp = w + (size_t)r * w_row;
     uint8_t *up = u + (size_t)r * u_row;
-    for (int64_t b = 0; b < nb; b += U, wp += U * wsz, up += uu) {
-      const wunit q = b + U <= nb ? w_unit(wp, kind, U) : w_unit(wp, kind, (int)(nb - b));
+    for (int64_t b = 0; b < nb; b += 4, wp += 4 * wsz, up += UQUAD) {
+      const wunit q = b + 4 <= nb ? w_unit(wp, kind, 4) : w_unit(wp, kind, (int)(nb - b));
       _mm512_store_si512(up, q.a);
       _mm512_store_si512(up + 64, q.b);
-      _mm512_store_ps(up + uu - 64, q.d);
+      _mm512_store_ps(up + 128, q.d);
     }
   }
 }
 
-AI void gemm_tile_u(const int kind, const int R, const int T, int64_t np, const uint8_t *u, size_t u_row,
-                    const uint8_t *xp, size_t xrow, float *y, size_t ys) {
-  const size_t uu = uunit(kind), xu = unit_x(kind);
+AI void gemm_tile_u(const int R, const int T, int64_t np, const uint8_t *u, size_t u_row, const uint8_t *xp,
+                    size_t xrow, float *y, size_t ys) {
   __m512 acc[4][TMAX];
   tile_zero(R, T, acc);
-  for (int64_t p = 0; p < np; p++, u += uu, xp += xu) {
+  for (int64_t p = 0; p < np; p++, u += UQUAD, xp += XQUAD) {
     __m512i nc[4];
-    tok_corr(kind, T, xp, xrow, nc);
+    tok_corr(T, xp, xrow, nc);
     _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
       const uint8_t *ur = u + (size_t)r * u_row;
       wunit q;
       q.a = _mm512_load_si512(ur);
       q.b = _mm512_load_si512(ur + 64);
-      q.d = _mm512_load_ps(ur + uu - 64);
-      row_tokens(kind, T, &q, nc, xp, xrow, acc[r]);
+      q.d = _mm512_load_ps(ur + 128);
+      row_tokens(T, &q, nc, xp, xrow, acc[r]);
     }
   }
   tile_out(R, T, acc, y, ys);
 }
 
 #define GTU(R, T)                                                                                  \
-  case (R) * 8 + (T): gemm_tile_u(kind, R, T, np, ur, u_row, xt, xp_row, yt, ys); break;
+  case (R) * 8 + (T): gemm_tile_u(R, T, np, ur, u_row, xt, xp_row, yt, ys); break;
 
 /* rows [0, nr) through the unpacked path, in blocks that fit the buffer;
  * returns 0 (nothing done) when not even 4 rows fit */
 AI int gemm_sym_u(const int kind, int64_t n, const void *w, size_t w_row, int nr, const void *xp, size_t xp_row,
                   int nt, float *y, size_t ys) {
-  const int64_t nb = n / 32, np = (nb + unit_nb(kind) - 1) / unit_nb(kind);
-  const size_t u_row = (size_t)np * uunit(kind);
+  const int64_t nb = n / 32, np = (nb + 3) / 4;
+  const size_t u_row = (size_t)np * UQUAD;
   int ub = (int)(GEMM_UNPACK_BYTES / u_row) / 4 * 4;
   if (ub < 4) return 0;
   uint8_t buf[GEMM_UNPACK_BYTES] __attribute__((aligned(64)));
