@@ -7,15 +7,16 @@
  * permute and bit shuffle). Types not covered here keep their AVX2
  * kernels. Not a quantizer or dequantizer file (those stay in avx2.c).
  *
- * The vec_dot kernels of Q8_0, Q4_0 and Q5_0 put two 32-element blocks in one 512-bit vector, so
- * unpack, dot, convert and FMA are one instruction per pair of blocks, and
- * pairs alternate between two accumulators per row. Weight values are made
- * signed, their magnitude goes to the unsigned operand of vpdpbusd and
- * their sign is moved onto the activation (a masked negate); Q5's fifth
- * bits are applied straight from the qh words as a byte mask. A pair's two
- * scale products (weight d times activation d) are one 128-bit fp16
- * convert, multiply and lane permute per row: no per-block scalar convert,
- * and no gathers (slow on some cores; gathering scales measured slower).
+ * The vec_dot kernels of Q8_0, Q4_0 and Q5_0 put two 32-element blocks in
+ * one 512-bit vector, so unpack, dot, convert and FMA are one instruction
+ * per pair of blocks, and pairs alternate between two accumulators per
+ * row. Weight values are made signed, their magnitude goes to the unsigned
+ * operand of vpdpbusd and their sign is moved onto the activation (a
+ * masked negate); Q5's fifth bits are applied straight from the qh words
+ * as a byte mask. A pair's two scale products (weight d times activation
+ * d) are one 128-bit fp16 convert, multiply and lane permute per row: no
+ * per-block scalar convert, and no gathers (slow on some cores; gathering
+ * scales measured slower).
  * The affine types (Q4_1, Q5_1) use 256-bit VNNI per block with a scalar
  * scale per block and row; their m*s terms are gathered 16 blocks at a
  * time.
