@@ -197,6 +197,40 @@ static void test_ops(void) {
   CHECK_NEAR(s4[0], 1 / (1 + exp(-1)), 1e-7);
 }
 
+/* Many rows, few tokens: the rows go out by stealing (up to 16 threads)
+ * or in chunks (more): every row is computed exactly once, with the bits
+ * of a single thread. 3 threads on a 2-core machine run their shares at
+ * uneven speeds, so most runs steal (thousands of steals over this test
+ * when counted); 17 take the chunked path. */
+static void test_row_sharing(void) {
+  enum { NI = 256, NO = 3001, NT = 5, REP = 30 };
+  static float wf[NO * NI], X[NT * NI], y1[NT * NO], Y[NT * NO];
+  static uint8_t W[NO * NI * 2];
+  for (int i = 0; i < NO * NI; i++) wf[i] = (float)((long long)i * 7919 % 2003 - 1001) / 700.0f;
+  for (int i = 0; i < NT * NI; i++) X[i] = (float)((i * 104729) % 1999 - 999) / 500.0f;
+  const uint32_t types[2] = {PW_DT_Q8_0, PW_DT_Q4_K};
+  pw_pool *pools[3] = {pw_pool_create(2), pw_pool_create(3), pw_pool_create(17)};
+  CHECK(pools[0] && pools[1] && pools[2]);
+  for (int ti = 0; ti < 2; ti++) {
+    pw_ref_quantize(types[ti], wf, W, (int64_t)NO * NI);
+    void *scratch = malloc(pw_matmul_scratch_size(types[ti], NI, NT));
+    CHECK(scratch != NULL);
+    for (int nt = 1; nt <= NT; nt += NT - 1) {
+      pw_matmul(NULL, types[ti], W, NI, NO, X, nt, y1, scratch);
+      int diff = 0;
+      for (int p = 0; p < 3; p++)
+        for (int r = 0; r < REP; r++) {
+          memset(Y, 0xFF, sizeof Y);
+          pw_matmul(pools[p], types[ti], W, NI, NO, X, nt, Y, scratch);
+          if (memcmp(Y, y1, (size_t)nt * NO * sizeof(float)) != 0) diff++;
+        }
+      CHECK_MSG(diff == 0, "type %u, %d tokens: %d runs differ from one thread", types[ti], nt, diff);
+    }
+    free(scratch);
+  }
+  for (int p = 0; p < 3; p++) pw_pool_destroy(pools[p]);
+}
+
 int main(void) {
   pw_tensor_init();
   fprintf(stderr, "kernels: %s, ops: %s\n", pw_traits_get(PW_DT_Q4_K)->impl, pw_ops_get()->impl);
@@ -205,6 +239,7 @@ int main(void) {
   test_matmul(192); /* 6: a quad and two over */
   test_matmul(96);  /* 3: a partial quad alone */
   test_matmul(N_IN_MAX);
+  test_row_sharing();
   test_ops();
   TEST_DONE();
 }
