@@ -25,6 +25,8 @@
 /* rows per tile: 16 weight rows (a few KB each) stay in L2 while the token
  * groups pass over them */
 #define ROW_TILE 16
+/* weight bytes per row block of a many-token vec_dot pass (see dot_rows) */
+#define ROW_BLOCK_BYTES (256u << 10)
 /* below this many activation elements, quantize on the caller: a pool run
  * costs more than the work */
 #define QUANT_POOL_MIN 16384
@@ -187,8 +189,14 @@ static void dot_rows(const mm_ctx *c, long lo, long hi) {
     return;
   }
   float out[PW_VEC_DOT_MAX_NX];
-  for (long r0 = lo; r0 < hi; r0 += ROW_TILE) {
-    const long r1 = r0 + ROW_TILE < hi ? r0 + ROW_TILE : hi;
+  /* many tokens: blocks of rows that stay in L2 while every token group
+   * passes over them, so the activations are read once per block rather
+   * than once per 16 rows (1B-shaped Q4_K_M prefill +6%, alternated) */
+  long blk = ROW_TILE;
+  if (c->n_tok > PW_VEC_DOT_MAX_NX && (long)(ROW_BLOCK_BYTES / c->w_row) > ROW_TILE)
+    blk = (long)(ROW_BLOCK_BYTES / c->w_row) / ROW_TILE * ROW_TILE;
+  for (long r0 = lo; r0 < hi; r0 += blk) {
+    const long r1 = r0 + blk < hi ? r0 + blk : hi;
     for (int64_t t = 0; t < c->n_tok; t += PW_VEC_DOT_MAX_NX) {
       const int nx = (int)(c->n_tok - t < PW_VEC_DOT_MAX_NX ? c->n_tok - t : PW_VEC_DOT_MAX_NX);
       const uint8_t *xq = c->Xq + (size_t)t * c->x_row;
