@@ -23,8 +23,7 @@ static int cpu_level(void) {
     return PW_IMPL_SCALAR;
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi") &&
-      __builtin_cpu_supports("avx512bitalg"))
+      __builtin_cpu_supports("avx512vnni"))
     return PW_IMPL_AVX512;
   return PW_IMPL_AVX2;
 #else
@@ -32,7 +31,19 @@ static int cpu_level(void) {
 #endif
 }
 
-/* POWER_NO_SIMD=1 -> scalar; POWER_SIMD=scalar|avx2|avx512 caps the level. */
+/* the AVX-512 level's GEMM also needs VBMI and BITALG */
+static int cpu_vbmi(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bitalg");
+#else
+  return 0;
+#endif
+}
+
+/* POWER_NO_SIMD=1 -> scalar; POWER_SIMD=scalar|avx2|avx512 caps the level;
+ * POWER_SIMD=avx512novbmi keeps the AVX-512 level without its VBMI GEMM
+ * (as on a CPU with VNNI but not VBMI, e.g. Cascade Lake). */
 static int env_cap(void) {
   const char *no = getenv("POWER_NO_SIMD");
   if (no && *no && strcmp(no, "0") != 0) return PW_IMPL_SCALAR;
@@ -54,6 +65,8 @@ static void init_once(void) {
   if (g_max >= PW_IMPL_AVX512) {
     memcpy(g_lvl[PW_IMPL_AVX512], g_lvl[PW_IMPL_AVX2], sizeof g_lvl[0]);
     quants_fill_avx512(g_lvl[PW_IMPL_AVX512]);
+    const char *simd = getenv("POWER_SIMD");
+    if (cpu_vbmi() && !(simd && strcmp(simd, "avx512novbmi") == 0)) gemm_fill_avx512vbmi(g_lvl[PW_IMPL_AVX512]);
   }
   ops_select(g_max >= PW_IMPL_AVX2);
 }

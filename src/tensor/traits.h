@@ -4,7 +4,8 @@
  *
  * pw_tensor_init() detects the CPU once and fills one table per
  * implementation level the CPU supports (scalar references; AVX2/FMA/F16C;
- * AVX-512 F/BW/VL/DQ + VNNI, VBMI, BITALG on top of AVX2) and installs the highest.
+ * AVX-512 F/BW/VL/DQ + VNNI on top of AVX2, with a GEMM that also needs
+ * VBMI and BITALG) and installs the highest.
  * POWER_NO_SIMD=1 keeps the scalar references; POWER_SIMD=scalar|avx2|avx512
  * caps the level (for comparisons). This is not the place for kernels themselves (quants.c,
  * arch/) nor for the matrix multiply (matmul.h). */
@@ -51,7 +52,7 @@ typedef void (*pw_gemm_fn)(int64_t n, const void *w, size_t w_row, int nr, const
 enum {
   PW_IMPL_SCALAR = 0, /* the references */
   PW_IMPL_AVX2 = 1,   /* AVX2 + FMA + F16C */
-  PW_IMPL_AVX512 = 2, /* AVX-512 F/BW/VL/DQ + VNNI, VBMI, BITALG (on top of AVX2) */
+  PW_IMPL_AVX512 = 2, /* AVX-512 F/BW/VL/DQ + VNNI (on top of AVX2) */
   PW_IMPL_COUNT
 };
 
@@ -90,5 +91,6 @@ int pw_tensor_level(void);
 void quants_fill_ref(pw_traits *tab);
 void quants_fill_avx2(pw_traits *tab);
 void quants_fill_avx512(pw_traits *tab);
+void gemm_fill_avx512vbmi(pw_traits *tab);
 
 #endif
