@@ -38,6 +38,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/mem.h"
 #include "base/pool.h"
 #include "base/rng.h"
 #include "cli/cli.h"
@@ -52,7 +53,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -191,11 +191,7 @@ static int run_bandwidth(const bench_opts *o) {
   size_t bytes = (size_t)o->bw_mib << 20;
   /* in 2 MiB pages where the kernel gives them, as the weights are mapped
    * (gguf_make_resident): the bound is then the same kind of read */
-  const size_t huge = 2u << 20, cap = (bytes + huge - 1) / huge * huge;
-  uint64_t *buf = aligned_alloc(huge, cap);
-#ifdef MADV_HUGEPAGE
-  if (buf) madvise(buf, cap, MADV_HUGEPAGE);
-#endif
+  uint64_t *buf = pw_alloc_huge(bytes);
   pw_pool *pool = pw_pool_create((int)o->threads);
   if (!buf || !pool) {
     fprintf(stderr, "power bench: cannot allocate the %ld MiB probe buffer\n", o->bw_mib);

@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/mem.h"
 #include "tensor/attn.h"
 #include "tensor/dtype.h"
 #include "tensor/matmul.h"
@@ -19,7 +20,6 @@
 #include "tensor/traits.h"
 
 #include <math.h>
-#include <sys/mman.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -295,17 +295,12 @@ pw_pool *model_pool(const model *m) { return m->pool; }
  * alignment gives) measured 10-20% slower in the matmul tiles. Freed with
  * free(). */
 static void *alloc_lines(size_t bytes) {
-  const size_t huge = 2u << 20;
-  if (bytes > SIZE_MAX - huge) return NULL;
-  if (bytes < huge) return aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (bytes > SIZE_MAX - 64) return NULL;
   /* Big buffers (the KV cache, a large batch's scratch) are read whole
-   * every step: in 2 MiB pages where the kernel gives them, for the same
-   * reason as the weights (gguf_make_resident). */
-  void *p = aligned_alloc(huge, (bytes + huge - 1) / huge * huge);
-#ifdef MADV_HUGEPAGE
-  if (p) madvise(p, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE);
-#endif
-  return p;
+   * every step: in 2 MiB pages, for the same reason as the weights
+   * (gguf_make_resident). */
+  if (bytes >= (2u << 20)) return pw_alloc_huge(bytes);
+  return aligned_alloc(64, (bytes + 63) / 64 * 64);
 }
 
 /* ---- KV cache --------------------------------------------------------- */

@@ -110,15 +110,15 @@ AI int sym_shift(const int kind) { return kind == LQ8_0 ? 7 : kind == LQ4_0 ? 3 
 typedef struct {
   __m512i a, b;
   __m512 d;
-} wunit;
+} wquad;
 
 /* a byte-mask of the low `n` bytes (n <= 64) */
 AI __mmask64 low_bytes(int n) { return n >= 64 ? ~0ull : (1ull << n) - 1; }
 
 /* the quad at wp with cnt of its blocks present (the last quad of a row
  * may have fewer); absent blocks read as zero (their scales too) */
-AI wunit w_unit(const uint8_t *wp, const int kind, const int cnt) {
-  wunit u;
+AI wquad w_quad(const uint8_t *wp, const int kind, const int cnt) {
+  wquad u;
   if (kind == LQ8_0) {
     /* [block 0 | block 1] and [block 2 | block 3] quants, then the low and
      * high 16 of each block into its lane */
@@ -220,14 +220,14 @@ AI void tok_corr(const int T, const uint8_t *xp, size_t xrow, __m512i nc[4]) {
 /* one (row, token, quad): the dots, the scale product, the convert and the
  * FMA; every tile shape runs exactly this. x, x2: the token's quants, dx
  * its lane scales */
-AI __m512 quad_fma(__m512i nc, const wunit *w, __m512i x, __m512i x2, __m512 dx, __m512 acc) {
+AI __m512 quad_fma(__m512i nc, const wquad *w, __m512i x, __m512i x2, __m512 dx, __m512 acc) {
   const __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(nc, w->a, x), w->b, x2);
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(w->d, dx), acc);
 }
 
 
 /* one row's quad against up to 4 tokens */
-AI void row_tokens(const int T, const wunit *w, const __m512i nc[4], const uint8_t *xp, size_t xrow,
+AI void row_tokens(const int T, const wquad *w, const __m512i nc[4], const uint8_t *xp, size_t xrow,
                    __m512 acc[TMAX]) {
   _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
     const uint8_t *xt = xp + (size_t)t * xrow;
@@ -240,11 +240,11 @@ AI void gemm_quad(const int kind, const int R, const int T, const int cnt, const
                   const uint8_t *xp, size_t xrow, __m512 acc[4][TMAX]) {
   if (T > 4) { /* 2 rows unpacked, then each token's data read once (its
                 * correction too: the registers go to the accumulators) */
-    wunit q[2];
+    wquad q[2];
     _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) {
       const uint8_t *wp = w + (size_t)r * w_row;
       w_prefetch(wp, w_row, kind);
-      q[r] = w_unit(wp, kind, cnt);
+      q[r] = w_quad(wp, kind, cnt);
     }
     _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
       const uint8_t *xt = xp + (size_t)t * xrow;
@@ -263,7 +263,7 @@ AI void gemm_quad(const int kind, const int R, const int T, const int cnt, const
   _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
     const uint8_t *wp = w + (size_t)r * w_row;
     w_prefetch(wp, w_row, kind);
-    const wunit q = w_unit(wp, kind, cnt);
+    const wquad q = w_quad(wp, kind, cnt);
     row_tokens(T, &q, nc, xp, xrow, acc[r]);
   }
 }
@@ -312,7 +312,7 @@ AI void gemm_tile(const int kind, const int R, const int T, int64_t nb, const ui
 /* ---- the same tiles over unpacked rows (many tokens) --------------------
  * With 8 or more tokens each weight quad would be unpacked once per group
  * of 4 tokens; instead a block of rows is unpacked once into a buffer, per
- * quad w_unit's vectors (UQUAD bytes), and the tiles read those. Both paths
+ * quad w_quad's vectors (UQUAD bytes), and the tiles read those. Both paths
  * run row_tokens per (row, quad) in the same order, so every result is
  * bit-identical to the packed path's. */
 #define GEMM_UNPACK_TOKENS 32
@@ -327,7 +327,7 @@ AI void unpack_rows(const int kind, int64_t nb, const uint8_t *w, size_t w_row, 
     const uint8_t *wp = w + (size_t)r * w_row;
     uint8_t *up = u + (size_t)r * u_row;
     for (int64_t b = 0; b < nb; b += 4, wp += 4 * wsz, up += UQUAD) {
-      const wunit q = b + 4 <= nb ? w_unit(wp, kind, 4) : w_unit(wp, kind, (int)(nb - b));
+      const wquad q = b + 4 <= nb ? w_quad(wp, kind, 4) : w_quad(wp, kind, (int)(nb - b));
       _mm512_store_si512(up, q.a);
       _mm512_store_si512(up + 64, q.b);
       _mm512_store_ps(up + 128, q.d);
@@ -344,7 +344,7 @@ AI void gemm_tile_u(const int R, const int T, int64_t np, const uint8_t *u, size
     tok_corr(T, xp, xrow, nc);
     _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
       const uint8_t *ur = u + (size_t)r * u_row;
-      wunit q;
+      wquad q;
       q.a = _mm512_load_si512(ur);
       q.b = _mm512_load_si512(ur + 64);
       q.d = _mm512_load_ps(ur + 128);
