@@ -52,7 +52,7 @@ static double run_gemm(const pw_traits *t, int64_t n, const void *w, const void 
   volatile float sink = 0;
   const double t0 = now();
   for (int r = 0; r < passes; r++) {
-    t->gemm(n, w, wr, ROWS, xp, xps, nt, y, ROWS, flags);
+    t->gemm(n, w, wr, ROWS, 0, xp, xps, nt, y, ROWS, flags);
     sink += y[r % ROWS];
   }
   (void)sink;

@@ -37,8 +37,14 @@ typedef void (*pw_vec_dot_fn)(int64_t n, const void *w, const void *x, size_t x_
  * pair never depend on the tile it was computed in). */
 typedef size_t (*pw_gemm_xrow_fn)(int64_t n);
 typedef void (*pw_gemm_pack_fn)(const float *x, void *xp, int64_t n);
-typedef void (*pw_gemm_fn)(int64_t n, const void *w, size_t w_row, int nr, const void *xp, size_t xp_row, int nt,
-                           float *y, size_t ys, unsigned flags);
+typedef void (*pw_gemm_fn)(int64_t n, const void *w, size_t w_row, int nr, size_t seg, const void *xp,
+                           size_t xp_row, int nt, float *y, size_t ys, unsigned flags);
+/* seg > 0 (only with nt <= PW_GEMM_STREAM_TOKENS): four streams. Each of
+ * the nr rows v stands for the four rows v + k * seg, k < 4, computed
+ * together, results y[t * ys + v + k * seg]: a pass streaming its weights
+ * from memory then reads four far-apart runs at once. */
+#define PW_GEMM_STREAMS 4
+#define PW_GEMM_STREAM_TOKENS 4
 /* gemm flags: the weights are likely cache-resident (a small model), so a
  * single token is better served by wide tiles than by one streamed row at
  * a time. Never changes a result. */

@@ -191,10 +191,10 @@ AI wquad w_quad(const uint8_t *wp, const int kind, const int cnt) {
   return u;
 }
 
-/* prefetches of the quad at wp, GEMM_PF_ROWS rows on (both of a quad's
- * cache lines) */
-AI void w_prefetch(const uint8_t *wp, size_t w_row, const int kind) {
-  const char *pf = (const char *)wp + GEMM_PF_ROWS * w_row;
+/* prefetches of the quad at wp, pfd bytes on (GEMM_PF_ROWS rows: both of
+ * a quad's cache lines) */
+AI void w_prefetch(const uint8_t *wp, size_t pfd, const int kind) {
+  const char *pf = (const char *)wp + pfd;
   _mm_prefetch(pf, _MM_HINT_T0);
   if (kind == LQ8_0) _mm_prefetch(pf + 64, _MM_HINT_T0);
   _mm_prefetch(pf + 4 * sym_wsz(kind) - 1, _MM_HINT_T0);
@@ -236,14 +236,15 @@ AI void row_tokens(const int T, const wquad *w, const __m512i nc[4], const uint8
 }
 
 /* one quad (cnt blocks of it present) of R rows x T tokens */
-AI void gemm_quad(const int kind, const int R, const int T, const int cnt, const uint8_t *w, size_t w_row,
+/* the tile's rows are rs bytes apart (w_row, or a stream's length) */
+AI void gemm_quad(const int kind, const int R, const int T, const int cnt, const uint8_t *w, size_t rs, size_t pfd,
                   const uint8_t *xp, size_t xrow, __m512 acc[4][TMAX]) {
   if (T > 4) { /* 2 rows unpacked, then each token's data read once (its
                 * correction too: the registers go to the accumulators) */
     wquad q[2];
     _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) {
-      const uint8_t *wp = w + (size_t)r * w_row;
-      w_prefetch(wp, w_row, kind);
+      const uint8_t *wp = w + (size_t)r * rs;
+      w_prefetch(wp, pfd, kind);
       q[r] = w_quad(wp, kind, cnt);
     }
     _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
@@ -261,8 +262,8 @@ AI void gemm_quad(const int kind, const int R, const int T, const int cnt, const
   __m512i nc[4];
   tok_corr(T, xp, xrow, nc);
   _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
-    const uint8_t *wp = w + (size_t)r * w_row;
-    w_prefetch(wp, w_row, kind);
+    const uint8_t *wp = w + (size_t)r * rs;
+    w_prefetch(wp, pfd, kind);
     const wquad q = w_quad(wp, kind, cnt);
     row_tokens(T, &q, nc, xp, xrow, acc[r]);
   }
@@ -273,13 +274,24 @@ AI void tile_zero(const int R, const int T, __m512 acc[4][TMAX]) {
     _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
 }
 
-/* each (row, token) accumulator reduced to y[t * ys + r]: four at a time
- * with reduce_add4 (four rows of a token, or two rows of two tokens), the
- * same sums as one at a time */
-AI void tile_out(const int R, const int T, __m512 acc[4][TMAX], float *y, size_t ys) {
+/* each (row, token) accumulator reduced to y[t * ys + r] (y[t * ys + r *
+ * yr] for the rows of four streams): four at a time with reduce_add4 (four
+ * rows of a token, or two rows of two tokens), the same sums as one at a
+ * time */
+AI void tile_out(const int R, const int T, __m512 acc[4][TMAX], float *y, size_t ys, size_t yr) {
   if (R == 4) {
-    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++)
-      _mm_storeu_ps(y + (size_t)t * ys, reduce_add4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
+    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
+      const __m128 v = reduce_add4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]);
+      float *yt = y + (size_t)t * ys;
+      if (yr == 1) {
+        _mm_storeu_ps(yt, v);
+      } else {
+        _mm_store_ss(yt, v);
+        _mm_store_ss(yt + yr, _mm_shuffle_ps(v, v, 1));
+        _mm_store_ss(yt + 2 * yr, _mm_shuffle_ps(v, v, 2));
+        _mm_store_ss(yt + 3 * yr, _mm_shuffle_ps(v, v, 3));
+      }
+    }
   } else if (R == 2) {
     int t = 0;
     _Pragma("GCC unroll 4") for (; t + 2 <= T; t += 2) {
@@ -297,16 +309,17 @@ AI void tile_out(const int R, const int T, __m512 acc[4][TMAX], float *y, size_t
   }
 }
 
-AI void gemm_tile(const int kind, const int R, const int T, int64_t nb, const uint8_t *w, size_t w_row,
-                  const uint8_t *xp, size_t xrow, float *y, size_t ys) {
+/* rows rs bytes apart, results yr apart (1 but for streams) */
+AI void gemm_tile(const int kind, const int R, const int T, int64_t nb, const uint8_t *w, size_t rs, size_t pfd,
+                  const uint8_t *xp, size_t xrow, float *y, size_t ys, size_t yr) {
   const int wsz = sym_wsz(kind);
   __m512 acc[4][TMAX];
   tile_zero(R, T, acc);
   const uint8_t *wb = w, *xb = xp;
   int64_t b = 0;
-  for (; b + 4 <= nb; b += 4, wb += 4 * wsz, xb += XQUAD) gemm_quad(kind, R, T, 4, wb, w_row, xb, xrow, acc);
-  if (b < nb) gemm_quad(kind, R, T, (int)(nb - b), wb, w_row, xb, xrow, acc);
-  tile_out(R, T, acc, y, ys);
+  for (; b + 4 <= nb; b += 4, wb += 4 * wsz, xb += XQUAD) gemm_quad(kind, R, T, 4, wb, rs, pfd, xb, xrow, acc);
+  if (b < nb) gemm_quad(kind, R, T, (int)(nb - b), wb, rs, pfd, xb, xrow, acc);
+  tile_out(R, T, acc, y, ys, yr);
 }
 
 /* ---- the same tiles over unpacked rows (many tokens) --------------------
@@ -351,7 +364,7 @@ AI void gemm_tile_u(const int R, const int T, int64_t np, const uint8_t *u, size
       row_tokens(T, &q, nc, xp, xrow, acc[r]);
     }
   }
-  tile_out(R, T, acc, y, ys);
+  tile_out(R, T, acc, y, ys, 1);
 }
 
 #define GTU(R, T)                                                                                  \
@@ -389,11 +402,32 @@ AI int gemm_sym_u(const int kind, int64_t n, const void *w, size_t w_row, int nr
 #undef GTU
 
 #define GT(R, T)                                                                                   \
-  case (R) * 16 + (T): gemm_tile(kind, R, T, nb, wr, w_row, xt, xp_row, yt, ys); break;
+  case (R) * 16 + (T): gemm_tile(kind, R, T, nb, wr, w_row, pfd, xt, xp_row, yt, ys, 1); break;
 
-AI void gemm_sym(const int kind, int64_t n, const void *w, size_t w_row, int nr, const void *xp, size_t xp_row,
-                 int nt, float *y, size_t ys, unsigned flags) {
+/* four streams (traits.h): tiles of rows v + k * seg, k < 4, each row's
+ * prefetches GEMM_PF_ROWS rows on in its own stream */
+AI void gemm_streams(const int kind, int64_t nb, const uint8_t *w, size_t w_row, int nr, size_t seg,
+                     const uint8_t *xp, size_t xp_row, int nt, float *y, size_t ys) {
+  const size_t rs = seg * w_row, pfd = GEMM_PF_ROWS * w_row;
+  for (int v = 0; v < nr; v++) {
+    const uint8_t *wr = w + (size_t)v * w_row;
+    switch (nt) {
+      case 1: gemm_tile(kind, 4, 1, nb, wr, rs, pfd, xp, xp_row, y + v, ys, seg); break;
+      case 2: gemm_tile(kind, 4, 2, nb, wr, rs, pfd, xp, xp_row, y + v, ys, seg); break;
+      case 3: gemm_tile(kind, 4, 3, nb, wr, rs, pfd, xp, xp_row, y + v, ys, seg); break;
+      default: gemm_tile(kind, 4, 4, nb, wr, rs, pfd, xp, xp_row, y + v, ys, seg); break;
+    }
+  }
+}
+
+AI void gemm_sym(const int kind, int64_t n, const void *w, size_t w_row, int nr, size_t seg, const void *xp,
+                 size_t xp_row, int nt, float *y, size_t ys, unsigned flags) {
   const int64_t nb = n / 32;
+  if (seg) {
+    gemm_streams(kind, nb, w, w_row, nr, seg, xp, xp_row, nt, y, ys);
+    return;
+  }
+  const size_t pfd = GEMM_PF_ROWS * w_row;
   if (nt >= GEMM_UNPACK_TOKENS && gemm_sym_u(kind, n, w, w_row, nr, xp, xp_row, nt, y, ys)) return;
   const int tmax = (size_t)TMAX * xp_row <= GEMM_WIDE_X_BYTES ? TMAX : 4;
   for (int t0 = 0; t0 < nt;) {
@@ -426,17 +460,17 @@ static void gemm_pack_q8_0(const float *x, void *xp, int64_t n) { gemm_pack_quad
 static void gemm_pack_q4_0(const float *x, void *xp, int64_t n) { gemm_pack_quad(x, xp, n, sym_shift(LQ4_0)); }
 static void gemm_pack_q5_0(const float *x, void *xp, int64_t n) { gemm_pack_quad(x, xp, n, sym_shift(LQ5_0)); }
 
-static void gemm_q8_0(int64_t n, const void *w, size_t w_row, int nr, const void *xp, size_t xp_row, int nt,
-                      float *y, size_t ys, unsigned flags) {
-  gemm_sym(LQ8_0, n, w, w_row, nr, xp, xp_row, nt, y, ys, flags);
+static void gemm_q8_0(int64_t n, const void *w, size_t w_row, int nr, size_t seg, const void *xp, size_t xp_row,
+                      int nt, float *y, size_t ys, unsigned flags) {
+  gemm_sym(LQ8_0, n, w, w_row, nr, seg, xp, xp_row, nt, y, ys, flags);
 }
-static void gemm_q4_0(int64_t n, const void *w, size_t w_row, int nr, const void *xp, size_t xp_row, int nt,
-                      float *y, size_t ys, unsigned flags) {
-  gemm_sym(LQ4_0, n, w, w_row, nr, xp, xp_row, nt, y, ys, flags);
+static void gemm_q4_0(int64_t n, const void *w, size_t w_row, int nr, size_t seg, const void *xp, size_t xp_row,
+                      int nt, float *y, size_t ys, unsigned flags) {
+  gemm_sym(LQ4_0, n, w, w_row, nr, seg, xp, xp_row, nt, y, ys, flags);
 }
-static void gemm_q5_0(int64_t n, const void *w, size_t w_row, int nr, const void *xp, size_t xp_row, int nt,
-                      float *y, size_t ys, unsigned flags) {
-  gemm_sym(LQ5_0, n, w, w_row, nr, xp, xp_row, nt, y, ys, flags);
+static void gemm_q5_0(int64_t n, const void *w, size_t w_row, int nr, size_t seg, const void *xp, size_t xp_row,
+                      int nt, float *y, size_t ys, unsigned flags) {
+  gemm_sym(LQ5_0, n, w, w_row, nr, seg, xp, xp_row, nt, y, ys, flags);
 }
 
 void gemm_fill_avx512vbmi(pw_traits *t) {
