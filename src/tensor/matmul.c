@@ -155,7 +155,8 @@ typedef struct {
 #define STREAM_MIN_BYTES (64u << 10)
 
 static long streams_of(const mm_ctx *c) {
-  if (!c->gemm || c->n_tok > PW_GEMM_STREAM_TOKENS || (c->gflags & PW_GEMM_RESIDENT)) return 0;
+  if (c->gflags & PW_GEMM_RESIDENT) return 0;
+  if (c->gemm ? c->n_tok > PW_GEMM_STREAM_TOKENS : !c->tr->vec_dot4 || c->n_tok != 1) return 0;
   const long seg = (long)c->n_out / PW_GEMM_STREAMS;
   return (double)seg * (double)c->w_row >= STREAM_MIN_BYTES ? seg : 0;
 }
@@ -218,6 +219,14 @@ static void dot_rows(const mm_ctx *c, long lo, long hi) {
     return;
   }
   float out[PW_VEC_DOT_MAX_NX];
+  if (c->seg) { /* one token, four rows at a time */
+    const size_t rs = (size_t)c->seg * c->w_row;
+    for (long v = lo; v < hi; v++) {
+      c->tr->vec_dot4(c->n_in, c->W + (size_t)v * c->w_row, rs, c->Xq, out);
+      for (int k = 0; k < PW_GEMM_STREAMS; k++) c->Y[v + k * c->seg] = out[k];
+    }
+    return;
+  }
   /* many tokens: blocks of rows that stay in L2 while every token group
    * passes over them, so the activations are read once per block rather
    * than once per 16 rows (1B-shaped Q4_K_M prefill +6%, alternated) */

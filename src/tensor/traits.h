@@ -26,6 +26,11 @@ typedef void (*pw_from_float_fn)(const float *src, void *dst, int64_t n);
 typedef void (*pw_vec_dot_fn)(int64_t n, const void *w, const void *x, size_t x_stride, int nx,
                               float *out);
 
+/* Optional, for the four streams of a one-token pass (matmul.c): out[k]
+ * = vec_dot of row w + k * rs (k < 4) with activation row x, the same bits
+ * as vec_dot with nx = 1 gives each row. */
+typedef void (*pw_vec_dot4_fn)(int64_t n, const void *w, size_t rs, const void *x, float *out);
+
 /* Optional register-tiled matrix multiply (set only where a level has one):
  * activation rows are first packed with gemm_pack from f32 into a
  * level-private layout of gemm_xrow(n) bytes per row (one pack serves every
@@ -75,6 +80,7 @@ typedef struct pw_traits {
   pw_gemm_fn gemm;             /* NULL: the matmul uses vec_dot */
   pw_gemm_pack_fn gemm_pack;   /* set with gemm */
   pw_gemm_xrow_fn gemm_xrow;   /* set with gemm */
+  pw_vec_dot4_fn vec_dot4;     /* optional: four rows, one token */
 } pw_traits;
 
 /* Detects CPU features and fills the table. Thread-safe and idempotent;

@@ -288,15 +288,66 @@ AI __m128i k4_unpack_v(const uint8_t *s) {
   return _mm_or_si128(lo, _mm_and_si128(_mm_srli_epi16(b, 2), _mm_set1_epi8(0x30)));
 }
 
+/* one q4_K/q5_K super-block's weight side as the dots take it */
+typedef struct {
+  const uint8_t *qs;
+  __m512i sc16; /* scales as 8 int16 (lanes 0..7) */
+  __m256i mins; /* mins duplicated per pair of 16 */
+  __m512i hb;   /* q5_K: the fifth bits, broadcast */
+  float dw, dmw;
+} k45_sb;
+
+AI k45_sb k45_load(const uint8_t *blk, const int five) {
+  const block_q4_K *w4 = (const block_q4_K *)blk;
+  const block_q5_K *w5 = (const block_q5_K *)blk;
+  k45_sb b;
+  b.qs = five ? w5->qs : w4->qs;
+  const __m128i u = k4_unpack_v(five ? w5->scales : w4->scales);
+  b.sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(u));
+  const __m128i mins8 = _mm_cvtepu8_epi16(_mm_unpackhi_epi64(u, u));
+  b.mins = _mm256_set_m128i(_mm_unpackhi_epi16(mins8, mins8), _mm_unpacklo_epi16(mins8, mins8));
+  b.dw = _cvtsh_ss(w4->d); /* same offsets in both */
+  b.dmw = _cvtsh_ss(w4->dmin);
+  b.hb = five ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)w5->qh)) : _mm512_setzero_si512();
+  return b;
+}
+
+/* chunk c's quants: low nibbles in the low half, high nibbles in the high
+ * half (a broadcast load and one variable shift), q5_K's fifth bits from
+ * hsel (chunk c's low half uses bit 2c of qh, high half bit 2c+1) */
+AI __m512i k45_quants(const k45_sb *b, int c, __m512i *hsel, const int five) {
+  const __m512i sh4 = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
+  const __m512i bits = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qs + 32 * c)));
+  __m512i q = _mm512_and_si512(_mm512_srlv_epi64(bits, sh4), _mm512_set1_epi8(0x0F));
+  if (five) {
+    q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(b->hb, *hsel), q, _mm512_set1_epi8(16));
+    *hsel = _mm512_slli_epi16(*hsel, 2);
+  }
+  return q;
+}
+#define K45_HSEL0 _mm512_inserti64x4(_mm512_set1_epi8(1), _mm256_set1_epi8(2), 1)
+/* int16 lane t of chunk c's scale vector takes scale 2c + t/16 */
+#define K45_SIDX0                                                                                   \
+  _mm512_set_epi64(0x0001000100010001, 0x0001000100010001, 0x0001000100010001, 0x0001000100010001, 0, \
+                   0, 0, 0)
+
+/* a super-block's integer dot into the float accumulators of one (row,
+ * token) */
+AI void k45_acc(const k45_sb *b, const block_q8_K *y, __m512i sumi, __m512 *acc, __m256 *accm) {
+  const __m256i pm = _mm256_madd_epi16(b->mins, _mm256_loadu_si256((const __m256i *)y->bsums));
+  *accm = _mm256_fmadd_ps(_mm256_set1_ps(-(y->d * b->dmw)), _mm256_cvtepi32_ps(pm), *accm);
+  *acc = _mm512_fmadd_ps(_mm512_set1_ps(b->dw * y->d), _mm512_cvtepi32_ps(sumi), *acc);
+}
+
+AI float k45_out(__m512 acc, __m256 m) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm512_reduce_add_ps(acc) + _mm_cvtss_f32(s);
+}
+
 AI void vd_q45k_k(int64_t n, const void *vw, const void *x, size_t xs, const int nx, float *out, const int five) {
   const size_t bsz = five ? sizeof(block_q5_K) : sizeof(block_q4_K);
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  /* int16 lane t of chunk c's scale vector takes scale 2c + t/16 */
-  const __m512i sidx0 = _mm512_set_epi64(0x0001000100010001, 0x0001000100010001, 0x0001000100010001,
-                                         0x0001000100010001, 0, 0, 0, 0);
-  /* fifth bits: chunk c's low half uses bit 2c of qh, high half bit 2c+1 */
-  const __m512i hsel0 = _mm512_inserti64x4(_mm512_set1_epi8(1), _mm256_set1_epi8(2), 1);
-  const __m512i sh4 = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
   __m512 acc[NXMAX];
   __m256 accm[NXMAX];
   FOR_ROWS(j) {
@@ -306,29 +357,13 @@ AI void vd_q45k_k(int64_t n, const void *vw, const void *x, size_t xs, const int
   for (int64_t i = 0; i < n / QK_K; i++) {
     const uint8_t *blk = (const uint8_t *)vw + (size_t)i * bsz;
     k_prefetch(blk, bsz);
-    const block_q4_K *w4 = (const block_q4_K *)blk;
-    const block_q5_K *w5 = (const block_q5_K *)blk;
-    const uint8_t *qs = five ? w5->qs : w4->qs;
-    const __m128i u = k4_unpack_v(five ? w5->scales : w4->scales);
-    /* scales as 8 int16 (lanes 0..7), mins duplicated per pair of 16 */
-    const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(u));
-    const __m128i mins8 = _mm_cvtepu8_epi16(_mm_unpackhi_epi64(u, u));
-    const __m256i mins = _mm256_set_m128i(_mm_unpackhi_epi16(mins8, mins8), _mm_unpacklo_epi16(mins8, mins8));
-    const float dw = _cvtsh_ss(w4->d), dmw = _cvtsh_ss(w4->dmin); /* same offsets in both */
+    const k45_sb b = k45_load(blk, five);
     __m512i sumi[NXMAX];
     FOR_ROWS(j) sumi[j] = _mm512_setzero_si512();
-    const __m512i hb = five ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)w5->qh)) : sumi[0];
-    __m512i sidx = sidx0, hsel = hsel0;
+    __m512i sidx = K45_SIDX0, hsel = K45_HSEL0;
     for (int c = 0; c < 4; c++) {
-      /* low nibbles in the low half, high nibbles in the high half: a
-       * broadcast load and one variable shift */
-      const __m512i bits = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * c)));
-      __m512i q = _mm512_and_si512(_mm512_srlv_epi64(bits, sh4), m4);
-      if (five) {
-        q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hb, hsel), q, _mm512_set1_epi8(16));
-        hsel = _mm512_slli_epi16(hsel, 2);
-      }
-      const __m512i s = _mm512_permutexvar_epi16(sidx, sc16);
+      const __m512i q = k45_quants(&b, c, &hsel, five);
+      const __m512i s = _mm512_permutexvar_epi16(sidx, b.sc16);
       sidx = _mm512_add_epi16(sidx, _mm512_set1_epi16(2));
       FOR_ROWS(j) {
         const block_q8_K *y = (const block_q8_K *)XROW(x, xs, j) + i;
@@ -336,37 +371,76 @@ AI void vd_q45k_k(int64_t n, const void *vw, const void *x, size_t xs, const int
         sumi[j] = _mm512_dpwssd_epi32(sumi[j], p, s);
       }
     }
-    FOR_ROWS(j) {
-      const block_q8_K *y = (const block_q8_K *)XROW(x, xs, j) + i;
-      const __m256i pm = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)y->bsums));
-      accm[j] = _mm256_fmadd_ps(_mm256_set1_ps(-(y->d * dmw)), _mm256_cvtepi32_ps(pm), accm[j]);
-      acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(dw * y->d), _mm512_cvtepi32_ps(sumi[j]), acc[j]);
-    }
+    FOR_ROWS(j) k45_acc(&b, (const block_q8_K *)XROW(x, xs, j) + i, sumi[j], &acc[j], &accm[j]);
   }
-  FOR_ROWS(j) {
-    __m256 m = accm[j];
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    out[j] = _mm512_reduce_add_ps(acc[j]) + _mm_cvtss_f32(s);
-  }
+  FOR_ROWS(j) out[j] = k45_out(acc[j], accm[j]);
 }
 #define vd_q4_k_k vd_q45k_k
 #define vd_q5_k_k vd_q45k_k
 NX_DISPATCH(vd_q4_k, 0)
 NX_DISPATCH(vd_q5_k, 1)
 
+/* ---- four rows against one token (traits.h vec_dot4) ----------------------
+ * The rows' super-blocks are taken in turn, each row with exactly the
+ * steps of vec_dot with one token, so the results are the same bits. */
+AI void vd4_q45k(int64_t n, const void *vw, size_t rs, const void *x, float *out, const int five) {
+  const size_t bsz = five ? sizeof(block_q5_K) : sizeof(block_q4_K);
+  __m512 acc[4];
+  __m256 accm[4];
+  _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {
+    acc[r] = _mm512_setzero_ps();
+    accm[r] = _mm256_setzero_ps();
+  }
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const block_q8_K *y = (const block_q8_K *)x + i;
+    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {
+      const uint8_t *blk = (const uint8_t *)vw + (size_t)r * rs + (size_t)i * bsz;
+      k_prefetch(blk, bsz);
+      const k45_sb b = k45_load(blk, five);
+      __m512i sumi = _mm512_setzero_si512(), sidx = K45_SIDX0, hsel = K45_HSEL0;
+      for (int c = 0; c < 4; c++) {
+        const __m512i q = k45_quants(&b, c, &hsel, five);
+        const __m512i s = _mm512_permutexvar_epi16(sidx, b.sc16);
+        sidx = _mm512_add_epi16(sidx, _mm512_set1_epi16(2));
+        sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(q, _mm512_loadu_si512(y->qs + 64 * c)), s);
+      }
+      k45_acc(&b, y, sumi, &acc[r], &accm[r]);
+    }
+  }
+  _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) out[r] = k45_out(acc[r], accm[r]);
+}
+static void vd4_q4_k(int64_t n, const void *w, size_t rs, const void *x, float *out) { vd4_q45k(n, w, rs, x, out, 0); }
+static void vd4_q5_k(int64_t n, const void *w, size_t rs, const void *x, float *out) { vd4_q45k(n, w, rs, x, out, 1); }
+
+/* q6_K: the high two bits of the 4 sub-rows k (see block_q6_K) moved to
+ * bits 4..5: k=0: <<4, k=1: <<2 (chunk A); k=2: >>0, k=3: >>2 (chunk B);
+ * quants of half h, part m of a super-block */
+AI __m512i q6_quants(const block_q6_K *w, int h, int m) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  const __m512i shA = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+  const __m512i shB = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+  const __m512i l = _mm512_loadu_si512(w->ql + 64 * h);
+  const __m512i hh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w->qh + 32 * h)));
+  const __m512i lo = m == 0 ? _mm512_and_si512(l, m4) : _mm512_and_si512(_mm512_srli_epi16(l, 4), m4);
+  const __m512i hi = m == 0 ? _mm512_and_si512(_mm512_sllv_epi16(hh, shA), m30)
+                            : _mm512_and_si512(_mm512_srlv_epi16(hh, shB), m30);
+  return _mm512_or_si512(lo, hi);
+}
+/* int16 lane t of chunk m's scale vector takes scale 4m + t/8 */
+#define Q6_SIDX0                                                                                     \
+  _mm512_set_epi64(0x0003000300030003, 0x0003000300030003, 0x0002000200020002, 0x0002000200020002,   \
+                   0x0001000100010001, 0x0001000100010001, 0, 0)
+
+/* value = q - 32: the -32 comes out as -32 * sum(sc * bsum), the initial
+ * integer dot of a (super-block, token) */
+AI __m512i q6_init(__m256i sc16y, const block_q8_K *y) {
+  const __m256i corr = _mm256_madd_epi16(sc16y, _mm256_loadu_si256((const __m256i *)y->bsums));
+  return _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5)));
+}
+
 AI void vd_q6_k_k(int64_t n, const void *vw, const void *x, size_t xs, const int nx, float *out, const int unused) {
   (void)unused;
   const block_q6_K *w = vw;
-  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-  /* high two bits of the 4 sub-rows k (see block_q6_K) moved to bits 4..5:
-   * k=0: <<4, k=1: <<2 (chunk A); k=2: >>0, k=3: >>2 (chunk B) */
-  const __m512i shA = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
-  const __m512i shB = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-  /* int16 lane t of chunk m's scale vector takes scale 4m + t/8 */
-  const __m512i sidx0 = _mm512_set_epi64(0x0003000300030003, 0x0003000300030003, 0x0002000200020002,
-                                         0x0002000200020002, 0x0001000100010001, 0x0001000100010001, 0, 0);
   __m512 acc[NXMAX];
   FOR_ROWS(j) acc[j] = _mm512_setzero_ps();
   for (int64_t i = 0; i < n / QK_K; i++) {
@@ -375,21 +449,11 @@ AI void vd_q6_k_k(int64_t n, const void *vw, const void *x, size_t xs, const int
     const __m512i sc16 = _mm512_castsi256_si512(sc16y);
     const float dw = _cvtsh_ss(w[i].d);
     __m512i sumi[NXMAX];
-    /* value = q - 32: the -32 comes out as -32 * sum(sc * bsum) */
-    FOR_ROWS(j) {
-      const block_q8_K *y = (const block_q8_K *)XROW(x, xs, j) + i;
-      const __m256i corr = _mm256_madd_epi16(sc16y, _mm256_loadu_si256((const __m256i *)y->bsums));
-      sumi[j] = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5)));
-    }
-    __m512i sidx = sidx0;
-    for (int h = 0; h < 2; h++) {
-      const __m512i l = _mm512_loadu_si512(w[i].ql + 64 * h);
-      const __m512i hh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h)));
+    FOR_ROWS(j) sumi[j] = q6_init(sc16y, (const block_q8_K *)XROW(x, xs, j) + i);
+    __m512i sidx = Q6_SIDX0;
+    for (int h = 0; h < 2; h++)
       for (int m = 0; m < 2; m++) {
-        const __m512i lo = m == 0 ? _mm512_and_si512(l, m4) : _mm512_and_si512(_mm512_srli_epi16(l, 4), m4);
-        const __m512i hi = m == 0 ? _mm512_and_si512(_mm512_sllv_epi16(hh, shA), m30)
-                                  : _mm512_and_si512(_mm512_srlv_epi16(hh, shB), m30);
-        const __m512i q = _mm512_or_si512(lo, hi);
+        const __m512i q = q6_quants(&w[i], h, m);
         const __m512i s = _mm512_permutexvar_epi16(sidx, sc16);
         sidx = _mm512_add_epi16(sidx, _mm512_set1_epi16(4));
         FOR_ROWS(j) {
@@ -398,7 +462,6 @@ AI void vd_q6_k_k(int64_t n, const void *vw, const void *x, size_t xs, const int
           sumi[j] = _mm512_dpwssd_epi32(sumi[j], p, s);
         }
       }
-    }
     FOR_ROWS(j) {
       const block_q8_K *y = (const block_q8_K *)XROW(x, xs, j) + i;
       acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(dw * y->d), _mm512_cvtepi32_ps(sumi[j]), acc[j]);
@@ -407,6 +470,30 @@ AI void vd_q6_k_k(int64_t n, const void *vw, const void *x, size_t xs, const int
   FOR_ROWS(j) out[j] = _mm512_reduce_add_ps(acc[j]);
 }
 NX_DISPATCH(vd_q6_k, 0)
+
+static void vd4_q6_k(int64_t n, const void *vw, size_t rs, const void *x, float *out) {
+  __m512 acc[4];
+  _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const block_q8_K *y = (const block_q8_K *)x + i;
+    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {
+      const block_q6_K *w = (const block_q6_K *)((const uint8_t *)vw + (size_t)r * rs) + i;
+      k_prefetch((const uint8_t *)w, sizeof *w);
+      const __m256i sc16y = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w->scales));
+      const __m512i sc16 = _mm512_castsi256_si512(sc16y);
+      __m512i sumi = q6_init(sc16y, y), sidx = Q6_SIDX0;
+      for (int h = 0; h < 2; h++)
+        for (int m = 0; m < 2; m++) {
+          const __m512i s = _mm512_permutexvar_epi16(sidx, sc16);
+          sidx = _mm512_add_epi16(sidx, _mm512_set1_epi16(4));
+          sumi = _mm512_dpwssd_epi32(
+              sumi, _mm512_maddubs_epi16(q6_quants(w, h, m), _mm512_loadu_si512(y->qs + 128 * h + 64 * m)), s);
+        }
+      acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(_cvtsh_ss(w->d) * y->d), _mm512_cvtepi32_ps(sumi), acc[r]);
+    }
+  }
+  _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
 
 void quants_fill_avx512(pw_traits *t) {
   t[PW_DT_Q4_0].vec_dot = vd_q4_0;
@@ -417,6 +504,9 @@ void quants_fill_avx512(pw_traits *t) {
   t[PW_DT_Q4_K].vec_dot = vd_q4_k;
   t[PW_DT_Q5_K].vec_dot = vd_q5_k;
   t[PW_DT_Q6_K].vec_dot = vd_q6_k;
+  t[PW_DT_Q4_K].vec_dot4 = vd4_q4_k;
+  t[PW_DT_Q5_K].vec_dot4 = vd4_q5_k;
+  t[PW_DT_Q6_K].vec_dot4 = vd4_q6_k;
   for (int i = 0; i < PW_DT_COUNT; i++)
     if (t[i].to_float) t[i].impl = "avx512vnni";
 }
