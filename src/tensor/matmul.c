@@ -59,7 +59,7 @@ typedef struct {
 typedef struct {
   steal_slot s[STEAL_MAX];
   int nth;
-  long rows;
+  long rows; /* the units handed out (rows, or units of streams) */
 } steal_set;
 
 static uint64_t share_pack(long lo, long hi) { return (uint64_t)lo | (uint64_t)hi << 32; }
@@ -141,17 +141,19 @@ typedef struct {
 } mm_ctx;
 
 /* ---- four streams ----------------------------------------------------
- * A pass of up to PW_GEMM_STREAM_TOKENS tokens that streams a gemm type's
- * weights from memory reads them best as four far-apart runs at once: the
- * rows are cut into four equal segments of seg rows, and unit v of the
- * hand-out stands for rows v + k * seg, k < 4, one tile (traits.h); the
- * 0..3 rows past 4 * seg are the first thread's, as plain rows. Each
- * thread still takes contiguous units, so it reads four contiguous runs.
- * Decode steps alternated in one process (0.5B Q4_K_M shape, medians, both
- * orders): +8..13% on two threads, +15% on one. Close together the runs
- * measured slower than one (with 16 rows between them, Q5_0 from memory
- * 14 GB/s against 23), so segments shorter than STREAM_MIN_BYTES keep one
- * run. Which stream computes a row never changes its value. */
+ * A pass that streams its weights from memory (up to PW_GEMM_STREAM_TOKENS
+ * tokens of a gemm type, or one token of a type with vec_dot4) reads them
+ * best as four far-apart runs at once: the rows are cut into four equal
+ * segments of seg rows, and unit v of the hand-out stands for rows v + k *
+ * seg, k < 4, computed together (traits.h); the 0..3 rows past 4 * seg are
+ * the first thread's, as plain rows. Each thread still takes contiguous
+ * units, so it reads four contiguous runs. Decode steps alternated in one
+ * process (medians, both orders): 0.5B Q4_K_M shape +8..13% on two threads
+ * and +15% on one (the gemm types), 1B Q4_K_M +3% and +7% (the K-quants).
+ * Two runs measured 13% slower than four, eight 16% slower. Close together
+ * the runs were slower than one (with 16 rows between them, Q5_0 from
+ * memory 14 GB/s against 23), so segments shorter than STREAM_MIN_BYTES
+ * keep one run. Which stream computes a row never changes its value. */
 #define STREAM_MIN_BYTES (64u << 10)
 
 static long streams_of(const mm_ctx *c) {
