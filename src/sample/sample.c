@@ -3,7 +3,9 @@
  * that can survive: top_k keeps a k-heap (O(V log k)); top_p/min_p without
  * top_k first cut at a logit threshold that provably keeps every survivor,
  * then sort that subset. Sorting is our own heapsort, not qsort, because
- * glibc's qsort may call malloc. */
+ * glibc's qsort may call malloc. When nothing changes the logits (no bias,
+ * no penalties), greedy and unfiltered sampling skip the candidate array:
+ * vector argmax and exp over the caller's row (tensor/ops.h). */
 #include "sample/sample.h"
 
 #include <float.h>
@@ -12,6 +14,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "tensor/ops.h"
 
 /* top_p pre-cut histogram: bins of 1/16 logit over 32 logits below the max;
  * tokens further down weigh < e^-32 each relative to the max. */
@@ -24,6 +27,7 @@ struct pw_sampler {
   pw_rng rng;
   pw_logit_bias *bias; /* owned, [p.n_logit_bias] */
   pw_candidate *cand;  /* owned scratch, [n_vocab] */
+  float *weight;       /* owned scratch, [n_vocab]: exp weights of the unfiltered fast path */
   int penalize;        /* penalties on and window > 0 */
   int32_t *hist;       /* owned ring of the last repeat_last_n tokens, or NULL */
   int32_t *count;      /* owned, [n_vocab] occurrences in hist, or NULL */
@@ -90,7 +94,8 @@ pw_sampler *pw_sampler_create(const pw_sampler_params *p, int n_vocab, char *err
   s->p = *p;
   s->n_vocab = n_vocab;
   s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
-  if (!s->cand) goto fail;
+  s->weight = malloc((size_t)n_vocab * sizeof *s->weight);
+  if (!s->cand || !s->weight) goto fail;
   if (p->n_logit_bias > 0) {
     s->bias = malloc((size_t)p->n_logit_bias * sizeof *s->bias);
     if (!s->bias) goto fail;
@@ -116,6 +121,7 @@ void pw_sampler_destroy(pw_sampler *s) {
   if (!s) return;
   free(s->bias);
   free(s->cand);
+  free(s->weight);
   free(s->hist);
   free(s->count);
   free(s);
@@ -144,15 +150,7 @@ void pw_sampler_set_rng(pw_sampler *s, const pw_rng *rng) { s->rng = *rng; }
 
 int32_t pw_argmax(const float *logits, int n) {
   if (n <= 0) return -1;
-  int32_t best = 0;
-  float bv = -INFINITY;
-  for (int i = 0; i < n; i++) {
-    if (logits[i] > bv) { /* strict: ties keep the lowest index; NaN never wins */
-      bv = logits[i];
-      best = i;
-    }
-  }
-  return best;
+  return (int32_t)pw_ops_get()->argmax(logits, n);
 }
 
 /* ---- ordering and heap: "better" = higher logit, then lower token id ---- */
@@ -340,7 +338,9 @@ int pw_sampler_dist(pw_sampler *s, const float *logits, const pw_candidate **out
   double sum = 0.0;
   const float inv_t = 1.0f / p->temperature;
   for (int i = 0; i < n; i++) {
-    c[i].p = expf((c[i].logit - mx) * inv_t);
+    /* a temperature so small that 1/T overflows takes the T -> 0 limit
+     * (the tied maxima, evenly) instead of 0 * inf = NaN weights */
+    c[i].p = inv_t <= FLT_MAX ? expf((c[i].logit - mx) * inv_t) : c[i].logit == mx ? 1.0f : 0.0f;
     sum += c[i].p;
   }
   /* sum >= 1 because the max token itself contributes exp(0) = 1. */
@@ -349,7 +349,62 @@ int pw_sampler_dist(pw_sampler *s, const float *logits, const pw_candidate **out
   return n;
 }
 
+/* The first i whose cumulative weight w[0..i] exceeds r, or the last nonzero
+ * weight when rounding leaves r at the top (w[0, n) has at least one). Whole
+ * blocks whose sum keeps the total <= r are skipped; the sum runs in four
+ * partials so the adds do not form one long dependency chain. */
+#define WALK_BLOCK 64
+
+static int walk_weights(const float *w, int n, double r) {
+  double cum = 0.0;
+  int i = 0;
+  for (; i + WALK_BLOCK <= n; i += WALK_BLOCK) {
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    for (int j = i; j < i + WALK_BLOCK; j += 4) {
+      s0 += w[j];
+      s1 += w[j + 1];
+      s2 += w[j + 2];
+      s3 += w[j + 3];
+    }
+    const double b = (s0 + s1) + (s2 + s3);
+    if (cum + b > r) break;
+    cum += b;
+  }
+  for (; i < n; i++) {
+    if (w[i] <= 0.0f) continue; /* zero weight (NaN, -inf, underflow): never chosen */
+    cum += w[i];
+    if (r < cum) return i;
+  }
+  for (i = n - 1; i > 0 && !(w[i] > 0.0f); i--) {
+  }
+  return i;
+}
+
 int32_t pw_sampler_sample(pw_sampler *s, const float *logits) {
+  const pw_sampler_params *p = &s->p;
+  const int V = s->n_vocab;
+  if (p->n_logit_bias == 0 && !s->penalize) {
+    /* The logits reach the chain unchanged: no candidate copy. */
+    const pw_ops *o = pw_ops_get();
+    if (p->temperature <= 0.0f) {
+      const int32_t best = (int32_t)o->argmax(logits, V);
+      return logits[best] > -INFINITY ? best : PW_ERANGE;
+    }
+    const float inv_t = 1.0f / p->temperature;
+    const int filtered = (p->top_k > 0 && p->top_k < V) || p->top_p < 1.0f || p->min_p > 0.0f;
+    if (!filtered && inv_t <= FLT_MAX) {
+      const int32_t best = (int32_t)o->argmax(logits, V);
+      const float mx = logits[best];
+      if (!(mx > -INFINITY)) return PW_ERANGE;
+      /* +inf logits need the clamp to FLT_MAX: the general path below */
+      if (mx <= FLT_MAX) {
+        /* total >= 1: the max token weighs exp(0) = 1 */
+        const double total = o->exp_sum(s->weight, logits, mx, inv_t, V);
+        const double r = pw_rng_uniform(&s->rng) * total; /* the one draw */
+        return walk_weights(s->weight, V, r);
+      }
+    }
+  }
   const pw_candidate *c;
   int n = pw_sampler_dist(s, logits, &c);
   if (n < 0) return n;

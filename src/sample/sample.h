@@ -84,7 +84,7 @@ void pw_sampler_params_default(pw_sampler_params *p);
 int pw_sampler_params_validate(const pw_sampler_params *p, char *err);
 
 /* Validates p, copies it (and its logit_bias list) and allocates all scratch
- * for n_vocab tokens (about 12 bytes per token, plus 4 per token when
+ * for n_vocab tokens (about 16 bytes per token, plus 4 per token when
  * penalties are on). Seeds the RNG with p->seed. NULL on failure with the
  * reason in err (PW_ERRMAX bytes, may be NULL). The caller owns the result. */
 pw_sampler *pw_sampler_create(const pw_sampler_params *p, int n_vocab, char *err);
@@ -109,8 +109,11 @@ int32_t pw_sampler_sample(pw_sampler *s, const float *logits);
  * surviving candidates: a view into the sampler, valid until its next call.
  * Order: logit desc then token asc when top_k, top_p or min_p is active,
  * token order otherwise; greedy gives the single argmax with p = 1. This is
- * exactly the distribution pw_sampler_sample draws from, walking the list in
- * this order. Returns the count (>= 1) or PW_ERANGE as above. */
+ * the distribution pw_sampler_sample draws from, walking the list in this
+ * order: exactly, except that without bias, penalties and filters the draw
+ * weighs tokens with the installed vector exp (a few ulp from expf, see
+ * tensor/ops.h), so a draw at a rounding boundary may pick a neighbour.
+ * Returns the count (>= 1) or PW_ERANGE as above. */
 int pw_sampler_dist(pw_sampler *s, const float *logits, const pw_candidate **out);
 
 /* The sampler's parameters; logit_bias points into the sampler. */

@@ -56,8 +56,28 @@ static void r_axpy(float *y, float a, const float *x, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-static const pw_ops g_ref = {r_rmsnorm, r_softmax, r_silu, r_swiglu, r_add, r_mul,
-                             r_scale,   r_dot,     r_axpy, "scalar"};
+static int64_t r_argmax(const float *x, int64_t n) {
+  int64_t best = 0;
+  float bv = -INFINITY;
+  for (int64_t i = 0; i < n; i++) {
+    if (x[i] > bv) { /* strict: ties keep the lowest index; NaN never wins */
+      bv = x[i];
+      best = i;
+    }
+  }
+  return best;
+}
+static double r_exp_sum(float *y, const float *x, float mx, float s, int64_t n) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; i++) {
+    y[i] = x[i] > -INFINITY ? expf((x[i] - mx) * s) : 0.0f; /* NaN fails the test too */
+    sum += (double)y[i];
+  }
+  return sum;
+}
+
+static const pw_ops g_ref = {r_rmsnorm, r_softmax, r_silu, r_swiglu, r_add,     r_mul,
+                             r_scale,   r_dot,     r_axpy, r_argmax, r_exp_sum, "scalar"};
 static pw_ops g_ops;
 
 void ops_select(int simd) {
@@ -84,3 +104,7 @@ void pw_mul(float *y, const float *a, const float *b, int64_t n) { pw_ops_get()-
 void pw_scale(float *y, const float *x, float s, int64_t n) { pw_ops_get()->scale(y, x, s, n); }
 float pw_dot_f32(int64_t n, const float *a, const float *b) { return pw_ops_get()->dot(n, a, b); }
 void pw_axpy(float *y, float a, const float *x, int64_t n) { pw_ops_get()->axpy(y, a, x, n); }
+int64_t pw_argmax_f32(const float *x, int64_t n) { return pw_ops_get()->argmax(x, n); }
+double pw_exp_sum(float *y, const float *x, float mx, float s, int64_t n) {
+  return pw_ops_get()->exp_sum(y, x, mx, s, n);
+}

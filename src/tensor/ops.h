@@ -1,5 +1,6 @@
 /* ops.h - elementwise and reduction kernels on f32 vectors used by the
- * forward pass: RMS norm, softmax, SiLU/SwiGLU, add, mul, scale, dot, axpy.
+ * forward pass and the sampler: RMS norm, softmax, SiLU/SwiGLU, add, mul,
+ * scale, dot, axpy, argmax, exp_sum.
  * Each has a scalar reference (pw_ops_ref) and, where it pays, an AVX2
  * variant installed by pw_tensor_init (traits.h). Numerics follow ggml
  * (double accumulation in rmsnorm and softmax sums). Not thread-parallel:
@@ -25,6 +26,12 @@ typedef struct pw_ops {
   float (*dot)(int64_t n, const float *a, const float *b);
   /* y[i] += a * x[i] */
   void (*axpy)(float *y, float a, const float *x, int64_t n);
+  /* Index of the first maximum; NaN never wins; 0 when no element is above
+   * -inf or n <= 0. */
+  int64_t (*argmax)(const float *x, int64_t n);
+  /* y[i] = exp((x[i] - mx) * s), exactly 0 for NaN and -inf x[i]; returns
+   * the sum of y in double. mx finite and >= every x[i], s > 0. */
+  double (*exp_sum)(float *y, const float *x, float mx, float s, int64_t n);
   const char *impl; /* "scalar" or "avx2" */
 } pw_ops;
 
@@ -42,6 +49,8 @@ void pw_mul(float *y, const float *a, const float *b, int64_t n);
 void pw_scale(float *y, const float *x, float s, int64_t n);
 float pw_dot_f32(int64_t n, const float *a, const float *b);
 void pw_axpy(float *y, float a, const float *x, int64_t n);
+int64_t pw_argmax_f32(const float *x, int64_t n);
+double pw_exp_sum(float *y, const float *x, float mx, float s, int64_t n);
 
 /* Internal: called once by pw_tensor_init. */
 void ops_select(int simd);

@@ -138,6 +138,88 @@ static int close_rel(const float *a, const float *b, int n, double rel, double a
   return bad;
 }
 
+/* argmax: the installed variant picks exactly the reference's index. */
+static void test_argmax_op(const pw_ops *o, const pw_ops *r) {
+  enum { N = 1000 };
+  static float x[N];
+  const int lens[] = {0, 1, 7, 8, 31, 32, 33, 100, 257, N};
+  for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+    const int n = lens[li];
+    for (int kind = 0; kind < 7; kind++) {
+      for (int i = 0; i < n; i++) {
+        switch (kind) {
+        case 0: x[i] = grand() * 4; break;                        /* random */
+        case 1: x[i] = (float)(rnd() % 8); break;                 /* many ties */
+        case 2: x[i] = rnd() % 3 ? NAN : (float)(rnd() % 8); break; /* NaNs among ties */
+        case 3: x[i] = NAN; break;                                /* all NaN: 0 */
+        case 4: x[i] = rnd() % 2 ? NAN : -INFINITY; break;        /* nothing above -inf: 0 */
+        case 5: x[i] = (float)i; break;                           /* rising: last */
+        default: x[i] = rnd() % 4 ? -INFINITY : (float)(rnd() % 3) - 5; break;
+        }
+      }
+      if (kind == 1 && n > 40) x[n - 1] = x[n - 2] = 9; /* tie in the tail only */
+      if (kind == 2 && n > 9) x[9] = INFINITY, x[n - 1] = INFINITY;
+      int64_t want = r->argmax(x, n), got = o->argmax(x, n);
+      CHECK_MSG(got == want, "argmax n=%d kind %d: %lld, reference %lld", n, kind, (long long)got,
+                (long long)want);
+    }
+  }
+  float t[40];
+  for (int i = 0; i < 40; i++) t[i] = 1;
+  t[5] = t[13] = t[37] = 2; /* the first of ties in different lanes */
+  CHECK_EQ_INT(o->argmax(t, 40), 5);
+  t[5] = NAN;
+  CHECK_EQ_INT(o->argmax(t, 40), 13);
+  t[3] = -INFINITY;
+  CHECK_EQ_INT(r->argmax(t, 40), 13);
+  CHECK_EQ_INT(o->argmax(t, 0), 0);
+}
+
+/* exp_sum: the vector exp within EXP_REL of expf (and EXP_ABS where expf
+ * gives tiny values the vector exp flushes to 0 below -86.5); NaN and -inf
+ * inputs give exactly 0 in both. */
+static void test_exp_sum_op(const pw_ops *o, const pw_ops *r) {
+  enum { N = 1000 };
+  const double EXP_REL = 2e-6, EXP_ABS = 1e-37;
+  static float x[N], y1[N], y2[N];
+  const int lens[] = {1, 7, 8, 15, 16, 17, 33, 256, N};
+  const float scales[] = {1.0f, 0.5f, 1.25f, 37.0f};
+  for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+    const int n = lens[li];
+    for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++) {
+      for (int i = 0; i < n; i++) x[i] = frand() * 60;
+      for (int i = 2; i < n; i += 5) x[i] = i % 2 ? NAN : -INFINITY; /* vector lanes and tail */
+      if (n > 1) x[n - 1] = NAN;
+      float mx = -INFINITY;
+      for (int i = 0; i < n; i++)
+        if (x[i] > mx) mx = x[i];
+      if (!(mx > -INFINITY)) mx = x[0] = 0; /* n = 1: keep one finite value */
+      double s1 = o->exp_sum(y1, x, mx, scales[si], n), s2 = r->exp_sum(y2, x, mx, scales[si], n);
+      CHECK_MSG(close_rel(y1, y2, n, EXP_REL, EXP_ABS) == 0, "exp_sum n=%d s=%g", n, scales[si]);
+      CHECK_MSG(fabs(s1 - s2) <= EXP_REL * s2, "exp_sum n=%d s=%g: sum %.9g, reference %.9g", n, scales[si], s1,
+                s2);
+      double direct = 0;
+      int zeros = 0;
+      for (int i = 0; i < n; i++) {
+        direct += y1[i];
+        if (!(x[i] > -INFINITY)) zeros += y1[i] == 0.0f && y2[i] == 0.0f && !signbit(y1[i]);
+        else CHECK_MSG(y1[i] >= 0 && y1[i] <= 1, "exp_sum n=%d: y[%d] = %g", n, i, y1[i]);
+      }
+      int want_zeros = 0;
+      for (int i = 0; i < n; i++) want_zeros += !(x[i] > -INFINITY);
+      CHECK_EQ_INT(zeros, want_zeros);
+      CHECK(y1[r->argmax(x, n)] == 1.0f); /* exp(0) exactly */
+      CHECK_MSG(fabs(s1 - direct) <= 1e-6 * direct, "exp_sum n=%d: returned %.9g, sum of y %.9g", n, s1, direct);
+    }
+  }
+  /* known values; the max gives exactly 1 */
+  float k[3] = {2, NAN, 1}, yk[3];
+  double sk = o->exp_sum(yk, k, 2, 0.5f, 3);
+  CHECK(yk[0] == 1.0f && yk[1] == 0.0f);
+  CHECK_NEAR(yk[2], exp(-0.5), 1e-7);
+  CHECK_NEAR(sk, 1 + exp(-0.5), 1e-7);
+}
+
 static void test_ops(void) {
   const pw_ops *o = pw_ops_get(), *r = pw_ops_ref();
   enum { N = 1000 };
@@ -184,6 +266,8 @@ static void test_ops(void) {
     r->axpy(y2, 0.3f, a, n);
     CHECK_MSG(close_rel(y1, y2, n, 1e-6, 1e-6) == 0, "axpy n=%d", n);
   }
+  test_argmax_op(o, r);
+  test_exp_sum_op(o, r);
   /* known values */
   float x4[4] = {1, 2, 3, 4}, s4[4];
   r->softmax(s4, x4, 4);

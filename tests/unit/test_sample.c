@@ -1,6 +1,7 @@
 /* test_sample.c - sampler chain: greedy, filters against a full-sort
  * reference, penalties, bias, seeded determinism, RNG consumption,
- * distribution, logprobs, NaN/inf handling and parameter validation. */
+ * distribution, the fast paths without bias, penalties or filters against
+ * the candidate path, logprobs, NaN/inf handling and parameter validation. */
 #include <float.h>
 #include <stdint.h>
 #include <time.h>
@@ -60,6 +61,55 @@ static void test_greedy(void) {
     CHECK(same_rng(&before, &after)); /* zero draws */
   }
   pw_sampler_destroy(s);
+}
+
+/* Plain argmax by hand: the greedy contract, independent of the sampler. */
+static int32_t brute_argmax(const float *x, int n) {
+  int32_t best = 0;
+  for (int i = 1; i < n; i++)
+    if (x[i] > x[best] || (isnan(x[best]) && !isnan(x[i]))) best = i;
+  return best;
+}
+
+/* Greedy without bias or penalties reads the caller's row directly; a
+ * zero-effect bias entry forces the candidate path: both must agree. */
+static void test_greedy_fast(void) {
+  enum { V = 3001 };
+  static float x[V];
+  pw_sampler_params p;
+  pw_sampler_params_default(&p);
+  p.temperature = 0.0f;
+  pw_sampler *fast = make(&p, V);
+  pw_logit_bias zero = {7, 0.0f};
+  p.logit_bias = &zero;
+  p.n_logit_bias = 1;
+  pw_sampler *slow = make(&p, V);
+  for (int it = 0; it < 60; it++) {
+    const int kind = it % 6;
+    for (int i = 0; i < V; i++) {
+      switch (kind) {
+      case 0: x[i] = rand_normal() * 3; break;
+      case 1: x[i] = (float)(pw_rng_next(&g_rng) % 40); break; /* ties */
+      case 2: x[i] = pw_rng_next(&g_rng) % 2 ? NAN : (float)(pw_rng_next(&g_rng) % 40); break;
+      case 3: x[i] = pw_rng_next(&g_rng) % 3 ? -INFINITY : NAN; break; /* nothing left */
+      case 4: x[i] = pw_rng_next(&g_rng) % 50 ? (float)(pw_rng_next(&g_rng) % 40) : INFINITY; break;
+      default: x[i] = NAN; break;
+      }
+    }
+    if (kind == 1) x[V - 1] = 40.0f; /* the max in the scalar tail */
+    if (kind == 2) x[0] = NAN;
+    pw_rng before, after;
+    pw_sampler_get_rng(fast, &before);
+    int32_t t = pw_sampler_sample(fast, x);
+    pw_sampler_get_rng(fast, &after);
+    CHECK(same_rng(&before, &after)); /* zero draws, also on failure */
+    CHECK_EQ_INT(t, pw_sampler_sample(slow, x));
+    if (kind == 3 || kind == 5) CHECK_EQ_INT(t, PW_ERANGE);
+    else CHECK_EQ_INT(t, brute_argmax(x, V));
+    if (kind != 3 && kind != 5) CHECK_EQ_INT(pw_argmax(x, V), t);
+  }
+  pw_sampler_destroy(fast);
+  pw_sampler_destroy(slow);
 }
 
 static void test_top_k1_is_greedy(void) {
@@ -176,6 +226,122 @@ static void test_distribution(void) {
   pw_sampler_params_default(&p);
   p.top_k = 2;
   check_freq(&p, l, w, 20000);
+}
+
+/* Unfiltered sampling without bias or penalties (the OpenAI default) takes
+ * the vector exp over the caller's row. Four heavy tokens in different walk
+ * blocks and vector lanes of a longer row, the rest -inf, NaN or far below:
+ * frequencies follow the softmax, the others are never drawn. */
+static void test_unfiltered_fast_freq(void) {
+  enum { V = 1000, N = 20000 };
+  static float x[V];
+  const int32_t heavy[4] = {3, 200, 517, 999}; /* 999: scalar tail */
+  const float hl[4] = {1.0f, 2.0f, 0.5f, -1.0f};
+  const float temps[] = {1.0f, 0.5f, 2.0f};
+  for (int t = 0; t < 3; t++) {
+    for (int i = 0; i < V; i++) x[i] = i % 3 == 0 ? NAN : i % 3 == 1 ? -INFINITY : -200.0f;
+    double w[4], z = 0;
+    for (int k = 0; k < 4; k++) {
+      x[heavy[k]] = hl[k];
+      z += w[k] = exp(hl[k] / temps[t]);
+    }
+    for (int k = 0; k < 4; k++) w[k] /= z;
+    pw_sampler_params p;
+    pw_sampler_params_default(&p);
+    p.temperature = temps[t];
+    p.seed = 2000 + (uint64_t)t;
+    pw_sampler *s = make(&p, V);
+    int hits[4] = {0}, other = 0;
+    for (int i = 0; i < N; i++) {
+      int32_t tok = pw_sampler_sample(s, x);
+      int k = 0;
+      while (k < 4 && heavy[k] != tok) k++;
+      if (k < 4) hits[k]++;
+      else other++;
+    }
+    CHECK_EQ_INT(other, 0);
+    for (int k = 0; k < 4; k++) CHECK_NEAR((double)hits[k] / N, w[k], 0.015);
+    pw_sampler_destroy(s);
+  }
+}
+
+/* The fast path against the candidate path (forced by a zero-effect bias
+ * entry) on the same RNG stream: the same draw picks the same token except
+ * where the vector exp's rounding moves a cumulative boundary past r. */
+static void test_unfiltered_fast_vs_general(void) {
+  enum { V = 5003, STEPS = 400 };
+  static float x[V];
+  pw_sampler_params p;
+  pw_sampler_params_default(&p);
+  p.temperature = 0.8f;
+  p.seed = 5;
+  pw_sampler *fast = make(&p, V);
+  pw_logit_bias zero = {11, 0.0f};
+  p.logit_bias = &zero;
+  p.n_logit_bias = 1;
+  pw_sampler *slow = make(&p, V);
+  int diff = 0;
+  for (int it = 0; it < STEPS; it++) {
+    fill_normal(x, V, it % 2 ? 6.0f : 1.0f);
+    for (int i = it % 7; i < V; i += 7) x[i] = it % 2 ? NAN : -INFINITY;
+    int32_t a = pw_sampler_sample(fast, x), b = pw_sampler_sample(slow, x);
+    CHECK(a >= 0 && a < V && isfinite(x[a]));
+    diff += a != b;
+  }
+  pw_rng ra, rb;
+  pw_sampler_get_rng(fast, &ra);
+  pw_sampler_get_rng(slow, &rb);
+  CHECK(same_rng(&ra, &rb));
+  CHECK_MSG(diff <= STEPS / 50, "fast and candidate paths differ at %d of %d draws", diff, STEPS);
+  pw_sampler_destroy(fast);
+  pw_sampler_destroy(slow);
+}
+
+/* Exactly one draw per successful unfiltered sample (also when a single
+ * token survives), none on failure; replay from a snapshot gives the same
+ * token; NaN and -inf are never drawn; all-NaN is PW_ERANGE. */
+static void test_unfiltered_fast_rng(void) {
+  enum { V = 2000 };
+  static float x[V];
+  pw_sampler_params p;
+  pw_sampler_params_default(&p);
+  p.temperature = 0.8f;
+  p.seed = 77;
+  pw_sampler *s = make(&p, V), *twin = make(&p, V);
+  pw_rng manual;
+  pw_rng_seed(&manual, 77);
+  for (int it = 0; it < 120; it++) {
+    fill_normal(x, V, 2.5f);
+    const int kind = it % 4;
+    if (kind == 1) /* NaN on every token that could carry mass */
+      for (int i = 0; i < V; i++)
+        if (x[i] > 0) x[i] = NAN;
+    if (kind == 2) { /* one survivor */
+      for (int i = 0; i < V; i++) x[i] = i % 2 ? NAN : -INFINITY;
+      x[(it * 37) % V] = -3.0f;
+    }
+    if (kind == 3) /* nothing above -inf */
+      for (int i = 0; i < V; i++) x[i] = i % 2 ? NAN : -INFINITY;
+    pw_rng snap;
+    pw_sampler_get_rng(s, &snap);
+    int32_t t = pw_sampler_sample(s, x);
+    CHECK_EQ_INT(pw_sampler_sample(twin, x), t); /* same seed, same stream */
+    if (kind == 3) {
+      CHECK_EQ_INT(t, PW_ERANGE);
+    } else {
+      pw_rng_uniform(&manual);
+      CHECK(t >= 0 && t < V && x[t] > -INFINITY); /* never NaN or -inf */
+      if (kind == 1 && t >= 0) CHECK(x[t] <= 0);
+      if (kind == 2) CHECK_EQ_INT(t, (it * 37) % V);
+    }
+    pw_rng now;
+    pw_sampler_get_rng(s, &now);
+    CHECK(same_rng(&manual, &now));
+    pw_sampler_set_rng(s, &snap); /* replay from the snapshot */
+    CHECK_EQ_INT(pw_sampler_sample(s, x), t);
+  }
+  pw_sampler_destroy(s);
+  pw_sampler_destroy(twin);
 }
 
 static void test_top_p_min_p_small(void) {
@@ -564,13 +730,42 @@ static void bench_large_vocab(void) {
   free(x);
 }
 
+/* A temperature so small that 1/T overflows (valid: in [0, 100]) samples
+ * the T -> 0 limit: the max logit, or one of tied maxima, with one draw. */
+static void test_tiny_temperature(void) {
+  const float l[5] = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f};
+  pw_sampler_params p;
+  pw_sampler_params_default(&p);
+  p.temperature = 1e-45f;
+  p.top_k = 4; /* the general path (filters on) */
+  pw_sampler *s = make(&p, 5);
+  int seen[5] = {0};
+  for (int i = 0; i < 200; i++) {
+    pw_rng before, after;
+    pw_sampler_get_rng(s, &before);
+    const int32_t t = pw_sampler_sample(s, l);
+    pw_sampler_get_rng(s, &after);
+    CHECK(t == 1 || t == 3);
+    if (t == 1 || t == 3) seen[t]++;
+    pw_rng_uniform(&before);
+    CHECK(memcmp(&before, &after, sizeof before) == 0); /* exactly one draw */
+  }
+  CHECK(seen[1] > 50 && seen[3] > 50);
+  pw_sampler_destroy(s);
+}
+
 int main(void) {
   pw_rng_seed(&g_rng, 12345);
+  test_tiny_temperature();
   test_argmax();
   test_greedy();
+  test_greedy_fast();
   test_top_k1_is_greedy();
   test_seeded();
   test_distribution();
+  test_unfiltered_fast_freq();
+  test_unfiltered_fast_vs_general();
+  test_unfiltered_fast_rng();
   test_top_p_min_p_small();
   test_filters_vs_reference();
   test_penalties();

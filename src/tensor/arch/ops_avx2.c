@@ -1,7 +1,7 @@
 /* ops_avx2.c - AVX2/FMA variants of the f32 vector ops (ops.h). Compiled
  * with -mavx2 -mfma -mf16c and only called after pw_tensor_init saw those
  * features. exp is a Cephes-style polynomial (within a few ulp of expf;
- * inputs below -86.5 give 0), so silu/softmax differ from the scalar
+ * inputs below -86.5 give 0), so silu/softmax/exp_sum differ from the scalar
  * references by a few ulp, as ggml's vectorized exp does from expf. */
 #include "tensor/ops.h"
 
@@ -141,6 +141,108 @@ static void v_axpy(float *y, float a, const float *x, int64_t n) {
   for (; i < n; i++) y[i] += a * x[i];
 }
 
+/* Each lane keeps the first maximum of its own elements (strict >, so NaN
+ * never wins and a lane's ties keep its earlier index); the answer is then
+ * the lowest index among lanes holding the overall maximum, which is the
+ * first maximum. Four accumulators hide the compare latency. Lane indices
+ * are int32, so longer vectors go in chunks. */
+#define ARGMAX_CHUNK ((int64_t)1 << 30)
+
+#define ARGMAX_STEP(v, b, c, off)                                                                  \
+  do {                                                                                             \
+    __m256 a = _mm256_loadu_ps(x + i + (off));                                                     \
+    __m256 gt = _mm256_cmp_ps(a, v, _CMP_GT_OQ);                                                   \
+    v = _mm256_blendv_ps(v, a, gt);                                                                \
+    b = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(b), _mm256_castsi256_ps(c), gt)); \
+    c = _mm256_add_epi32(c, step);                                                                 \
+  } while (0)
+
+static int64_t argmax_chunk(const float *x, int64_t n, float *out) {
+  const __m256 ninf = _mm256_set1_ps(-INFINITY);
+  __m256 v0 = ninf, v1 = ninf, v2 = ninf, v3 = ninf;
+  __m256i b0 = _mm256_setzero_si256(), b1 = b0, b2 = b0, b3 = b0;
+  __m256i c0 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  __m256i c1 = _mm256_add_epi32(c0, _mm256_set1_epi32(8)), c2 = _mm256_add_epi32(c0, _mm256_set1_epi32(16)),
+          c3 = _mm256_add_epi32(c0, _mm256_set1_epi32(24));
+  const __m256i step = _mm256_set1_epi32(32);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    ARGMAX_STEP(v0, b0, c0, 0);
+    ARGMAX_STEP(v1, b1, c1, 8);
+    ARGMAX_STEP(v2, b2, c2, 16);
+    ARGMAX_STEP(v3, b3, c3, 24);
+  }
+  float vv[32];
+  int32_t bb[32];
+  _mm256_storeu_ps(vv, v0);
+  _mm256_storeu_ps(vv + 8, v1);
+  _mm256_storeu_ps(vv + 16, v2);
+  _mm256_storeu_ps(vv + 24, v3);
+  _mm256_storeu_si256((__m256i *)bb, b0);
+  _mm256_storeu_si256((__m256i *)(bb + 8), b1);
+  _mm256_storeu_si256((__m256i *)(bb + 16), b2);
+  _mm256_storeu_si256((__m256i *)(bb + 24), b3);
+  float bv = -INFINITY;
+  int64_t best = 0;
+  for (int k = 0; k < 32; k++) {
+    if (vv[k] > bv || (vv[k] == bv && bb[k] < best)) {
+      bv = vv[k];
+      best = bb[k];
+    }
+  }
+  for (; i < n; i++) { /* after every lane's elements: strict > keeps the first */
+    if (x[i] > bv) {
+      bv = x[i];
+      best = i;
+    }
+  }
+  *out = bv;
+  return best;
+}
+#undef ARGMAX_STEP
+
+static int64_t v_argmax(const float *x, int64_t n) {
+  int64_t best = 0;
+  float bv = -INFINITY;
+  for (int64_t base = 0; base < n; base += ARGMAX_CHUNK) {
+    float v;
+    int64_t k = argmax_chunk(x + base, n - base < ARGMAX_CHUNK ? n - base : ARGMAX_CHUNK, &v);
+    if (v > bv) {
+      bv = v;
+      best = base + k;
+    }
+  }
+  return best;
+}
+
+/* (x - mx) * s <= 0, so exp8_nonpos serves; NaN and -inf x are masked to 0
+ * after it. Pairs of results are added in float before the conversion to
+ * double, which halves the conversions. */
+static inline __m256 exp_sum8(float *y, const float *x, __m256 vm, __m256 vs) {
+  __m256 v = _mm256_loadu_ps(x);
+  __m256 e = exp8_nonpos(_mm256_mul_ps(_mm256_sub_ps(v, vm), vs));
+  e = _mm256_and_ps(e, _mm256_cmp_ps(v, _mm256_set1_ps(-INFINITY), _CMP_GT_OQ));
+  _mm256_storeu_ps(y, e);
+  return e;
+}
+
+static double v_exp_sum(float *y, const float *x, float mx, float s, int64_t n) {
+  const __m256 vm = _mm256_set1_ps(mx), vs = _mm256_set1_ps(s);
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256 e = exp_sum8(y + i, x + i, vm, vs), f = exp_sum8(y + i + 8, x + i + 8, vm, vs);
+    acc_d(&a0, &a1, _mm256_add_ps(e, f));
+  }
+  for (; i + 8 <= n; i += 8) acc_d(&a0, &a1, exp_sum8(y + i, x + i, vm, vs));
+  double sum = hsum4d(_mm256_add_pd(a0, a1));
+  for (; i < n; i++) {
+    y[i] = x[i] > -INFINITY ? expf((x[i] - mx) * s) : 0.0f;
+    sum += (double)y[i];
+  }
+  return sum;
+}
+
 void ops_fill_avx2(pw_ops *t) {
   t->rmsnorm = v_rmsnorm;
   t->softmax = v_softmax;
@@ -151,5 +253,7 @@ void ops_fill_avx2(pw_ops *t) {
   t->scale = v_scale;
   t->dot = v_dot;
   t->axpy = v_axpy;
+  t->argmax = v_argmax;
+  t->exp_sum = v_exp_sum;
   t->impl = "avx2";
 }
