@@ -27,7 +27,8 @@ struct pw_sampler {
   pw_rng rng;
   pw_logit_bias *bias; /* owned, [p.n_logit_bias] */
   pw_candidate *cand;  /* owned scratch, [n_vocab] */
-  float *weight;       /* owned scratch, [n_vocab]: exp weights of the unfiltered fast path */
+  pw_candidate *cand2; /* owned scratch, [n_vocab]: the radix sort's other half */
+  float *weight;       /* owned scratch, [n_vocab]: exp weights (unfiltered path, top_p) */
   int penalize;        /* penalties on and window > 0 */
   int32_t *hist;       /* owned ring of the last repeat_last_n tokens, or NULL */
   int32_t *count;      /* owned, [n_vocab] occurrences in hist, or NULL */
@@ -94,8 +95,9 @@ pw_sampler *pw_sampler_create(const pw_sampler_params *p, int n_vocab, char *err
   s->p = *p;
   s->n_vocab = n_vocab;
   s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
+  s->cand2 = malloc((size_t)n_vocab * sizeof *s->cand2);
   s->weight = malloc((size_t)n_vocab * sizeof *s->weight);
-  if (!s->cand || !s->weight) goto fail;
+  if (!s->cand || !s->cand2 || !s->weight) goto fail;
   if (p->n_logit_bias > 0) {
     s->bias = malloc((size_t)p->n_logit_bias * sizeof *s->bias);
     if (!s->bias) goto fail;
@@ -121,6 +123,7 @@ void pw_sampler_destroy(pw_sampler *s) {
   if (!s) return;
   free(s->bias);
   free(s->cand);
+  free(s->cand2);
   free(s->weight);
   free(s->hist);
   free(s->count);
@@ -193,6 +196,40 @@ static inline int better(float la, int32_t ta, float lb, int32_t tb) {
 PW_DEFINE_HEAP(cand, pw_candidate, logit, token)
 PW_DEFINE_HEAP(lp, pw_logprob, logprob, token)
 
+/* Sorting many candidates: a stable LSD radix sort (four 8-bit passes) on a
+ * key that orders logits descending, -0 as +0. Entered in ascending token
+ * order, it gives exactly the heap's order (logit desc, then token asc).
+ * top_p 0.95 over 151,936 N(0, 3) logits keeps about 15,700 candidates,
+ * whose heap sort took 62% of a 3 ms sample. */
+#define RADIX_MIN 512
+
+static uint32_t desc_key(float f) {
+  if (f == 0.0f) f = 0.0f; /* -0 sorts as +0 (they compare equal) */
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  u = u & 0x80000000u ? ~u : u | 0x80000000u; /* ascending as unsigned */
+  return ~u;
+}
+
+/* c[0, n) in ascending token order -> sorted best-first; tmp[n] scratch */
+static void cand_radix(pw_candidate *c, pw_candidate *tmp, int n) {
+  pw_candidate *src = c, *dst = tmp;
+  for (int shift = 0; shift < 32; shift += 8) {
+    int pos[256] = {0};
+    for (int i = 0; i < n; i++) pos[desc_key(src[i].logit) >> shift & 0xFF]++;
+    for (int b = 0, sum = 0; b < 256; b++) {
+      const int k = pos[b];
+      pos[b] = sum;
+      sum += k;
+    }
+    for (int i = 0; i < n; i++) dst[pos[desc_key(src[i].logit) >> shift & 0xFF]++] = src[i];
+    pw_candidate *t = src;
+    src = dst;
+    dst = t;
+  }
+  /* four passes: the result is back in c */
+}
+
 /* ---- the chain ---- */
 
 static void apply_penalties(pw_sampler *s, pw_candidate *c) {
@@ -253,17 +290,18 @@ int pw_sampler_dist(pw_sampler *s, const float *logits, const pw_candidate **out
 
   /* Drop excluded tokens, clamp +inf, find the max. */
   int n = 0;
-  float mx = -INFINITY;
+  float *const flat = s->weight; /* the logits again, flat: vector max and exp */
   for (int i = 0; i < V; i++) {
     float l = c[i].logit;
     if (!(l > -INFINITY)) continue;
     if (l > FLT_MAX) l = FLT_MAX;
     c[n].token = c[i].token;
     c[n].logit = l;
-    if (l > mx) mx = l;
+    flat[n] = l;
     n++;
   }
   if (n == 0) return PW_ERANGE;
+  const float mx = flat[pw_argmax_f32(flat, n)];
 
   const int use_k = p->top_k > 0 && p->top_k < n;
   const int use_p = p->top_p < 1.0f, use_min = p->min_p > 0.0f;
@@ -283,11 +321,10 @@ int pw_sampler_dist(pw_sampler *s, const float *logits, const pw_candidate **out
   if (use_p || use_min) {
     double z = 0.0;
     if (!use_k) {
-      /* top_p over the whole vocabulary: store e = exp(l - max) and z. */
-      for (int i = 0; i < n; i++) {
-        c[i].p = expf(c[i].logit - mx);
-        z += c[i].p;
-      }
+      /* top_p over the whole vocabulary: store e = exp(l - max) and z,
+       * with the vector exp (151,936 scalar expf took about 1.4 ms) */
+      z = pw_exp_sum(flat, flat, mx, 1.0f, n);
+      for (int i = 0; i < n; i++) c[i].p = flat[i];
       /* Every survivor of top_p then min_p lies in {l >= thr}: the min_p
        * threshold, or a logit t whose upper set already holds top_p of the
        * mass (top_p keeps a prefix of the sorted order, which ends inside
@@ -316,8 +353,12 @@ int pw_sampler_dist(pw_sampler *s, const float *logits, const pw_candidate **out
       for (int i = 0; i < n; i++)
         if (c[i].logit >= thr) c[m++] = c[i];
       n = m;
-      cand_heapify(c, n);
-      cand_sort(c, n);
+      if (n >= RADIX_MIN) {
+        cand_radix(c, s->cand2, n);
+      } else {
+        cand_heapify(c, n);
+        cand_sort(c, n);
+      }
     } else {
       for (int i = 0; i < n; i++) {
         c[i].p = expf(c[i].logit - mx);

@@ -84,7 +84,7 @@ void pw_sampler_params_default(pw_sampler_params *p);
 int pw_sampler_params_validate(const pw_sampler_params *p, char *err);
 
 /* Validates p, copies it (and its logit_bias list) and allocates all scratch
- * for n_vocab tokens (about 16 bytes per token, plus 4 per token when
+ * for n_vocab tokens (about 28 bytes per token, plus 4 per token when
  * penalties are on). Seeds the RNG with p->seed. NULL on failure with the
  * reason in err (PW_ERRMAX bytes, may be NULL). The caller owns the result. */
 pw_sampler *pw_sampler_create(const pw_sampler_params *p, int n_vocab, char *err);

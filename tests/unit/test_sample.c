@@ -471,6 +471,29 @@ static void test_filters_vs_reference(void) {
   }
 }
 
+/* Many survivors take the radix sort: its order must be the heap's (logit
+ * desc, token asc), with -0 and +0 equal and negatives, ties and
+ * denormals in the mix. */
+static void test_sort_many(void) {
+  enum { V = 6000 };
+  static float x[V];
+  static ref_t r[V];
+  const float vals[] = {0.0f, -0.0f, 1.5f, -1.5f, 2.0f, -3e38f, 0.25f, -7.0f, 1e-40f, -1e-40f};
+  for (int i = 0; i < V; i++) x[i] = vals[(i * 7919u + (unsigned)i / 13) % (sizeof vals / sizeof vals[0])];
+  pw_sampler_params p;
+  pw_sampler_params_default(&p);
+  p.min_p = 1e-6f; /* a filter, so the sorted path; keeps all but the -3e38s */
+  pw_sampler *s = make(&p, V);
+  const pw_candidate *c;
+  const int n = pw_sampler_dist(s, x, &c);
+  const int want = ref_filter(x, V, 0, 1.0f, p.min_p, r);
+  CHECK_MSG(n == want && n > 1000, "kept %d, reference %d", n, want);
+  int bad = 0;
+  for (int i = 0; i < n && i < want; i++) bad += c[i].token != r[i].t;
+  CHECK_MSG(bad == 0, "%d tokens out of the reference order", bad);
+  pw_sampler_destroy(s);
+}
+
 static void test_penalties(void) {
   float l[10] = {2, -1, 0.5f, 3, -2, 0, 1, 1, 1, 1};
   float orig[10];
@@ -768,6 +791,7 @@ int main(void) {
   test_unfiltered_fast_rng();
   test_top_p_min_p_small();
   test_filters_vs_reference();
+  test_sort_many();
   test_penalties();
   test_logit_bias();
   test_rng_consumption();
