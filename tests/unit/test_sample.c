@@ -297,19 +297,23 @@ static void test_unfiltered_fast_vs_general(void) {
   pw_sampler_destroy(slow);
 }
 
-/* Exactly one draw per successful unfiltered sample (also when a single
- * token survives), none on failure; replay from a snapshot gives the same
- * token; NaN and -inf are never drawn; all-NaN is PW_ERANGE. */
-static void test_unfiltered_fast_rng(void) {
+/* Exactly one draw per successful sample (also when a single token
+ * survives), none on failure; replay from a snapshot gives the same token;
+ * NaN and -inf are never drawn; all-NaN is PW_ERANGE. For the unfiltered
+ * fast path and for the filtered chain. */
+static void check_one_draw(float temperature, int top_k, float top_p, float min_p, uint64_t seed) {
   enum { V = 2000 };
   static float x[V];
   pw_sampler_params p;
   pw_sampler_params_default(&p);
-  p.temperature = 0.8f;
-  p.seed = 77;
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.min_p = min_p;
+  p.seed = seed;
   pw_sampler *s = make(&p, V), *twin = make(&p, V);
   pw_rng manual;
-  pw_rng_seed(&manual, 77);
+  pw_rng_seed(&manual, seed);
   for (int it = 0; it < 120; it++) {
     fill_normal(x, V, 2.5f);
     const int kind = it % 4;
@@ -586,34 +590,6 @@ static void test_logit_bias(void) {
   }
 }
 
-static void test_rng_consumption(void) {
-  enum { V = 2000 };
-  static float x[V];
-  pw_sampler_params p;
-  pw_sampler_params_default(&p);
-  p.temperature = 0.8f;
-  p.top_k = 50;
-  p.top_p = 0.9f;
-  p.min_p = 0.02f;
-  p.seed = 99;
-  pw_sampler *s = make(&p, V);
-  pw_rng manual;
-  pw_rng_seed(&manual, 99);
-  for (int it = 0; it < 100; it++) {
-    fill_normal(x, V, 2.5f);
-    pw_rng snap;
-    pw_sampler_get_rng(s, &snap);
-    int32_t t = pw_sampler_sample(s, x);
-    pw_rng_uniform(&manual);
-    pw_rng now;
-    pw_sampler_get_rng(s, &now);
-    CHECK(same_rng(&manual, &now));
-    pw_sampler_set_rng(s, &snap); /* replay from the snapshot */
-    CHECK_EQ_INT(pw_sampler_sample(s, x), t);
-  }
-  pw_sampler_destroy(s);
-}
-
 static void test_logprobs(void) {
   enum { V = 1000 };
   static float x[V];
@@ -788,13 +764,13 @@ int main(void) {
   test_distribution();
   test_unfiltered_fast_freq();
   test_unfiltered_fast_vs_general();
-  test_unfiltered_fast_rng();
+  check_one_draw(0.8f, 0, 1.0f, 0.0f, 77); /* unfiltered: the fast path */
   test_top_p_min_p_small();
   test_filters_vs_reference();
   test_sort_many();
   test_penalties();
   test_logit_bias();
-  test_rng_consumption();
+  check_one_draw(0.8f, 50, 0.9f, 0.02f, 99); /* the filtered chain */
   test_logprobs();
   test_nan_inf();
   test_validate();
