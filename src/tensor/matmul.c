@@ -25,7 +25,7 @@
 /* rows per tile: 16 weight rows (a few KB each) stay in L2 while the token
  * groups pass over them */
 #define ROW_TILE 16
-/* weight bytes per row block of a many-token vec_dot pass (see dot_rows) */
+/* weight bytes per row block of a many-token vec_dot pass (see dot_units) */
 #define ROW_BLOCK_BYTES (256u << 10)
 /* below this many activation elements, quantize on the caller: a pool run
  * costs more than the work */
@@ -208,24 +208,24 @@ static void quant_task(void *vctx, int ith, int nth) {
   c->vt->from_float(c->X + lo * blck, c->Xq + (size_t)lo * c->vt->type_size, (int64_t)(hi - lo) * blck);
 }
 
-/* Units [lo, hi) of one matrix (rows, or with streams the rows v + k *
+/* Units [lo, hi) of one matrix (rows, or with seg > 0 the rows v + k *
  * seg of each unit v) against every token: for each tile of rows, walk the
  * tokens PW_VEC_DOT_MAX_NX at a time. */
-static void dot_rows(const mm_ctx *c, long lo, long hi) {
+static void dot_units(const mm_ctx *c, long seg, long lo, long hi) {
   if (c->gemm) {
     for (long r0 = lo; r0 < hi; r0 += ROW_TILE) {
       const int nr = (int)(hi - r0 < ROW_TILE ? hi - r0 : ROW_TILE);
-      c->tr->gemm(c->n_in, c->W + (size_t)r0 * c->w_row, c->w_row, nr, (size_t)c->seg, c->Xq, c->x_row,
+      c->tr->gemm(c->n_in, c->W + (size_t)r0 * c->w_row, c->w_row, nr, (size_t)seg, c->Xq, c->x_row,
                   (int)c->n_tok, c->Y + r0, (size_t)c->n_out, c->gflags);
     }
     return;
   }
   float out[PW_VEC_DOT_MAX_NX];
-  if (c->seg) { /* one token, four rows at a time */
-    const size_t rs = (size_t)c->seg * c->w_row;
+  if (seg) { /* one token, four rows at a time */
+    const size_t rs = (size_t)seg * c->w_row;
     for (long v = lo; v < hi; v++) {
       c->tr->vec_dot4(c->n_in, c->W + (size_t)v * c->w_row, rs, c->Xq, out);
-      for (int k = 0; k < PW_GEMM_STREAMS; k++) c->Y[v + k * c->seg] = out[k];
+      for (int k = 0; k < PW_GEMM_STREAMS; k++) c->Y[v + k * seg] = out[k];
     }
     return;
   }
@@ -269,10 +269,7 @@ static int on_caller(unsigned hints, int64_t rows, int64_t n_in, int64_t n_tok) 
 
 /* the rows past the streams (first thread) */
 static void stream_rest(const mm_ctx *c) {
-  if (!c->seg || c->n_out == PW_GEMM_STREAMS * c->seg) return;
-  mm_ctx one = *c;
-  one.seg = 0;
-  dot_rows(&one, PW_GEMM_STREAMS * c->seg, (long)c->n_out);
+  if (c->seg && c->n_out > PW_GEMM_STREAMS * c->seg) dot_units(c, 0, PW_GEMM_STREAMS * c->seg, (long)c->n_out);
 }
 
 static void dot_task(void *vctx, int ith, int nth) {
@@ -280,14 +277,14 @@ static void dot_task(void *vctx, int ith, int nth) {
   if (ith == 0) stream_rest(c);
   if (c->steal) {
     long lo, hi;
-    while (steal_next(c->steal, ith, &lo, &hi)) dot_rows(c, lo, hi);
+    while (steal_next(c->steal, ith, &lo, &hi)) dot_units(c, c->seg, lo, hi);
     return;
   }
   const long chunk = chunk_rows(c->units, nth, c->n_tok);
   for (;;) {
     const long lo = atomic_fetch_add_explicit(&c->next, chunk, memory_order_relaxed);
     if (lo >= c->units) break;
-    dot_rows(c, lo, lo + chunk < c->units ? lo + chunk : c->units);
+    dot_units(c, c->seg, lo, lo + chunk < c->units ? lo + chunk : c->units);
   }
 }
 
@@ -369,7 +366,7 @@ static void multi_units(const mm_multi *m, long lo, long hi) {
     long a = lo - base, b = hi - base;
     base += c->units;
     if (b <= 0 || a >= c->units) continue;
-    dot_rows(c, a < 0 ? 0 : a, b > c->units ? c->units : b);
+    dot_units(c, c->seg, a < 0 ? 0 : a, b > c->units ? c->units : b);
   }
 }
 
