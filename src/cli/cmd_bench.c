@@ -47,6 +47,7 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "tensor/dtype.h"
+#include "tensor/ops.h"
 
 #include <jansson.h>
 #include <stdint.h>
@@ -113,12 +114,11 @@ static void series_finish(bench_series *s) {
   s->med = s->n % 2 ? tmp[s->n / 2] : 0.5 * (tmp[s->n / 2 - 1] + tmp[s->n / 2]);
 }
 
-static int32_t argmax(const float *x, int n) {
-  int32_t best = 0;
-  for (int i = 1; i < n; i++)
-    if (x[i] > x[best]) best = i;
-  return best;
-}
+/* the next token between timed steps, with the vector argmax the greedy
+ * sampler uses: a scalar pass over a 152K vocabulary took long enough for
+ * the pool's workers to stop spinning and sleep, so the next step's first
+ * matmul paid a futex wake-up that real decoding does not */
+static int32_t argmax(const float *x, int n) { return (int32_t)pw_argmax_f32(x, n); }
 
 /* ---- memory bandwidth probe ---- */
 
