@@ -48,9 +48,16 @@
  * bandwidth), and each still reads long contiguous runs. Which thread
  * computes a row never changes its value. Measured on decode steps
  * alternated in one process against one fixed half per thread, medians,
- * both orders: 0.5B Q8_0 +4..6%, 0.5B Q4_K_M +2..9%, 1B Q4_K_M +2..3%. */
+ * both orders: 0.5B Q8_0 +4..6%, 0.5B Q4_K_M +2..9%, 1B Q4_K_M +2..3%.
+ * Shares are cut in tiles of about STEAL_TILE_BYTES of weights (at most
+ * ROW_TILE units), and an owner claims STEAL_GRAIN tiles at a time: what a
+ * thread has claimed cannot be stolen, so a claim bounds how long the
+ * other may wait at the end. With ROW_TILE units for every type, a claim
+ * of the 0.5B shape's ffn_down (units of four 4864-wide K-quant rows) was
+ * 0.7-1 MB, and its two threads ended up to 20 us apart. */
 #define STEAL_MAX 16  /* at most this many threads (else chunks) */
 #define STEAL_GRAIN 4 /* tiles an owner claims at a time */
+#define STEAL_TILE_BYTES (16u << 10)
 
 typedef struct {
   _Alignas(64) _Atomic uint64_t r; /* a share, in tiles: lo | hi << 32 */
@@ -60,17 +67,22 @@ typedef struct {
   steal_slot s[STEAL_MAX];
   int nth;
   long rows; /* the units handed out (rows, or units of streams) */
+  long tile; /* units per tile */
 } steal_set;
 
 static uint64_t share_pack(long lo, long hi) { return (uint64_t)lo | (uint64_t)hi << 32; }
 static long share_lo(uint64_t v) { return (long)(uint32_t)v; }
 static long share_hi(uint64_t v) { return (long)(v >> 32); }
 
-static void steal_init(steal_set *ss, long rows, int nth) {
-  const long tiles = (rows + ROW_TILE - 1) / ROW_TILE;
+/* unit_bytes: the weight bytes of the largest unit handed out */
+static void steal_init(steal_set *ss, long rows, int nth, size_t unit_bytes) {
+  long tile = unit_bytes ? (long)(STEAL_TILE_BYTES / unit_bytes) : ROW_TILE;
+  tile = tile < 1 ? 1 : tile > ROW_TILE ? ROW_TILE : tile;
+  const long tiles = (rows + tile - 1) / tile;
   PW_ASSERT(nth <= STEAL_MAX && tiles <= (long)UINT32_MAX);
   ss->nth = nth;
   ss->rows = rows;
+  ss->tile = tile;
   for (int i = 0; i < nth; i++) {
     long lo, hi;
     pw_split(tiles, i, nth, &lo, &hi);
@@ -92,8 +104,8 @@ static int steal_next(steal_set *ss, int ith, long *lo, long *hi) {
       if (!atomic_compare_exchange_weak_explicit(own, &v, share_pack(e, b), memory_order_relaxed,
                                                  memory_order_relaxed))
         continue;
-      *lo = a * ROW_TILE;
-      *hi = e * ROW_TILE < ss->rows ? e * ROW_TILE : ss->rows;
+      *lo = a * ss->tile;
+      *hi = e * ss->tile < ss->rows ? e * ss->tile : ss->rows;
       return 1;
     }
     int victim = -1;
@@ -168,6 +180,9 @@ static void set_units(mm_ctx *c) {
   c->seg = streams_of(c);
   c->units = c->seg ? c->seg : (long)c->n_out;
 }
+
+/* the weight bytes of one unit: a row, or a row of each stream */
+static size_t unit_bytes(const mm_ctx *c) { return (c->seg ? PW_GEMM_STREAMS : 1) * c->w_row; }
 
 /* bytes per activation row in scratch (0: X is used as it is) */
 static size_t x_row_size(const pw_traits *tr, int64_t n_in) {
@@ -333,7 +348,7 @@ void pw_matmul_ex(pw_pool *pool, uint32_t wtype, const void *W, int64_t n_in, in
   }
   steal_set ss;
   if (use_steal(pool, n_tok)) {
-    steal_init(&ss, c.units, pw_pool_size(pool));
+    steal_init(&ss, c.units, pw_pool_size(pool), unit_bytes(&c));
     c.steal = &ss;
   }
   pw_pool_run(pool, dot_task, &c);
@@ -463,7 +478,10 @@ void pw_matmul_multi_ex(pw_pool *pool, const pw_mm_op *ops, int n_ops, int64_t n
   }
   steal_set ss;
   if (use_steal(pool, n_tok)) {
-    steal_init(&ss, m.total_units, pw_pool_size(pool));
+    size_t ub = 0;
+    for (int i = 0; i < n_ops; i++)
+      if (unit_bytes(&m.mm[i]) > ub) ub = unit_bytes(&m.mm[i]);
+    steal_init(&ss, m.total_units, pw_pool_size(pool), ub);
     m.steal = &ss;
   }
   pw_pool_run(pool, multi_dot_task, &m);
