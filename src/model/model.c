@@ -446,8 +446,17 @@ static void matmul(model_ctx *c, const model_weight *w, const float *x, int n, f
 
 static void add_bias(float *y, const float *b, int n_tok, int dim) {
   if (!b) return;
-  for (int t = 0; t < n_tok; t++)
-    for (int i = 0; i < dim; i++) y[(size_t)t * dim + i] += b[i];
+  for (int t = 0; t < n_tok; t++) pw_add(y + (size_t)t * dim, y + (size_t)t * dim, b, dim);
+}
+
+/* The small per-layer vectors (norm weights, biases) sit in the mapped file
+ * between megabytes of weights, and a decode step streams nearly all the
+ * weights through the caches, so they are cold by the time they are used;
+ * each is prefetched one matmul ahead of its use. */
+static void prefetch_vec(const float *v, int n) {
+  if (!v) return;
+  const uintptr_t end = (uintptr_t)(v + n);
+  for (uintptr_t a = (uintptr_t)v & ~(uintptr_t)63; a < end; a += 64) __builtin_prefetch((const void *)a);
 }
 
 /* cos/sin of each rotation angle for every entry, as ggml's rope cache:
@@ -594,6 +603,11 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
     pw_mm_op qkv[3] = {{L->wq.type, L->wq.data, L->wq.n_out, c->q},
                        {L->wk.type, L->wk.data, L->wk.n_out, c->k},
                        {L->wv.type, L->wv.data, L->wv.n_out, c->v}};
+    prefetch_vec(L->bq, qd);
+    prefetch_vec(L->bk, kvd);
+    prefetch_vec(L->bv, kvd);
+    prefetch_vec(L->q_norm, hd);
+    prefetch_vec(L->k_norm, hd);
     pw_matmul_multi_ex(m->pool, qkv, 3, E, c->xn, n, c->mm_scratch, m->mm_hints);
     add_bias(c->q, L->bq, n, qd);
     add_bias(c->k, L->bk, n, kvd);
@@ -613,6 +627,7 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
     attn_job job = {c, kv, e, il, n_groups, n_groups * hp->n_head_kv >= pw_pool_size(m->pool) ? hp->n_head / hp->n_head_kv : 1,
                     pw_attn_multi_get(), 0};
     pw_pool_run(m->pool, attn_worker, &job);
+    prefetch_vec(L->ffn_norm, E);
     matmul(c, &L->wo, c->att, n, c->xn);
     pw_add(c->x, c->x, c->xn, (int64_t)n * E);
     for (int t = 0; t < n; t++) rmsnorm(c->xn + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm, E, hp->rms_eps);
