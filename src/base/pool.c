@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -12,6 +13,12 @@ typedef struct {
   pw_pool_fn fn;
   void *ctx;
 } fn_and_ctx;
+
+/* what a worker prefetches after the next run (pw_pool_prefetch) */
+typedef struct {
+  pw_span s[PW_POOL_SPANS];
+  int n;
+} span_set;
 
 struct pw_pool {
   int n;                    /* threads including the caller */
@@ -25,12 +32,15 @@ struct pw_pool {
   _Atomic int waiting;      /* the runner is in (or entering) cv_done */
   int stop;                 /* under mu */
   fn_and_ctx job;           /* written before gen is bumped */
+  span_set *pf;             /* per worker index; written between runs, read
+                             * by the worker when it takes the next run */
 };
 
 typedef struct {
   pw_pool *p;
   int ith;
 } worker_arg;
+
 
 /* Spin this long (wall clock) for the next run or for the workers to
  * finish before sleeping: a forward pass launches runs back to back, and
@@ -65,6 +75,23 @@ static unsigned long spin_while_eq(_Atomic unsigned long *v, unsigned long old) 
   }
 }
 
+/* Prefetches the spans a line of each in turn (as a pass that reads them
+ * side by side will), into L2, until PW_POOL_PREFETCH_BYTES or the next run
+ * (checked every 8 lines). A prefetch never faults, whatever the address. */
+static void prefetch_spans(pw_pool *p, unsigned long seen, const span_set *pf) {
+  size_t longest = 0, budget = PW_POOL_PREFETCH_BYTES;
+  for (int i = 0; i < pf->n; i++)
+    if (pf->s[i].n > longest) longest = pf->s[i].n;
+  for (size_t off = 0, k = 0; off < longest && budget; off += 64) {
+    for (int i = 0; i < pf->n && budget; i++) {
+      if (off >= pf->s[i].n) continue;
+      __builtin_prefetch((const void *)((uintptr_t)pf->s[i].p + off), 0, 2);
+      budget = budget > 64 ? budget - 64 : 0;
+      if ((++k & 7) == 0 && atomic_load_explicit(&p->gen, memory_order_relaxed) != seen) return;
+    }
+  }
+}
+
 static void *worker_main(void *arg) {
   worker_arg wa = *(worker_arg *)arg;
   free(arg);
@@ -86,14 +113,18 @@ static void *worker_main(void *arg) {
       g = atomic_load(&p->gen);
     }
     seen = g;
-    /* fn and ctx were published before the generation (release/acquire) */
+    /* fn, ctx and the spans were published before the generation
+     * (release/acquire); the spans are copied before this run is counted
+     * done, after which the caller may write the next ones */
     fn_and_ctx fc = p->job;
+    const span_set pf = p->pf[wa.ith];
     fc.fn(fc.ctx, wa.ith, p->n);
     if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->waiting)) {
       pthread_mutex_lock(&p->mu);
       pthread_cond_signal(&p->cv_done);
       pthread_mutex_unlock(&p->mu);
     }
+    if (pf.n) prefetch_spans(p, seen, &pf);
   }
 }
 
@@ -107,7 +138,8 @@ pw_pool *pw_pool_create(int n_threads) {
   pthread_cond_init(&p->cv_work, NULL);
   pthread_cond_init(&p->cv_done, NULL);
   p->threads = calloc((size_t)n_threads, sizeof(pthread_t));
-  if (!p->threads) goto fail;
+  p->pf = calloc((size_t)n_threads, sizeof *p->pf);
+  if (!p->threads || !p->pf) goto fail;
   for (int i = 1; i < n_threads; i++) {
     worker_arg *wa = malloc(sizeof *wa);
     if (!wa) goto fail_threads;
@@ -126,6 +158,7 @@ pw_pool *pw_pool_create(int n_threads) {
   return p;
 fail:
   free(p->threads);
+  free(p->pf);
   free(p);
   return NULL;
 }
@@ -141,10 +174,18 @@ void pw_pool_destroy(pw_pool *p) {
   pthread_cond_destroy(&p->cv_work);
   pthread_cond_destroy(&p->cv_done);
   free(p->threads);
+  free(p->pf);
   free(p);
 }
 
 int pw_pool_size(const pw_pool *p) { return p ? p->n : 1; }
+
+void pw_pool_prefetch(pw_pool *p, int ith, const pw_span *spans, int n) {
+  if (!p || ith < 1 || ith >= p->n) return;
+  if (n > PW_POOL_SPANS) n = PW_POOL_SPANS;
+  for (int i = 0; i < n; i++) p->pf[ith].s[i] = spans[i];
+  p->pf[ith].n = n > 0 ? n : 0;
+}
 
 void pw_pool_run(pw_pool *p, pw_pool_fn fn, void *ctx) {
   if (!p || p->n == 1) {
@@ -177,6 +218,8 @@ void pw_pool_run(pw_pool *p, pw_pool_fn fn, void *ctx) {
     atomic_store(&p->waiting, 0);
     pthread_mutex_unlock(&p->mu);
   }
+  /* every worker took its spans when it took this run */
+  for (int i = 1; i < p->n; i++) p->pf[i].n = 0;
 }
 
 void pw_split(long n, int ith, int nth, long *lo, long *hi) {

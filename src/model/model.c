@@ -367,6 +367,17 @@ void model_kv_copy(model_kv *kv, int dst, int src, int len) {
 
 /* ---- forward ---------------------------------------------------------- */
 
+/* a layer's q, k and v, and its gate and up, as matmul ops */
+static void qkv_ops(const layer_w *L, model_ctx *c, pw_mm_op o[3]) {
+  o[0] = (pw_mm_op){L->wq.type, L->wq.data, L->wq.n_out, c ? c->q : NULL};
+  o[1] = (pw_mm_op){L->wk.type, L->wk.data, L->wk.n_out, c ? c->k : NULL};
+  o[2] = (pw_mm_op){L->wv.type, L->wv.data, L->wv.n_out, c ? c->v : NULL};
+}
+static void gu_ops(const layer_w *L, model_ctx *c, pw_mm_op o[2]) {
+  o[0] = (pw_mm_op){L->w_gate.type, L->w_gate.data, L->w_gate.n_out, c ? c->gate : NULL};
+  o[1] = (pw_mm_op){L->w_up.type, L->w_up.data, L->w_up.n_out, c ? c->up : NULL};
+}
+
 int model_ctx_create(const model *m, int max_batch, int max_ctx, model_ctx **out, char *err) {
   *out = NULL;
   if (max_batch < 1 || max_batch > 65536 || max_ctx < 1)
@@ -394,11 +405,9 @@ int model_ctx_create(const model *m, int max_batch, int max_ctx, model_ctx **out
   size_t mm = 0;
   for (int l = 0; l < hp->n_layer; l++) {
     const layer_w *L = &m->layers[l];
-    pw_mm_op qkv[3] = {{L->wq.type, L->wq.data, L->wq.n_out, NULL},
-                       {L->wk.type, L->wk.data, L->wk.n_out, NULL},
-                       {L->wv.type, L->wv.data, L->wv.n_out, NULL}};
-    pw_mm_op gu[2] = {{L->w_gate.type, L->w_gate.data, L->w_gate.n_out, NULL},
-                      {L->w_up.type, L->w_up.data, L->w_up.n_out, NULL}};
+    pw_mm_op qkv[3], gu[2];
+    qkv_ops(L, NULL, qkv);
+    gu_ops(L, NULL, gu);
     size_t sz[4] = {pw_matmul_multi_scratch_size(qkv, 3, hp->n_embd, max_batch),
                     pw_matmul_multi_scratch_size(gu, 2, hp->n_embd, max_batch),
                     pw_matmul_scratch_size(L->wo.type, L->wo.n_in, max_batch),
@@ -439,6 +448,24 @@ void model_ctx_destroy(model_ctx *c) {
 /* y = x / sqrt(mean(x^2) + eps) * w, the sum of squares in double as ggml
  * (tensor/ops.h). */
 static void rmsnorm(float *y, const float *x, const float *w, int n, float eps) { pw_rmsnorm(y, x, w, n, eps); }
+
+/* Each worker prefetches its first share of the weights of ops (the next
+ * matmul) after the coming pool run, while this thread does the serial
+ * steps in between (pw_pool_prefetch); a no-op when the pass will not hand
+ * out shares (prefill). */
+static void prefetch_next(const model *m, const pw_mm_op *ops, int n_ops, int64_t n_in, int n) {
+  const int nth = pw_pool_size(m->pool);
+  for (int ith = 1; ith < nth; ith++) {
+    pw_span sp[PW_POOL_SPANS];
+    const int k = pw_matmul_first_spans(ops, n_ops, n_in, n, m->mm_hints, ith, nth, sp, PW_POOL_SPANS);
+    pw_pool_prefetch(m->pool, ith, sp, k);
+  }
+}
+
+static void prefetch_next1(const model *m, const model_weight *w, int n) {
+  const pw_mm_op op = {w->type, w->data, w->n_out, NULL};
+  prefetch_next(m, &op, 1, w->n_in, n);
+}
 
 static void matmul(model_ctx *c, const model_weight *w, const float *x, int n, float *y) {
   pw_matmul_ex(c->m->pool, w->type, w->data, w->n_in, w->n_out, x, n, y, c->mm_scratch, c->m->mm_hints);
@@ -600,14 +627,15 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
   for (int il = 0; il < hp->n_layer; il++) {
     const layer_w *L = &m->layers[il];
     for (int t = 0; t < n; t++) rmsnorm(c->xn + (size_t)t * E, c->x + (size_t)t * E, L->attn_norm, E, hp->rms_eps);
-    pw_mm_op qkv[3] = {{L->wq.type, L->wq.data, L->wq.n_out, c->q},
-                       {L->wk.type, L->wk.data, L->wk.n_out, c->k},
-                       {L->wv.type, L->wv.data, L->wv.n_out, c->v}};
+    pw_mm_op qkv[3], gu[2];
+    qkv_ops(L, c, qkv);
+    gu_ops(L, c, gu);
     prefetch_vec(L->bq, qd);
     prefetch_vec(L->bk, kvd);
     prefetch_vec(L->bv, kvd);
     prefetch_vec(L->q_norm, hd);
     prefetch_vec(L->k_norm, hd);
+    prefetch_next1(m, &L->wo, n);
     pw_matmul_multi_ex(m->pool, qkv, 3, E, c->xn, n, c->mm_scratch, m->mm_hints);
     add_bias(c->q, L->bq, n, qd);
     add_bias(c->k, L->bk, n, kvd);
@@ -626,15 +654,23 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
       }
     attn_job job = {c, kv, e, il, n_groups, n_groups * hp->n_head_kv >= pw_pool_size(m->pool) ? hp->n_head / hp->n_head_kv : 1,
                     pw_attn_multi_get(), 0};
+    prefetch_next1(m, &L->wo, n);
     pw_pool_run(m->pool, attn_worker, &job);
     prefetch_vec(L->ffn_norm, E);
+    prefetch_next(m, gu, 2, E, n);
     matmul(c, &L->wo, c->att, n, c->xn);
     pw_add(c->x, c->x, c->xn, (int64_t)n * E);
     for (int t = 0; t < n; t++) rmsnorm(c->xn + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm, E, hp->rms_eps);
-    pw_mm_op gu[2] = {{L->w_gate.type, L->w_gate.data, L->w_gate.n_out, c->gate},
-                      {L->w_up.type, L->w_up.data, L->w_up.n_out, c->up}};
+    prefetch_next1(m, &L->w_down, n);
     pw_matmul_multi_ex(m->pool, gu, 2, E, c->xn, n, c->mm_scratch, m->mm_hints);
     pw_swiglu(c->gate, c->gate, c->up, (int64_t)n * hp->n_ff);
+    if (il + 1 < hp->n_layer) {
+      pw_mm_op next[3];
+      qkv_ops(&m->layers[il + 1], NULL, next);
+      prefetch_next(m, next, 3, E, n);
+    } else {
+      prefetch_next1(m, &m->output, n);
+    }
     matmul(c, &L->w_down, c->gate, n, c->xn);
     pw_add(c->x, c->x, c->xn, (int64_t)n * E);
   }
@@ -647,6 +683,12 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
     }
   if (nw == 0) return 0;
   if (hidden) memcpy(hidden, c->rows, (size_t)nw * E * sizeof(float));
-  if (logits) matmul(c, &m->output, c->rows, nw, logits);
+  if (logits) {
+    /* the next step starts with layer 0's q, k and v */
+    pw_mm_op next[3];
+    qkv_ops(&m->layers[0], NULL, next);
+    prefetch_next(m, next, 3, E, nw);
+    matmul(c, &m->output, c->rows, nw, logits);
+  }
   return 0;
 }

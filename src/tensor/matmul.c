@@ -74,10 +74,15 @@ static uint64_t share_pack(long lo, long hi) { return (uint64_t)lo | (uint64_t)h
 static long share_lo(uint64_t v) { return (long)(uint32_t)v; }
 static long share_hi(uint64_t v) { return (long)(v >> 32); }
 
+/* units per tile, for units of unit_bytes */
+static long steal_tile(size_t unit_bytes) {
+  const long tile = unit_bytes ? (long)(STEAL_TILE_BYTES / unit_bytes) : ROW_TILE;
+  return tile < 1 ? 1 : tile > ROW_TILE ? ROW_TILE : tile;
+}
+
 /* unit_bytes: the weight bytes of the largest unit handed out */
 static void steal_init(steal_set *ss, long rows, int nth, size_t unit_bytes) {
-  long tile = unit_bytes ? (long)(STEAL_TILE_BYTES / unit_bytes) : ROW_TILE;
-  tile = tile < 1 ? 1 : tile > ROW_TILE ? ROW_TILE : tile;
+  const long tile = steal_tile(unit_bytes);
   const long tiles = (rows + tile - 1) / tile;
   PW_ASSERT(nth <= STEAL_MAX && tiles <= (long)UINT32_MAX);
   ss->nth = nth;
@@ -425,16 +430,14 @@ void pw_matmul_multi(pw_pool *pool, const pw_mm_op *ops, int n_ops, int64_t n_in
   pw_matmul_multi_ex(pool, ops, n_ops, n_in, X, n_tok, scratch, 0);
 }
 
-void pw_matmul_multi_ex(pw_pool *pool, const pw_mm_op *ops, int n_ops, int64_t n_in, const float *X, int64_t n_tok,
-                        void *scratch, unsigned hints) {
+/* the per-op contexts of ops over one X and their units (Xq left unset) */
+static void multi_init(mm_multi *m, const pw_mm_op *ops, int n_ops, int64_t n_in, const float *X, int64_t n_tok,
+                       unsigned hints) {
   PW_ASSERT(n_ops >= 1 && n_ops <= PW_MM_MAX_OPS && n_in > 0 && n_tok >= 0);
-  if (n_tok == 0) return;
-  mm_multi m;
-  memset(&m, 0, sizeof m);
-  m.n_ops = n_ops;
-  uint8_t *next = scratch;
+  memset(m, 0, sizeof *m);
+  m->n_ops = n_ops;
   for (int i = 0; i < n_ops; i++) {
-    mm_ctx *c = &m.mm[i];
+    mm_ctx *c = &m->mm[i];
     c->tr = pw_traits_get(ops[i].wtype);
     PW_ASSERT(c->tr && c->tr->vec_dot);
     c->vt = pw_traits_get(c->tr->vec_dot_type);
@@ -446,9 +449,30 @@ void pw_matmul_multi_ex(pw_pool *pool, const pw_mm_op *ops, int n_ops, int64_t n
     c->n_out = ops[i].n_out;
     c->n_tok = n_tok;
     c->Y = ops[i].Y;
-    m.total_rows += ops[i].n_out;
+    m->total_rows += ops[i].n_out;
     c->gemm = c->tr->gemm != NULL;
     c->gflags = hints & PW_MM_RESIDENT ? PW_GEMM_RESIDENT : 0;
+    set_units(c);
+    m->total_units += c->units;
+  }
+}
+
+/* the weight bytes of the largest unit of any op */
+static size_t multi_unit_bytes(const mm_multi *m) {
+  size_t ub = 0;
+  for (int i = 0; i < m->n_ops; i++)
+    if (unit_bytes(&m->mm[i]) > ub) ub = unit_bytes(&m->mm[i]);
+  return ub;
+}
+
+void pw_matmul_multi_ex(pw_pool *pool, const pw_mm_op *ops, int n_ops, int64_t n_in, const float *X, int64_t n_tok,
+                        void *scratch, unsigned hints) {
+  mm_multi m;
+  multi_init(&m, ops, n_ops, n_in, X, n_tok, hints);
+  if (n_tok == 0) return;
+  uint8_t *next = scratch;
+  for (int i = 0; i < n_ops; i++) {
+    mm_ctx *c = &m.mm[i];
     if (!c->gemm && c->tr->vec_dot_type == PW_DT_F32) {
       c->Xq = (uint8_t *)(uintptr_t)X;
       c->x_row = (size_t)n_in * sizeof(float);
@@ -468,23 +492,43 @@ void pw_matmul_multi_ex(pw_pool *pool, const pw_mm_op *ops, int n_ops, int64_t n
     if (n_tok * n_in < QUANT_POOL_MIN) multi_quant_task(&m, 0, 1);
     else pw_pool_run(pool, multi_quant_task, &m);
   }
-  for (int i = 0; i < n_ops; i++) {
-    set_units(&m.mm[i]);
-    m.total_units += m.mm[i].units;
-  }
   if (on_caller(hints, m.total_rows, n_in, n_tok)) {
     multi_dot_task(&m, 0, 1);
     return;
   }
   steal_set ss;
   if (use_steal(pool, n_tok)) {
-    size_t ub = 0;
-    for (int i = 0; i < n_ops; i++)
-      if (unit_bytes(&m.mm[i]) > ub) ub = unit_bytes(&m.mm[i]);
-    steal_init(&ss, m.total_units, pw_pool_size(pool), ub);
+    steal_init(&ss, m.total_units, pw_pool_size(pool), multi_unit_bytes(&m));
     m.steal = &ss;
   }
   pw_pool_run(pool, multi_dot_task, &m);
+}
+
+int pw_matmul_first_spans(const pw_mm_op *ops, int n_ops, int64_t n_in, int64_t n_tok, unsigned hints, int ith,
+                          int nth, pw_span *out, int max) {
+  mm_multi m;
+  multi_init(&m, ops, n_ops, n_in, NULL, n_tok, hints);
+  if (n_tok == 0 || nth < 2 || nth > STEAL_MAX || n_tok > MM_STREAM_TOKENS || ith < 0 || ith >= nth ||
+      on_caller(hints, m.total_rows, n_in, n_tok))
+    return 0;
+  /* the share steal_init gives thread ith */
+  const long tile = steal_tile(multi_unit_bytes(&m));
+  long lo, hi;
+  pw_split((m.total_units + tile - 1) / tile, ith, nth, &lo, &hi);
+  lo *= tile;
+  hi = hi * tile < m.total_units ? hi * tile : m.total_units;
+  int n = 0;
+  long base = 0;
+  for (int i = 0; i < n_ops; i++) {
+    const mm_ctx *c = &m.mm[i];
+    const long a = lo - base, b = hi - base;
+    base += c->units;
+    if (b <= 0 || a >= c->units) continue;
+    const long u0 = a < 0 ? 0 : a, u1 = b > c->units ? c->units : b;
+    for (long k = 0; k < (c->seg ? PW_GEMM_STREAMS : 1) && n < max; k++)
+      out[n++] = (pw_span){c->W + (size_t)(u0 + k * c->seg) * c->w_row, (size_t)(u1 - u0) * c->w_row};
+  }
+  return n;
 }
 
 void pw_get_row(uint32_t dtype, const void *W, int64_t n_in, int64_t row, float *dst) {

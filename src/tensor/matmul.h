@@ -59,6 +59,15 @@ void pw_matmul_multi(pw_pool *pool, const pw_mm_op *ops, int n_ops, int64_t n_in
 void pw_matmul_multi_ex(pw_pool *pool, const pw_mm_op *ops, int n_ops, int64_t n_in, const float *X, int64_t n_tok,
                         void *scratch, unsigned hints);
 
+/* The weight spans thread ith of a pool of nth reads first when
+ * pw_matmul_multi_ex runs these ops (pw_matmul_ex is one op with the same
+ * Y): for a pass of a few tokens, its first share of the rows, one span per
+ * stream, at most max. 0 when such a pass does not hand out shares (many
+ * tokens, one thread, work too small for the pool). For pw_pool_prefetch:
+ * a worker can bring these in while the caller works alone. */
+int pw_matmul_first_spans(const pw_mm_op *ops, int n_ops, int64_t n_in, int64_t n_tok, unsigned hints, int ith,
+                          int nth, pw_span *out, int max);
+
 /* dst[0..n_in) = row `row` of W dequantized (W, dst as above). */
 void pw_get_row(uint32_t dtype, const void *W, int64_t n_in, int64_t row, float *dst);
 

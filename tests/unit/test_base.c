@@ -1,6 +1,7 @@
 /* test_base.c - base layer: SHA-256 known answers, RNG determinism, the
  * worker pool (every index runs exactly once per run, for many runs and
- * thread counts; run under TSan too), status strings. */
+ * thread counts; run under TSan too), spans to prefetch between runs,
+ * status strings. */
 #include "base/error.h"
 #include "base/pool.h"
 #include "base/rng.h"
@@ -8,6 +9,7 @@
 #include "test.h"
 
 #include <stdatomic.h>
+#include <stdint.h>
 #include <unistd.h>
 
 static void test_sha256(void) {
@@ -87,9 +89,26 @@ static void test_pool(void) {
     }
     for (int i = 0; i < nt; i++) CHECK_EQ_INT(atomic_load(&c.hits[i]), 2040);
     CHECK_EQ_INT(atomic_load(&c.total), 2040L * 499500L);
+    /* spans to prefetch after a run, rewritten between runs: real memory,
+     * and addresses nothing is mapped at (a prefetch never faults); more
+     * spans than kept, and worker indices out of range, are ignored; the
+     * runs go on as before */
+    static char buf[1 << 20];
+    const pw_span spans[PW_POOL_SPANS + 2] = {{buf, sizeof buf},          {NULL, (size_t)1 << 40},
+                                              {(void *)64, 4096},          {(void *)(uintptr_t)-4096, 1 << 20},
+                                              {buf + 4096, 100},           {buf, 0},
+                                              {buf + 1, sizeof buf - 1},   {(void *)(uintptr_t)1, 1},
+                                              {buf, sizeof buf},           {buf, sizeof buf}};
+    for (int r = 0; r < 200; r++) {
+      for (int i = -1; i <= nt; i++) pw_pool_prefetch(p, i, spans + r % 3, PW_POOL_SPANS + 2 - r % 3);
+      pw_pool_run(p, pool_fn, &c);
+    }
+    for (int i = 0; i < nt; i++) CHECK_EQ_INT(atomic_load(&c.hits[i]), 2240);
+    CHECK_EQ_INT(atomic_load(&c.total), 2240L * 499500L);
     usleep(2000); /* destroyed while its workers sleep */
     pw_pool_destroy(p);
   }
+  pw_pool_prefetch(NULL, 1, NULL, 0);
   pool_ctx c;
   memset(&c, 0, sizeof c);
   pw_pool_run(NULL, pool_fn, &c);

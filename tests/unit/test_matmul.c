@@ -321,6 +321,58 @@ static void test_row_sharing(void) {
   for (int p = 0; p < 3; p++) pw_pool_destroy(pools[p]);
 }
 
+/* pw_matmul_first_spans: the first shares of all threads tile what a
+ * streamed pass reads, a span per stream (a run of whole rows, or each
+ * stream's rows), without overlap and inside the matrices; thread 0's start
+ * where the rows (streams) start; nothing when no shares are handed out. */
+static int span_cmp(const void *a, const void *b) {
+  const uintptr_t x = (uintptr_t)((const pw_span *)a)->p, y = (uintptr_t)((const pw_span *)b)->p;
+  return x < y ? -1 : x > y;
+}
+
+static void test_first_spans(void) {
+  enum { NI = 256, NO = 3001, NK = 200 };
+  static uint8_t W[2][NO * NI * 2];
+  const uint32_t types[2] = {PW_DT_Q8_0, PW_DT_Q4_K};
+  for (int nt = 1; nt <= 2; nt++)
+    for (int nth = 2; nth <= 4; nth++) {
+      /* Q8_0 3001 rows (four streams and a row past them at 1-2 tokens),
+       * then Q4_K 200 rows (too few bytes a stream for streams) */
+      const pw_mm_op ops[2] = {{types[0], W[0], NO, NULL}, {types[1], W[1], NK, NULL}};
+      const size_t row[2] = {(size_t)pw_dtype_row_size(types[0], NI), (size_t)pw_dtype_row_size(types[1], NI)};
+      pw_span all[4 * 8];
+      int n = 0;
+      for (int ith = 0; ith < nth; ith++) {
+        pw_span sp[8];
+        const int k = pw_matmul_first_spans(ops, 2, NI, nt, 0, ith, nth, sp, 8);
+        CHECK_MSG(k >= 1 && k <= 8, "%d tokens, thread %d of %d: %d spans", nt, ith, nth, k);
+        if (ith == 0) CHECK(sp[0].p == W[0]);
+        for (int j = 0; j < k; j++) all[n++] = sp[j];
+      }
+      qsort(all, (size_t)n, sizeof all[0], span_cmp);
+      size_t bytes[2] = {0, 0};
+      for (int j = 0; j < n; j++) {
+        const int o = (const uint8_t *)all[j].p >= W[1];
+        const uint8_t *a = all[j].p, *base = W[o];
+        CHECK(all[j].n > 0 && (size_t)(a - base) % row[o] == 0 && all[j].n % row[o] == 0);
+        CHECK(a >= base && a + all[j].n <= base + (o ? NK : NO) * row[o]);
+        if (j + 1 < n) CHECK(a + all[j].n <= (const uint8_t *)all[j + 1].p);
+        bytes[o] += all[j].n;
+      }
+      /* Q8_0 streams where it has the tiled kernel (not at every level);
+       * the row past four streams is not in any share */
+      const size_t rows0 = pw_traits_get(types[0])->gemm ? NO - 1 : NO;
+      CHECK_MSG(bytes[0] == rows0 * row[0] && bytes[1] == (size_t)NK * row[1],
+                "%d tokens, %d threads: spans cover %zu + %zu bytes", nt, nth, bytes[0], bytes[1]);
+    }
+  /* no shares: one thread, many tokens, work too small for the pool */
+  pw_span sp[8];
+  const pw_mm_op op = {PW_DT_Q8_0, W[0], NO, NULL}, tiny = {PW_DT_Q8_0, W[0], 4, NULL};
+  CHECK_EQ_INT(pw_matmul_first_spans(&op, 1, NI, 1, 0, 0, 1, sp, 8), 0);
+  CHECK_EQ_INT(pw_matmul_first_spans(&op, 1, NI, 64, 0, 1, 2, sp, 8), 0);
+  CHECK_EQ_INT(pw_matmul_first_spans(&tiny, 1, NI, 1, 0, 1, 2, sp, 8), 0);
+}
+
 int main(void) {
   pw_tensor_init();
   fprintf(stderr, "kernels: %s, ops: %s\n", pw_traits_get(PW_DT_Q4_K)->impl, pw_ops_get()->impl);
@@ -330,6 +382,7 @@ int main(void) {
   test_matmul(96);  /* 3: a partial quad alone */
   test_matmul(N_IN_MAX);
   test_row_sharing();
+  test_first_spans();
   test_ops();
   TEST_DONE();
 }
