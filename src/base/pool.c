@@ -41,7 +41,6 @@ typedef struct {
   int ith;
 } worker_arg;
 
-
 /* Spin this long (wall clock) for the next run or for the workers to
  * finish before sleeping: a forward pass launches runs back to back, and
  * between decode steps the gap is usually shorter than a futex round trip. */
