@@ -10,7 +10,8 @@
  * interleaved, timed in thread CPU time because the machine may be shared.
  *   build/bench_kernels [type ...]   e.g. build/bench_kernels Q5_0 Q8_0
  * The tiled gemm path's packed activations are cache-line aligned, as the
- * model's scratch is. */
+ * model's scratch is. The last table is decode's own shape: one token
+ * against four rows far apart (four streams), for the types that have it. */
 #include "tensor/dtype.h"
 #include "tensor/quants.h"
 #include "tensor/traits.h"
@@ -54,6 +55,29 @@ static double run_gemm(const pw_traits *t, int64_t n, const void *w, const void 
   for (int r = 0; r < passes; r++) {
     t->gemm(n, w, wr, ROWS, 0, xp, xps, nt, y, ROWS, flags);
     sink += y[r % ROWS];
+  }
+  (void)sink;
+  return (now() - t0) / passes / ROWS * 1e9;
+}
+
+/* ns per weight row of decode's one-token pass where the type has one:
+ * four streams (traits.h) of ROWS / 4 rows, through the gemm (xq packed
+ * for it) or vec_dot4 (xq in the vec_dot type) */
+static double run_streams(const pw_traits *t, int64_t n, const void *w, const void *xq, int passes) {
+  const size_t wr = (size_t)pw_dtype_row_size(t->dtype, (uint64_t)n);
+  const int seg = ROWS / PW_GEMM_STREAMS;
+  static float y[ROWS];
+  float out[PW_GEMM_STREAMS];
+  volatile float sink = 0;
+  const double t0 = now();
+  for (int r = 0; r < passes; r++) {
+    if (t->gemm) {
+      t->gemm(n, w, wr, seg, (size_t)seg, xq, t->gemm_xrow(n), 1, y, ROWS, 0);
+      sink += y[r % ROWS];
+    } else {
+      for (int v = 0; v < seg; v++) t->vec_dot4(n, (const char *)w + (size_t)v * wr, (size_t)seg * wr, xq, out);
+      sink += out[0];
+    }
   }
   (void)sink;
   return (now() - t0) / passes / ROWS * 1e9;
@@ -146,6 +170,25 @@ int main(int argc, char **argv) {
     }
     printf("\n");
     free(xp);
+  }
+  /* decode's shape: one token, four rows far apart at a time (matmul.c);
+   * the gemm path's "1" column above is the one-row-at-a-time shape that
+   * short matrices keep */
+  printf("\none token, four streams: %-8s %9s\n", "level", "1");
+  for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+    const pw_traits *t = pw_traits_get(types[i]);
+    if ((!t->gemm && !t->vec_dot4) || !wanted(argc, argv, t->name) || n % t->blck) continue;
+    pw_ref_quantize(types[i], x, w, n * ROWS);
+    const size_t xsz = t->gemm ? t->gemm_xrow(n) : (size_t)pw_dtype_row_size(t->vec_dot_type, (uint64_t)n);
+    uint8_t *xs4 = aligned_alloc(64, (xsz + 63) / 64 * 64);
+    if (!xs4) return 1;
+    if (t->gemm) t->gemm_pack(x, xs4, n);
+    else pw_ref_quantize(t->vec_dot_type, x, xs4, n);
+    double res[REPS];
+    for (int r = 0; r < REPS; r++) res[r] = run_streams(t, n, w, xs4, 120);
+    qsort(res, REPS, sizeof(double), cmp_d);
+    printf("%-5s %27s %9.2f\n", t->name, lvl_name[pw_tensor_level()], (double)pw_dtype_row_size(t->dtype, (uint64_t)n) / res[REPS / 2]);
+    free(xs4);
   }
   free(x);
   free(w);
