@@ -405,15 +405,20 @@ AI int gemm_sym_u(const int kind, int64_t n, const void *w, size_t w_row, int nr
   case (R) * 16 + (T): gemm_tile(kind, R, T, nb, wr, w_row, pfd, xt, xp_row, yt, ys, 1); break;
 
 /* four streams (traits.h): tiles of rows v + k * seg, k < 4, each row's
- * prefetches GEMM_STREAM_PF_ROWS rows on in its own stream. Four streams
- * prefetched 16 rows on each (as one stream is) keep about 40 KB in
- * flight, near the size of L1; 2 rows on measured +7% against 16 (and
- * against none), 3 rows +3-5%, 1 row +1-2% (0.5B Q4_K_M shape, decode
- * steps alternated in one process, both orders). */
+ * prefetches GEMM_STREAM_PF_ROWS rows on in its own stream, or as many as
+ * make GEMM_STREAM_PF_BYTES. Four streams prefetched 16 rows on each (as
+ * one stream is) keep about 40 KB in flight, near the size of L1; 2 rows
+ * on measured +7% against 16 (and against none), 3 rows +3-5%, 1 row
+ * +1-2% (0.5B Q4_K_M shape, decode steps alternated in one process, both
+ * orders). Counted in bytes: the shape's 616-byte Q5_0 rows 3 rows on
+ * (1.8 KB) +0.4-1.0% against 2, where its 952-byte Q8_0 rows 3 on measured
+ * 0.4-1.2% slower than 2, and 2.5 KB on for both 2% slower. */
 #define GEMM_STREAM_PF_ROWS 2
+#define GEMM_STREAM_PF_BYTES 1800
 AI void gemm_streams(const int kind, int64_t nb, const uint8_t *w, size_t w_row, int nr, size_t seg,
                      const uint8_t *xp, size_t xp_row, int nt, float *y, size_t ys) {
-  const size_t rs = seg * w_row, pfd = GEMM_STREAM_PF_ROWS * w_row;
+  const size_t pf_rows = (GEMM_STREAM_PF_BYTES + w_row - 1) / w_row;
+  const size_t rs = seg * w_row, pfd = (pf_rows > GEMM_STREAM_PF_ROWS ? pf_rows : GEMM_STREAM_PF_ROWS) * w_row;
   for (int v = 0; v < nr; v++) {
     const uint8_t *wr = w + (size_t)v * w_row;
     switch (nt) {
