@@ -361,7 +361,7 @@ AI void vd_q45k_k(int64_t n, const void *vw, const void *x, size_t xs, const int
     __m512i sumi[NXMAX];
     FOR_ROWS(j) sumi[j] = _mm512_setzero_si512();
     __m512i sidx = K45_SIDX0, hsel = K45_HSEL0;
-    for (int c = 0; c < 4; c++) {
+    _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {
       const __m512i q = k45_quants(&b, c, &hsel, five);
       const __m512i s = _mm512_permutexvar_epi16(sidx, b.sc16);
       sidx = _mm512_add_epi16(sidx, _mm512_set1_epi16(2));
@@ -398,7 +398,7 @@ AI void vd4_q45k(int64_t n, const void *vw, size_t rs, const void *x, float *out
       k_prefetch(blk, bsz);
       const k45_sb b = k45_load(blk, five);
       __m512i sumi = _mm512_setzero_si512(), sidx = K45_SIDX0, hsel = K45_HSEL0;
-      for (int c = 0; c < 4; c++) {
+      _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {
         const __m512i q = k45_quants(&b, c, &hsel, five);
         const __m512i s = _mm512_permutexvar_epi16(sidx, b.sc16);
         sidx = _mm512_add_epi16(sidx, _mm512_set1_epi16(2));
