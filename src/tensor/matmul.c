@@ -1,9 +1,13 @@
 /* matmul.c - the threaded quantized matrix multiply.
  *
- * Two pool runs: (1) quantize X into scratch, split by whole activation
- * blocks; (2) hand out output rows in chunks from a shared counter, and for
- * each small tile of rows walk the tokens PW_VEC_DOT_MAX_NX at a time so a
- * weight row is read once per group while its token rows stay in L1. The
+ * Every matmul is a set of ops over one X (pw_matmul_ex is one op).
+ * (1) X is quantized into scratch: on the caller when small, else in a
+ * pool run split by whole activation blocks, or, for passes of 2..8 tokens,
+ * by each thread into its own buffer (PRIVATE_X_BYTES); (2) output rows
+ * are handed out, by stealing for passes of a few tokens, else in chunks
+ * from a shared counter, and for each small tile of rows the tokens are
+ * walked PW_VEC_DOT_MAX_NX at a time so a weight row is read once per
+ * group while its token rows stay in L1. The
  * vec_dot contract (traits.h) makes each (row, token) result independent of
  * how tokens are grouped, which is what makes results batch- and
  * thread-count-invariant.
