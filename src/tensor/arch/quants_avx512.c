@@ -338,10 +338,11 @@ AI __m512i k45_quants(const k45_sb *b, int c, __m512i *hsel, const int five) {
  * the two chunks' lanes to int16 is exact), then one vpdpwssd applies the
  * scales s (int16 lane 8k + i takes the scale of the quants of 128-bit
  * lane k of the first chunk for i < 4, of the second for i >= 4) and adds
- * into sumi. The multiply pipes take 3 instructions per 128 quants where
- * vpmaddubsw + vpdpwssd per chunk took 4: bench_kernels Q4_K 8 tokens
- * +4-6%, one token +7-17%. Every kernel of a type sums a super-block this
- * way, so their results agree to the bit. */
+ * into sumi. The two multiply pipes take 3 instructions per 128 quants
+ * where vpmaddubsw + vpdpwssd per chunk took 4 (vpackssdw runs beside
+ * them): bench_kernels, alternated, Q4_K 8 tokens +7-9%, Q6_K 8 tokens
+ * +16-19%, four streams +8% for both. Every kernel of a type sums a
+ * super-block this way, so their results agree to the bit. */
 AI __m512i k_pair(__m512i sumi, __m512i q0, __m512i q1, const int8_t *x, __m512i s) {
   const __m512i z = _mm512_setzero_si512();
   const __m512i a = _mm512_dpbusd_epi32(z, q0, _mm512_loadu_si512(x));
