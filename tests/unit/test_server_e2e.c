@@ -540,7 +540,7 @@ static void test_overload(void) {
   CHECK_MSG(engine_create(&eo, &e, err) == 0, "%s", err);
   if (!e) return;
   server_opts so = {0};
-  so.keepalive_ms = 200;
+  so.keepalive_ms = 100;
   so.retry_after_s = 2;
   server *s = NULL;
   CHECK_MSG(server_start(&so, e, &s, err) == 0, "%s", err);
@@ -549,7 +549,13 @@ static void test_overload(void) {
     return;
   }
   int port = server_port(s);
-  const char *longreq = "{\"prompt\":\"once upon a time\",\"max_tokens\":2000,\"stream\":true}";
+  /* The long streams must outlast every step below while they run: this
+   * model makes 2000 tokens in about 1 s with plain sampling, which the
+   * steps below came close to (one failure seen); top_p and logprobs make
+   * each token cost more than the model (about 4 s in all, more under
+   * load), and the keep-alive wait is short. */
+  const char *longreq =
+      "{\"prompt\":\"once upon a time\",\"max_tokens\":2000,\"stream\":true,\"top_p\":0.9,\"logprobs\":5}";
   reader a = {.fd = http_open(port, "POST", "/v1/completions", NULL, longreq, strlen(longreq))};
   pthread_t ta, tb;
   pthread_create(&ta, NULL, read_loop, &a);
@@ -565,7 +571,7 @@ static void test_overload(void) {
   CHECK_STR(err_code(&r), "overloaded");
   free(r.body);
   /* The queued stream has been told to wait with keep-alive comments. */
-  usleep(600000);
+  usleep(300000);
   CHECK(b.got_keepalive);
   /* Disconnect the queued one: it leaves the queue. */
   b.stop = 1;
