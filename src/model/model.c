@@ -532,6 +532,35 @@ typedef struct attn_job {
   _Atomic long next; /* next work item */
 } attn_job;
 
+/* SwiGLU of a pass of several tokens, split over the pool in ranges that
+ * start on multiples of 16 elements: each element goes through the same
+ * vector (or, at the very end, scalar) code as in one call, so the values
+ * are the same bits. One token's 4864 elements take about 3 us and stay
+ * on the caller; 8 tokens' took 23 us a layer (0.5B shape). */
+#define SWIGLU_POOL_MIN 16384
+typedef struct {
+  float *g;
+  const float *u;
+  int64_t n;
+} swiglu_job;
+
+static void swiglu_worker(void *ctx, int ith, int nth) {
+  const swiglu_job *j = ctx;
+  long lo, hi;
+  pw_split((long)((j->n + 15) / 16), ith, nth, &lo, &hi);
+  const int64_t a = (int64_t)lo * 16, b = (int64_t)hi * 16 < j->n ? (int64_t)hi * 16 : j->n;
+  if (b > a) pw_swiglu(j->g + a, j->g + a, j->u + a, b - a);
+}
+
+static void swiglu(const model *m, float *g, const float *u, int64_t n) {
+  if (n < SWIGLU_POOL_MIN || pw_pool_size(m->pool) < 2) {
+    pw_swiglu(g, g, u, n);
+    return;
+  }
+  swiglu_job j = {g, u, n};
+  pw_pool_run(m->pool, swiglu_worker, &j);
+}
+
 /* A work item is one group of entries (consecutive, same sequence) and one
  * KV head with its query heads, or one query head when there would be
  * fewer items than threads: all its queries go through the kernel
@@ -663,7 +692,7 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
     for (int t = 0; t < n; t++) rmsnorm(c->xn + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm, E, hp->rms_eps);
     prefetch_next1(m, &L->w_down, n);
     pw_matmul_multi_ex(m->pool, gu, 2, E, c->xn, n, c->mm_scratch, m->mm_hints);
-    pw_swiglu(c->gate, c->gate, c->up, (int64_t)n * hp->n_ff);
+    swiglu(m, c->gate, c->up, (int64_t)n * hp->n_ff);
     /* the norm after this layer: partly still in cache after the down
      * matmul (1.7 -> 1.2 us a layer for the norm step, 0.5B shape) */
     prefetch_vec(il + 1 < hp->n_layer ? m->layers[il + 1].attn_norm : m->output_norm, E);
