@@ -84,17 +84,22 @@ static long steal_tile(size_t unit_bytes) {
   return tile < 1 ? 1 : tile > ROW_TILE ? ROW_TILE : tile;
 }
 
+/* thread ith's first share of rows units cut in tiles of tile units, in
+ * tiles [*lo, *hi) */
+static void steal_share(long rows, long tile, int ith, int nth, long *lo, long *hi) {
+  pw_split((rows + tile - 1) / tile, ith, nth, lo, hi);
+}
+
 /* unit_bytes: the weight bytes of the largest unit handed out */
 static void steal_init(steal_set *ss, long rows, int nth, size_t unit_bytes) {
   const long tile = steal_tile(unit_bytes);
-  const long tiles = (rows + tile - 1) / tile;
-  PW_ASSERT(nth <= STEAL_MAX && tiles <= (long)UINT32_MAX);
+  PW_ASSERT(nth <= STEAL_MAX && (rows + tile - 1) / tile <= (long)UINT32_MAX);
   ss->nth = nth;
   ss->rows = rows;
   ss->tile = tile;
   for (int i = 0; i < nth; i++) {
     long lo, hi;
-    pw_split(tiles, i, nth, &lo, &hi);
+    steal_share(rows, tile, i, nth, &lo, &hi);
     atomic_store_explicit(&ss->s[i].r, share_pack(lo, hi), memory_order_relaxed);
   }
 }
@@ -137,11 +142,9 @@ static int steal_next(steal_set *ss, int ith, long *lo, long *hi) {
   }
 }
 
-/* rows of a pass of n_tok tokens go by stealing (else in chunks) */
-static int use_steal(const pw_pool *pool, int64_t n_tok) {
-  const int nth = pool ? pw_pool_size(pool) : 1;
-  return n_tok <= MM_STREAM_TOKENS && nth > 1 && nth <= STEAL_MAX;
-}
+/* rows of a pass of n_tok tokens on nth threads go by stealing (else in
+ * chunks) */
+static int use_steal(int nth, int64_t n_tok) { return n_tok <= MM_STREAM_TOKENS && nth > 1 && nth <= STEAL_MAX; }
 
 typedef struct {
   const pw_traits *tr;
@@ -463,8 +466,8 @@ void pw_matmul_multi_ex(pw_pool *pool, const pw_mm_op *ops, int n_ops, int64_t n
       m.quant[m.n_quant++] = c;
     }
   }
-  const int caller = on_caller(hints, m.total_rows, n_in, n_tok);
-  if (m.n_quant && !caller && n_tok >= 2 && use_steal(pool, n_tok) &&
+  const int caller = on_caller(hints, m.total_rows, n_in, n_tok), nth = pool ? pw_pool_size(pool) : 1;
+  if (m.n_quant && !caller && n_tok >= 2 && use_steal(nth, n_tok) &&
       (size_t)(next - (uint8_t *)scratch) <= PRIVATE_X_BYTES) {
     m.x_private = 1;
     m.x_base = scratch;
@@ -478,8 +481,8 @@ void pw_matmul_multi_ex(pw_pool *pool, const pw_mm_op *ops, int n_ops, int64_t n
     return;
   }
   steal_set ss;
-  if (use_steal(pool, n_tok)) {
-    steal_init(&ss, m.total_units, pw_pool_size(pool), multi_unit_bytes(&m));
+  if (use_steal(nth, n_tok)) {
+    steal_init(&ss, m.total_units, nth, multi_unit_bytes(&m));
     m.steal = &ss;
   }
   pw_pool_run(pool, multi_dot_task, &m);
@@ -489,13 +492,12 @@ int pw_matmul_first_spans(const pw_mm_op *ops, int n_ops, int64_t n_in, int64_t 
                           int nth, pw_span *out, int max) {
   mm_multi m;
   multi_init(&m, ops, n_ops, n_in, NULL, n_tok, hints);
-  if (n_tok == 0 || nth < 2 || nth > STEAL_MAX || n_tok > MM_STREAM_TOKENS || ith < 0 || ith >= nth ||
-      on_caller(hints, m.total_rows, n_in, n_tok))
+  if (n_tok == 0 || !use_steal(nth, n_tok) || ith < 0 || ith >= nth || on_caller(hints, m.total_rows, n_in, n_tok))
     return 0;
   /* the share steal_init gives thread ith */
   const long tile = steal_tile(multi_unit_bytes(&m));
   long lo, hi;
-  pw_split((m.total_units + tile - 1) / tile, ith, nth, &lo, &hi);
+  steal_share(m.total_units, tile, ith, nth, &lo, &hi);
   lo *= tile;
   hi = hi * tile < m.total_units ? hi * tile : m.total_units;
   int n = 0;

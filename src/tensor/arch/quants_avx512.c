@@ -349,12 +349,14 @@ AI __m512i k_pair(__m512i sumi, __m512i q0, __m512i q1, const int8_t *x, __m512i
   const __m512i b = _mm512_dpbusd_epi32(z, q1, _mm512_loadu_si512(x + 64));
   return _mm512_dpwssd_epi32(sumi, _mm512_packs_epi32(a, b), s);
 }
-/* the scale indices (into the 8 int16 scales) of chunks 2p and 2p + 1 for
- * k_pair, p = 0; add 4 for p = 1. Chunk c's 128-bit lanes 0, 1 are
- * sub-block 2c, lanes 2, 3 sub-block 2c + 1. */
-#define K45_PIDX0                                                                                   \
-  _mm512_set_epi16(3, 3, 3, 3, 1, 1, 1, 1, 3, 3, 3, 3, 1, 1, 1, 1, 2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2, 0, 0, \
-                   0, 0)
+/* k_pair's scales of chunks 2p and 2p + 1 from the 8 int16 scales sc16:
+ * chunk c's 128-bit lanes 0, 1 are sub-block 2c, lanes 2, 3 sub-block
+ * 2c + 1 */
+AI __m512i k45_pair_scales(__m512i sc16, int p) {
+  const __m512i idx = _mm512_set_epi16(3, 3, 3, 3, 1, 1, 1, 1, 3, 3, 3, 3, 1, 1, 1, 1, 2, 2, 2, 2, 0, 0, 0, 0, 2, 2,
+                                       2, 2, 0, 0, 0, 0);
+  return _mm512_permutexvar_epi16(_mm512_add_epi16(idx, _mm512_set1_epi16((short)(4 * p))), sc16);
+}
 
 /* a super-block's integer dot into the float accumulators of one (row,
  * token) */
@@ -389,7 +391,7 @@ AI void vd_q45k_k(int64_t n, const void *vw, const void *x, size_t xs, const int
     _Pragma("GCC unroll 2") for (int p = 0; p < 2; p++) {
       const __m512i q0 = k45_quants(&b, 2 * p, &hsel, five);
       const __m512i q1 = k45_quants(&b, 2 * p + 1, &hsel, five);
-      const __m512i s = _mm512_permutexvar_epi16(_mm512_add_epi16(K45_PIDX0, _mm512_set1_epi16((short)(4 * p))), b.sc16);
+      const __m512i s = k45_pair_scales(b.sc16, p);
       FOR_ROWS(j) sumi[j] = k_pair(sumi[j], q0, q1, ((const block_q8_K *)XROW(x, xs, j) + i)->qs + 128 * p, s);
     }
     FOR_ROWS(j) k45_acc(&b, (const block_q8_K *)XROW(x, xs, j) + i, sumi[j], &acc[j], &accm[j]);
@@ -422,7 +424,7 @@ AI void vd4_q45k(int64_t n, const void *vw, size_t rs, const void *x, float *out
       _Pragma("GCC unroll 2") for (int p = 0; p < 2; p++) {
         const __m512i q0 = k45_quants(&b, 2 * p, &hsel, five);
         const __m512i q1 = k45_quants(&b, 2 * p + 1, &hsel, five);
-        const __m512i s = _mm512_permutexvar_epi16(_mm512_add_epi16(K45_PIDX0, _mm512_set1_epi16((short)(4 * p))), b.sc16);
+        const __m512i s = k45_pair_scales(b.sc16, p);
         sumi = k_pair(sumi, q0, q1, y->qs + 128 * p, s);
       }
       k45_acc(&b, y, sumi, &acc[r], &accm[r]);
@@ -447,12 +449,13 @@ AI __m512i q6_quants(const block_q6_K *w, int h, int m) {
                             : _mm512_and_si512(_mm512_srlv_epi16(hh, shB), m30);
   return _mm512_or_si512(lo, hi);
 }
-/* k_pair's scale indices (into the 16 int16 scales) of half h's two
- * chunks for h = 0 (add 8 for h = 1): chunk m's 128-bit lane k takes scale
- * 4m + k */
-#define Q6_PIDX0                                                                                     \
-  _mm512_set_epi16(7, 7, 7, 7, 3, 3, 3, 3, 6, 6, 6, 6, 2, 2, 2, 2, 5, 5, 5, 5, 1, 1, 1, 1, 4, 4, 4, 4, 0, 0, \
-                   0, 0)
+/* k_pair's scales of half h's two chunks from the 16 int16 scales sc16:
+ * chunk m's 128-bit lane k takes scale 8h + 4m + k */
+AI __m512i q6_pair_scales(__m512i sc16, int h) {
+  const __m512i idx = _mm512_set_epi16(7, 7, 7, 7, 3, 3, 3, 3, 6, 6, 6, 6, 2, 2, 2, 2, 5, 5, 5, 5, 1, 1, 1, 1, 4, 4,
+                                       4, 4, 0, 0, 0, 0);
+  return _mm512_permutexvar_epi16(_mm512_add_epi16(idx, _mm512_set1_epi16((short)(8 * h))), sc16);
+}
 
 /* value = q - 32: the -32 comes out as -32 * sum(sc * bsum), the initial
  * integer dot of a (super-block, token) */
@@ -475,7 +478,7 @@ AI void vd_q6_k_k(int64_t n, const void *vw, const void *x, size_t xs, const int
     FOR_ROWS(j) sumi[j] = q6_init(sc16y, (const block_q8_K *)XROW(x, xs, j) + i);
     _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
       const __m512i q0 = q6_quants(&w[i], h, 0), q1 = q6_quants(&w[i], h, 1);
-      const __m512i s = _mm512_permutexvar_epi16(_mm512_add_epi16(Q6_PIDX0, _mm512_set1_epi16((short)(8 * h))), sc16);
+      const __m512i s = q6_pair_scales(sc16, h);
       FOR_ROWS(j) sumi[j] = k_pair(sumi[j], q0, q1, ((const block_q8_K *)XROW(x, xs, j) + i)->qs + 128 * h, s);
     }
     FOR_ROWS(j) {
@@ -499,7 +502,7 @@ static void vd4_q6_k(int64_t n, const void *vw, size_t rs, const void *x, float 
       const __m512i sc16 = _mm512_castsi256_si512(sc16y);
       __m512i sumi = q6_init(sc16y, y);
       _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
-        const __m512i s = _mm512_permutexvar_epi16(_mm512_add_epi16(Q6_PIDX0, _mm512_set1_epi16((short)(8 * h))), sc16);
+        const __m512i s = q6_pair_scales(sc16, h);
         sumi = k_pair(sumi, q6_quants(w, h, 0), q6_quants(w, h, 1), y->qs + 128 * h, s);
       }
       acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(_cvtsh_ss(w->d) * y->d), _mm512_cvtepi32_ps(sumi), acc[r]);
