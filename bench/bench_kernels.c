@@ -46,14 +46,14 @@ static double run(const pw_traits *t, int64_t n, const void *w, const void *xq, 
 
 /* ns per weight row of the tiled gemm path (what pw_matmul takes for the
  * types that have one): all ROWS rows against nt packed activation rows */
-static double run_gemm(const pw_traits *t, int64_t n, const void *w, const void *xp, size_t xps, int nt,
+static double run_gemm(const pw_traits *t, int64_t n, const void *w, const void *xp, int nt,
                        unsigned flags, int passes) {
   const size_t wr = (size_t)pw_dtype_row_size(t->dtype, (uint64_t)n);
   static float y[ROWS * PW_VEC_DOT_MAX_NX];
   volatile float sink = 0;
   const double t0 = now();
   for (int r = 0; r < passes; r++) {
-    t->gemm(n, w, wr, ROWS, 0, xp, xps, nt, y, ROWS, flags);
+    t->gemm(n, w, wr, ROWS, 0, xp, nt, y, ROWS, flags);
     sink += y[r % ROWS];
   }
   (void)sink;
@@ -72,7 +72,7 @@ static double run_streams(const pw_traits *t, int64_t n, const void *w, const vo
   const double t0 = now();
   for (int r = 0; r < passes; r++) {
     if (t->gemm) {
-      t->gemm(n, w, wr, seg, (size_t)seg, xq, t->gemm_xrow(n), 1, y, ROWS, 0);
+      t->gemm(n, w, wr, seg, (size_t)seg, xq, 1, y, ROWS, 0);
       sink += y[r % ROWS];
     } else {
       for (int v = 0; v < seg; v++) t->vec_dot4(n, (const char *)w + (size_t)v * wr, (size_t)seg * wr, xq, out);
@@ -154,14 +154,18 @@ int main(int argc, char **argv) {
     if (!wanted(argc, argv, t->name) || n % t->blck) continue;
     pw_ref_quantize(types[i], x, w, n * ROWS);
     const double wbytes = (double)pw_dtype_row_size(t->dtype, (uint64_t)n);
+    /* the packed layout may depend on the token count: one pack per pass */
     const size_t xps = t->gemm_xrow(n);
-    uint8_t *xp = aligned_alloc(64, (xps * nxm + 63) / 64 * 64);
-    if (!xp) return 1;
-    for (int j = 0; j < nxm; j++) t->gemm_pack(x + j * n, xp + j * xps, n);
+    uint8_t *xp[NG];
+    for (int k = 0; k < NG; k++) {
+      xp[k] = aligned_alloc(64, (xps * (size_t)gemm_nt[k] + 63) / 64 * 64);
+      if (!xp[k]) return 1;
+      for (int j = 0; j < gemm_nt[k]; j++) t->gemm_pack(x + j * n, xp[k], n, j, gemm_nt[k]);
+    }
     double res[NG][REPS];
     for (int r = 0; r < REPS; r++)
       for (int k = 0; k < NG; k++)
-        res[k][r] = run_gemm(t, n, w, xp, xps, gemm_nt[k], k == 1 ? PW_GEMM_RESIDENT : 0, 100 / gemm_nt[k] + 20) /
+        res[k][r] = run_gemm(t, n, w, xp[k], gemm_nt[k], k == 1 ? PW_GEMM_RESIDENT : 0, 100 / gemm_nt[k] + 20) /
                     gemm_nt[k];
     printf("%-5s %25s", t->name, lvl_name[pw_tensor_level()]);
     for (int k = 0; k < NG; k++) {
@@ -169,7 +173,7 @@ int main(int argc, char **argv) {
       printf(" %9.2f", wbytes / res[k][REPS / 2]);
     }
     printf("\n");
-    free(xp);
+    for (int k = 0; k < NG; k++) free(xp[k]);
   }
   /* decode's shape: one token, four rows far apart at a time (matmul.c);
    * the gemm path's "1" column above is the one-row-at-a-time shape that
@@ -182,7 +186,7 @@ int main(int argc, char **argv) {
     const size_t xsz = t->gemm ? t->gemm_xrow(n) : (size_t)pw_dtype_row_size(t->vec_dot_type, (uint64_t)n);
     uint8_t *xs4 = aligned_alloc(64, (xsz + 63) / 64 * 64);
     if (!xs4) return 1;
-    if (t->gemm) t->gemm_pack(x, xs4, n);
+    if (t->gemm) t->gemm_pack(x, xs4, n, 0, 1);
     else pw_ref_quantize(t->vec_dot_type, x, xs4, n);
     double res[REPS];
     for (int r = 0; r < REPS; r++) res[r] = run_streams(t, n, w, xs4, 120);

@@ -220,7 +220,7 @@ static void quant_task(void *vctx, int ith, int nth) {
   if (c->gemm) { /* whole rows */
     long lo, hi;
     pw_split((long)c->n_tok, ith, nth, &lo, &hi);
-    for (long t = lo; t < hi; t++) c->tr->gemm_pack(c->X + t * c->n_in, c->Xq + (size_t)t * c->x_row, c->n_in);
+    for (long t = lo; t < hi; t++) c->tr->gemm_pack(c->X + t * c->n_in, c->Xq, c->n_in, (int)t, (int)c->n_tok);
     return;
   }
   const int64_t blck = c->vt->blck;
@@ -240,8 +240,8 @@ static void dot_units(const mm_ctx *c, long seg, long lo, long hi) {
   if (c->gemm) {
     for (long r0 = lo; r0 < hi; r0 += ROW_TILE) {
       const int nr = (int)(hi - r0 < ROW_TILE ? hi - r0 : ROW_TILE);
-      c->tr->gemm(c->n_in, c->W + (size_t)r0 * c->w_row, c->w_row, nr, (size_t)seg, c->Xq, c->x_row,
-                  (int)c->n_tok, c->Y + r0, (size_t)c->n_out, c->gflags);
+      c->tr->gemm(c->n_in, c->W + (size_t)r0 * c->w_row, c->w_row, nr, (size_t)seg, c->Xq, (int)c->n_tok,
+                  c->Y + r0, (size_t)c->n_out, c->gflags);
     }
     return;
   }

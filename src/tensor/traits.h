@@ -32,18 +32,20 @@ typedef void (*pw_vec_dot_fn)(int64_t n, const void *w, const void *x, size_t x_
 typedef void (*pw_vec_dot4_fn)(int64_t n, const void *w, size_t rs, const void *x, float *out);
 
 /* Optional register-tiled matrix multiply (set only where a level has one):
- * activation rows are first packed with gemm_pack from f32 into a
- * level-private layout of gemm_xrow(n) bytes per row (one pack serves every
- * weight type with the same gemm_pack function), then
+ * the nt activation rows of a pass are first packed with gemm_pack from f32
+ * into a level-private layout of nt * gemm_xrow(n) bytes (gemm_pack(x, xp,
+ * n, t, nt) packs row t; rows may be packed in any order and by different
+ * threads, and the layout may depend on nt; one pack serves every weight
+ * type with the same gemm_pack function), then
  *   y[t * ys + r] = dot(W row r, packed row t)  for r < nr, t < nt,
- * W rows w_row bytes apart, packed rows xp_row bytes apart. Contract relied
- * on by the matmul's batch invariance: each result is bit-identical
- * whatever nr and nt are (the float operations applied to one (row, token)
- * pair never depend on the tile it was computed in). */
+ * W rows w_row bytes apart. Contract relied on by the matmul's batch
+ * invariance: each result is bit-identical whatever nr and nt are (the
+ * float operations applied to one (row, token) pair never depend on the
+ * tile it was computed in). */
 typedef size_t (*pw_gemm_xrow_fn)(int64_t n);
-typedef void (*pw_gemm_pack_fn)(const float *x, void *xp, int64_t n);
-typedef void (*pw_gemm_fn)(int64_t n, const void *w, size_t w_row, int nr, size_t seg, const void *xp,
-                           size_t xp_row, int nt, float *y, size_t ys, unsigned flags);
+typedef void (*pw_gemm_pack_fn)(const float *x, void *xp, int64_t n, int t, int nt);
+typedef void (*pw_gemm_fn)(int64_t n, const void *w, size_t w_row, int nr, size_t seg, const void *xp, int nt,
+                           float *y, size_t ys, unsigned flags);
 /* seg > 0 (only with nt <= PW_GEMM_STREAM_TOKENS): four streams. Each of
  * the nr rows v stands for the four rows v + k * seg, k < 4, computed
  * together, results y[t * ys + v + k * seg]: a pass streaming its weights

@@ -18,35 +18,57 @@ enum { LQ8_0, LQ4_0, LQ5_0 };
 /* block bytes of the symmetric 32-element types */
 AI int sym_wsz(const int kind) { return kind == LQ8_0 ? 34 : kind == LQ4_0 ? 18 : 22; }
 
-/* The GEMM walks each weight row in quads of 32-element blocks.
- * Activations are packed once per matmul (gemm_pack_quad) into the same
- * quads of q8_0 blocks, XQUAD = 256 bytes each: quants 0..15 of block 4i+k
- * in 128-bit lane k, then quants 16..31 the same way (for Q4_0/Q5_0 the
- * low and high nibbles of a block), the 16 lane scales (block 4i+k's d in
- * lanes 4k..4k+3, as floats) and the 16 lane corrections. Two vpdpbusd
- * fold a whole block into its 4 lanes, so one convert, scale product and
- * FMA serve 4 blocks (two blocks per vector needed twice those).
+/* The GEMM walks each weight row in quads of 32-element blocks, and every
+ * (row, token) result is, per quad, four exact integer block dots (the
+ * block's quants times the activation's q8_0 quants, plus the offset
+ * correction below), each scaled by its weight d times activation d and
+ * added by one FMA to its own lane of an accumulator over the quads in
+ * order; the four lanes are then added as (0 + 2) + (1 + 3). Every tile
+ * shape applies exactly these float operations to a (row, token) pair, so
+ * the result never depends on the tile (the gemm contract), and a block's
+ * integer dot is one lane before any scaling: one convert, scale product
+ * and FMA serve four (row, token) pairs.
+ *
  * Weights enter vpdpbusd unsigned: Q4_0 and Q5_0 as their stored values
  * q + 8 and q + 16, Q8_0 as q + 128 (xor 0x80); the offset times the
- * negated activation lane sum depends on the token alone, is packed with it
- * (so each weight type has its own pack) and is the initial value of the
- * integer dot. So per (row, token, quad) there is no sign fix-up, and the
- * weight unpack is shared by the whole tile.
+ * negated activation sum depends on the token alone, is packed with it (so
+ * each weight type has its own pack) and is the initial value of the
+ * integer dot.
  *
  * A Q4_0/Q5_0 quad's weights are two loads (72 or 88 bytes; the rest
  * masked off), one byte permute that puts each block's 16 quant bytes in
- * its lane, and one word permute that gathers the four fp16 scales (and
- * Q5_0's fifth-bit words) into the lanes that use them; Q5_0's fifth bits
- * become byte masks with vpshufbitqmb. Q8_0 loads each block's 32 quants
- * and splits halves with two 128-bit lane shuffles. Measured from L2, one
- * token streamed, against two blocks per vector with scalar scale loads:
- * Q5_0 24 -> 38 GB/s per core at 896 wide (+65% at 4096), Q8_0 +30%; 4-8
- * tokens +25-40%.
+ * its 128-bit lane (a: quants 0..15, b: 16..31), and one word permute that
+ * gathers the four fp16 scales (and Q5_0's fifth-bit words) into the lanes
+ * that use them; Q5_0's fifth bits become byte masks with vpshufbitqmb.
+ * Q8_0 loads each block's 32 quants and splits halves with two 128-bit
+ * lane shuffles.
  *
- * Each (row, token) result is one accumulator over the quads in order and
- * one final reduction, whatever tile computed it (the gemm contract). */
+ * Two ways to get a block's dot into one lane:
+ * - one token (the pack of a pass of one token, XQUAD bytes a quad: the
+ *   quants as a and b, the lane scales, the lane corrections): four rows
+ *   take two vpdpbusd each into four lanes per block, and the four vectors
+ *   are transposed and added (tr_add4) so lane j of block k holds row j's
+ *   block dot.
+ * - two or more tokens (GQUAD bytes a quad per group of four tokens): lane
+ *   j of block k is token j of the group. Eight vpdpbusd per (row, group)
+ *   each take dword (j + i) & 3 of the block's a (i < 4) or b (i >= 4) in
+ *   lane j: the weight vector rotated within its 128-bit lanes (vpshufd),
+ *   against activations packed in that order. The activations of a group
+ *   stay in registers while the rows of a tile pass.
+ * Against two vpdpbusd, a convert, a scale product and an FMA per (row,
+ * token, quad) with every lane scaled (the previous tiles), measured with a
+ * scratch harness: one token in four streams 34.3 -> 39.5 GB/s per core
+ * from L2 and 30.5 -> 34.5 from memory; 2 rows x 8 tokens from L2 140 ->
+ * 178 G multiply-adds/s, from memory 122-124 -> 133-144. */
 
 #define XQUAD 256
+#define GQUAD 640
+/* packed bytes per token and quad: enough for either layout (a group of
+ * four tokens takes GQUAD, and a pass of two tokens one group) */
+#define XROW_QUAD 320
+/* a quad unpacked (the many-token path): a, b and d */
+#define UQUAD 192
+
 /* Each quad load of a weight row goes with software prefetches this many
  * rows further on (rows are contiguous, so that is a fixed distance ahead
  * in the stream); measured faster than the hardware prefetchers alone,
@@ -70,7 +92,7 @@ AI int sym_wsz(const int kind) { return kind == LQ8_0 ? 34 : kind == LQ4_0 ? 18 
 
 static pw_from_float_fn g_q8_0_from; /* the installed q8_0 quantizer */
 
-static size_t gemm_xrow_quad(int64_t n) { return (size_t)((n / 32 + 3) / 4) * XQUAD; }
+static size_t gemm_xrow_quad(int64_t n) { return (size_t)((n / 32 + 3) / 4) * XROW_QUAD; }
 
 /* the lane corrections of a quad's quants v and v2: the negated lane sums
  * times the weight offset (2^shift) */
@@ -80,8 +102,11 @@ AI __m512i lane_corr(__m512i v, __m512i v2, const int shift) {
   return _mm512_sub_epi32(zero, _mm512_slli_epi32(sums, shift));
 }
 
-/* shift: log2 of the weight offset of the type the rows are packed for
- * (sym_shift) */
+/* the one-token layout: quads of XQUAD bytes, quants 0..15 of block 4i+k
+ * in 128-bit lane k, then quants 16..31 the same way, the 16 lane scales
+ * (block 4i+k's d in lanes 4k..4k+3, as floats) and the 16 lane
+ * corrections. shift: log2 of the weight offset of the type the rows are
+ * packed for (sym_shift) */
 AI void gemm_pack_quad(const float *x, void *vxp, int64_t n, const int shift) {
   const int64_t nb = n / 32;
   const __m512i sidx = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 2);
@@ -103,18 +128,45 @@ AI void gemm_pack_quad(const float *x, void *vxp, int64_t n, const int shift) {
   }
 }
 
-/* _mm512_reduce_add_ps of four vectors at once, with the same tree (lane
- * i + 8, then i + 4, i + 2, i + 1 folded onto lane i), so each sum is
- * bit-identical to reducing its vector alone. */
-AI __m128 reduce_add4(__m512 a, __m512 b, __m512 c, __m512 d) {
-  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
-  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
-  /* [a8 | b8] and [c8 | d8] -> per 128-bit lane: a4, b4, c4, d4 */
-  const __m512 v4 = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
-  const __m512 v2 = _mm512_add_ps(v4, _mm512_permute_ps(v4, 0x4E));
-  const __m512 v1 = _mm512_add_ps(v2, _mm512_permute_ps(v2, 0xB1));
-  /* lane 0 of each 128-bit lane */
-  return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), v1));
+/* the group layout: per group of four tokens, quads of GQUAD bytes: eight
+ * vectors X_i whose lane j of block k holds token j's quants 16 (i / 4) + 4
+ * ((j + i) & 3) .. + 3 of block k, then the block corrections (lane j of
+ * block k: token j's) and the block scales as floats. Token slot j of the
+ * group whose quads start at g; x == NULL writes zeros (the slots past the
+ * last token, so they compute zeros) */
+AI void pack_slot(uint8_t *g, const float *x, int64_t n, const int j, const int shift) {
+  const int64_t nb = n / 32;
+  for (int64_t b = 0; b < nb; b += 4, g += GQUAD) {
+    const int cnt = nb - b < 4 ? (int)(nb - b) : 4;
+    block_q8_0 q[4];
+    memset(q, 0, sizeof q);
+    if (x) g_q8_0_from(x + b * 32, q, cnt * 32);
+    for (int k = 0; k < 4; k++) {
+      uint8_t *p = g + 16 * k + 4 * j;
+      int32_t s = 0;
+      for (int i = 0; i < 32; i++) s += q[k].qs[i];
+      for (int i = 0; i < 8; i++) memcpy(p + 64 * i, q[k].qs + 16 * (i >> 2) + 4 * ((j + i) & 3), 4);
+      const int32_t nc = -s * (1 << shift);
+      const float d = _cvtsh_ss(q[k].d);
+      memcpy(p + 512, &nc, 4);
+      memcpy(p + 576, &d, 4);
+    }
+  }
+}
+
+/* token t of a pass of nt: the one-token layout for nt == 1, else slot t %
+ * 4 of group t / 4 (groups nq * GQUAD bytes apart); the last token also
+ * zeroes the empty slots of its group */
+AI void gemm_pack_sym(const float *x, void *xp, int64_t n, int t, int nt, const int shift) {
+  if (nt == 1) {
+    gemm_pack_quad(x, xp, n, shift);
+    return;
+  }
+  const int64_t nq = (n / 32 + 3) / 4;
+  uint8_t *g = (uint8_t *)xp + (size_t)(t / 4) * (size_t)nq * GQUAD;
+  pack_slot(g, x, n, t % 4, shift);
+  if (t == nt - 1)
+    for (int j = t % 4 + 1; j < 4; j++) pack_slot(g, NULL, n, j, shift);
 }
 
 /* log2 of the weight offset of the unsigned weights */
@@ -222,140 +274,191 @@ AI void w_prefetch_l2(const uint8_t *wp, size_t pfd, const int kind) {
   _mm_prefetch(pf + 4 * sym_wsz(kind) - 1, _MM_HINT_T1);
 }
 
-/* Tiles are R rows x T tokens: up to 4 x 4, or 2 x 5..8 when those
- * tokens' activation rows fit in L1 together (GEMM_WIDE_X_BYTES): one
- * unpack of a weight quad then serves up to 8 tokens instead of 4. With
- * wider rows the 2-row tiles would read each token's data from L2 twice as
- * often, and measured slower than 4 x 4. */
-#define TMAX 8
-#define GEMM_WIDE_X_BYTES (24u << 10)
+/* ---- one token: four rows, block dots by transpose-add ------------------ */
 
-/* a token's correction for this quad (as packed): the initial value of
- * its integer dots */
-AI __m512i tok_nc(const uint8_t *xt) { return _mm512_loadu_si512(xt + 192); }
-
-/* the corrections of up to 4 tokens, kept in registers by 4-token tiles */
-AI void tok_corr(const int T, const uint8_t *xp, size_t xrow, __m512i nc[4]) {
-  _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) nc[t] = tok_nc(xp + (size_t)t * xrow);
+/* four vectors of four lanes per block (row j's in vector j) -> lane j of
+ * each block: row j's block sum */
+AI __m512i tr_add4(__m512i r0, __m512i r1, __m512i r2, __m512i r3) {
+  /* [0a+0c, 1a+1c, 0b+0d, 1b+1d] per 128-bit lane, lanes a..d */
+  const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(r0, r1), _mm512_unpackhi_epi32(r0, r1));
+  const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(r2, r3), _mm512_unpackhi_epi32(r2, r3));
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
 }
 
-/* one (row, token, quad): the dots, the scale product, the convert and the
- * FMA; every tile shape runs exactly this. x, x2: the token's quants, dx
- * its lane scales */
-AI __m512 quad_fma(__m512i nc, const wquad *w, __m512i x, __m512i x2, __m512 dx, __m512 acc) {
-  const __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(nc, w->a, x), w->b, x2);
-  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(w->d, dx), acc);
+/* the lanes of each block added as (0 + 2) + (1 + 3): lane j of block 0
+ * holds the (row, token) result of lane j */
+AI __m512 lanes_out(__m512 acc) {
+  const __m512 v = _mm512_add_ps(acc, _mm512_shuffle_f32x4(acc, acc, 0x4E));
+  return _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));
 }
 
-
-/* one row's quad against up to 4 tokens */
-AI void row_tokens(const int T, const wquad *w, const __m512i nc[4], const uint8_t *xp, size_t xrow,
-                   __m512 acc[TMAX]) {
-  _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
-    const uint8_t *xt = xp + (size_t)t * xrow;
-    acc[t] = quad_fma(nc[t], w, _mm512_loadu_si512(xt), _mm512_loadu_si512(xt + 64), _mm512_loadu_ps(xt + 128), acc[t]);
-  }
+/* the same for four accumulators at once: 128-bit lane m of the result is
+ * accumulator m's four results, bit-identical to lanes_out of each */
+AI __m512 lanes_out4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
 }
 
-/* one quad (cnt blocks of it present) of R rows x T tokens */
-/* the tile's rows are rs bytes apart (w_row, or a stream's length) */
-AI void gemm_quad(const int kind, const int R, const int T, const int cnt, const uint8_t *w, size_t rs, size_t pfd,
-                  const uint8_t *xp, size_t xrow, __m512 acc[4][TMAX]) {
-  if (T > 4) { /* 2 rows unpacked, then each token's data read once (its
-                * correction too: the registers go to the accumulators) */
-    wquad q[2];
-    _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) {
-      const uint8_t *wp = w + (size_t)r * rs;
-      w_prefetch(wp, pfd, kind);
-      if (kind != LQ8_0) w_prefetch_l2(wp, GEMM_WIDE_L2_PF_ROWS * rs, kind);
-      q[r] = w_quad(wp, kind, cnt);
+/* one quad (cnt blocks of it present) of R (<= 4) rows rs bytes apart
+ * against one token */
+AI __m512 quad_one(const int kind, const int R, const int cnt, const uint8_t *w, size_t rs, size_t pfd,
+                   const uint8_t *xp, __m512 acc) {
+  const __m512i nc = _mm512_loadu_si512(xp + 192), xv = _mm512_loadu_si512(xp), x2 = _mm512_loadu_si512(xp + 64);
+  __m512i d[4];
+  __m512 wd[4];
+  _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {
+    if (r >= R) {
+      d[r] = _mm512_setzero_si512();
+      wd[r] = _mm512_setzero_ps();
+      continue;
     }
-    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
-      const uint8_t *xt = xp + (size_t)t * xrow;
-      __m512i nct = tok_nc(xt), xv = _mm512_loadu_si512(xt), x2 = _mm512_loadu_si512(xt + 64);
-      __m512 dx = _mm512_loadu_ps(xt + 128);
-      /* in registers for both rows: left to itself the compiler reloads
-       * them as memory operands, and those loads per (row, token) made
-       * this tile load-bound */
-      __asm__("" : "+v"(nct), "+v"(xv), "+v"(x2), "+v"(dx));
-      _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) acc[r][t] = quad_fma(nct, &q[r], xv, x2, dx, acc[r][t]);
-    }
-    return;
-  }
-  __m512i nc[4];
-  tok_corr(T, xp, xrow, nc);
-  _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
     const uint8_t *wp = w + (size_t)r * rs;
     w_prefetch(wp, pfd, kind);
     const wquad q = w_quad(wp, kind, cnt);
-    row_tokens(T, &q, nc, xp, xrow, acc[r]);
+    d[r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(nc, q.a, xv), q.b, x2);
+    wd[r] = q.d;
   }
+  /* lane j of block k: row j's scale */
+  const __m512 w4 = _mm512_mask_blend_ps(0xCCCC, _mm512_mask_blend_ps(0xAAAA, wd[0], wd[1]),
+                                         _mm512_mask_blend_ps(0xAAAA, wd[2], wd[3]));
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(tr_add4(d[0], d[1], d[2], d[3])),
+                         _mm512_mul_ps(w4, _mm512_loadu_ps(xp + 128)), acc);
 }
 
-AI void tile_zero(const int R, const int T, __m512 acc[4][TMAX]) {
-  _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
-    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
-}
-
-/* each (row, token) accumulator reduced to y[t * ys + r] (y[t * ys + r *
- * yr] for the rows of four streams): four at a time with reduce_add4 (four
- * rows of a token, or two rows of two tokens), the same sums as one at a
- * time */
-AI void tile_out(const int R, const int T, __m512 acc[4][TMAX], float *y, size_t ys, size_t yr) {
-  if (R == 4) {
-    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
-      const __m128 v = reduce_add4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]);
-      float *yt = y + (size_t)t * ys;
-      if (yr == 1) {
-        _mm_storeu_ps(yt, v);
-      } else {
-        _mm_store_ss(yt, v);
-        _mm_store_ss(yt + yr, _mm_shuffle_ps(v, v, 1));
-        _mm_store_ss(yt + 2 * yr, _mm_shuffle_ps(v, v, 2));
-        _mm_store_ss(yt + 3 * yr, _mm_shuffle_ps(v, v, 3));
-      }
-    }
-  } else if (R == 2) {
-    int t = 0;
-    _Pragma("GCC unroll 4") for (; t + 2 <= T; t += 2) {
-      const __m128 v = reduce_add4(acc[0][t], acc[1][t], acc[0][t + 1], acc[1][t + 1]);
-      _mm_storel_pi((__m64 *)(y + (size_t)t * ys), v);
-      _mm_storeh_pi((__m64 *)(y + (size_t)(t + 1) * ys), v);
-    }
-    if (t < T) {
-      y[(size_t)t * ys] = _mm512_reduce_add_ps(acc[0][t]);
-      y[(size_t)t * ys + 1] = _mm512_reduce_add_ps(acc[1][t]);
-    }
-  } else {
-    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
-      _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) y[(size_t)t * ys + r] = _mm512_reduce_add_ps(acc[r][t]);
-  }
-}
-
-/* rows rs bytes apart, results yr apart (1 but for streams) */
-AI void gemm_tile(const int kind, const int R, const int T, int64_t nb, const uint8_t *w, size_t rs, size_t pfd,
-                  const uint8_t *xp, size_t xrow, float *y, size_t ys, size_t yr) {
+/* R (<= 4) rows rs bytes apart against one token: results y[j * yr] */
+AI void tile_one(const int kind, const int R, int64_t nb, const uint8_t *w, size_t rs, size_t pfd, const uint8_t *xp,
+                 float *y, size_t yr) {
   const int wsz = sym_wsz(kind);
-  __m512 acc[4][TMAX];
-  tile_zero(R, T, acc);
-  const uint8_t *wb = w, *xb = xp;
+  __m512 acc = _mm512_setzero_ps();
   int64_t b = 0;
-  for (; b + 4 <= nb; b += 4, wb += 4 * wsz, xb += XQUAD) gemm_quad(kind, R, T, 4, wb, rs, pfd, xb, xrow, acc);
-  if (b < nb) gemm_quad(kind, R, T, (int)(nb - b), wb, rs, pfd, xb, xrow, acc);
-  tile_out(R, T, acc, y, ys, yr);
+  for (; b + 4 <= nb; b += 4, w += 4 * wsz, xp += XQUAD) acc = quad_one(kind, R, 4, w, rs, pfd, xp, acc);
+  if (b < nb) acc = quad_one(kind, R, (int)(nb - b), w, rs, pfd, xp, acc);
+  const __m512 v = lanes_out(acc);
+  if (R == 4 && yr == 1) {
+    _mm_storeu_ps(y, _mm512_castps512_ps128(v));
+    return;
+  }
+  float o[16];
+  _mm512_storeu_ps(o, v);
+  for (int r = 0; r < R; r++) y[(size_t)r * yr] = o[r];
+}
+
+/* ---- two or more tokens: lanes are the tokens of a group ----------------- */
+
+typedef struct {
+  __m512i x[8], nc;
+  __m512 dx;
+} xgroup;
+
+AI void load_group(const uint8_t *p, xgroup *g) {
+  _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) g->x[i] = _mm512_loadu_si512(p + 64 * i);
+  g->nc = _mm512_loadu_si512(p + 512);
+  g->dx = _mm512_loadu_ps(p + 576);
+  /* in registers for every row of the tile: left to itself the compiler
+   * takes them as memory operands of each vpdpbusd, and those loads per
+   * (row, group) made the tile slower from memory */
+  __asm__("" : "+v"(g->x[0]), "+v"(g->x[1]), "+v"(g->x[2]), "+v"(g->x[3]), "+v"(g->x[4]), "+v"(g->x[5]),
+          "+v"(g->x[6]), "+v"(g->x[7]), "+v"(g->nc), "+v"(g->dx));
+}
+
+/* one (row, group, quad): eight dots in two chains, then the convert,
+ * scale product and FMA */
+AI __m512 group_fma(const wquad *w, const xgroup *g, __m512 acc) {
+  __m512i s0 = _mm512_dpbusd_epi32(g->nc, w->a, g->x[0]);
+  __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_shuffle_epi32(w->a, 0x39), g->x[1]);
+  s0 = _mm512_dpbusd_epi32(s0, _mm512_shuffle_epi32(w->a, 0x4E), g->x[2]);
+  s1 = _mm512_dpbusd_epi32(s1, _mm512_shuffle_epi32(w->a, 0x93), g->x[3]);
+  s0 = _mm512_dpbusd_epi32(s0, w->b, g->x[4]);
+  s1 = _mm512_dpbusd_epi32(s1, _mm512_shuffle_epi32(w->b, 0x39), g->x[5]);
+  s0 = _mm512_dpbusd_epi32(s0, _mm512_shuffle_epi32(w->b, 0x4E), g->x[6]);
+  s1 = _mm512_dpbusd_epi32(s1, _mm512_shuffle_epi32(w->b, 0x93), g->x[7]);
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(w->d, g->dx), acc);
+}
+
+/* where a tile's weight quads come from: a row's packed blocks (rows rs
+ * bytes apart, cnt blocks of the quad present), or the unpacked buffer
+ * (rows rs bytes apart, UQUAD bytes a quad) */
+AI wquad tile_quad(const int kind, const int U, const int cnt, const uint8_t *w, int r, size_t rs, size_t pfd,
+                   const int l2) {
+  const uint8_t *wp = w + (size_t)r * rs;
+  if (U) {
+    wquad q;
+    q.a = _mm512_load_si512(wp);
+    q.b = _mm512_load_si512(wp + 64);
+    q.d = _mm512_load_ps(wp + 128);
+    return q;
+  }
+  w_prefetch(wp, pfd, kind);
+  if (l2) w_prefetch_l2(wp, GEMM_WIDE_L2_PF_ROWS * rs, kind);
+  return w_quad(wp, kind, cnt);
+}
+
+/* one quad of R rows x G groups (groups gs bytes apart) */
+AI void quad_groups(const int kind, const int U, const int R, const int G, const int cnt, const uint8_t *w, size_t rs,
+                    size_t pfd, const uint8_t *xg, size_t gs, __m512 acc[4][2]) {
+  const int l2 = G == 2 && kind != LQ8_0 && !U;
+  if (G == 1) { /* the group in registers, each row's quad in turn */
+    xgroup x;
+    load_group(xg, &x);
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+      const wquad q = tile_quad(kind, U, cnt, w, r, rs, pfd, l2);
+      acc[r][0] = group_fma(&q, &x, acc[r][0]);
+    }
+    return;
+  }
+  /* both rows' quads, then each group in turn */
+  wquad q[2];
+  _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) q[r] = tile_quad(kind, U, cnt, w, r, rs, pfd, l2);
+  _Pragma("GCC unroll 2") for (int g = 0; g < G; g++) {
+    xgroup x;
+    load_group(xg + g * gs, &x);
+    _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) acc[r][g] = group_fma(&q[r], &x, acc[r][g]);
+  }
+}
+
+/* R rows x G (1 or 2) groups, T tokens of them present: results y[t * ys +
+ * r * yr]; xg: the tile's first group, groups gs bytes apart */
+AI void tile_groups(const int kind, const int U, const int R, const int G, int T, int64_t nb, const uint8_t *w,
+                    size_t rs, size_t pfd, const uint8_t *xg, size_t gs, float *y, size_t ys, size_t yr) {
+  const size_t wstep = U ? UQUAD : 4 * (size_t)sym_wsz(kind);
+  __m512 acc[4][2];
+  _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 4 <= nb; b += 4, w += wstep, xg += GQUAD) quad_groups(kind, U, R, G, 4, w, rs, pfd, xg, gs, acc);
+  if (b < nb) quad_groups(kind, U, R, G, (int)(nb - b), w, rs, pfd, xg, gs, acc);
+  /* 128-bit lane m of o[] is (row, group) m's four tokens */
+  float o[2][16];
+  if (G == 1) {
+    _mm512_storeu_ps(o[0], lanes_out4(acc[0][0], R > 1 ? acc[1][0] : acc[0][0], R > 2 ? acc[2][0] : acc[0][0],
+                                      R > 3 ? acc[3][0] : acc[0][0]));
+    if (R == 4 && yr == 1) { /* four rows of each token in one store */
+      const __m512 v = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15),
+                                             _mm512_loadu_ps(o[0]));
+      _mm512_storeu_ps(o[1], v);
+      for (int t = 0; t < T; t++) memcpy(y + (size_t)t * ys, o[1] + 4 * t, 16);
+      return;
+    }
+    for (int r = 0; r < R; r++)
+      for (int t = 0; t < T; t++) y[(size_t)t * ys + (size_t)r * yr] = o[0][4 * r + t];
+    return;
+  }
+  /* G == 2: R rows of groups 0 and 1 */
+  _mm512_storeu_ps(o[0], lanes_out4(acc[0][0], R > 1 ? acc[1][0] : acc[0][0], acc[0][1], R > 1 ? acc[1][1] : acc[0][1]));
+  for (int t = 0; t < T; t++) {
+    const float *ot = o[0] + (t < 4 ? t : 8 + t - 4);
+    for (int r = 0; r < R; r++) y[(size_t)t * ys + (size_t)r * yr] = ot[4 * r];
+  }
 }
 
 /* ---- the same tiles over unpacked rows (many tokens) --------------------
- * With 8 or more tokens each weight quad would be unpacked once per group
- * of 4 tokens; instead a block of rows is unpacked once into a buffer, per
- * quad w_quad's vectors (UQUAD bytes), and the tiles read those. Both paths
- * run row_tokens per (row, quad) in the same order, so every result is
- * bit-identical to the packed path's. */
+ * With many tokens each weight quad would be unpacked once per group pair;
+ * instead a block of rows is unpacked once into a buffer, per quad
+ * w_quad's vectors (UQUAD bytes), and the tiles read those: the same
+ * values, so the same results as the packed path's. */
 #define GEMM_UNPACK_TOKENS 32
 #define GEMM_UNPACK_BYTES (128u << 10)
 
-/* unpacked bytes per quad: a, b and d */
-#define UQUAD 192
 
 AI void unpack_rows(const int kind, int64_t nb, const uint8_t *w, size_t w_row, int nr, uint8_t *u, size_t u_row) {
   const int wsz = sym_wsz(kind);
@@ -371,34 +474,15 @@ AI void unpack_rows(const int kind, int64_t nb, const uint8_t *w, size_t w_row, 
   }
 }
 
-AI void gemm_tile_u(const int R, const int T, int64_t np, const uint8_t *u, size_t u_row, const uint8_t *xp,
-                    size_t xrow, float *y, size_t ys) {
-  __m512 acc[4][TMAX];
-  tile_zero(R, T, acc);
-  for (int64_t p = 0; p < np; p++, u += UQUAD, xp += XQUAD) {
-    __m512i nc[4];
-    tok_corr(T, xp, xrow, nc);
-    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
-      const uint8_t *ur = u + (size_t)r * u_row;
-      wquad q;
-      q.a = _mm512_load_si512(ur);
-      q.b = _mm512_load_si512(ur + 64);
-      q.d = _mm512_load_ps(ur + 128);
-      row_tokens(T, &q, nc, xp, xrow, acc[r]);
-    }
-  }
-  tile_out(R, T, acc, y, ys, 1);
-}
-
-#define GTU(R, T)                                                                                  \
-  case (R) * 8 + (T): gemm_tile_u(R, T, np, ur, u_row, xt, xp_row, yt, ys); break;
+#define GTU(R)                                                                                     \
+  case R: tile_groups(kind, 1, R, 1, T, nb, ur, u_row, 0, xt, 0, yt, ys, 1); break;
 
 /* rows [0, nr) through the unpacked path, in blocks that fit the buffer;
  * returns 0 (nothing done) when not even 4 rows fit */
-AI int gemm_sym_u(const int kind, int64_t n, const void *w, size_t w_row, int nr, const void *xp, size_t xp_row,
-                  int nt, float *y, size_t ys) {
+AI int gemm_sym_u(const int kind, int64_t n, const void *w, size_t w_row, int nr, const uint8_t *xp, int nt,
+                  float *y, size_t ys) {
   const int64_t nb = n / 32, np = (nb + 3) / 4;
-  const size_t u_row = (size_t)np * UQUAD;
+  const size_t u_row = (size_t)np * UQUAD, gs = (size_t)np * GQUAD;
   int ub = (int)(GEMM_UNPACK_BYTES / u_row) / 4 * 4;
   if (ub < 4) return 0;
   uint8_t buf[GEMM_UNPACK_BYTES] __attribute__((aligned(64)));
@@ -407,15 +491,12 @@ AI int gemm_sym_u(const int kind, int64_t n, const void *w, size_t w_row, int nr
     unpack_rows(kind, nb, (const uint8_t *)w + (size_t)b0 * w_row, w_row, nbr, buf, u_row);
     for (int t0 = 0; t0 < nt; t0 += 4) {
       const int T = nt - t0 < 4 ? nt - t0 : 4;
-      const uint8_t *xt = (const uint8_t *)xp + (size_t)t0 * xp_row;
+      const uint8_t *xt = xp + (size_t)(t0 / 4) * gs;
       for (int r0 = 0; r0 < nbr;) {
         const int R = nbr - r0 < 4 ? nbr - r0 : 4;
         const uint8_t *ur = buf + (size_t)r0 * u_row;
         float *yt = y + (size_t)t0 * ys + b0 + r0;
-        switch (R * 8 + T) {
-          GTU(1, 1) GTU(1, 2) GTU(1, 3) GTU(1, 4) GTU(2, 1) GTU(2, 2) GTU(2, 3) GTU(2, 4)
-          GTU(3, 1) GTU(3, 2) GTU(3, 3) GTU(3, 4) GTU(4, 1) GTU(4, 2) GTU(4, 3) GTU(4, 4)
-        }
+        switch (R) { GTU(1) GTU(2) GTU(3) GTU(4) }
         r0 += R;
       }
     }
@@ -423,9 +504,6 @@ AI int gemm_sym_u(const int kind, int64_t n, const void *w, size_t w_row, int nr
   return 1;
 }
 #undef GTU
-
-#define GT(R, T)                                                                                   \
-  case (R) * 16 + (T): gemm_tile(kind, R, T, nb, wr, w_row, (T) > 4 ? pfd_wide : pfd, xt, xp_row, yt, ys, 1); break;
 
 /* four streams (traits.h): tiles of rows v + k * seg, k < 4, each row's
  * prefetches GEMM_STREAM_PF_ROWS rows on in its own stream, or as many as
@@ -438,72 +516,91 @@ AI int gemm_sym_u(const int kind, int64_t n, const void *w, size_t w_row, int nr
  * 0.4-1.2% slower than 2, and 2.5 KB on for both 2% slower. */
 #define GEMM_STREAM_PF_ROWS 2
 #define GEMM_STREAM_PF_BYTES 1800
-AI void gemm_streams(const int kind, int64_t nb, const uint8_t *w, size_t w_row, int nr, size_t seg,
-                     const uint8_t *xp, size_t xp_row, int nt, float *y, size_t ys) {
-  const size_t pf_rows = (GEMM_STREAM_PF_BYTES + w_row - 1) / w_row;
-  const size_t rs = seg * w_row, pfd = (pf_rows > GEMM_STREAM_PF_ROWS ? pf_rows : GEMM_STREAM_PF_ROWS) * w_row;
-  for (int v = 0; v < nr; v++) {
-    const uint8_t *wr = w + (size_t)v * w_row;
-    switch (nt) {
-      case 1: gemm_tile(kind, 4, 1, nb, wr, rs, pfd, xp, xp_row, y + v, ys, seg); break;
-      case 2: gemm_tile(kind, 4, 2, nb, wr, rs, pfd, xp, xp_row, y + v, ys, seg); break;
-      case 3: gemm_tile(kind, 4, 3, nb, wr, rs, pfd, xp, xp_row, y + v, ys, seg); break;
-      default: gemm_tile(kind, 4, 4, nb, wr, rs, pfd, xp, xp_row, y + v, ys, seg); break;
-    }
-  }
-}
 
-AI void gemm_sym(const int kind, int64_t n, const void *w, size_t w_row, int nr, size_t seg, const void *xp,
-                 size_t xp_row, int nt, float *y, size_t ys, unsigned flags) {
-  const int64_t nb = n / 32;
-  if (seg) {
-    gemm_streams(kind, nb, w, w_row, nr, seg, xp, xp_row, nt, y, ys);
+/* Tiles of two or more tokens are 4 x 4 (or 1 x 4 streamed, below), or 2
+ * rows x 2 groups when two groups' activations fit in L1 together
+ * (GEMM_WIDE_X_BYTES): one unpack of a weight quad then serves up to 8
+ * tokens instead of 4. */
+#define GEMM_WIDE_X_BYTES (24u << 10)
+
+#define T1(R)                                                                                      \
+  case R: tile_one(kind, R, nb, wr, rs, pfd, xp, yv, yr); break;
+#define TG(R, G)                                                                                   \
+  case (R) * 4 + (G): tile_groups(kind, 0, R, G, T, nb, wr, w_row, (G) == 2 ? pfd_wide : pfd, xt, gs, yt, ys, 1); break;
+
+AI void gemm_sym(const int kind, int64_t n, const void *w, size_t w_row, int nr, size_t seg, const void *vxp, int nt,
+                 float *y, size_t ys, unsigned flags) {
+  const int64_t nb = n / 32, nq = (nb + 3) / 4;
+  const uint8_t *xp = vxp;
+  if (nt == 1) { /* four rows at a time: four streams, or adjacent rows */
+    size_t rs = w_row, pfd = GEMM_PF_ROWS * w_row, yr = 1;
+    if (seg) {
+      const size_t pf_rows = (GEMM_STREAM_PF_BYTES + w_row - 1) / w_row;
+      rs = seg * w_row, yr = seg;
+      pfd = (pf_rows > GEMM_STREAM_PF_ROWS ? pf_rows : GEMM_STREAM_PF_ROWS) * w_row;
+    }
+    for (int v = 0; v < nr; v += seg ? 1 : 4) {
+      const int R = seg || nr - v >= 4 ? 4 : nr - v;
+      const uint8_t *wr = (const uint8_t *)w + (size_t)v * w_row;
+      float *yv = y + v;
+      switch (R) { T1(1) T1(2) T1(3) T1(4) }
+    }
     return;
   }
+  const size_t gs = (size_t)nq * GQUAD;
+  if (seg) { /* four streams, one group */
+    const size_t pf_rows = (GEMM_STREAM_PF_BYTES + w_row - 1) / w_row;
+    const size_t rs = seg * w_row, pfd = (pf_rows > GEMM_STREAM_PF_ROWS ? pf_rows : GEMM_STREAM_PF_ROWS) * w_row;
+    for (int v = 0; v < nr; v++)
+      tile_groups(kind, 0, 4, 1, nt, nb, (const uint8_t *)w + (size_t)v * w_row, rs, pfd, xp, 0, y + v, ys, seg);
+    return;
+  }
+  if (nt >= GEMM_UNPACK_TOKENS && gemm_sym_u(kind, n, w, w_row, nr, xp, nt, y, ys)) return;
   const size_t pfd = GEMM_PF_ROWS * w_row, pfd_wide = GEMM_WIDE_PF_ROWS * w_row;
-  if (nt >= GEMM_UNPACK_TOKENS && gemm_sym_u(kind, n, w, w_row, nr, xp, xp_row, nt, y, ys)) return;
-  const int tmax = (size_t)TMAX * xp_row <= GEMM_WIDE_X_BYTES ? TMAX : 4;
+  const int gmax = 2 * gs <= GEMM_WIDE_X_BYTES ? 2 : 1;
   for (int t0 = 0; t0 < nt;) {
-    /* groups of up to 4 tokens (4-row tiles) or of 5..8 (2-row tiles) */
-    const int T = nt - t0 < tmax ? nt - t0 : tmax;
-    const uint8_t *xt = (const uint8_t *)xp + (size_t)t0 * xp_row;
+    /* one group, or two (2-row tiles) */
+    const int G = (nt - t0 + 3) / 4 < gmax ? (nt - t0 + 3) / 4 : gmax, T = nt - t0 < 4 * G ? nt - t0 : 4 * G;
+    const uint8_t *xt = xp + (size_t)(t0 / 4) * gs;
     /* up to 4 tokens streamed from memory: one row at a time streams best
-     * (0.5B shape, passes of 1 / 2 / 3 / 4 tokens alternated in one
-     * process: 2-4 tokens 11% / 3% / 3% faster than 4-row tiles); a 5..8
-     * group keeps its 2-row tiles, and a group left over after one does
-     * too (both measured slower one row at a time) */
-    const int rmax = T > 4 ? 2 : nt <= 4 && !(flags & PW_GEMM_RESIDENT) ? 1 : 4;
+     * (0.5B shape, passes of 2 / 3 / 4 tokens alternated in one process:
+     * 11% / 3% / 3% faster than 4-row tiles); a group left over after a
+     * pair keeps 4-row tiles */
+    const int rmax = G == 2 ? 2 : nt <= 4 && !(flags & PW_GEMM_RESIDENT) ? 1 : 4;
     for (int r0 = 0; r0 < nr;) {
       const int R = nr - r0 < rmax ? nr - r0 : rmax;
       const uint8_t *wr = (const uint8_t *)w + (size_t)r0 * w_row;
       float *yt = y + (size_t)t0 * ys + r0;
-      switch (R * 16 + T) {
-        GT(1, 1) GT(1, 2) GT(1, 3) GT(1, 4) GT(2, 1) GT(2, 2) GT(2, 3) GT(2, 4)
-        GT(3, 1) GT(3, 2) GT(3, 3) GT(3, 4) GT(4, 1) GT(4, 2) GT(4, 3) GT(4, 4)
-        GT(1, 5) GT(1, 6) GT(1, 7) GT(1, 8) GT(2, 5) GT(2, 6) GT(2, 7) GT(2, 8)
-      }
+      switch (R * 4 + G) { TG(1, 1) TG(2, 1) TG(3, 1) TG(4, 1) TG(1, 2) TG(2, 2) }
       r0 += R;
     }
     t0 += T;
   }
 }
-#undef GT
+#undef T1
+#undef TG
 
-static void gemm_pack_q8_0(const float *x, void *xp, int64_t n) { gemm_pack_quad(x, xp, n, sym_shift(LQ8_0)); }
-static void gemm_pack_q4_0(const float *x, void *xp, int64_t n) { gemm_pack_quad(x, xp, n, sym_shift(LQ4_0)); }
-static void gemm_pack_q5_0(const float *x, void *xp, int64_t n) { gemm_pack_quad(x, xp, n, sym_shift(LQ5_0)); }
+static void gemm_pack_q8_0(const float *x, void *xp, int64_t n, int t, int nt) {
+  gemm_pack_sym(x, xp, n, t, nt, sym_shift(LQ8_0));
+}
+static void gemm_pack_q4_0(const float *x, void *xp, int64_t n, int t, int nt) {
+  gemm_pack_sym(x, xp, n, t, nt, sym_shift(LQ4_0));
+}
+static void gemm_pack_q5_0(const float *x, void *xp, int64_t n, int t, int nt) {
+  gemm_pack_sym(x, xp, n, t, nt, sym_shift(LQ5_0));
+}
 
-static void gemm_q8_0(int64_t n, const void *w, size_t w_row, int nr, size_t seg, const void *xp, size_t xp_row,
-                      int nt, float *y, size_t ys, unsigned flags) {
-  gemm_sym(LQ8_0, n, w, w_row, nr, seg, xp, xp_row, nt, y, ys, flags);
+static void gemm_q8_0(int64_t n, const void *w, size_t w_row, int nr, size_t seg, const void *xp, int nt, float *y,
+                      size_t ys, unsigned flags) {
+  gemm_sym(LQ8_0, n, w, w_row, nr, seg, xp, nt, y, ys, flags);
 }
-static void gemm_q4_0(int64_t n, const void *w, size_t w_row, int nr, size_t seg, const void *xp, size_t xp_row,
-                      int nt, float *y, size_t ys, unsigned flags) {
-  gemm_sym(LQ4_0, n, w, w_row, nr, seg, xp, xp_row, nt, y, ys, flags);
+static void gemm_q4_0(int64_t n, const void *w, size_t w_row, int nr, size_t seg, const void *xp, int nt, float *y,
+                      size_t ys, unsigned flags) {
+  gemm_sym(LQ4_0, n, w, w_row, nr, seg, xp, nt, y, ys, flags);
 }
-static void gemm_q5_0(int64_t n, const void *w, size_t w_row, int nr, size_t seg, const void *xp, size_t xp_row,
-                      int nt, float *y, size_t ys, unsigned flags) {
-  gemm_sym(LQ5_0, n, w, w_row, nr, seg, xp, xp_row, nt, y, ys, flags);
+static void gemm_q5_0(int64_t n, const void *w, size_t w_row, int nr, size_t seg, const void *xp, int nt, float *y,
+                      size_t ys, unsigned flags) {
+  gemm_sym(LQ5_0, n, w, w_row, nr, seg, xp, nt, y, ys, flags);
 }
 
 void gemm_fill_avx512vbmi(pw_traits *t) {
