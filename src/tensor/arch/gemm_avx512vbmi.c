@@ -177,7 +177,11 @@ AI int sym_shift(const int kind) { return kind == LQ8_0 ? 7 : kind == LQ4_0 ? 3 
 typedef struct {
   __m512i a, b;
   __m512 d;
+  __m512i h; /* the quad's fp16 scales, d_k at word dpos(kind, k) */
 } wquad;
+
+/* where w_quad leaves d_k in h */
+AI int dpos(const int kind, const int k) { return kind == LQ8_0 ? 4 * k : kind == LQ4_0 ? 9 * k : 8 * k; }
 
 /* a byte-mask of the low `n` bytes (n <= 64) */
 AI __mmask64 low_bytes(int n) { return n >= 64 ? ~0ull : (1ull << n) - 1; }
@@ -211,7 +215,8 @@ AI wquad w_quad(const uint8_t *wp, const int kind, const int cnt) {
     /* words [d0 x 4, d1 x 4, d2 x 4, d3 x 4] (d_k at word 17k) */
     const __m512i didx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                           51, 51, 51, 51, 34, 34, 34, 34, 17, 17, 17, 17, 0, 0, 0, 0);
-    u.d = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(l0, didx, l1)));
+    u.h = _mm512_permutex2var_epi16(l0, didx, l1);
+    u.d = _mm512_cvtph_ps(_mm512_castsi512_si256(u.h));
     return u;
   }
   const int wsz = sym_wsz(kind), nbytes = cnt * wsz;
@@ -240,6 +245,7 @@ AI wquad w_quad(const uint8_t *wp, const int kind, const int cnt) {
     const __m512i didx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                           27, 27, 27, 27, 18, 18, 18, 18, 9, 9, 9, 9, 0, 0, 0, 0);
     u.d = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(didx, lo)));
+    u.h = lo;
     return u;
   }
   /* Q5_0: quadword 2k and 2k+1 = [d_k, d_k, qh_k low, qh_k high] (d_k at
@@ -255,6 +261,7 @@ AI wquad w_quad(const uint8_t *wp, const int kind, const int cnt) {
   u.a = _mm512_mask_add_epi8(u.a, _mm512_bitshuffle_epi64_mask(bq, sel_lo), u.a, s16);
   u.b = _mm512_mask_add_epi8(u.b, _mm512_bitshuffle_epi64_mask(bq, _mm512_add_epi8(sel_lo, s16)), u.b, s16);
   u.d = _mm512_cvtph_ps(_mm512_cvtepi64_epi32(bq));
+  u.h = bq;
   return u;
 }
 
@@ -305,25 +312,29 @@ AI __m512 lanes_out4(__m512 a, __m512 b, __m512 c, __m512 d) {
 AI __m512 quad_one(const int kind, const int R, const int cnt, const uint8_t *w, size_t rs, size_t pfd,
                    const uint8_t *xp, __m512 acc) {
   const __m512i nc = _mm512_loadu_si512(xp + 192), xv = _mm512_loadu_si512(xp), x2 = _mm512_loadu_si512(xp + 64);
-  __m512i d[4];
-  __m512 wd[4];
+  __m512i d[4], h[4];
   _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {
     if (r >= R) {
-      d[r] = _mm512_setzero_si512();
-      wd[r] = _mm512_setzero_ps();
+      d[r] = h[r] = _mm512_setzero_si512();
       continue;
     }
     const uint8_t *wp = w + (size_t)r * rs;
     w_prefetch(wp, pfd, kind);
     const wquad q = w_quad(wp, kind, cnt);
     d[r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(nc, q.a, xv), q.b, x2);
-    wd[r] = q.d;
+    h[r] = q.h;
   }
-  /* lane j of block k: row j's scale */
-  const __m512 w4 = _mm512_mask_blend_ps(0xCCCC, _mm512_mask_blend_ps(0xAAAA, wd[0], wd[1]),
-                                         _mm512_mask_blend_ps(0xAAAA, wd[2], wd[3]));
+  /* lane j of block k: row j's scale, the four rows' fp16 scales gathered
+   * by two word permutes and a blend before one convert */
+  const int p0 = dpos(kind, 0), p1 = dpos(kind, 1), p2 = dpos(kind, 2), p3 = dpos(kind, 3);
+  const __m512i i01 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32 + p3, p3, 0, 0,
+                                       32 + p2, p2, 0, 0, 32 + p1, p1, 0, 0, 32 + p0, p0);
+  const __m512i i23 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32 + p3, p3, 0, 0,
+                                       32 + p2, p2, 0, 0, 32 + p1, p1, 0, 0, 32 + p0, p0, 0, 0);
+  const __m512i h4 = _mm512_mask_blend_epi16(0xCCCCCCCCu, _mm512_permutex2var_epi16(h[0], i01, h[1]),
+                                             _mm512_permutex2var_epi16(h[2], i23, h[3]));
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(tr_add4(d[0], d[1], d[2], d[3])),
-                         _mm512_mul_ps(w4, _mm512_loadu_ps(xp + 128)), acc);
+                         _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h4)), _mm512_loadu_ps(xp + 128)), acc);
 }
 
 /* R (<= 4) rows rs bytes apart against one token: results y[j * yr] */
