@@ -573,11 +573,13 @@ AI void gemm_sym(const int kind, int64_t n, const void *w, size_t w_row, int nr,
     /* one group, or two (2-row tiles) */
     const int G = (nt - t0 + 3) / 4 < gmax ? (nt - t0 + 3) / 4 : gmax, T = nt - t0 < 4 * G ? nt - t0 : 4 * G;
     const uint8_t *xt = xp + (size_t)(t0 / 4) * gs;
-    /* up to 4 tokens streamed from memory: one row at a time streams best
-     * (0.5B shape, passes of 2 / 3 / 4 tokens alternated in one process:
-     * 11% / 3% / 3% faster than 4-row tiles); a group left over after a
-     * pair keeps 4-row tiles */
-    const int rmax = G == 2 ? 2 : nt <= 4 && !(flags & PW_GEMM_RESIDENT) ? 1 : 4;
+    /* up to 4 tokens of Q4_0/Q5_0 streamed from memory: one row at a time
+     * streams best (896-wide Q5_0 rows from memory, one thread: 2 / 3 / 4
+     * tokens 54 / 80 / 105 G multiply-adds/s against 40 / 33 / 80 in 4-row
+     * tiles); Q8_0 rows are faster in 4-row tiles (71 / 102 / 136 against
+     * 59 / 85 / 117 one row at a time); a group left over after a pair keeps
+     * 4-row tiles */
+    const int rmax = G == 2 ? 2 : nt <= 4 && !(flags & PW_GEMM_RESIDENT) && kind != LQ8_0 ? 1 : 4;
     for (int r0 = 0; r0 < nr;) {
       const int R = nr - r0 < rmax ? nr - r0 : rmax;
       const uint8_t *wr = (const uint8_t *)w + (size_t)r0 * w_row;
