@@ -543,15 +543,20 @@ AI void gemm_sym(const int kind, int64_t n, const void *w, size_t w_row, int nr,
                  float *y, size_t ys, unsigned flags) {
   const int64_t nb = n / 32, nq = (nb + 3) / 4;
   const uint8_t *xp = vxp;
-  if (nt == 1) { /* four rows at a time: four streams, or adjacent rows */
+  if (nt == 1) { /* four streams, else rows in turn (four adjacent rows at
+                  * a time when resident: from memory, 896-wide rows, one
+                  * thread, four adjacent rows ran Q5_0 at 17-22 G
+                  * multiply-adds/s against 39 one at a time, Q8_0 33-34
+                  * against 35-38; from L2 Q5_0 70 against 41) */
+    const int step = seg || (flags & PW_GEMM_RESIDENT) ? 4 : 1;
     size_t rs = w_row, pfd = GEMM_PF_ROWS * w_row, yr = 1;
     if (seg) {
       const size_t pf_rows = (GEMM_STREAM_PF_BYTES + w_row - 1) / w_row;
       rs = seg * w_row, yr = seg;
       pfd = (pf_rows > GEMM_STREAM_PF_ROWS ? pf_rows : GEMM_STREAM_PF_ROWS) * w_row;
     }
-    for (int v = 0; v < nr; v += seg ? 1 : 4) {
-      const int R = seg || nr - v >= 4 ? 4 : nr - v;
+    for (int v = 0; v < nr; v += seg ? 1 : step) {
+      const int R = seg ? 4 : nr - v >= step ? step : nr - v;
       const uint8_t *wr = (const uint8_t *)w + (size_t)v * w_row;
       float *yv = y + v;
       switch (R) { T1(1) T1(2) T1(3) T1(4) }
