@@ -136,16 +136,29 @@ AI void gemm_pack_quad(const float *x, void *vxp, int64_t n, const int shift) {
  * last token, so they compute zeros) */
 AI void pack_slot(uint8_t *g, const float *x, int64_t n, const int j, const int shift) {
   const int64_t nb = n / 32;
+  /* X_i's lane j of block k is dword 8k + 4 (i / 4) + ((j + i) & 3) of the
+   * quad's 128 quant bytes: one permute and one masked store per X_i */
+  __m512i idx[8];
+  for (int i = 0; i < 8; i++) {
+    int32_t v[16] = {0};
+    for (int k = 0; k < 4; k++) v[4 * k + j] = 8 * k + 4 * (i >> 2) + ((j + i) & 3);
+    idx[i] = _mm512_loadu_si512(v);
+  }
+  const __mmask16 slot = (__mmask16)(0x1111u << j);
   for (int64_t b = 0; b < nb; b += 4, g += GQUAD) {
     const int cnt = nb - b < 4 ? (int)(nb - b) : 4;
     block_q8_0 q[4];
     memset(q, 0, sizeof q);
     if (x) g_q8_0_from(x + b * 32, q, cnt * 32);
+    _Alignas(64) int8_t qs[128];
+    for (int k = 0; k < 4; k++) memcpy(qs + 32 * k, q[k].qs, 32);
+    const __m512i A = _mm512_load_si512(qs), B = _mm512_load_si512(qs + 64);
+    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++)
+      _mm512_mask_storeu_epi32(g + 64 * i, slot, _mm512_permutex2var_epi32(A, idx[i], B));
     for (int k = 0; k < 4; k++) {
       uint8_t *p = g + 16 * k + 4 * j;
       int32_t s = 0;
-      for (int i = 0; i < 32; i++) s += q[k].qs[i];
-      for (int i = 0; i < 8; i++) memcpy(p + 64 * i, q[k].qs + 16 * (i >> 2) + 4 * ((j + i) & 3), 4);
+      for (int i = 0; i < 32; i++) s += qs[32 * k + i];
       const int32_t nc = -s * (1 << shift);
       const float d = _cvtsh_ss(q[k].d);
       memcpy(p + 512, &nc, 4);
