@@ -483,7 +483,6 @@ AI void tile_groups(const int kind, const int U, const int R, const int G, int T
 #define GEMM_UNPACK_TOKENS 32
 #define GEMM_UNPACK_BYTES (128u << 10)
 
-
 AI void unpack_rows(const int kind, int64_t nb, const uint8_t *w, size_t w_row, int nr, uint8_t *u, size_t u_row) {
   const int wsz = sym_wsz(kind);
   for (int r = 0; r < nr; r++) {
@@ -541,10 +540,10 @@ AI int gemm_sym_u(const int kind, int64_t n, const void *w, size_t w_row, int nr
 #define GEMM_STREAM_PF_ROWS 2
 #define GEMM_STREAM_PF_BYTES 1800
 
-/* Tiles of two or more tokens are 4 x 4 (or 1 x 4 streamed, below), or 2
- * rows x 2 groups when two groups' activations fit in L1 together
- * (GEMM_WIDE_X_BYTES): one unpack of a weight quad then serves up to 8
- * tokens instead of 4. */
+/* Tiles of two or more tokens are 4 rows x 1 group (or 1 row, streamed:
+ * below), or 2 rows x 2 groups when two groups' activations fit in L1
+ * together (GEMM_WIDE_X_BYTES): one unpack of a weight quad then serves up
+ * to 8 tokens instead of 4. */
 #define GEMM_WIDE_X_BYTES (24u << 10)
 
 #define T1(R)                                                                                      \
