@@ -35,6 +35,7 @@
 #include "tensor/traits.h"
 
 #include <immintrin.h>
+#include <stddef.h>
 #include <string.h>
 
 #define AI static inline __attribute__((always_inline))
@@ -296,25 +297,56 @@ AI __m128i k4_unpack_v(const uint8_t *s) {
 /* one q4_K/q5_K super-block's weight side as the dots take it */
 typedef struct {
   const uint8_t *qs;
-  __m512i sc16; /* scales as 8 int16 (lanes 0..7) */
+  __m512i sc16; /* scales as 8 int16 (lanes sco..sco + 7) */
+  int sco;
   __m256i mins; /* mins duplicated per pair of 16 */
   __m512i hb;   /* q5_K: the fifth bits, broadcast */
   float dw, dmw;
 } k45_sb;
 
-AI k45_sb k45_load(const uint8_t *blk, const int five) {
+/* k4_unpack_v of four super-blocks' scales at once (128-bit lane r: s[r]'s) */
+AI __m512i k4_unpack_v4(const uint8_t *s0, const uint8_t *s1, const uint8_t *s2, const uint8_t *s3) {
+  __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)s0));
+  v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)s1), 1);
+  v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)s2), 2);
+  v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)s3), 3);
+  const __m512i a = _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11)));
+  const __m512i b = _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7)));
+  const __m512i m = _mm512_broadcast_i32x4(_mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
+  const __m512i lo = _mm512_mask_blend_epi32(0x8888, _mm512_and_si512(a, m),
+                                             _mm512_and_si512(_mm512_srli_epi16(a, 4), _mm512_set1_epi8(15)));
+  return _mm512_or_si512(lo, _mm512_and_si512(_mm512_srli_epi16(b, 2), _mm512_set1_epi8(0x30)));
+}
+
+/* the mins of a super-block whose unpacked scales and mins are int16
+ * lanes o..o + 15 of w, duplicated per pair of 16 (k45_sb.mins) */
+AI __m256i k45_mins(__m512i w, int o) {
+  const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 14, 14, 13, 13, 12, 12,
+                                       11, 11, 10, 10, 9, 9, 8, 8);
+  return _mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_add_epi16(idx, _mm512_set1_epi16((short)o)), w));
+}
+
+/* a super-block's weight side from its scales and mins as int16 lanes
+ * o..o + 15 of w (k4_unpack_v widened) */
+AI k45_sb k45_load_w(const uint8_t *blk, __m512i w, int o, const int five) {
   const block_q4_K *w4 = (const block_q4_K *)blk;
   const block_q5_K *w5 = (const block_q5_K *)blk;
   k45_sb b;
   b.qs = five ? w5->qs : w4->qs;
-  const __m128i u = k4_unpack_v(five ? w5->scales : w4->scales);
-  b.sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(u));
-  const __m128i mins8 = _mm_cvtepu8_epi16(_mm_unpackhi_epi64(u, u));
-  b.mins = _mm256_set_m128i(_mm_unpackhi_epi16(mins8, mins8), _mm_unpacklo_epi16(mins8, mins8));
+  b.sc16 = w;
+  b.sco = o;
+  b.mins = k45_mins(w, o);
   b.dw = _cvtsh_ss(w4->d); /* same offsets in both */
   b.dmw = _cvtsh_ss(w4->dmin);
   b.hb = five ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)w5->qh)) : _mm512_setzero_si512();
   return b;
+}
+
+AI k45_sb k45_load(const uint8_t *blk, const int five) {
+  const block_q4_K *w4 = (const block_q4_K *)blk;
+  const block_q5_K *w5 = (const block_q5_K *)blk;
+  return k45_load_w(blk, _mm512_castsi256_si512(_mm256_cvtepu8_epi16(k4_unpack_v(five ? w5->scales : w4->scales))), 0,
+                    five);
 }
 
 /* chunk c's quants: low nibbles in the low half, high nibbles in the high
@@ -352,10 +384,10 @@ AI __m512i k_pair(__m512i sumi, __m512i q0, __m512i q1, const int8_t *x, __m512i
 /* k_pair's scales of chunks 2p and 2p + 1 from the 8 int16 scales sc16:
  * chunk c's 128-bit lanes 0, 1 are sub-block 2c, lanes 2, 3 sub-block
  * 2c + 1 */
-AI __m512i k45_pair_scales(__m512i sc16, int p) {
+AI __m512i k45_pair_scales(__m512i sc16, int sco, int p) {
   const __m512i idx = _mm512_set_epi16(3, 3, 3, 3, 1, 1, 1, 1, 3, 3, 3, 3, 1, 1, 1, 1, 2, 2, 2, 2, 0, 0, 0, 0, 2, 2,
                                        2, 2, 0, 0, 0, 0);
-  return _mm512_permutexvar_epi16(_mm512_add_epi16(idx, _mm512_set1_epi16((short)(4 * p))), sc16);
+  return _mm512_permutexvar_epi16(_mm512_add_epi16(idx, _mm512_set1_epi16((short)(sco + 4 * p))), sc16);
 }
 
 /* a super-block's integer dot into the float accumulators of one (row,
@@ -391,7 +423,7 @@ AI void vd_q45k_k(int64_t n, const void *vw, const void *x, size_t xs, const int
     _Pragma("GCC unroll 2") for (int p = 0; p < 2; p++) {
       const __m512i q0 = k45_quants(&b, 2 * p, &hsel, five);
       const __m512i q1 = k45_quants(&b, 2 * p + 1, &hsel, five);
-      const __m512i s = k45_pair_scales(b.sc16, p);
+      const __m512i s = k45_pair_scales(b.sc16, b.sco, p);
       FOR_ROWS(j) sumi[j] = k_pair(sumi[j], q0, q1, ((const block_q8_K *)XROW(x, xs, j) + i)->qs + 128 * p, s);
     }
     FOR_ROWS(j) k45_acc(&b, (const block_q8_K *)XROW(x, xs, j) + i, sumi[j], &acc[j], &accm[j]);
@@ -416,15 +448,23 @@ AI void vd4_q45k(int64_t n, const void *vw, size_t rs, const void *x, float *out
   }
   for (int64_t i = 0; i < n / QK_K; i++) {
     const block_q8_K *y = (const block_q8_K *)x + i;
+    const uint8_t *blk0 = (const uint8_t *)vw + (size_t)i * bsz;
+    /* the scales of all four rows unpacked in one vector (the same values
+     * as k4_unpack_v of each) */
+    const size_t so = five ? offsetof(block_q5_K, scales) : offsetof(block_q4_K, scales);
+    const __m512i u4 = k4_unpack_v4(blk0 + so, blk0 + rs + so, blk0 + 2 * rs + so, blk0 + 3 * rs + so);
+    /* int16 lanes: rows 0 and 1 (2 and 3) at 0..15 and 16..31 */
+    const __m512i w01 = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(u4)),
+                  w23 = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(u4, 1));
     _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {
-      const uint8_t *blk = (const uint8_t *)vw + (size_t)r * rs + (size_t)i * bsz;
+      const uint8_t *blk = blk0 + (size_t)r * rs;
       k_prefetch(blk, bsz, K4_PF_BYTES);
-      const k45_sb b = k45_load(blk, five);
+      const k45_sb b = k45_load_w(blk, r < 2 ? w01 : w23, 16 * (r & 1), five);
       __m512i sumi = _mm512_setzero_si512(), hsel = K45_HSEL0;
       _Pragma("GCC unroll 2") for (int p = 0; p < 2; p++) {
         const __m512i q0 = k45_quants(&b, 2 * p, &hsel, five);
         const __m512i q1 = k45_quants(&b, 2 * p + 1, &hsel, five);
-        const __m512i s = k45_pair_scales(b.sc16, p);
+        const __m512i s = k45_pair_scales(b.sc16, b.sco, p);
         sumi = k_pair(sumi, q0, q1, y->qs + 128 * p, s);
       }
       k45_acc(&b, y, sumi, &acc[r], &accm[r]);
