@@ -275,23 +275,29 @@ AI void k_prefetch(const uint8_t *blk, const size_t bsz, const size_t dist) {
   for (size_t o = 0; o < bsz; o += 64) _mm_prefetch((const char *)(blk + dist + o), _MM_HINT_T0);
 }
 
-/* q4_K/q5_K scales[12] unpacked in one vector: bytes 0..7 the scales,
- * 8..15 the mins. Scale/min j < 4 is the low 6 bits of byte j / j + 4;
+/* q4_K/q5_K scales[12] unpacked in each 128-bit lane of v (16 bytes of a
+ * block from its scales on): bytes 0..7 the scales, 8..15 the mins.
+ * Scale/min j < 4 is the low 6 bits of byte j / j + 4;
  * j >= 4 takes its low 4 bits from a nibble of byte j + 4 and its top 2
  * from the top of byte j - 4 / j. Reads 16 bytes (the 12 scale bytes and
  * the next 4, inside the block). No scalar work and no moves from general
  * registers: Q4_K one row from L2 measured 21-23 -> 27 GB/s per core
  * (build/bench_kernels, BENCH_N=2048, alternated), 1B-shaped Q4_K_M decode
  * +1.4-2.9% in alternated `power bench` runs. */
-AI __m128i k4_unpack_v(const uint8_t *s) {
-  const __m128i v = _mm_loadu_si128((const __m128i *)s);
+AI __m512i k4_unpack_lanes(__m512i v) {
   /* a: [s0..s3, s8..s11, s4..s7, s8..s11]; b: the top-bit sources of the
    * j >= 4 lanes ([s0..s3] under the scales, [s4..s7] under the mins) */
-  const __m128i a = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
-  const __m128i b = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
-  const __m128i m = _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15);
-  const __m128i lo = _mm_blend_epi32(_mm_and_si128(a, m), _mm_and_si128(_mm_srli_epi16(a, 4), _mm_set1_epi8(15)), 8);
-  return _mm_or_si128(lo, _mm_and_si128(_mm_srli_epi16(b, 2), _mm_set1_epi8(0x30)));
+  const __m512i a = _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11)));
+  const __m512i b = _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7)));
+  const __m512i m = _mm512_broadcast_i32x4(_mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
+  const __m512i lo = _mm512_mask_blend_epi32(0x8888, _mm512_and_si512(a, m),
+                                             _mm512_and_si512(_mm512_srli_epi16(a, 4), _mm512_set1_epi8(15)));
+  return _mm512_or_si512(lo, _mm512_and_si512(_mm512_srli_epi16(b, 2), _mm512_set1_epi8(0x30)));
+}
+
+/* one super-block's scales at s */
+AI __m128i k4_unpack_v(const uint8_t *s) {
+  return _mm512_castsi512_si128(k4_unpack_lanes(_mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)s))));
 }
 
 /* one q4_K/q5_K super-block's weight side as the dots take it */
@@ -310,12 +316,7 @@ AI __m512i k4_unpack_v4(const uint8_t *s0, const uint8_t *s1, const uint8_t *s2,
   v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)s1), 1);
   v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)s2), 2);
   v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)s3), 3);
-  const __m512i a = _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11)));
-  const __m512i b = _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7)));
-  const __m512i m = _mm512_broadcast_i32x4(_mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
-  const __m512i lo = _mm512_mask_blend_epi32(0x8888, _mm512_and_si512(a, m),
-                                             _mm512_and_si512(_mm512_srli_epi16(a, 4), _mm512_set1_epi8(15)));
-  return _mm512_or_si512(lo, _mm512_and_si512(_mm512_srli_epi16(b, 2), _mm512_set1_epi8(0x30)));
+  return k4_unpack_lanes(v);
 }
 
 /* the mins of a super-block whose unpacked scales and mins are int16
