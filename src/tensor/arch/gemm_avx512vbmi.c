@@ -7,13 +7,18 @@
 #include "tensor/dtype.h"
 #include "tensor/quants.h"
 #include "tensor/traits.h"
+#include "tensor/arch/kquant_avx512.h"
 
 #include <immintrin.h>
 #include <string.h>
 
 #define AI static inline __attribute__((always_inline))
 
-enum { LQ8_0, LQ4_0, LQ5_0 };
+enum { LQ8_0, LQ4_0, LQ5_0, LQ4_K, LQ5_K, LQ6_K };
+
+/* the K-quants (256-element super-blocks; see "K-quants" below) */
+AI int is_k(const int kind) { return kind >= LQ4_K; }
+AI size_t k_bsz(const int kind) { return kind == LQ4_K ? 144 : kind == LQ5_K ? 176 : 210; }
 
 /* block bytes of the symmetric 32-element types */
 AI int sym_wsz(const int kind) { return kind == LQ8_0 ? 34 : kind == LQ4_0 ? 18 : 22; }
@@ -134,17 +139,32 @@ AI void gemm_pack_quad(const float *x, void *vxp, int64_t n, const int shift) {
  * block k: token j's) and the block scales as floats. Token slot j of the
  * group whose quads start at g; x == NULL writes zeros (the slots past the
  * last token, so they compute zeros) */
-AI void pack_slot(uint8_t *g, const float *x, int64_t n, const int j, const int shift) {
-  const int64_t nb = n / 32;
-  /* X_i's lane j of block k is dword 8k + 4 (i / 4) + ((j + i) & 3) of the
-   * quad's 128 quant bytes: one permute and one masked store per X_i */
-  __m512i idx[8];
+/* X_i's lane j of block k is dword 8k + 4 (i / 4) + ((j + i) & 3) of the
+ * quad's 128 quant bytes (nat: dword 16 (i / 4) + 4k + ((j + i) & 3), the
+ * natural order, for Q6_K's halves of 16): one permute (idx[i], slot_idx)
+ * and one masked store per X_i */
+AI void slot_idx(const int j, __m512i idx[8], const int nat) {
   for (int i = 0; i < 8; i++) {
     int32_t v[16] = {0};
-    for (int k = 0; k < 4; k++) v[4 * k + j] = 8 * k + 4 * (i >> 2) + ((j + i) & 3);
+    for (int k = 0; k < 4; k++)
+      v[4 * k + j] = nat ? 16 * (i >> 2) + 4 * k + ((j + i) & 3) : 8 * k + 4 * (i >> 2) + ((j + i) & 3);
     idx[i] = _mm512_loadu_si512(v);
   }
+}
+
+/* a quad's 128 quant bytes qs (block k at 32k) into token slot j of X_0..7
+ * at g */
+AI void scatter_x(uint8_t *g, const int8_t *qs, const __m512i idx[8], const int j) {
   const __mmask16 slot = (__mmask16)(0x1111u << j);
+  const __m512i A = _mm512_loadu_si512(qs), B = _mm512_loadu_si512(qs + 64);
+  _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++)
+    _mm512_mask_storeu_epi32(g + 64 * i, slot, _mm512_permutex2var_epi32(A, idx[i], B));
+}
+
+AI void pack_slot(uint8_t *g, const float *x, int64_t n, const int j, const int shift) {
+  const int64_t nb = n / 32;
+  __m512i idx[8];
+  slot_idx(j, idx, 0);
   for (int64_t b = 0; b < nb; b += 4, g += GQUAD) {
     const int cnt = nb - b < 4 ? (int)(nb - b) : 4;
     block_q8_0 q[4];
@@ -152,9 +172,7 @@ AI void pack_slot(uint8_t *g, const float *x, int64_t n, const int j, const int 
     if (x) g_q8_0_from(x + b * 32, q, cnt * 32);
     _Alignas(64) int8_t qs[128];
     for (int k = 0; k < 4; k++) memcpy(qs + 32 * k, q[k].qs, 32);
-    const __m512i A = _mm512_load_si512(qs), B = _mm512_load_si512(qs + 64);
-    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++)
-      _mm512_mask_storeu_epi32(g + 64 * i, slot, _mm512_permutex2var_epi32(A, idx[i], B));
+    scatter_x(g, qs, idx, j);
     for (int k = 0; k < 4; k++) {
       uint8_t *p = g + 16 * k + 4 * j;
       int32_t s = 0;
@@ -182,6 +200,96 @@ AI void gemm_pack_sym(const float *x, void *xp, int64_t n, int t, int nt, const 
     for (int j = t % 4 + 1; j < 4; j++) pack_slot(g, NULL, n, j, shift);
 }
 
+/* ---- K-quants: packed activations ---------------------------------------
+ * Q4_K, Q5_K and Q6_K take the same quads: half h of a 256-element
+ * super-block is four 32-element blocks, and each (row, token) result is,
+ * per quad and block, its exact integer dot scaled in its own float lane:
+ *   Q4_K/Q5_K: acc += (d sc_k * dx) * dot_k, then acc += dmin m_k * nc_k
+ *     (nc_k = -(sum of the token's block quants) * dx, a float made once
+ *     at pack time: the mins term);
+ *   Q6_K (a scale per 16): acc += (d sc_a * dx) * (dot_a - 32 sum_a), then
+ *     the same for the block's second 16 (sc_b), the -32 offset folded into
+ *     the integer dots' initial values.
+ * dx is the token's q8_K scale (one per super-block, the activations of
+ * vec_dot), d sc and dmin m are exact float products. The one-token form
+ * and the group form apply exactly these operations, as the symmetric
+ * types' do, so the gemm contract holds (and the lanes are added as (0 +
+ * 2) + (1 + 3) at the end, as theirs are).
+ *
+ * Layouts: one token, XQUAD_K bytes a quad: the quants as a and b (as
+ * above), dx in all 16 lanes, then c1 and c2 (lane 4k + r: block k's);
+ * a group of four tokens, GQUAD_K bytes a quad: X_0..7 as above, c1, c2
+ * and dx (lane 4k + j: token j's). c1, c2: Q4_K/Q5_K nc_k and zero, Q6_K
+ * -32 sum_a and -32 sum_b (int32). */
+#define XQUAD_K 320
+#define GQUAD_K 704
+#define XROW_QUAD_K 352 /* a pass of two tokens is one group */
+
+static pw_from_float_fn g_q8_k_from; /* the installed q8_K quantizer */
+
+static size_t gemm_xrow_k(int64_t n) { return (size_t)(n / 128) * XROW_QUAD_K; }
+
+/* c1, c2 of lane k of quad h of the q8_K super-block q */
+AI void k_corr(const block_q8_K *q, const int h, const int k, const int six, uint8_t *c1, uint8_t *c2) {
+  if (six) {
+    const int32_t sa = q->bsums[8 * h + k], sb = q->bsums[8 * h + 4 + k];
+    const int32_t a = -32 * sa, b = -32 * sb;
+    memcpy(c1, &a, 4);
+    memcpy(c2, &b, 4);
+  } else {
+    const float f = (float)-(q->bsums[8 * h + 2 * k] + q->bsums[8 * h + 2 * k + 1]) * q->d;
+    memcpy(c1, &f, 4);
+    memset(c2, 0, 4);
+  }
+}
+
+AI void kpack_one(const float *x, uint8_t *xp, int64_t n, const int six) {
+  for (int64_t s = 0; s < n / QK_K; s++) {
+    block_q8_K q;
+    g_q8_k_from(x + s * QK_K, &q, QK_K);
+    for (int h = 0; h < 2; h++, xp += XQUAD_K) {
+      for (int k = 0; k < 4; k++) {
+        /* Q6_K: the natural order */
+        memcpy(xp + 16 * k, q.qs + 128 * h + (six ? 16 * k : 32 * k), 16);
+        memcpy(xp + 64 + 16 * k, q.qs + 128 * h + (six ? 64 + 16 * k : 32 * k + 16), 16);
+        for (int r = 0; r < 4; r++) k_corr(&q, h, k, six, xp + 192 + 16 * k + 4 * r, xp + 256 + 16 * k + 4 * r);
+      }
+      _mm512_storeu_ps(xp + 128, _mm512_set1_ps(q.d));
+    }
+  }
+}
+
+/* token slot j of the groups at g (x == NULL: zeros) */
+AI void kpack_slot(uint8_t *g, const float *x, int64_t n, const int j, const int six) {
+  __m512i idx[8];
+  slot_idx(j, idx, six);
+  for (int64_t s = 0; s < n / QK_K; s++) {
+    block_q8_K q;
+    memset(&q, 0, sizeof q);
+    if (x) g_q8_k_from(x + s * QK_K, &q, QK_K);
+    for (int h = 0; h < 2; h++, g += GQUAD_K) {
+      scatter_x(g, q.qs + 128 * h, idx, j);
+      for (int k = 0; k < 4; k++) {
+        uint8_t *p = g + 16 * k + 4 * j;
+        k_corr(&q, h, k, six, p + 512, p + 576);
+        memcpy(p + 640, &q.d, 4);
+      }
+    }
+  }
+}
+
+/* gemm_pack_sym for the K-quants (six: Q6_K's corrections) */
+AI void gemm_pack_k(const float *x, void *xp, int64_t n, int t, int nt, const int six) {
+  if (nt == 1) {
+    kpack_one(x, xp, n, six);
+    return;
+  }
+  uint8_t *g = (uint8_t *)xp + (size_t)(t / 4) * (size_t)(n / 128) * GQUAD_K;
+  kpack_slot(g, x, n, t % 4, six);
+  if (t == nt - 1)
+    for (int j = t % 4 + 1; j < 4; j++) kpack_slot(g, NULL, n, j, six);
+}
+
 /* log2 of the weight offset of the unsigned weights */
 AI int sym_shift(const int kind) { return kind == LQ8_0 ? 7 : kind == LQ4_0 ? 3 : 4; }
 
@@ -190,6 +298,7 @@ AI int sym_shift(const int kind) { return kind == LQ8_0 ? 7 : kind == LQ4_0 ? 3 
 typedef struct {
   __m512i a, b;
   __m512 d;
+  __m512 e;  /* K-quants: dmin m_k (Q4_K, Q5_K) or d sc_b (Q6_K) lanes */
   __m512i h; /* the quad's fp16 scales, d_k at word dpos(kind, k) */
 } wquad;
 
@@ -278,6 +387,83 @@ AI wquad w_quad(const uint8_t *wp, const int kind, const int cnt) {
   return u;
 }
 
+/* ---- K-quants: weights --------------------------------------------------- */
+
+AI uint32_t ld32(const uint8_t *p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+AI uint16_t ld16(const uint8_t *p) {
+  uint16_t v;
+  memcpy(&v, p, 2);
+  return v;
+}
+
+/* a super-block's 16 scale products as floats: Q4_K/Q5_K d sc_0..7 then
+ * dmin m_0..7, Q6_K d sc_0..15 */
+AI __m512 wk_f(const uint8_t *blk, const int kind) {
+  if (kind == LQ6_K) {
+    const block_q6_K *w = (const block_q6_K *)blk;
+    const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)w->scales)));
+    return _mm512_mul_ps(sc, _mm512_set1_ps(_cvtsh_ss(w->d)));
+  }
+  /* d, dmin at bytes 0 and 2, the scales from byte 4 */
+  const __m128i u = _mm512_castsi512_si128(k4_unpack_lanes(_mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(blk + 4)))));
+  const __m512 dmv = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                           _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128((int)ld32(blk)))));
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u)), dmv);
+}
+
+/* lane 4k + j of the result: lane o + step * k of f */
+AI __m512 f_lanes(__m512 f, const int o, const int step) {
+  const __m512i idx = _mm512_setr_epi32(o, o, o, o, o + step, o + step, o + step, o + step, o + 2 * step, o + 2 * step,
+                                        o + 2 * step, o + 2 * step, o + 3 * step, o + 3 * step, o + 3 * step, o + 3 * step);
+  return _mm512_permutexvar_ps(idx, f);
+}
+
+/* quad h of the super-block at blk: the quants as a (quants 0..15 of
+ * block k in 128-bit lane k) and b (16..31), unsigned */
+AI void wk_quants(const uint8_t *blk, const int kind, const int h, __m512i *a, __m512i *b) {
+  if (kind == LQ6_K) { /* the natural order: a quants 0..63, b 64..127 */
+    *a = q6_quants((const block_q6_K *)blk, h, 0);
+    *b = q6_quants((const block_q6_K *)blk, h, 1);
+    return;
+  }
+  /* 64 bytes: low nibbles blocks 0 (bytes 0..31) and 2, high nibbles
+   * blocks 1 and 3 */
+  const __m512i v = _mm512_loadu_si512(blk + (kind == LQ4_K ? 16 : 48) + 64 * h), m0f = _mm512_set1_epi8(0x0F);
+  __m512i lo = _mm512_and_si512(v, m0f), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m0f);
+  if (kind == LQ5_K) { /* block 2h' + c (c: 0 low, 1 high nibbles) of the
+                        * 32-byte chunk 2h + h' takes bit 4h + 2h' + c of
+                        * qh[byte] */
+    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 16)));
+    const __m512i sel = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << 4 * h)), _mm256_set1_epi8((char)(4 << 4 * h)), 1);
+    const __m512i s16 = _mm512_set1_epi8(16);
+    lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(qh, sel), lo, s16);
+    hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(qh, _mm512_add_epi8(sel, sel)), hi, s16);
+  }
+  *a = _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi);
+  *b = _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15), hi);
+}
+
+/* the quad as the group tiles take it (f: wk_f of its super-block) */
+AI wquad wk_quad(const uint8_t *blk, const int kind, const int h, __m512 f) {
+  wquad u;
+  wk_quants(blk, kind, h, &u.a, &u.b);
+  u.d = kind == LQ6_K ? f_lanes(f, 8 * h, 1) : f_lanes(f, 4 * h, 1);
+  u.e = kind == LQ6_K ? f_lanes(f, 8 * h + 4, 1) : f_lanes(f, 8 + 4 * h, 1);
+  u.h = _mm512_setzero_si512();
+  return u;
+}
+
+/* a super-block's lines, dist bytes on */
+AI void k_prefetch(const uint8_t *blk, const int kind, size_t dist) {
+  const char *p = (const char *)blk + dist;
+  for (size_t o = 0; o < k_bsz(kind); o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+  _mm_prefetch(p + k_bsz(kind) - 1, _MM_HINT_T0);
+}
+
 /* prefetches of the quad at wp, pfd bytes on (GEMM_PF_ROWS rows: both of
  * a quad's cache lines) */
 AI void w_prefetch(const uint8_t *wp, size_t pfd, const int kind) {
@@ -350,14 +536,8 @@ AI __m512 quad_one(const int kind, const int R, const int cnt, const uint8_t *w,
                          _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h4)), _mm512_loadu_ps(xp + 128)), acc);
 }
 
-/* R (<= 4) rows rs bytes apart against one token: results y[j * yr] */
-AI void tile_one(const int kind, const int R, int64_t nb, const uint8_t *w, size_t rs, size_t pfd, const uint8_t *xp,
-                 float *y, size_t yr) {
-  const int wsz = sym_wsz(kind);
-  __m512 acc = _mm512_setzero_ps();
-  int64_t b = 0;
-  for (; b + 4 <= nb; b += 4, w += 4 * wsz, xp += XQUAD) acc = quad_one(kind, R, 4, w, rs, pfd, xp, acc);
-  if (b < nb) acc = quad_one(kind, R, (int)(nb - b), w, rs, pfd, xp, acc);
+/* the results of a one-token tile: row r's in lane r of lanes_out(acc) */
+AI void store_one(__m512 acc, const int R, float *y, size_t yr) {
   const __m512 v = lanes_out(acc);
   if (R == 4 && yr == 1) {
     _mm_storeu_ps(y, _mm512_castps512_ps128(v));
@@ -368,17 +548,124 @@ AI void tile_one(const int kind, const int R, int64_t nb, const uint8_t *w, size
   for (int r = 0; r < R; r++) y[(size_t)r * yr] = o[r];
 }
 
+/* R (<= 4) rows rs bytes apart against one token: results y[j * yr] */
+AI void tile_one(const int kind, const int R, int64_t nb, const uint8_t *w, size_t rs, size_t pfd, const uint8_t *xp,
+                 float *y, size_t yr) {
+  const int wsz = sym_wsz(kind);
+  __m512 acc = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 4 <= nb; b += 4, w += 4 * wsz, xp += XQUAD) acc = quad_one(kind, R, 4, w, rs, pfd, xp, acc);
+  if (b < nb) acc = quad_one(kind, R, (int)(nb - b), w, rs, pfd, xp, acc);
+  store_one(acc, R, y, yr);
+}
+
+/* K-quants, one token: the scale vectors of both quads of the super-blocks
+ * at b[0..3] (lane 4k + r: row r's block k), as wk_quad's d and e */
+AI void k_one_scales(const int kind, const uint8_t *const b[4], __m512 d[2], __m512 e[2]) {
+  /* byte 4k + r of a 16-byte run: byte 16 r + o + step * k of v */
+#define RUN(o, step)                                                                                                  \
+  (16 * 0 + (o)), (16 * 1 + (o)), (16 * 2 + (o)), (16 * 3 + (o)), (16 * 0 + (o) + (step)), (16 * 1 + (o) + (step)), \
+      (16 * 2 + (o) + (step)), (16 * 3 + (o) + (step)), (16 * 0 + (o) + 2 * (step)), (16 * 1 + (o) + 2 * (step)),   \
+      (16 * 2 + (o) + 2 * (step)), (16 * 3 + (o) + 2 * (step)), (16 * 0 + (o) + 3 * (step)),                        \
+      (16 * 1 + (o) + 3 * (step)), (16 * 2 + (o) + 3 * (step)), (16 * 3 + (o) + 3 * (step))
+  const __m512i r4 = _mm512_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
+  if (kind == LQ6_K) {
+    const __m512i v = k4_load4(b[0] + 192, b[1] + 192, b[2] + 192, b[3] + 192);
+    const __m128i dw = _mm_setr_epi16((short)ld16(b[0] + 208), (short)ld16(b[1] + 208), (short)ld16(b[2] + 208),
+                                      (short)ld16(b[3] + 208), 0, 0, 0, 0);
+    const __m512 d4 = _mm512_permutexvar_ps(r4, _mm512_castps128_ps512(_mm_cvtph_ps(dw)));
+    for (int h = 0; h < 2; h++) {
+      const __m512i sel = _mm512_permutexvar_epi8(
+          _mm512_castsi256_si512(_mm256_setr_epi8(RUN(8 * h, 1), RUN(8 * h + 4, 1))), v);
+      d[h] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_castsi512_si128(sel))), d4);
+      e[h] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(sel, 1))), d4);
+    }
+    return;
+  }
+  const __m512i v = k4_unpack_lanes(k4_load4(b[0] + 4, b[1] + 4, b[2] + 4, b[3] + 4));
+  /* [d0, dmin0, d1, dmin1, ...] */
+  const __m128i dm = _mm_setr_epi32((int)ld32(b[0]), (int)ld32(b[1]), (int)ld32(b[2]), (int)ld32(b[3]));
+  const __m512 dm8 = _mm512_castps256_ps512(_mm256_cvtph_ps(dm));
+  const __m512 d4 = _mm512_permutexvar_ps(_mm512_add_epi32(r4, r4), dm8);
+  const __m512 m4 = _mm512_permutexvar_ps(_mm512_add_epi32(_mm512_add_epi32(r4, r4), _mm512_set1_epi32(1)), dm8);
+  for (int h = 0; h < 2; h++) {
+    const __m512i sel = _mm512_permutexvar_epi8(_mm512_castsi256_si512(_mm256_setr_epi8(RUN(4 * h, 1), RUN(8 + 4 * h, 1))), v);
+    d[h] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm512_castsi512_si128(sel))), d4);
+    e[h] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(sel, 1))), m4);
+  }
+#undef RUN
+}
+
+/* quad h of R (<= 4) rows' super-blocks b[] against one token */
+AI __m512 quad_one_k(const int kind, const int R, const uint8_t *const b[4], const int h, __m512 d, __m512 e,
+                     const uint8_t *xp, __m512 acc) {
+  const __m512i xa = _mm512_loadu_si512(xp), xb = _mm512_loadu_si512(xp + 64), z = _mm512_setzero_si512();
+  __m512i da[4], db[4];
+  _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {
+    if (r >= R) {
+      da[r] = db[r] = z;
+      continue;
+    }
+    __m512i a, bq;
+    wk_quants(b[r], kind, h, &a, &bq);
+    if (kind == LQ6_K) {
+      da[r] = _mm512_dpbusd_epi32(z, a, xa);
+      db[r] = _mm512_dpbusd_epi32(z, bq, xb);
+    } else {
+      da[r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, a, xa), bq, xb);
+    }
+  }
+  const __m512 dx = _mm512_loadu_ps(xp + 128);
+  if (kind == LQ6_K) {
+    const __m512i sa = _mm512_add_epi32(tr_add4(da[0], da[1], da[2], da[3]), _mm512_loadu_si512(xp + 192));
+    const __m512i sb = _mm512_add_epi32(tr_add4(db[0], db[1], db[2], db[3]), _mm512_loadu_si512(xp + 256));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sa), _mm512_mul_ps(d, dx), acc);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sb), _mm512_mul_ps(e, dx), acc);
+  }
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tr_add4(da[0], da[1], da[2], da[3])), _mm512_mul_ps(d, dx), acc);
+  return _mm512_fmadd_ps(e, _mm512_loadu_ps(xp + 192), acc);
+}
+
+/* tile_one of the K-quants (ns super-blocks a row) */
+AI void tile_one_k(const int kind, const int R, int64_t ns, const uint8_t *w, size_t rs, size_t pfd,
+                   const uint8_t *xp, float *y, size_t yr) {
+  __m512 acc = _mm512_setzero_ps();
+  const size_t bsz = k_bsz(kind);
+  for (int64_t s = 0; s < ns; s++, w += bsz, xp += 2 * XQUAD_K) {
+    /* rows past R read row 0 (their lanes are never stored) */
+    const uint8_t *b[4];
+    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {
+      b[r] = w + (size_t)(r < R ? r : 0) * rs;
+      if (r < R) k_prefetch(b[r], kind, pfd);
+    }
+    __m512 d[2], e[2];
+    k_one_scales(kind, b, d, e);
+    acc = quad_one_k(kind, R, b, 0, d[0], e[0], xp, acc);
+    acc = quad_one_k(kind, R, b, 1, d[1], e[1], xp + XQUAD_K, acc);
+  }
+  store_one(acc, R, y, yr);
+}
+
 /* ---- two or more tokens: lanes are the tokens of a group ----------------- */
 
 typedef struct {
   __m512i x[8], nc;
+  __m512i c2; /* K-quants: c2 (nc is their c1) */
   __m512 dx;
 } xgroup;
 
-AI void load_group(const uint8_t *p, xgroup *g) {
+AI void load_group(const uint8_t *p, xgroup *g, const int kind) {
   _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) g->x[i] = _mm512_loadu_si512(p + 64 * i);
   g->nc = _mm512_loadu_si512(p + 512);
-  g->dx = _mm512_loadu_ps(p + 576);
+  if (is_k(kind)) {
+    g->dx = _mm512_loadu_ps(p + 640);
+    if (kind == LQ6_K) {
+      g->c2 = _mm512_loadu_si512(p + 576);
+      __asm__("" : "+v"(g->c2));
+    }
+  } else {
+    g->dx = _mm512_loadu_ps(p + 576);
+  }
   /* in registers for every row of the tile: left to itself the compiler
    * takes them as memory operands of each vpdpbusd, and those loads per
    * (row, group) made the tile slower from memory */
@@ -388,8 +675,21 @@ AI void load_group(const uint8_t *p, xgroup *g) {
 
 /* one (row, group, quad): eight dots in two chains, then the convert,
  * scale product and FMA */
-AI __m512 group_fma(const wquad *w, const xgroup *g, __m512 acc) {
-  __m512i s0 = _mm512_dpbusd_epi32(g->nc, w->a, g->x[0]);
+AI __m512 group_fma(const wquad *w, const xgroup *g, __m512 acc, const int kind) {
+  if (kind == LQ6_K) { /* a and b in their own chains, each scaled */
+    __m512i sa = _mm512_dpbusd_epi32(g->nc, w->a, g->x[0]);
+    __m512i sb = _mm512_dpbusd_epi32(g->c2, w->b, g->x[4]);
+    sa = _mm512_dpbusd_epi32(sa, _mm512_shuffle_epi32(w->a, 0x39), g->x[1]);
+    sb = _mm512_dpbusd_epi32(sb, _mm512_shuffle_epi32(w->b, 0x39), g->x[5]);
+    sa = _mm512_dpbusd_epi32(sa, _mm512_shuffle_epi32(w->a, 0x4E), g->x[2]);
+    sb = _mm512_dpbusd_epi32(sb, _mm512_shuffle_epi32(w->b, 0x4E), g->x[6]);
+    sa = _mm512_dpbusd_epi32(sa, _mm512_shuffle_epi32(w->a, 0x93), g->x[3]);
+    sb = _mm512_dpbusd_epi32(sb, _mm512_shuffle_epi32(w->b, 0x93), g->x[7]);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sa), _mm512_mul_ps(w->d, g->dx), acc);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sb), _mm512_mul_ps(w->e, g->dx), acc);
+  }
+  const int k45 = is_k(kind);
+  __m512i s0 = _mm512_dpbusd_epi32(k45 ? _mm512_setzero_si512() : g->nc, w->a, g->x[0]);
   __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_shuffle_epi32(w->a, 0x39), g->x[1]);
   s0 = _mm512_dpbusd_epi32(s0, _mm512_shuffle_epi32(w->a, 0x4E), g->x[2]);
   s1 = _mm512_dpbusd_epi32(s1, _mm512_shuffle_epi32(w->a, 0x93), g->x[3]);
@@ -397,15 +697,17 @@ AI __m512 group_fma(const wquad *w, const xgroup *g, __m512 acc) {
   s1 = _mm512_dpbusd_epi32(s1, _mm512_shuffle_epi32(w->b, 0x39), g->x[5]);
   s0 = _mm512_dpbusd_epi32(s0, _mm512_shuffle_epi32(w->b, 0x4E), g->x[6]);
   s1 = _mm512_dpbusd_epi32(s1, _mm512_shuffle_epi32(w->b, 0x93), g->x[7]);
-  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(w->d, g->dx), acc);
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(w->d, g->dx), acc);
+  return k45 ? _mm512_fmadd_ps(w->e, _mm512_castsi512_ps(g->nc), acc) : acc;
 }
 
 /* where a tile's weight quads come from: a row's packed blocks (rows rs
  * bytes apart, cnt blocks of the quad present), or the unpacked buffer
  * (rows rs bytes apart, UQUAD bytes a quad) */
 AI wquad tile_quad(const int kind, const int U, const int cnt, const uint8_t *w, int r, size_t rs, size_t pfd,
-                   const int l2) {
+                   const int l2, const int h, const __m512 *f) {
   const uint8_t *wp = w + (size_t)r * rs;
+  if (is_k(kind)) return wk_quad(wp, kind, h, f[r]); /* prefetched per super-block */
   if (U) {
     wquad q;
     q.a = _mm512_load_si512(wp);
@@ -418,26 +720,27 @@ AI wquad tile_quad(const int kind, const int U, const int cnt, const uint8_t *w,
   return w_quad(wp, kind, cnt);
 }
 
-/* one quad of R rows x G groups (groups gs bytes apart) */
+/* one quad of R rows x G groups (groups gs bytes apart); K-quants: quad
+ * h of the super-blocks at w, f[r]: row r's wk_f */
 AI void quad_groups(const int kind, const int U, const int R, const int G, const int cnt, const uint8_t *w, size_t rs,
-                    size_t pfd, const uint8_t *xg, size_t gs, __m512 acc[4][2]) {
-  const int l2 = G == 2 && kind != LQ8_0 && !U;
+                    size_t pfd, const uint8_t *xg, size_t gs, __m512 acc[4][2], const int h, const __m512 *f) {
+  const int l2 = G == 2 && (kind == LQ4_0 || kind == LQ5_0) && !U;
   if (G == 1) { /* the group in registers, each row's quad in turn */
     xgroup x;
-    load_group(xg, &x);
+    load_group(xg, &x, kind);
     _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
-      const wquad q = tile_quad(kind, U, cnt, w, r, rs, pfd, l2);
-      acc[r][0] = group_fma(&q, &x, acc[r][0]);
+      const wquad q = tile_quad(kind, U, cnt, w, r, rs, pfd, l2, h, f);
+      acc[r][0] = group_fma(&q, &x, acc[r][0], kind);
     }
     return;
   }
   /* both rows' quads, then each group in turn */
   wquad q[2];
-  _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) q[r] = tile_quad(kind, U, cnt, w, r, rs, pfd, l2);
+  _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) q[r] = tile_quad(kind, U, cnt, w, r, rs, pfd, l2, h, f);
   _Pragma("GCC unroll 2") for (int g = 0; g < G; g++) {
     xgroup x;
-    load_group(xg + g * gs, &x);
-    _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) acc[r][g] = group_fma(&q[r], &x, acc[r][g]);
+    load_group(xg + g * gs, &x, kind);
+    _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) acc[r][g] = group_fma(&q[r], &x, acc[r][g], kind);
   }
 }
 
@@ -445,12 +748,24 @@ AI void quad_groups(const int kind, const int U, const int R, const int G, const
  * r * yr]; xg: the tile's first group, groups gs bytes apart */
 AI void tile_groups(const int kind, const int U, const int R, const int G, int T, int64_t nb, const uint8_t *w,
                     size_t rs, size_t pfd, const uint8_t *xg, size_t gs, float *y, size_t ys, size_t yr) {
-  const size_t wstep = U ? UQUAD : 4 * (size_t)sym_wsz(kind);
   __m512 acc[4][2];
   _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-  int64_t b = 0;
-  for (; b + 4 <= nb; b += 4, w += wstep, xg += GQUAD) quad_groups(kind, U, R, G, 4, w, rs, pfd, xg, gs, acc);
-  if (b < nb) quad_groups(kind, U, R, G, (int)(nb - b), w, rs, pfd, xg, gs, acc);
+  if (is_k(kind)) { /* super-blocks: each row's scales, then both quads */
+    for (int64_t s = 0; s < nb / 8; s++, w += k_bsz(kind), xg += 2 * GQUAD_K) {
+      __m512 f[4];
+      _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+        k_prefetch(w + (size_t)r * rs, kind, pfd);
+        f[r] = wk_f(w + (size_t)r * rs, kind);
+      }
+      quad_groups(kind, 0, R, G, 4, w, rs, pfd, xg, gs, acc, 0, f);
+      quad_groups(kind, 0, R, G, 4, w, rs, pfd, xg + GQUAD_K, gs, acc, 1, f);
+    }
+  } else {
+    const size_t wstep = U ? UQUAD : 4 * (size_t)sym_wsz(kind);
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4, w += wstep, xg += GQUAD) quad_groups(kind, U, R, G, 4, w, rs, pfd, xg, gs, acc, 0, NULL);
+    if (b < nb) quad_groups(kind, U, R, G, (int)(nb - b), w, rs, pfd, xg, gs, acc, 0, NULL);
+  }
   /* 128-bit lane m of o[] is (row, group) m's four tokens */
   float o[2][16];
   if (G == 1) {
@@ -553,7 +868,12 @@ AI size_t stream_pfd(size_t w_row) {
 #define GEMM_WIDE_X_BYTES (24u << 10)
 
 #define T1(R)                                                                                      \
-  case R: tile_one(kind, R, nb, wr, rs, pfd, xp, yv, yr); break;
+  case R:                                                                                          \
+    if (is_k(kind))                                                                                \
+      tile_one_k(kind, R, nb / 8, wr, rs, pfd, xp, yv, yr);                                        \
+    else                                                                                           \
+      tile_one(kind, R, nb, wr, rs, pfd, xp, yv, yr);                                              \
+    break;
 #define TG(R, G)                                                                                   \
   case (R) * 4 + (G): tile_groups(kind, 0, R, G, T, nb, wr, w_row, (G) == 2 ? pfd_wide : pfd, xt, gs, yt, ys, 1); break;
 
@@ -566,7 +886,7 @@ AI void gemm_sym(const int kind, int64_t n, const void *w, size_t w_row, int nr,
                   * thread, four adjacent rows ran Q5_0 at 17-22 G
                   * multiply-adds/s against 39 one at a time, Q8_0 33-34
                   * against 35-38; from L2 Q5_0 70 against 41) */
-    const int step = seg || (flags & PW_GEMM_RESIDENT) ? 4 : 1;
+    const int step = seg || (flags & PW_GEMM_RESIDENT) || is_k(kind) ? 4 : 1;
     const size_t rs = seg ? seg * w_row : w_row, pfd = seg ? stream_pfd(w_row) : GEMM_PF_ROWS * w_row,
                  yr = seg ? seg : 1;
     for (int v = 0; v < nr; v += seg ? 1 : step) {
@@ -577,14 +897,14 @@ AI void gemm_sym(const int kind, int64_t n, const void *w, size_t w_row, int nr,
     }
     return;
   }
-  const size_t gs = (size_t)nq * GQUAD;
+  const size_t gs = (size_t)nq * (is_k(kind) ? GQUAD_K : GQUAD);
   if (seg) { /* four streams, one group */
     const size_t rs = seg * w_row, pfd = stream_pfd(w_row);
     for (int v = 0; v < nr; v++)
       tile_groups(kind, 0, 4, 1, nt, nb, (const uint8_t *)w + (size_t)v * w_row, rs, pfd, xp, 0, y + v, ys, seg);
     return;
   }
-  if (nt >= GEMM_UNPACK_TOKENS && gemm_sym_u(kind, n, w, w_row, nr, xp, nt, y, ys)) return;
+  if (!is_k(kind) && nt >= GEMM_UNPACK_TOKENS && gemm_sym_u(kind, n, w, w_row, nr, xp, nt, y, ys)) return;
   const size_t pfd = GEMM_PF_ROWS * w_row, pfd_wide = GEMM_WIDE_PF_ROWS * w_row;
   const int gmax = 2 * gs <= GEMM_WIDE_X_BYTES ? 2 : 1;
   for (int t0 = 0; t0 < nt;) {
@@ -597,7 +917,7 @@ AI void gemm_sym(const int kind, int64_t n, const void *w, size_t w_row, int nr,
      * tiles); Q8_0 rows are faster in 4-row tiles (71 / 102 / 136 against
      * 59 / 85 / 117 one row at a time); a group left over after a pair keeps
      * 4-row tiles */
-    const int rmax = G == 2 ? 2 : nt <= 4 && !(flags & PW_GEMM_RESIDENT) && kind != LQ8_0 ? 1 : 4;
+    const int rmax = G == 2 ? 2 : nt <= 4 && !(flags & PW_GEMM_RESIDENT) && (kind == LQ4_0 || kind == LQ5_0) ? 1 : 4;
     for (int r0 = 0; r0 < nr;) {
       const int R = nr - r0 < rmax ? nr - r0 : rmax;
       const uint8_t *wr = (const uint8_t *)w + (size_t)r0 * w_row;
@@ -634,8 +954,34 @@ static void gemm_q5_0(int64_t n, const void *w, size_t w_row, int nr, size_t seg
   gemm_sym(LQ5_0, n, w, w_row, nr, seg, xp, nt, y, ys, flags);
 }
 
+/* Q4_K and Q5_K share a pack (the same corrections) */
+static void gemm_pack_k45(const float *x, void *xp, int64_t n, int t, int nt) { gemm_pack_k(x, xp, n, t, nt, 0); }
+static void gemm_pack_q6_k(const float *x, void *xp, int64_t n, int t, int nt) { gemm_pack_k(x, xp, n, t, nt, 1); }
+
+static void gemm_q4_k(int64_t n, const void *w, size_t w_row, int nr, size_t seg, const void *xp, int nt, float *y,
+                      size_t ys, unsigned flags) {
+  gemm_sym(LQ4_K, n, w, w_row, nr, seg, xp, nt, y, ys, flags);
+}
+static void gemm_q5_k(int64_t n, const void *w, size_t w_row, int nr, size_t seg, const void *xp, int nt, float *y,
+                      size_t ys, unsigned flags) {
+  gemm_sym(LQ5_K, n, w, w_row, nr, seg, xp, nt, y, ys, flags);
+}
+static void gemm_q6_k(int64_t n, const void *w, size_t w_row, int nr, size_t seg, const void *xp, int nt, float *y,
+                      size_t ys, unsigned flags) {
+  gemm_sym(LQ6_K, n, w, w_row, nr, seg, xp, nt, y, ys, flags);
+}
+
 void gemm_fill_avx512vbmi(pw_traits *t) {
   g_q8_0_from = t[PW_DT_Q8_0].from_float;
+  g_q8_k_from = t[PW_DT_Q8_K].from_float;
+  const uint32_t kq[3] = {PW_DT_Q4_K, PW_DT_Q5_K, PW_DT_Q6_K};
+  const pw_gemm_fn kf[3] = {gemm_q4_k, gemm_q5_k, gemm_q6_k};
+  const pw_gemm_pack_fn kp[3] = {gemm_pack_k45, gemm_pack_k45, gemm_pack_q6_k};
+  for (int i = 0; i < 3; i++) {
+    t[kq[i]].gemm = kf[i];
+    t[kq[i]].gemm_pack = kp[i];
+    t[kq[i]].gemm_xrow = gemm_xrow_k;
+  }
   const uint32_t sym[3] = {PW_DT_Q8_0, PW_DT_Q4_0, PW_DT_Q5_0};
   const pw_gemm_fn gf[3] = {gemm_q8_0, gemm_q4_0, gemm_q5_0};
   /* one pack per type: each holds its own weight offset's corrections */

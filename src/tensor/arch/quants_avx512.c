@@ -33,6 +33,7 @@
 #include "tensor/dtype.h"
 #include "tensor/quants.h"
 #include "tensor/traits.h"
+#include "tensor/arch/kquant_avx512.h"
 
 #include <immintrin.h>
 #include <stddef.h>
@@ -275,26 +276,6 @@ AI void k_prefetch(const uint8_t *blk, const size_t bsz, const size_t dist) {
   for (size_t o = 0; o < bsz; o += 64) _mm_prefetch((const char *)(blk + dist + o), _MM_HINT_T0);
 }
 
-/* q4_K/q5_K scales[12] unpacked in each 128-bit lane of v (16 bytes of a
- * block from its scales on): bytes 0..7 the scales, 8..15 the mins.
- * Scale/min j < 4 is the low 6 bits of byte j / j + 4;
- * j >= 4 takes its low 4 bits from a nibble of byte j + 4 and its top 2
- * from the top of byte j - 4 / j. Reads 16 bytes (the 12 scale bytes and
- * the next 4, inside the block). No scalar work and no moves from general
- * registers: Q4_K one row from L2 measured 21-23 -> 27 GB/s per core
- * (build/bench_kernels, BENCH_N=2048, alternated), 1B-shaped Q4_K_M decode
- * +1.4-2.9% in alternated `power bench` runs. */
-AI __m512i k4_unpack_lanes(__m512i v) {
-  /* a: [s0..s3, s8..s11, s4..s7, s8..s11]; b: the top-bit sources of the
-   * j >= 4 lanes ([s0..s3] under the scales, [s4..s7] under the mins) */
-  const __m512i a = _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11)));
-  const __m512i b = _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7)));
-  const __m512i m = _mm512_broadcast_i32x4(_mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
-  const __m512i lo = _mm512_mask_blend_epi32(0x8888, _mm512_and_si512(a, m),
-                                             _mm512_and_si512(_mm512_srli_epi16(a, 4), _mm512_set1_epi8(15)));
-  return _mm512_or_si512(lo, _mm512_and_si512(_mm512_srli_epi16(b, 2), _mm512_set1_epi8(0x30)));
-}
-
 /* one super-block's scales at s */
 AI __m128i k4_unpack_v(const uint8_t *s) {
   return _mm512_castsi512_si128(k4_unpack_lanes(_mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)s))));
@@ -309,15 +290,6 @@ typedef struct {
   __m512i hb;   /* q5_K: the fifth bits, broadcast */
   float dw, dmw;
 } k45_sb;
-
-/* k4_unpack_v of four super-blocks' scales at once (128-bit lane r: s[r]'s) */
-AI __m512i k4_unpack_v4(const uint8_t *s0, const uint8_t *s1, const uint8_t *s2, const uint8_t *s3) {
-  __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)s0));
-  v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)s1), 1);
-  v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)s2), 2);
-  v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)s3), 3);
-  return k4_unpack_lanes(v);
-}
 
 /* the mins of a super-block whose unpacked scales and mins are int16
  * lanes o..o + 15 of w, duplicated per pair of 16 (k45_sb.mins) */
@@ -476,20 +448,6 @@ AI void vd4_q45k(int64_t n, const void *vw, size_t rs, const void *x, float *out
 static void vd4_q4_k(int64_t n, const void *w, size_t rs, const void *x, float *out) { vd4_q45k(n, w, rs, x, out, 0); }
 static void vd4_q5_k(int64_t n, const void *w, size_t rs, const void *x, float *out) { vd4_q45k(n, w, rs, x, out, 1); }
 
-/* q6_K: the high two bits of the 4 sub-rows k (see block_q6_K) moved to
- * bits 4..5: k=0: <<4, k=1: <<2 (chunk A); k=2: >>0, k=3: >>2 (chunk B);
- * quants of half h, part m of a super-block */
-AI __m512i q6_quants(const block_q6_K *w, int h, int m) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-  const __m512i shA = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
-  const __m512i shB = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-  const __m512i l = _mm512_loadu_si512(w->ql + 64 * h);
-  const __m512i hh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w->qh + 32 * h)));
-  const __m512i lo = m == 0 ? _mm512_and_si512(l, m4) : _mm512_and_si512(_mm512_srli_epi16(l, 4), m4);
-  const __m512i hi = m == 0 ? _mm512_and_si512(_mm512_sllv_epi16(hh, shA), m30)
-                            : _mm512_and_si512(_mm512_srlv_epi16(hh, shB), m30);
-  return _mm512_or_si512(lo, hi);
-}
 /* k_pair's scales of half h's two chunks from the 16 int16 scales sc16:
  * chunk m's 128-bit lane k takes scale 8h + 4m + k */
 AI __m512i q6_pair_scales(__m512i sc16, int h) {
