@@ -61,9 +61,9 @@ static double run_gemm(const pw_traits *t, int64_t n, const void *w, const void 
 }
 
 /* ns per weight row of decode's one-token pass where the type has one:
- * four streams (traits.h) of ROWS / 4 rows, through the gemm (xq packed
- * for it) or vec_dot4 (xq in the vec_dot type) */
-static double run_streams(const pw_traits *t, int64_t n, const void *w, const void *xq, int passes) {
+ * four streams (traits.h) of ROWS / 4 rows, through the gemm (gemm: xq
+ * packed for it) or vec_dot4 (xq in the vec_dot type) */
+static double run_streams(const pw_traits *t, int gemm, int64_t n, const void *w, const void *xq, int passes) {
   const size_t wr = (size_t)pw_dtype_row_size(t->dtype, (uint64_t)n);
   const int seg = ROWS / PW_GEMM_STREAMS;
   static float y[ROWS];
@@ -71,7 +71,7 @@ static double run_streams(const pw_traits *t, int64_t n, const void *w, const vo
   volatile float sink = 0;
   const double t0 = now();
   for (int r = 0; r < passes; r++) {
-    if (t->gemm) {
+    if (gemm) {
       t->gemm(n, w, wr, seg, (size_t)seg, xq, 1, y, ROWS, 0);
       sink += y[r % ROWS];
     } else {
@@ -178,21 +178,30 @@ int main(int argc, char **argv) {
   /* decode's shape: one token, four rows far apart at a time (matmul.c);
    * the gemm path's "1" column above is the one-row-at-a-time shape that
    * short matrices keep */
-  printf("\none token, four streams: %-8s %9s\n", "level", "1");
+  printf("\none token, four streams: %-8s %9s %9s\n", "level", "gemm", "vec_dot4");
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
     const pw_traits *t = pw_traits_get(types[i]);
     if ((!t->gemm && !t->vec_dot4) || !wanted(argc, argv, t->name) || n % t->blck) continue;
     pw_ref_quantize(types[i], x, w, n * ROWS);
-    const size_t xsz = t->gemm ? t->gemm_xrow(n) : (size_t)pw_dtype_row_size(t->vec_dot_type, (uint64_t)n);
-    uint8_t *xs4 = aligned_alloc(64, (xsz + 63) / 64 * 64);
-    if (!xs4) return 1;
-    if (t->gemm) t->gemm_pack(x, xs4, n, 0, 1);
-    else pw_ref_quantize(t->vec_dot_type, x, xs4, n);
-    double res[REPS];
-    for (int r = 0; r < REPS; r++) res[r] = run_streams(t, n, w, xs4, 120);
-    qsort(res, REPS, sizeof(double), cmp_d);
-    printf("%-5s %27s %9.2f\n", t->name, lvl_name[pw_tensor_level()], (double)pw_dtype_row_size(t->dtype, (uint64_t)n) / res[REPS / 2]);
-    free(xs4);
+    printf("%-5s %27s", t->name, lvl_name[pw_tensor_level()]);
+    /* both paths where the type has both (levels in turn, as above) */
+    for (int g = 1; g >= 0; g--) {
+      if (!(g ? t->gemm != NULL : t->vec_dot4 != NULL)) {
+        printf(" %9s", "-");
+        continue;
+      }
+      const size_t xsz = g ? t->gemm_xrow(n) : (size_t)pw_dtype_row_size(t->vec_dot_type, (uint64_t)n);
+      uint8_t *xs4 = aligned_alloc(64, (xsz + 63) / 64 * 64);
+      if (!xs4) return 1;
+      if (g) t->gemm_pack(x, xs4, n, 0, 1);
+      else pw_ref_quantize(t->vec_dot_type, x, xs4, n);
+      double res[REPS];
+      for (int r = 0; r < REPS; r++) res[r] = run_streams(t, g, n, w, xs4, 120);
+      qsort(res, REPS, sizeof(double), cmp_d);
+      printf(" %9.2f", (double)pw_dtype_row_size(t->dtype, (uint64_t)n) / res[REPS / 2]);
+      free(xs4);
+    }
+    printf("\n");
   }
   free(x);
   free(w);

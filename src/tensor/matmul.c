@@ -114,7 +114,8 @@ static int steal_next(steal_set *ss, int ith, long *lo, long *hi) {
     uint64_t v = atomic_load_explicit(own, memory_order_relaxed);
     const long a = share_lo(v), b = share_hi(v);
     if (a < b) {
-      const long e = a + STEAL_GRAIN < b ? a + STEAL_GRAIN : b;
+      /* an eighth of what is left, at least STEAL_GRAIN tiles */
+      const long g = (b - a) / 8 > STEAL_GRAIN ? (b - a) / 8 : STEAL_GRAIN, e = a + g < b ? a + g : b;
       if (!atomic_compare_exchange_weak_explicit(own, &v, share_pack(e, b), memory_order_relaxed,
                                                  memory_order_relaxed))
         continue;

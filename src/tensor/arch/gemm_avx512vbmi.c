@@ -855,8 +855,12 @@ AI int gemm_sym_u(const int kind, int64_t n, const void *w, size_t w_row, int nr
 #define GEMM_STREAM_PF_ROWS 2
 #define GEMM_STREAM_PF_BYTES 1800
 
+/* the K-quants' streams: as the vec_dot4 kernels' (quants_avx512.c) */
+#define GEMM_K_STREAM_PF_BYTES 2048
+
 /* the prefetch distance of a stream of w_row-byte rows */
-AI size_t stream_pfd(size_t w_row) {
+AI size_t stream_pfd(size_t w_row, const int kind) {
+  if (is_k(kind)) return GEMM_K_STREAM_PF_BYTES;
   const size_t pf_rows = (GEMM_STREAM_PF_BYTES + w_row - 1) / w_row;
   return (pf_rows > GEMM_STREAM_PF_ROWS ? pf_rows : GEMM_STREAM_PF_ROWS) * w_row;
 }
@@ -887,7 +891,7 @@ AI void gemm_sym(const int kind, int64_t n, const void *w, size_t w_row, int nr,
                   * multiply-adds/s against 39 one at a time, Q8_0 33-34
                   * against 35-38; from L2 Q5_0 70 against 41) */
     const int step = seg || (flags & PW_GEMM_RESIDENT) || is_k(kind) ? 4 : 1;
-    const size_t rs = seg ? seg * w_row : w_row, pfd = seg ? stream_pfd(w_row) : GEMM_PF_ROWS * w_row,
+    const size_t rs = seg ? seg * w_row : w_row, pfd = seg ? stream_pfd(w_row, kind) : GEMM_PF_ROWS * w_row,
                  yr = seg ? seg : 1;
     for (int v = 0; v < nr; v += seg ? 1 : step) {
       const int R = seg ? 4 : nr - v >= step ? step : nr - v;
@@ -899,7 +903,7 @@ AI void gemm_sym(const int kind, int64_t n, const void *w, size_t w_row, int nr,
   }
   const size_t gs = (size_t)nq * (is_k(kind) ? GQUAD_K : GQUAD);
   if (seg) { /* four streams, one group */
-    const size_t rs = seg * w_row, pfd = stream_pfd(w_row);
+    const size_t rs = seg * w_row, pfd = stream_pfd(w_row, kind);
     for (int v = 0; v < nr; v++)
       tile_groups(kind, 0, 4, 1, nt, nb, (const uint8_t *)w + (size_t)v * w_row, rs, pfd, xp, 0, y + v, ys, seg);
     return;
