@@ -292,16 +292,17 @@ static void test_row_sharing(void) {
   static uint8_t W[NO * NI * 2];
   for (int i = 0; i < NO * NI; i++) wf[i] = (float)((long long)i * 7919 % 2003 - 1001) / 700.0f;
   for (int i = 0; i < NT * NI; i++) X[i] = (float)((i * 104729) % 1999 - 999) / 500.0f;
-  const uint32_t types[2] = {PW_DT_Q8_0, PW_DT_Q4_K};
+  /* a symmetric type and the K-quants, all tiled at the AVX-512 VBMI level */
+  const uint32_t types[4] = {PW_DT_Q8_0, PW_DT_Q4_K, PW_DT_Q5_K, PW_DT_Q6_K};
   pw_pool *pools[3] = {pw_pool_create(2), pw_pool_create(3), pw_pool_create(17)};
   CHECK(pools[0] && pools[1] && pools[2]);
-  for (int ti = 0; ti < 2; ti++) {
+  for (int ti = 0; ti < 4; ti++) {
     pw_ref_quantize(types[ti], wf, W, (int64_t)NO * NI);
     void *scratch = malloc(pw_matmul_scratch_size(types[ti], NI, NT));
     CHECK(scratch != NULL);
     for (int nt = 1; nt <= NT; nt++) {
       pw_matmul(NULL, types[ti], W, NI, NO, X, nt, y1, scratch);
-      /* a pass of up to 4 tokens over rows this long reads Q8_0 in four
+      /* a pass of up to 4 tokens over rows this long reads the tiled types in four
        * streams (matmul.c), resident hints in adjacent-row tiles: the same
        * bits, and every row there (NaN otherwise) */
       memset(Y, 0xFF, sizeof Y);
@@ -333,7 +334,8 @@ static int span_cmp(const void *a, const void *b) {
 static void test_first_spans(void) {
   enum { NI = 256, NO = 3001, NK = 200 };
   static uint8_t W[2][NO * NI * 2];
-  const uint32_t types[2] = {PW_DT_Q8_0, PW_DT_Q4_K};
+  /* a symmetric type and the K-quants, all tiled at the AVX-512 VBMI level */
+  const uint32_t types[4] = {PW_DT_Q8_0, PW_DT_Q4_K, PW_DT_Q5_K, PW_DT_Q6_K};
   for (int nt = 1; nt <= 2; nt++)
     for (int nth = 2; nth <= 4; nth++) {
       /* Q8_0 3001 rows (four streams and a row past them at 1-2 tokens),
