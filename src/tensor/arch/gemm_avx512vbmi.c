@@ -71,8 +71,9 @@ AI int sym_wsz(const int kind) { return kind == LQ8_0 ? 34 : kind == LQ4_0 ? 18 
 /* packed bytes per token and quad: enough for either layout (a group of
  * four tokens takes GQUAD, and a pass of two tokens one group) */
 #define XROW_QUAD 320
-/* a quad unpacked (the many-token path): a, b and d */
+/* a quad unpacked (the many-token path): a, b and d (and the K-quants' e) */
 #define UQUAD 192
+#define UQUAD_K 256
 
 /* Each quad load of a weight row goes with software prefetches this many
  * rows further on (rows are contiguous, so that is a fixed distance ahead
@@ -707,14 +708,15 @@ AI __m512 group_fma(const wquad *w, const xgroup *g, __m512 acc, const int kind)
 AI wquad tile_quad(const int kind, const int U, const int cnt, const uint8_t *w, int r, size_t rs, size_t pfd,
                    const int l2, const int h, const __m512 *f) {
   const uint8_t *wp = w + (size_t)r * rs;
-  if (is_k(kind)) return wk_quad(wp, kind, h, f[r]); /* prefetched per super-block */
   if (U) {
     wquad q;
     q.a = _mm512_load_si512(wp);
     q.b = _mm512_load_si512(wp + 64);
     q.d = _mm512_load_ps(wp + 128);
+    if (is_k(kind)) q.e = _mm512_load_ps(wp + 192);
     return q;
   }
+  if (is_k(kind)) return wk_quad(wp, kind, h, f[r]); /* prefetched per super-block */
   w_prefetch(wp, pfd, kind);
   if (l2) w_prefetch_l2(wp, GEMM_WIDE_L2_PF_ROWS * rs, kind);
   return w_quad(wp, kind, cnt);
@@ -750,7 +752,7 @@ AI void tile_groups(const int kind, const int U, const int R, const int G, int T
                     size_t rs, size_t pfd, const uint8_t *xg, size_t gs, float *y, size_t ys, size_t yr) {
   __m512 acc[4][2];
   _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-  if (is_k(kind)) { /* super-blocks: each row's scales, then both quads */
+  if (is_k(kind) && !U) { /* super-blocks: each row's scales, then both quads */
     for (int64_t s = 0; s < nb / 8; s++, w += k_bsz(kind), xg += 2 * GQUAD_K) {
       __m512 f[4];
       _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
@@ -761,9 +763,10 @@ AI void tile_groups(const int kind, const int U, const int R, const int G, int T
       quad_groups(kind, 0, R, G, 4, w, rs, pfd, xg + GQUAD_K, gs, acc, 1, f);
     }
   } else {
-    const size_t wstep = U ? UQUAD : 4 * (size_t)sym_wsz(kind);
+    const size_t wstep = U ? (is_k(kind) ? UQUAD_K : UQUAD) : 4 * (size_t)sym_wsz(kind);
+    const size_t xstep = is_k(kind) ? GQUAD_K : GQUAD;
     int64_t b = 0;
-    for (; b + 4 <= nb; b += 4, w += wstep, xg += GQUAD) quad_groups(kind, U, R, G, 4, w, rs, pfd, xg, gs, acc, 0, NULL);
+    for (; b + 4 <= nb; b += 4, w += wstep, xg += xstep) quad_groups(kind, U, R, G, 4, w, rs, pfd, xg, gs, acc, 0, NULL);
     if (b < nb) quad_groups(kind, U, R, G, (int)(nb - b), w, rs, pfd, xg, gs, acc, 0, NULL);
   }
   /* 128-bit lane m of o[] is (row, group) m's four tokens */
@@ -799,6 +802,23 @@ AI void tile_groups(const int kind, const int U, const int R, const int G, int T
 #define GEMM_UNPACK_BYTES (128u << 10)
 
 AI void unpack_rows(const int kind, int64_t nb, const uint8_t *w, size_t w_row, int nr, uint8_t *u, size_t u_row) {
+  if (is_k(kind)) { /* wk_quad's vectors of both quads of each super-block */
+    for (int r = 0; r < nr; r++) {
+      const uint8_t *wp = w + (size_t)r * w_row;
+      uint8_t *up = u + (size_t)r * u_row;
+      for (int64_t s = 0; s < nb / 8; s++, wp += k_bsz(kind)) {
+        const __m512 f = wk_f(wp, kind);
+        for (int h = 0; h < 2; h++, up += UQUAD_K) {
+          const wquad q = wk_quad(wp, kind, h, f);
+          _mm512_store_si512(up, q.a);
+          _mm512_store_si512(up + 64, q.b);
+          _mm512_store_ps(up + 128, q.d);
+          _mm512_store_ps(up + 192, q.e);
+        }
+      }
+    }
+    return;
+  }
   const int wsz = sym_wsz(kind);
   for (int r = 0; r < nr; r++) {
     const uint8_t *wp = w + (size_t)r * w_row;
@@ -820,7 +840,7 @@ AI void unpack_rows(const int kind, int64_t nb, const uint8_t *w, size_t w_row, 
 AI int gemm_sym_u(const int kind, int64_t n, const void *w, size_t w_row, int nr, const uint8_t *xp, int nt,
                   float *y, size_t ys) {
   const int64_t nb = n / 32, np = (nb + 3) / 4;
-  const size_t u_row = (size_t)np * UQUAD, gs = (size_t)np * GQUAD;
+  const size_t u_row = (size_t)np * (is_k(kind) ? UQUAD_K : UQUAD), gs = (size_t)np * (is_k(kind) ? GQUAD_K : GQUAD);
   int ub = (int)(GEMM_UNPACK_BYTES / u_row) / 4 * 4;
   if (ub < 4) return 0;
   uint8_t buf[GEMM_UNPACK_BYTES] __attribute__((aligned(64)));
@@ -908,7 +928,7 @@ AI void gemm_sym(const int kind, int64_t n, const void *w, size_t w_row, int nr,
       tile_groups(kind, 0, 4, 1, nt, nb, (const uint8_t *)w + (size_t)v * w_row, rs, pfd, xp, 0, y + v, ys, seg);
     return;
   }
-  if (!is_k(kind) && nt >= GEMM_UNPACK_TOKENS && gemm_sym_u(kind, n, w, w_row, nr, xp, nt, y, ys)) return;
+  if (nt >= GEMM_UNPACK_TOKENS && gemm_sym_u(kind, n, w, w_row, nr, xp, nt, y, ys)) return;
   const size_t pfd = GEMM_PF_ROWS * w_row, pfd_wide = GEMM_WIDE_PF_ROWS * w_row;
   const int gmax = 2 * gs <= GEMM_WIDE_X_BYTES ? 2 : 1;
   for (int t0 = 0; t0 < nt;) {
