@@ -3,8 +3,9 @@
  * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K. Compiled with the
  * AVX-512 flag set; installed by pw_tensor_init only when the CPU reports
  * all of F, BW, VL, DQ and VNNI. Types not covered here keep their AVX2
- * kernels; the tiled GEMM of Q8_0, Q4_0 and Q5_0 is in
- * gemm_avx512vbmi.c. Not a quantizer or dequantizer file (those stay in
+ * kernels; the tiled GEMM of Q8_0, Q4_0, Q5_0 and the K-quants is in
+ * gemm_avx512vbmi.c (where the CPU has VBMI too, the matmul takes it for
+ * those types instead of these kernels). Not a quantizer or dequantizer file (those stay in
  * avx2.c).
  *
  * The vec_dot kernels of Q8_0, Q4_0 and Q5_0 put two 32-element blocks in
