@@ -17,6 +17,7 @@
 #include "tensor/arch/kquant_avx512.h"
 
 #include <immintrin.h>
+#include <stddef.h>
 #include <string.h>
 
 #define AI static inline __attribute__((always_inline))
@@ -78,9 +79,10 @@ AI int sym_wsz(const int kind) { return kind == LQ8_0 ? 34 : kind == LQ4_0 ? 18 
 /* packed bytes per token and quad: enough for either layout (a group of
  * four tokens takes GQUAD, and a pass of two tokens one group) */
 #define XROW_QUAD 320
-/* a quad unpacked (the many-token path): a, b and d (and the K-quants' e) */
+/* a quad unpacked (the many-token path): a, b and d (and the K-quants' e,
+ * or Q6_K's ia and ib): uquad(kind) bytes */
 #define UQUAD 192
-#define UQUAD_K 256
+AI size_t uquad(const int kind) { return kind == LQ6_K ? 320 : kind >= LQ4_K ? 256 : UQUAD; }
 
 /* Each quad load of a weight row goes with software prefetches this many
  * rows further on (rows are contiguous, so that is a fixed distance ahead
@@ -218,9 +220,13 @@ AI void gemm_pack_sym(const float *x, void *xp, int64_t n, int t, int nt, const 
  *     time: the mins term);
  *   Q6_K (a scale per 16): a holds the quad's elements 0..63 and b 64..127
  *     in their natural order (as q6_quants unpacks them), so lane k of a
- *     is group 8h + k and of b group 8h + 4 + k: acc += (d sc_a * dx) *
- *     (dot_a - 32 sum_a), then the same for b, the -32 offset folded into
- *     the integer dots' initial values.
+ *     is group 8h + k and of b group 8h + 4 + k, and the scales are
+ *     applied in integers: acc += (d * dx) * (sc_a (dot_a - 32 sum_a) +
+ *     sc_b (dot_b - 32 sum_b)), |.| < 2^24. One token takes it as vec_dot
+ *     does (int16 pairs of four products, less 32 times their activations,
+ *     times the scales with vpdpwssd), groups with two vpmulld; with a
+ *     float product per group of 16 instead, one token measured 64 against
+ *     vec_dot4's 71 GB/s per core, now 70-72 (bench_kernels, 2048-wide).
  * dx is the token's q8_K scale (one per super-block; the activations of
  * vec_dot), d sc and dmin m are exact float products. The one-token form
  * and the group form apply exactly these operations, as the symmetric
@@ -230,10 +236,12 @@ AI void gemm_pack_sym(const float *x, void *xp, int64_t n, int t, int nt, const 
  * float rounding only.
  *
  * Layouts: one token, XQUAD_K bytes a quad: the quants as a and b, dx in
- * all 16 lanes, then c1 and c2 (lane 4k + r: lane k's); a group of four
- * tokens, GQUAD_K bytes a quad: X_0..7 as above (Q6_K's from the natural
- * order), c1, c2 and dx (lane 4k + j: token j's). c1, c2: Q4_K/Q5_K nc_k
- * and zero, Q6_K -32 sum_a and -32 sum_b (int32). */
+ * all 16 lanes, then c1 and c2 (lane 4k + r: lane k's; Q6_K: int16 8k + i
+ * of c1 is -32 times the sum of dword i of a's lane k, i < 4, or of dword
+ * i - 4 of b's, and c2 is unused); a group of four tokens, GQUAD_K bytes
+ * a quad: X_0..7 as above (Q6_K's from the natural order), c1, c2 and dx
+ * (lane 4k + j: token j's). c1, c2 of a group: Q4_K/Q5_K nc_k and zero,
+ * Q6_K -32 sum_a and -32 sum_b (int32). */
 #define XQUAD_K 320
 #define GQUAD_K 704
 #define XROW_QUAD_K 352 /* a pass of two tokens is one group */
@@ -265,6 +273,16 @@ AI void kpack_one(const float *x, uint8_t *xp, int64_t n, const int six) {
         /* Q6_K: the natural order */
         memcpy(xp + 16 * k, q.qs + 128 * h + (six ? 16 * k : 32 * k), 16);
         memcpy(xp + 64 + 16 * k, q.qs + 128 * h + (six ? 64 + 16 * k : 32 * k + 16), 16);
+        if (six) { /* int16 8k + i: -32 times the sum of dword i of a (i < 4)
+                    * or of dword i - 4 of b in lane k */
+          for (int i = 0; i < 8; i++) {
+            const int8_t *v = q.qs + 128 * h + (i < 4 ? 0 : 64) + 16 * k + 4 * (i & 3);
+            const int16_t c = (int16_t)(-32 * (v[0] + v[1] + v[2] + v[3]));
+            memcpy(xp + 192 + 16 * k + 2 * i, &c, 2);
+          }
+          memset(xp + 256 + 16 * k, 0, 16);
+          continue;
+        }
         for (int r = 0; r < 4; r++) k_corr(&q, h, k, six, xp + 192 + 16 * k + 4 * r, xp + 256 + 16 * k + 4 * r);
       }
       _mm512_storeu_ps(xp + 128, _mm512_set1_ps(q.d));
@@ -311,7 +329,8 @@ AI int sym_shift(const int kind) { return kind == LQ8_0 ? 7 : kind == LQ4_0 ? 3 
 typedef struct {
   __m512i a, b;
   __m512 d;
-  __m512 e;  /* K-quants: dmin m_k (Q4_K, Q5_K) or d sc_b (Q6_K) lanes */
+  __m512 e;  /* Q4_K, Q5_K: dmin m_k lanes (d: d sc_k) */
+  __m512i ia, ib; /* Q6_K: the int scales of a's and b's lanes (d: d) */
   __m512i h; /* the quad's fp16 scales, d_k at word dpos(kind, k) */
 } wquad;
 
@@ -413,14 +432,11 @@ AI uint16_t ld16(const uint8_t *p) {
   return v;
 }
 
-/* a super-block's 16 scale products as floats: Q4_K/Q5_K d sc_0..7 then
- * dmin m_0..7, Q6_K d sc_0..15 */
+/* a super-block's scales: Q4_K/Q5_K the 16 products d sc_0..7 and dmin
+ * m_0..7 as floats, Q6_K the 16 scales as int32 (the bits of the result) */
 AI __m512 wk_f(const uint8_t *blk, const int kind) {
-  if (kind == LQ6_K) {
-    const block_q6_K *w = (const block_q6_K *)blk;
-    const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)w->scales)));
-    return _mm512_mul_ps(sc, _mm512_set1_ps(_cvtsh_ss(w->d)));
-  }
+  if (kind == LQ6_K)
+    return _mm512_castsi512_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)((const block_q6_K *)blk)->scales)));
   /* d, dmin at bytes 0 and 2, the scales from byte 4 */
   const __m128i u = _mm512_castsi512_si128(k4_unpack_lanes(_mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(blk + 4)))));
   const __m512 dmv = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
@@ -464,9 +480,17 @@ AI void wk_quants(const uint8_t *blk, const int kind, const int h, __m512i *a, _
 AI wquad wk_quad(const uint8_t *blk, const int kind, const int h, __m512 f) {
   wquad u;
   wk_quants(blk, kind, h, &u.a, &u.b);
-  u.d = kind == LQ6_K ? f_lanes(f, 8 * h, 1) : f_lanes(f, 4 * h, 1);
-  u.e = kind == LQ6_K ? f_lanes(f, 8 * h + 4, 1) : f_lanes(f, 8 + 4 * h, 1);
   u.h = _mm512_setzero_si512();
+  if (kind == LQ6_K) {
+    u.ia = _mm512_castps_si512(f_lanes(f, 8 * h, 1));
+    u.ib = _mm512_castps_si512(f_lanes(f, 8 * h + 4, 1));
+    u.d = _mm512_set1_ps(_cvtsh_ss(ld16(blk + offsetof(block_q6_K, d))));
+    u.e = _mm512_setzero_ps();
+    return u;
+  }
+  u.d = f_lanes(f, 4 * h, 1);
+  u.e = f_lanes(f, 8 + 4 * h, 1);
+  u.ia = u.ib = u.h;
   return u;
 }
 
@@ -573,8 +597,9 @@ AI void tile_one(const int kind, const int R, int64_t nb, const uint8_t *w, size
 }
 
 /* K-quants, one token: the scale vectors of both quads of the super-blocks
- * at b[0..3] (lane 4k + r: row r's block k), as wk_quad's d and e */
-AI void k_one_scales(const int kind, const uint8_t *const b[4], __m512 d[2], __m512 e[2]) {
+ * at b[0..3] (lane 4k + r: row r's lane k), as wk_quad's d and e; Q6_K:
+ * d the rows' d (both quads), s16[r] row r's 16 scales as int16 */
+AI void k_one_scales(const int kind, const uint8_t *const b[4], __m512 d[2], __m512 e[2], __m512i s16[4]) {
   /* byte 4k + r of a 16-byte run: byte 16 r + o + step * k of v */
 #define RUN(o, step)                                                                                                  \
   (16 * 0 + (o)), (16 * 1 + (o)), (16 * 2 + (o)), (16 * 3 + (o)), (16 * 0 + (o) + (step)), (16 * 1 + (o) + (step)), \
@@ -583,16 +608,13 @@ AI void k_one_scales(const int kind, const uint8_t *const b[4], __m512 d[2], __m
       (16 * 1 + (o) + 3 * (step)), (16 * 2 + (o) + 3 * (step)), (16 * 3 + (o) + 3 * (step))
   const __m512i r4 = _mm512_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
   if (kind == LQ6_K) {
-    const __m512i v = k4_load4(b[0] + 192, b[1] + 192, b[2] + 192, b[3] + 192);
-    const __m128i dw = _mm_setr_epi16((short)ld16(b[0] + 208), (short)ld16(b[1] + 208), (short)ld16(b[2] + 208),
-                                      (short)ld16(b[3] + 208), 0, 0, 0, 0);
-    const __m512 d4 = _mm512_permutexvar_ps(r4, _mm512_castps128_ps512(_mm_cvtph_ps(dw)));
-    for (int h = 0; h < 2; h++) {
-      const __m512i sel = _mm512_permutexvar_epi8(
-          _mm512_castsi256_si512(_mm256_setr_epi8(RUN(8 * h, 1), RUN(8 * h + 4, 1))), v);
-      d[h] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_castsi512_si128(sel))), d4);
-      e[h] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(sel, 1))), d4);
-    }
+    const size_t od = offsetof(block_q6_K, d), os = offsetof(block_q6_K, scales);
+    const __m128i dw = _mm_setr_epi16((short)ld16(b[0] + od), (short)ld16(b[1] + od), (short)ld16(b[2] + od),
+                                      (short)ld16(b[3] + od), 0, 0, 0, 0);
+    d[0] = d[1] = _mm512_permutexvar_ps(r4, _mm512_castps128_ps512(_mm_cvtph_ps(dw)));
+    e[0] = e[1] = _mm512_setzero_ps();
+    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)
+      s16[r] = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b[r] + os))));
     return;
   }
   const __m512i v = k4_unpack_lanes(k4_load4(b[0] + 4, b[1] + 4, b[2] + 4, b[3] + 4));
@@ -609,32 +631,35 @@ AI void k_one_scales(const int kind, const uint8_t *const b[4], __m512 d[2], __m
 #undef RUN
 }
 
-/* quad h of R (<= 4) rows' super-blocks b[] against one token */
+/* quad h of R (<= 4) rows' super-blocks b[] against one token (s16:
+ * k_one_scales') */
 AI __m512 quad_one_k(const int kind, const int R, const uint8_t *const b[4], const int h, __m512 d, __m512 e,
-                     const uint8_t *xp, __m512 acc) {
+                     const __m512i s16[4], const uint8_t *xp, __m512 acc) {
   const __m512i xa = _mm512_loadu_si512(xp), xb = _mm512_loadu_si512(xp + 64), z = _mm512_setzero_si512();
-  __m512i da[4], db[4];
+  /* Q6_K: int16 8k + i: scale 8h + k (i < 4) or 8h + 4 + k */
+  const __m512i sidx = _mm512_set_epi16(7, 7, 7, 7, 3, 3, 3, 3, 6, 6, 6, 6, 2, 2, 2, 2, 5, 5, 5, 5, 1, 1, 1, 1, 4, 4,
+                                        4, 4, 0, 0, 0, 0);
+  __m512i da[4];
   _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {
     if (r >= R) {
-      da[r] = db[r] = z;
+      da[r] = z;
       continue;
     }
     __m512i a, bq;
     wk_quants(b[r], kind, h, &a, &bq);
     if (kind == LQ6_K) {
-      da[r] = _mm512_dpbusd_epi32(z, a, xa);
-      db[r] = _mm512_dpbusd_epi32(z, bq, xb);
+      /* the int16 pairs of four products each less 32 times their
+       * activations (xp + 192), times the scales: lane k of the sum of
+       * the lanes is sc_a (dot_a - 32 sum_a) + sc_b (dot_b - 32 sum_b) */
+      const __m512i p = _mm512_add_epi16(_mm512_packs_epi32(_mm512_dpbusd_epi32(z, a, xa), _mm512_dpbusd_epi32(z, bq, xb)),
+                                         _mm512_loadu_si512(xp + 192));
+      da[r] = _mm512_dpwssd_epi32(z, p, _mm512_permutexvar_epi16(_mm512_add_epi16(sidx, _mm512_set1_epi16((short)(8 * h))), s16[r]));
     } else {
       da[r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, a, xa), bq, xb);
     }
   }
   const __m512 dx = _mm512_loadu_ps(xp + 128);
-  if (kind == LQ6_K) {
-    const __m512i sa = _mm512_add_epi32(tr_add4(da[0], da[1], da[2], da[3]), _mm512_loadu_si512(xp + 192));
-    const __m512i sb = _mm512_add_epi32(tr_add4(db[0], db[1], db[2], db[3]), _mm512_loadu_si512(xp + 256));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sa), _mm512_mul_ps(d, dx), acc);
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sb), _mm512_mul_ps(e, dx), acc);
-  }
+  if (kind == LQ6_K) return _mm512_fmadd_ps(_mm512_cvtepi32_ps(tr_add4(da[0], da[1], da[2], da[3])), _mm512_mul_ps(d, dx), acc);
   acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tr_add4(da[0], da[1], da[2], da[3])), _mm512_mul_ps(d, dx), acc);
   return _mm512_fmadd_ps(e, _mm512_loadu_ps(xp + 192), acc);
 }
@@ -652,9 +677,10 @@ AI void tile_one_k(const int kind, const int R, int64_t ns, const uint8_t *w, si
       if (r < R) k_prefetch(b[r], kind, pfd);
     }
     __m512 d[2], e[2];
-    k_one_scales(kind, b, d, e);
-    acc = quad_one_k(kind, R, b, 0, d[0], e[0], xp, acc);
-    acc = quad_one_k(kind, R, b, 1, d[1], e[1], xp + XQUAD_K, acc);
+    __m512i s16[4];
+    k_one_scales(kind, b, d, e, s16);
+    acc = quad_one_k(kind, R, b, 0, d[0], e[0], s16, xp, acc);
+    acc = quad_one_k(kind, R, b, 1, d[1], e[1], s16, xp + XQUAD_K, acc);
   }
   store_one(acc, R, y, yr);
 }
@@ -698,8 +724,8 @@ AI __m512 group_fma(const wquad *w, const xgroup *g, __m512 acc, const int kind)
     sb = _mm512_dpbusd_epi32(sb, _mm512_shuffle_epi32(w->b, 0x4E), g->x[6]);
     sa = _mm512_dpbusd_epi32(sa, _mm512_shuffle_epi32(w->a, 0x93), g->x[3]);
     sb = _mm512_dpbusd_epi32(sb, _mm512_shuffle_epi32(w->b, 0x93), g->x[7]);
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sa), _mm512_mul_ps(w->d, g->dx), acc);
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sb), _mm512_mul_ps(w->e, g->dx), acc);
+    const __m512i si = _mm512_add_epi32(_mm512_mullo_epi32(sa, w->ia), _mm512_mullo_epi32(sb, w->ib));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_mul_ps(w->d, g->dx), acc);
   }
   const int k45 = is_k(kind);
   __m512i s0 = _mm512_dpbusd_epi32(k45 ? _mm512_setzero_si512() : g->nc, w->a, g->x[0]);
@@ -725,7 +751,12 @@ AI wquad tile_quad(const int kind, const int U, const int cnt, const uint8_t *w,
     q.a = _mm512_load_si512(wp);
     q.b = _mm512_load_si512(wp + 64);
     q.d = _mm512_load_ps(wp + 128);
-    if (is_k(kind)) q.e = _mm512_load_ps(wp + 192);
+    if (kind == LQ6_K) {
+      q.ia = _mm512_load_si512(wp + 192);
+      q.ib = _mm512_load_si512(wp + 256);
+    } else if (is_k(kind)) {
+      q.e = _mm512_load_ps(wp + 192);
+    }
     return q;
   }
   if (is_k(kind)) return wk_quad(wp, kind, h, f[r]); /* prefetched per super-block */
@@ -775,7 +806,7 @@ AI void tile_groups(const int kind, const int U, const int R, const int G, int T
       quad_groups(kind, 0, R, G, 4, w, rs, pfd, xg + GQUAD_K, gs, acc, 1, f);
     }
   } else {
-    const size_t wstep = U ? (is_k(kind) ? UQUAD_K : UQUAD) : 4 * (size_t)sym_wsz(kind);
+    const size_t wstep = U ? uquad(kind) : 4 * (size_t)sym_wsz(kind);
     const size_t xstep = is_k(kind) ? GQUAD_K : GQUAD;
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4, w += wstep, xg += xstep) quad_groups(kind, U, R, G, 4, w, rs, pfd, xg, gs, acc, 0, NULL);
@@ -820,12 +851,17 @@ AI void unpack_rows(const int kind, int64_t nb, const uint8_t *w, size_t w_row, 
       uint8_t *up = u + (size_t)r * u_row;
       for (int64_t s = 0; s < nb / 8; s++, wp += k_bsz(kind)) {
         const __m512 f = wk_f(wp, kind);
-        for (int h = 0; h < 2; h++, up += UQUAD_K) {
+        for (int h = 0; h < 2; h++, up += uquad(kind)) {
           const wquad q = wk_quad(wp, kind, h, f);
           _mm512_store_si512(up, q.a);
           _mm512_store_si512(up + 64, q.b);
           _mm512_store_ps(up + 128, q.d);
-          _mm512_store_ps(up + 192, q.e);
+          if (kind == LQ6_K) {
+            _mm512_store_si512(up + 192, q.ia);
+            _mm512_store_si512(up + 256, q.ib);
+          } else {
+            _mm512_store_ps(up + 192, q.e);
+          }
         }
       }
     }
@@ -852,7 +888,7 @@ AI void unpack_rows(const int kind, int64_t nb, const uint8_t *w, size_t w_row, 
 AI int gemm_sym_u(const int kind, int64_t n, const void *w, size_t w_row, int nr, const uint8_t *xp, int nt,
                   float *y, size_t ys) {
   const int64_t nb = n / 32, np = (nb + 3) / 4;
-  const size_t u_row = (size_t)np * (is_k(kind) ? UQUAD_K : UQUAD), gs = (size_t)np * (is_k(kind) ? GQUAD_K : GQUAD);
+  const size_t u_row = (size_t)np * uquad(kind), gs = (size_t)np * (is_k(kind) ? GQUAD_K : GQUAD);
   int ub = (int)(GEMM_UNPACK_BYTES / u_row) / 4 * 4;
   if (ub < 4) return 0;
   uint8_t buf[GEMM_UNPACK_BYTES] __attribute__((aligned(64)));
