@@ -9,8 +9,8 @@
  * measured 1B Q4_K_M shape +33% and 0.5B Q4_K_M shape +4.7% (K-quants
  * only in its ffn_down), 512-token prefill +50% and +8% (alternated runs,
  * both orders). One token: four streams from L2 (bench_kernels, 2048-wide
- * rows) Q4_K 42 -> 54 GB/s per core, Q6_K 71 -> 64; 1B decode 4-5% slower
- * alone, the same with matmul.c's larger steal claims. */
+ * rows) Q4_K 42 -> 54 GB/s per core, Q6_K 71 -> 70-72; 1B decode +3.5%
+ * (with matmul.c's larger steal claims, which alone took back 4-5%). */
 #include "tensor/dtype.h"
 #include "tensor/quants.h"
 #include "tensor/traits.h"
