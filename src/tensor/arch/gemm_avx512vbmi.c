@@ -1013,54 +1013,42 @@ static void gemm_pack_q5_0(const float *x, void *xp, int64_t n, int t, int nt) {
   gemm_pack_sym(x, xp, n, t, nt, sym_shift(LQ5_0));
 }
 
-static void gemm_q8_0(int64_t n, const void *w, size_t w_row, int nr, size_t seg, const void *xp, int nt, float *y,
-                      size_t ys, unsigned flags) {
-  gemm_sym(LQ8_0, n, w, w_row, nr, seg, xp, nt, y, ys, flags);
-}
-static void gemm_q4_0(int64_t n, const void *w, size_t w_row, int nr, size_t seg, const void *xp, int nt, float *y,
-                      size_t ys, unsigned flags) {
-  gemm_sym(LQ4_0, n, w, w_row, nr, seg, xp, nt, y, ys, flags);
-}
-static void gemm_q5_0(int64_t n, const void *w, size_t w_row, int nr, size_t seg, const void *xp, int nt, float *y,
-                      size_t ys, unsigned flags) {
-  gemm_sym(LQ5_0, n, w, w_row, nr, seg, xp, nt, y, ys, flags);
-}
-
 /* Q4_K and Q5_K share a pack (the same corrections) */
 static void gemm_pack_k45(const float *x, void *xp, int64_t n, int t, int nt) { gemm_pack_k(x, xp, n, t, nt, 0); }
 static void gemm_pack_q6_k(const float *x, void *xp, int64_t n, int t, int nt) { gemm_pack_k(x, xp, n, t, nt, 1); }
 
-static void gemm_q4_k(int64_t n, const void *w, size_t w_row, int nr, size_t seg, const void *xp, int nt, float *y,
-                      size_t ys, unsigned flags) {
-  gemm_sym(LQ4_K, n, w, w_row, nr, seg, xp, nt, y, ys, flags);
-}
-static void gemm_q5_k(int64_t n, const void *w, size_t w_row, int nr, size_t seg, const void *xp, int nt, float *y,
-                      size_t ys, unsigned flags) {
-  gemm_sym(LQ5_K, n, w, w_row, nr, seg, xp, nt, y, ys, flags);
-}
-static void gemm_q6_k(int64_t n, const void *w, size_t w_row, int nr, size_t seg, const void *xp, int nt, float *y,
-                      size_t ys, unsigned flags) {
-  gemm_sym(LQ6_K, n, w, w_row, nr, seg, xp, nt, y, ys, flags);
-}
+/* each kind's gemm entry */
+#define GEMM_ENTRY(name, kind)                                                                                     \
+  static void name(int64_t n, const void *w, size_t w_row, int nr, size_t seg, const void *xp, int nt, float *y, \
+                   size_t ys, unsigned flags) {                                                                  \
+    gemm_sym(kind, n, w, w_row, nr, seg, xp, nt, y, ys, flags);                                                  \
+  }
+GEMM_ENTRY(gemm_q8_0, LQ8_0)
+GEMM_ENTRY(gemm_q4_0, LQ4_0)
+GEMM_ENTRY(gemm_q5_0, LQ5_0)
+GEMM_ENTRY(gemm_q4_k, LQ4_K)
+GEMM_ENTRY(gemm_q5_k, LQ5_K)
+GEMM_ENTRY(gemm_q6_k, LQ6_K)
+#undef GEMM_ENTRY
 
 void gemm_fill_avx512vbmi(pw_traits *t) {
   g_q8_0_from = t[PW_DT_Q8_0].from_float;
   g_q8_k_from = t[PW_DT_Q8_K].from_float;
-  const uint32_t kq[3] = {PW_DT_Q4_K, PW_DT_Q5_K, PW_DT_Q6_K};
-  const pw_gemm_fn kf[3] = {gemm_q4_k, gemm_q5_k, gemm_q6_k};
-  const pw_gemm_pack_fn kp[3] = {gemm_pack_k45, gemm_pack_k45, gemm_pack_q6_k};
-  for (int i = 0; i < 3; i++) {
-    t[kq[i]].gemm = kf[i];
-    t[kq[i]].gemm_pack = kp[i];
-    t[kq[i]].gemm_xrow = gemm_xrow_k;
-  }
-  const uint32_t sym[3] = {PW_DT_Q8_0, PW_DT_Q4_0, PW_DT_Q5_0};
-  const pw_gemm_fn gf[3] = {gemm_q8_0, gemm_q4_0, gemm_q5_0};
-  /* one pack per type: each holds its own weight offset's corrections */
-  const pw_gemm_pack_fn gp[3] = {gemm_pack_q8_0, gemm_pack_q4_0, gemm_pack_q5_0};
-  for (int i = 0; i < 3; i++) {
-    t[sym[i]].gemm = gf[i];
-    t[sym[i]].gemm_pack = gp[i];
-    t[sym[i]].gemm_xrow = gemm_xrow_quad;
+  /* one pack per symmetric type (each holds its own weight offset's
+   * corrections), one for Q4_K and Q5_K, one for Q6_K */
+  static const struct {
+    uint32_t dtype;
+    pw_gemm_fn gemm;
+    pw_gemm_pack_fn pack;
+    pw_gemm_xrow_fn xrow;
+  } tab[] = {
+      {PW_DT_Q8_0, gemm_q8_0, gemm_pack_q8_0, gemm_xrow_quad}, {PW_DT_Q4_0, gemm_q4_0, gemm_pack_q4_0, gemm_xrow_quad},
+      {PW_DT_Q5_0, gemm_q5_0, gemm_pack_q5_0, gemm_xrow_quad}, {PW_DT_Q4_K, gemm_q4_k, gemm_pack_k45, gemm_xrow_k},
+      {PW_DT_Q5_K, gemm_q5_k, gemm_pack_k45, gemm_xrow_k},     {PW_DT_Q6_K, gemm_q6_k, gemm_pack_q6_k, gemm_xrow_k},
+  };
+  for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) {
+    t[tab[i].dtype].gemm = tab[i].gemm;
+    t[tab[i].dtype].gemm_pack = tab[i].pack;
+    t[tab[i].dtype].gemm_xrow = tab[i].xrow;
   }
 }
