@@ -302,12 +302,13 @@ static void test_row_sharing(void) {
     CHECK(scratch != NULL);
     for (int nt = 1; nt <= NT; nt++) {
       pw_matmul(NULL, types[ti], W, NI, NO, X, nt, y1, scratch);
-      /* a pass of up to 4 tokens over rows this long reads the tiled types in four
-       * streams (matmul.c), resident hints in adjacent-row tiles: the same
-       * bits, and every row there (NaN otherwise) */
+      /* a pass of up to 4 tokens over rows this long reads the tiled types
+       * in four streams (matmul.c), resident hints in adjacent-row tiles:
+       * the same bits, and every row there (NaN otherwise) */
       memset(Y, 0xFF, sizeof Y);
       pw_matmul_ex(NULL, types[ti], W, NI, NO, X, nt, Y, scratch, PW_MM_RESIDENT);
-      CHECK_MSG(memcmp(Y, y1, (size_t)nt * NO * sizeof(float)) == 0, "type %u, %d tokens: streams differ", types[ti], nt);
+      CHECK_MSG(memcmp(Y, y1, (size_t)nt * NO * sizeof(float)) == 0, "type %u, %d tokens: streams differ", types[ti],
+                nt);
       int diff = 0;
       for (int p = 0; p < 3; p++)
         for (int r = 0; r < REP; r++) {

@@ -436,9 +436,11 @@ AI uint16_t ld16(const uint8_t *p) {
  * m_0..7 as floats, Q6_K the 16 scales as int32 (the bits of the result) */
 AI __m512 wk_f(const uint8_t *blk, const int kind) {
   if (kind == LQ6_K)
-    return _mm512_castsi512_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)((const block_q6_K *)blk)->scales)));
+    return _mm512_castsi512_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)((const block_q6_K *)blk)->scales)));
   /* d, dmin at bytes 0 and 2, the scales from byte 4 */
-  const __m128i u = _mm512_castsi512_si128(k4_unpack_lanes(_mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(blk + 4)))));
+  const __m128i u =
+      _mm512_castsi512_si128(k4_unpack_lanes(_mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(blk + 4)))));
   const __m512 dmv = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
                                            _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128((int)ld32(blk)))));
   return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u)), dmv);
@@ -446,8 +448,9 @@ AI __m512 wk_f(const uint8_t *blk, const int kind) {
 
 /* lane 4k + j of the result: lane o + step * k of f */
 AI __m512 f_lanes(__m512 f, const int o, const int step) {
-  const __m512i idx = _mm512_setr_epi32(o, o, o, o, o + step, o + step, o + step, o + step, o + 2 * step, o + 2 * step,
-                                        o + 2 * step, o + 2 * step, o + 3 * step, o + 3 * step, o + 3 * step, o + 3 * step);
+  const __m512i idx =
+      _mm512_setr_epi32(o, o, o, o, o + step, o + step, o + step, o + step, o + 2 * step, o + 2 * step, o + 2 * step,
+                        o + 2 * step, o + 3 * step, o + 3 * step, o + 3 * step, o + 3 * step);
   return _mm512_permutexvar_ps(idx, f);
 }
 
@@ -467,7 +470,8 @@ AI void wk_quants(const uint8_t *blk, const int kind, const int h, __m512i *a, _
                         * 32-byte chunk 2h + h' takes bit 4h + 2h' + c of
                         * qh[byte] */
     const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 16)));
-    const __m512i sel = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << 4 * h)), _mm256_set1_epi8((char)(4 << 4 * h)), 1);
+    const __m512i sel =
+        _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << 4 * h)), _mm256_set1_epi8((char)(4 << 4 * h)), 1);
     const __m512i s16 = _mm512_set1_epi8(16);
     lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(qh, sel), lo, s16);
     hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(qh, _mm512_add_epi8(sel, sel)), hi, s16);
@@ -624,7 +628,8 @@ AI void k_one_scales(const int kind, const uint8_t *const b[4], __m512 d[2], __m
   const __m512 d4 = _mm512_permutexvar_ps(_mm512_add_epi32(r4, r4), dm8);
   const __m512 m4 = _mm512_permutexvar_ps(_mm512_add_epi32(_mm512_add_epi32(r4, r4), _mm512_set1_epi32(1)), dm8);
   for (int h = 0; h < 2; h++) {
-    const __m512i sel = _mm512_permutexvar_epi8(_mm512_castsi256_si512(_mm256_setr_epi8(RUN(4 * h, 1), RUN(8 + 4 * h, 1))), v);
+    const __m512i sel =
+        _mm512_permutexvar_epi8(_mm512_castsi256_si512(_mm256_setr_epi8(RUN(4 * h, 1), RUN(8 + 4 * h, 1))), v);
     d[h] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm512_castsi512_si128(sel))), d4);
     e[h] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(sel, 1))), m4);
   }
@@ -651,15 +656,18 @@ AI __m512 quad_one_k(const int kind, const int R, const uint8_t *const b[4], con
       /* the int16 pairs of four products each less 32 times their
        * activations (xp + 192), times the scales: lane k of the sum of
        * the lanes is sc_a (dot_a - 32 sum_a) + sc_b (dot_b - 32 sum_b) */
-      const __m512i p = _mm512_add_epi16(_mm512_packs_epi32(_mm512_dpbusd_epi32(z, a, xa), _mm512_dpbusd_epi32(z, bq, xb)),
-                                         _mm512_loadu_si512(xp + 192));
-      da[r] = _mm512_dpwssd_epi32(z, p, _mm512_permutexvar_epi16(_mm512_add_epi16(sidx, _mm512_set1_epi16((short)(8 * h))), s16[r]));
+      const __m512i p =
+          _mm512_add_epi16(_mm512_packs_epi32(_mm512_dpbusd_epi32(z, a, xa), _mm512_dpbusd_epi32(z, bq, xb)),
+                           _mm512_loadu_si512(xp + 192));
+      da[r] = _mm512_dpwssd_epi32(
+          z, p, _mm512_permutexvar_epi16(_mm512_add_epi16(sidx, _mm512_set1_epi16((short)(8 * h))), s16[r]));
     } else {
       da[r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, a, xa), bq, xb);
     }
   }
   const __m512 dx = _mm512_loadu_ps(xp + 128);
-  if (kind == LQ6_K) return _mm512_fmadd_ps(_mm512_cvtepi32_ps(tr_add4(da[0], da[1], da[2], da[3])), _mm512_mul_ps(d, dx), acc);
+  if (kind == LQ6_K)
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(tr_add4(da[0], da[1], da[2], da[3])), _mm512_mul_ps(d, dx), acc);
   acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tr_add4(da[0], da[1], da[2], da[3])), _mm512_mul_ps(d, dx), acc);
   return _mm512_fmadd_ps(e, _mm512_loadu_ps(xp + 192), acc);
 }
@@ -809,7 +817,8 @@ AI void tile_groups(const int kind, const int U, const int R, const int G, int T
     const size_t wstep = U ? uquad(kind) : 4 * (size_t)sym_wsz(kind);
     const size_t xstep = is_k(kind) ? GQUAD_K : GQUAD;
     int64_t b = 0;
-    for (; b + 4 <= nb; b += 4, w += wstep, xg += xstep) quad_groups(kind, U, R, G, 4, w, rs, pfd, xg, gs, acc, 0, NULL);
+    for (; b + 4 <= nb; b += 4, w += wstep, xg += xstep)
+      quad_groups(kind, U, R, G, 4, w, rs, pfd, xg, gs, acc, 0, NULL);
     if (b < nb) quad_groups(kind, U, R, G, (int)(nb - b), w, rs, pfd, xg, gs, acc, 0, NULL);
   }
   /* 128-bit lane m of o[] is (row, group) m's four tokens */
@@ -829,7 +838,8 @@ AI void tile_groups(const int kind, const int U, const int R, const int G, int T
     return;
   }
   /* G == 2: R rows of groups 0 and 1 */
-  _mm512_storeu_ps(o[0], lanes_out4(acc[0][0], R > 1 ? acc[1][0] : acc[0][0], acc[0][1], R > 1 ? acc[1][1] : acc[0][1]));
+  _mm512_storeu_ps(o[0],
+                   lanes_out4(acc[0][0], R > 1 ? acc[1][0] : acc[0][0], acc[0][1], R > 1 ? acc[1][1] : acc[0][1]));
   for (int t = 0; t < T; t++) {
     const float *ot = o[0] + (t < 4 ? t : 8 + t - 4);
     for (int r = 0; r < R; r++) y[(size_t)t * ys + (size_t)r * yr] = ot[4 * r];

@@ -23,9 +23,12 @@
 KQ_AI __m512i k4_unpack_lanes(__m512i v) {
   /* a: [s0..s3, s8..s11, s4..s7, s8..s11]; b: the top-bit sources of the
    * j >= 4 lanes ([s0..s3] under the scales, [s4..s7] under the mins) */
-  const __m512i a = _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11)));
-  const __m512i b = _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7)));
-  const __m512i m = _mm512_broadcast_i32x4(_mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
+  const __m512i a =
+      _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11)));
+  const __m512i b = _mm512_shuffle_epi8(
+      v, _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7)));
+  const __m512i m =
+      _mm512_broadcast_i32x4(_mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
   const __m512i lo = _mm512_mask_blend_epi32(0x8888, _mm512_and_si512(a, m),
                                              _mm512_and_si512(_mm512_srli_epi16(a, 4), _mm512_set1_epi8(15)));
   return _mm512_or_si512(lo, _mm512_and_si512(_mm512_srli_epi16(b, 2), _mm512_set1_epi8(0x30)));
