@@ -48,6 +48,7 @@
 #include "model/model.h"
 #include "tensor/dtype.h"
 #include "tensor/ops.h"
+#include "tensor/traits.h"
 
 #include <jansson.h>
 #include <stdint.h>
@@ -523,6 +524,7 @@ static void print_json(const bench_run *b, const char *path, const bench_facts *
   json_object_set_new(root, "r", json_integer(o->r));
   json_object_set_new(root, "depth", json_integer(o->depth));
   json_object_set_new(root, "seed", json_integer((json_int_t)o->seed));
+  json_object_set_new(root, "kernels", json_string(pw_tensor_kernels()));
   if (pp->n) {
     json_object_set_new(root, "pp_tok_s", json_real(pp->med));
     json_object_set_new(root, "pp_min", json_real(pp->min));
@@ -600,8 +602,8 @@ static void print_md(const bench_run *b, const char *path, const bench_facts *fx
     print_md_row(b, path, fx, name, &bs->on, extra);
   }
   const gguf_residency *res = model_residency(b->m);
-  printf("\n%ld repetitions after one warm-up; weights read per decode step %.2f MiB", b->o->r,
-         fx->bytes_per_token / 1048576.0);
+  printf("\n%ld repetitions after one warm-up; %s kernels; weights read per decode step %.2f MiB", b->o->r,
+         pw_tensor_kernels(), fx->bytes_per_token / 1048576.0);
   if (res->huge_bytes >= 0)
     printf("; file mapped %.0f%% in 2 MiB pages%s", 100.0 * res->huge_bytes / (res->bytes ? res->bytes : 1),
            res->refreshed ? " (page cache re-read)" : "");

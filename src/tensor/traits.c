@@ -14,6 +14,7 @@
 
 static pw_traits g_lvl[PW_IMPL_COUNT][PW_DT_COUNT];
 static int g_max;   /* highest level available (CPU and environment) */
+static int g_vbmi;  /* the AVX-512 level's VBMI GEMM is installed */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static int cpu_level(void) {
@@ -66,7 +67,10 @@ static void init_once(void) {
     memcpy(g_lvl[PW_IMPL_AVX512], g_lvl[PW_IMPL_AVX2], sizeof g_lvl[0]);
     quants_fill_avx512(g_lvl[PW_IMPL_AVX512]);
     const char *simd = getenv("POWER_SIMD");
-    if (cpu_vbmi() && !(simd && strcmp(simd, "avx512novbmi") == 0)) gemm_fill_avx512vbmi(g_lvl[PW_IMPL_AVX512]);
+    if (cpu_vbmi() && !(simd && strcmp(simd, "avx512novbmi") == 0)) {
+      gemm_fill_avx512vbmi(g_lvl[PW_IMPL_AVX512]);
+      g_vbmi = 1;
+    }
   }
   ops_select(g_max >= PW_IMPL_AVX2);
 }
@@ -81,6 +85,12 @@ int pw_tensor_simd(void) {
 int pw_tensor_level(void) {
   pw_tensor_init();
   return g_max;
+}
+
+const char *pw_tensor_kernels(void) {
+  pw_tensor_init();
+  if (g_max >= PW_IMPL_AVX512) return g_vbmi ? "avx512-vbmi" : "avx512";
+  return g_max >= PW_IMPL_AVX2 ? "avx2" : "scalar";
 }
 
 const pw_traits *pw_traits_get_impl(uint32_t dtype, int level) {

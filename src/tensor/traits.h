@@ -100,6 +100,9 @@ const pw_traits *pw_traits_get_impl(uint32_t dtype, int level);
 int pw_tensor_simd(void);
 /* The installed level (PW_IMPL_*). */
 int pw_tensor_level(void);
+/* The installed kernels by name: "scalar", "avx2", "avx512", or
+ * "avx512-vbmi" (AVX-512 with the VBMI GEMM). Static string. */
+const char *pw_tensor_kernels(void);
 
 /* Internal: each kernel family fills the entries it implements. */
 void quants_fill_ref(pw_traits *tab);

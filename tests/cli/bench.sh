@@ -40,6 +40,14 @@ check "bench json gives the bytes mapped in 2 MiB pages (or null)" [ -n "$hp" ]
 [ "$hp" != null ] && check "bench json: 2 MiB-page bytes within the file" awk -v h="$hp" -v s="$(field "$tmp/out" size)" 'BEGIN { exit !(h >= 0 && h <= s) }'
 check "bench json without --batch has no batch figure" [ -z "$(field "$tmp/out" batch_tg_tok_s)" ]
 check "bench json keeps stderr empty" [ ! -s "$tmp/err" ]
+kern=$(sed -n 's/.*"kernels":"\([a-z0-9-]*\)".*/\1/p' "$tmp/out")
+check "bench json names the kernels ($kern)" sh -c 'case "$1" in scalar|avx2|avx512|avx512-vbmi) ;; *) exit 1 ;; esac' - "$kern"
+POWER_SIMD=scalar "$bin" bench --model "$model" -p 0 -n 1 -r 1 -o json >"$tmp/out2" 2>"$tmp/err"
+check "bench json: POWER_SIMD=scalar runs the scalar kernels" grep -q '"kernels":"scalar"' "$tmp/out2"
+if [ "$kern" != scalar ]; then
+  POWER_SIMD=avx2 "$bin" bench --model "$model" -p 0 -n 1 -r 1 -o json >"$tmp/out2" 2>"$tmp/err"
+  check "bench json: POWER_SIMD=avx2 runs the AVX2 kernels" grep -q '"kernels":"avx2"' "$tmp/out2"
+fi
 med=$(field "$tmp/out" tg_tok_s)
 lo=$(field "$tmp/out" tg_min)
 hi=$(field "$tmp/out" tg_max)
@@ -75,6 +83,7 @@ check "bench md has a header" grep -q '^| model |' "$tmp/out"
 check "bench md has a pp8 row" grep -q '| pp8 |' "$tmp/out"
 check "bench md has a tg4 row" grep -q '| tg4 |' "$tmp/out"
 check "bench md has a batch row" grep -q '| tg4 x 2 seqs |' "$tmp/out"
+check "bench md names the kernels" grep -q ' kernels; weights read per decode step' "$tmp/out"
 
 # --spec: the engine's generation with and without speculation, on the
 # trained model (copyable code), the same tokens both ways
