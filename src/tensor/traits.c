@@ -62,9 +62,17 @@ static void init_once(void) {
   if (g_max >= PW_IMPL_AVX2) {
     memcpy(g_lvl[PW_IMPL_AVX2], g_lvl[PW_IMPL_SCALAR], sizeof g_lvl[0]);
     quants_fill_avx2(g_lvl[PW_IMPL_AVX2]);
+    gemm_fill_avx2(g_lvl[PW_IMPL_AVX2]);
   }
   if (g_max >= PW_IMPL_AVX512) {
     memcpy(g_lvl[PW_IMPL_AVX512], g_lvl[PW_IMPL_AVX2], sizeof g_lvl[0]);
+    /* the AVX-512 vec_dot kernels beat the AVX2 GEMM; this level's own
+     * GEMM (VBMI) is installed below where the CPU has it */
+    for (int i = 0; i < PW_DT_COUNT; i++) {
+      g_lvl[PW_IMPL_AVX512][i].gemm = NULL;
+      g_lvl[PW_IMPL_AVX512][i].gemm_pack = NULL;
+      g_lvl[PW_IMPL_AVX512][i].gemm_xrow = NULL;
+    }
     quants_fill_avx512(g_lvl[PW_IMPL_AVX512]);
     const char *simd = getenv("POWER_SIMD");
     if (cpu_vbmi() && !(simd && strcmp(simd, "avx512novbmi") == 0)) {

@@ -108,6 +108,7 @@ const char *pw_tensor_kernels(void);
 void quants_fill_ref(pw_traits *tab);
 void quants_fill_avx2(pw_traits *tab);
 void quants_fill_avx512(pw_traits *tab);
+void gemm_fill_avx2(pw_traits *tab);
 void gemm_fill_avx512vbmi(pw_traits *tab);
 
 #endif

@@ -1,0 +1,103 @@
+/* avx2_util.h - the AVX2/FMA/F16C helpers shared by avx2.c and
+ * gemm_avx2.c: horizontal sums, nibble and bit unpacking, and the q8
+ * activation block quantizer (bit-identical to the reference). Only for
+ * files compiled with -mavx2 -mfma -mf16c. */
+#ifndef POWER_TENSOR_ARCH_AVX2_UTIL_H
+#define POWER_TENSOR_ARCH_AVX2_UTIL_H
+
+#include "tensor/dtype.h"
+#include "tensor/quants.h"
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#define AI static inline __attribute__((always_inline))
+
+AI float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+AI float hsum4(__m128 s) {
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+AI int hsum8i(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+AI float h2f(pw_half h) { return _cvtsh_ss(h); }
+
+AI __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* 32 nibbles -> 32 bytes: element j<16 is the low nibble of p[j], element
+ * j+16 the high nibble. */
+AI __m256i nibbles32(const uint8_t *p) {
+  __m128i t = _mm_loadu_si128((const __m128i *)p);
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
+}
+
+/* 32 bits (little-endian u32 at p) -> 32 bytes of 0xFF (bit set) or 0. */
+AI __m256i bits32(const uint8_t *p) {
+  uint32_t x;
+  memcpy(&x, p, 4);
+  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+  __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x), shuf);
+  b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+  return _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1));
+}
+
+/* roundf: round half away from zero */
+AI __m256 round_away(__m256 v) {
+  const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m256 sign = _mm256_and_ps(v, _mm256_set1_ps(-0.0f));
+  const __m256 absd = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(v, t));
+  const __m256 ge = _mm256_cmp_ps(absd, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+  return _mm256_add_ps(t, _mm256_and_ps(ge, _mm256_or_ps(sign, _mm256_set1_ps(1.0f))));
+}
+
+AI __m256 vabs(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
+
+AI float hmax8(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
+/* four int32 vectors (elements 0..31 in order) -> 32 int8 */
+AI __m256i pack32(__m256i i0, __m256i i1, __m256i i2, __m256i i3) {
+  i0 = _mm256_packs_epi32(i0, i1);
+  i2 = _mm256_packs_epi32(i2, i3);
+  i0 = _mm256_packs_epi16(i0, i2);
+  return _mm256_permutevar8x32_epi32(i0, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* shared by q8_0 and q8_1; returns sum of the 32 quants, *dout = d */
+AI int q8_block(const float *x, pw_half *dh, int8_t *qs, float *dout) {
+  __m256 v[4];
+  __m256 m = _mm256_setzero_ps();
+  for (int k = 0; k < 4; k++) {
+    v[k] = _mm256_loadu_ps(x + 8 * k);
+    m = _mm256_max_ps(m, vabs(v[k]));
+  }
+  const float amax = hmax8(m);
+  const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
+  *dh = pw_fp32_to_fp16(d);
+  *dout = d;
+  const __m256 vid = _mm256_set1_ps(id);
+  __m256i q[4];
+  for (int k = 0; k < 4; k++) q[k] = _mm256_cvtps_epi32(round_away(_mm256_mul_ps(v[k], vid)));
+  _mm256_storeu_si256((__m256i *)qs, pack32(q[0], q[1], q[2], q[3]));
+  return hsum8i(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+}
+
+#endif
