@@ -37,6 +37,10 @@ AI __m256i scale_pair(int a, int b) {
   return _mm256_set_m128i(_mm_set1_epi16((short)b), _mm_set1_epi16((short)a));
 }
 
+/* the loops over a pass's activation rows, unrolled (nx is a constant in
+ * each NX_DISPATCH case) so the per-row accumulators stay in registers */
+#define FOR_NX(j) _Pragma("GCC unroll 4") for (int j = 0; j < nx; j++)
+
 #define XROW(T, x, xs, j) ((const T *)((const char *)(x) + (size_t)(j) * (xs)))
 
 /* Up to 4 rows per pass (16 ymm registers); more rows are done 4 at a time,
@@ -58,56 +62,56 @@ AI __m256i scale_pair(int a, int b) {
 AI void vd_q8_0_k(int64_t n, const void *vw, const void *x, size_t xs, const int nx, float *out) {
   const block_q8_0 *w = vw;
   __m256 acc[4];
-  for (int j = 0; j < nx; j++) acc[j] = _mm256_setzero_ps();
+  FOR_NX(j) acc[j] = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / QK8_0; i++) {
     const __m256i qw = loadu256(w[i].qs);
     const __m256i aw = _mm256_sign_epi8(qw, qw);
     const float dw = h2f(w[i].d);
-    for (int j = 0; j < nx; j++) {
+    FOR_NX(j) {
       const block_q8_0 *y = XROW(block_q8_0, x, xs, j) + i;
       __m256 p = dot_i8_signed(aw, qw, loadu256(y->qs));
       acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(y->d)), p, acc[j]);
     }
   }
-  for (int j = 0; j < nx; j++) out[j] = hsum8(acc[j]);
+  FOR_NX(j) out[j] = hsum8(acc[j]);
 }
 NX_DISPATCH(vd_q8_0)
 
 AI void vd_q4_0_k(int64_t n, const void *vw, const void *x, size_t xs, const int nx, float *out) {
   const block_q4_0 *w = vw;
   __m256 acc[4];
-  for (int j = 0; j < nx; j++) acc[j] = _mm256_setzero_ps();
+  FOR_NX(j) acc[j] = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / QK4_0; i++) {
     const __m256i qw = _mm256_sub_epi8(nibbles32(w[i].qs), _mm256_set1_epi8(8));
     const __m256i aw = _mm256_sign_epi8(qw, qw);
     const float dw = h2f(w[i].d);
-    for (int j = 0; j < nx; j++) {
+    FOR_NX(j) {
       const block_q8_0 *y = XROW(block_q8_0, x, xs, j) + i;
       __m256 p = dot_i8_signed(aw, qw, loadu256(y->qs));
       acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(y->d)), p, acc[j]);
     }
   }
-  for (int j = 0; j < nx; j++) out[j] = hsum8(acc[j]);
+  FOR_NX(j) out[j] = hsum8(acc[j]);
 }
 NX_DISPATCH(vd_q4_0)
 
 AI void vd_q5_0_k(int64_t n, const void *vw, const void *x, size_t xs, const int nx, float *out) {
   const block_q5_0 *w = vw;
   __m256 acc[4];
-  for (int j = 0; j < nx; j++) acc[j] = _mm256_setzero_ps();
+  FOR_NX(j) acc[j] = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / QK5_0; i++) {
     /* q-16: nibble where the fifth bit is set, nibble|0xF0 (= nibble-16) where not */
     const __m256i hi = _mm256_andnot_si256(bits32(w[i].qh), _mm256_set1_epi8((char)0xF0));
     const __m256i qw = _mm256_or_si256(nibbles32(w[i].qs), hi);
     const __m256i aw = _mm256_sign_epi8(qw, qw);
     const float dw = h2f(w[i].d);
-    for (int j = 0; j < nx; j++) {
+    FOR_NX(j) {
       const block_q8_0 *y = XROW(block_q8_0, x, xs, j) + i;
       __m256 p = dot_i8_signed(aw, qw, loadu256(y->qs));
       acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(y->d)), p, acc[j]);
     }
   }
-  for (int j = 0; j < nx; j++) out[j] = hsum8(acc[j]);
+  FOR_NX(j) out[j] = hsum8(acc[j]);
 }
 NX_DISPATCH(vd_q5_0)
 
@@ -115,21 +119,21 @@ AI void vd_q4_1_k(int64_t n, const void *vw, const void *x, size_t xs, const int
   const block_q4_1 *w = vw;
   __m256 acc[4];
   float summs[4];
-  for (int j = 0; j < nx; j++) {
+  FOR_NX(j) {
     acc[j] = _mm256_setzero_ps();
     summs[j] = 0;
   }
   for (int64_t i = 0; i < n / QK4_1; i++) {
     const __m256i qw = nibbles32(w[i].qs);
     const float dw = h2f(w[i].d), mw = h2f(w[i].m);
-    for (int j = 0; j < nx; j++) {
+    FOR_NX(j) {
       const block_q8_1 *y = XROW(block_q8_1, x, xs, j) + i;
       summs[j] += mw * h2f(y->s);
       __m256 p = dot_u8_i8(qw, loadu256(y->qs));
       acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(y->d)), p, acc[j]);
     }
   }
-  for (int j = 0; j < nx; j++) out[j] = hsum8(acc[j]) + summs[j];
+  FOR_NX(j) out[j] = hsum8(acc[j]) + summs[j];
 }
 NX_DISPATCH(vd_q4_1)
 
@@ -137,7 +141,7 @@ AI void vd_q5_1_k(int64_t n, const void *vw, const void *x, size_t xs, const int
   const block_q5_1 *w = vw;
   __m256 acc[4];
   float summs[4];
-  for (int j = 0; j < nx; j++) {
+  FOR_NX(j) {
     acc[j] = _mm256_setzero_ps();
     summs[j] = 0;
   }
@@ -145,14 +149,14 @@ AI void vd_q5_1_k(int64_t n, const void *vw, const void *x, size_t xs, const int
     const __m256i hi = _mm256_and_si256(bits32(w[i].qh), _mm256_set1_epi8(0x10));
     const __m256i qw = _mm256_or_si256(nibbles32(w[i].qs), hi);
     const float dw = h2f(w[i].d), mw = h2f(w[i].m);
-    for (int j = 0; j < nx; j++) {
+    FOR_NX(j) {
       const block_q8_1 *y = XROW(block_q8_1, x, xs, j) + i;
       summs[j] += mw * h2f(y->s);
       __m256 p = dot_u8_i8(qw, loadu256(y->qs));
       acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(y->d)), p, acc[j]);
     }
   }
-  for (int j = 0; j < nx; j++) out[j] = hsum8(acc[j]) + summs[j];
+  FOR_NX(j) out[j] = hsum8(acc[j]) + summs[j];
 }
 NX_DISPATCH(vd_q5_1)
 
@@ -162,14 +166,14 @@ AI void vd_q2_k_k(int64_t n, const void *vw, const void *x, size_t xs, const int
   const block_q2_K *w = vw;
   const __m256i m3 = _mm256_set1_epi8(3);
   __m256 acc[4];
-  for (int j = 0; j < nx; j++) acc[j] = _mm256_setzero_ps();
+  FOR_NX(j) acc[j] = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / QK_K; i++) {
     const uint8_t *sc = w[i].scales;
     const float dw = h2f(w[i].d), dmw = h2f(w[i].dmin);
     const __m128i sc128 = _mm_loadu_si128((const __m128i *)sc);
     const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc128, 4), _mm_set1_epi8(0x0F)));
     __m256i sumi[4];
-    for (int j = 0; j < nx; j++) {
+    FOR_NX(j) {
       const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
       __m256i prod = _mm256_madd_epi16(mins, loadu256(y->bsums));
       acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(-(y->d * dmw)), _mm256_cvtepi32_ps(prod), acc[j]);
@@ -180,19 +184,19 @@ AI void vd_q2_k_k(int64_t n, const void *vw, const void *x, size_t xs, const int
       for (int k = 0; k < 4; k++) {
         const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
         const __m256i s = scale_pair(sc[8 * h + 2 * k] & 0xF, sc[8 * h + 2 * k + 1] & 0xF);
-        for (int j = 0; j < nx; j++) {
+        FOR_NX(j) {
           const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
           __m256i p = _mm256_maddubs_epi16(q, loadu256(y->qs + 128 * h + 32 * k));
           sumi[j] = _mm256_add_epi32(sumi[j], _mm256_madd_epi16(s, p));
         }
       }
     }
-    for (int j = 0; j < nx; j++) {
+    FOR_NX(j) {
       const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
       acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y->d), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
     }
   }
-  for (int j = 0; j < nx; j++) out[j] = hsum8(acc[j]);
+  FOR_NX(j) out[j] = hsum8(acc[j]);
 }
 NX_DISPATCH(vd_q2_k)
 
@@ -201,7 +205,7 @@ AI void vd_q3_k_k(int64_t n, const void *vw, const void *x, size_t xs, const int
   const __m256i m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
   const uint32_t km1 = 0x03030303, km2 = 0x0f0f0f0f;
   __m256 acc[4];
-  for (int j = 0; j < nx; j++) acc[j] = _mm256_setzero_ps();
+  FOR_NX(j) acc[j] = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / QK_K; i++) {
     uint32_t a[4], t;
     memcpy(a, w[i].scales, 12);
@@ -217,7 +221,7 @@ AI void vd_q3_k_k(int64_t n, const void *vw, const void *x, size_t xs, const int
     const float dw = h2f(w[i].d);
     __m256i sumi[4];
     /* value = (low | hbit<<2) - 4: the -4 comes out as -4 * sum(sc * bsum) */
-    for (int j = 0; j < nx; j++) {
+    FOR_NX(j) {
       const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
       __m256i corr = _mm256_madd_epi16(sc16, loadu256(y->bsums));
       sumi[j] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 2));
@@ -230,19 +234,19 @@ AI void vd_q3_k_k(int64_t n, const void *vw, const void *x, size_t xs, const int
         const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hbits, 4 * h + k), m1);
         const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2));
         const __m256i s = scale_pair(sc[8 * h + 2 * k], sc[8 * h + 2 * k + 1]);
-        for (int j = 0; j < nx; j++) {
+        FOR_NX(j) {
           const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
           __m256i p = _mm256_maddubs_epi16(q, loadu256(y->qs + 128 * h + 32 * k));
           sumi[j] = _mm256_add_epi32(sumi[j], _mm256_madd_epi16(s, p));
         }
       }
     }
-    for (int j = 0; j < nx; j++) {
+    FOR_NX(j) {
       const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
       acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y->d), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
     }
   }
-  for (int j = 0; j < nx; j++) out[j] = hsum8(acc[j]);
+  FOR_NX(j) out[j] = hsum8(acc[j]);
 }
 NX_DISPATCH(vd_q3_k)
 
@@ -263,7 +267,7 @@ AI void vd_q45_k_k(int64_t n, const void *vw, const void *x, size_t xs, const in
   const size_t bsz = five ? sizeof(block_q5_K) : sizeof(block_q4_K);
   __m256 acc[4];
   __m128 accm[4];
-  for (int j = 0; j < nx; j++) {
+  FOR_NX(j) {
     acc[j] = _mm256_setzero_ps();
     accm[j] = _mm_setzero_ps();
   }
@@ -278,7 +282,7 @@ AI void vd_q45_k_k(int64_t n, const void *vw, const void *x, size_t xs, const in
     const __m128i mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)u[3], (int)u[2]));
     const float dw = h2f(w4->d), dmw = h2f(w4->dmin); /* same offsets in both */
     __m256i sumi[4];
-    for (int j = 0; j < nx; j++) {
+    FOR_NX(j) {
       const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
       const __m256i bs = loadu256(y->bsums);
       const __m128i s8 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
@@ -297,19 +301,19 @@ AI void vd_q45_k_k(int64_t n, const void *vw, const void *x, size_t xs, const in
         hb = _mm256_srli_epi16(hb, 2);
       }
       const __m256i sl = _mm256_set1_epi16(sc[2 * c]), sh = _mm256_set1_epi16(sc[2 * c + 1]);
-      for (int j = 0; j < nx; j++) {
+      FOR_NX(j) {
         const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
         __m256i pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(ql, loadu256(y->qs + 64 * c)));
         __m256i ph = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(qh, loadu256(y->qs + 64 * c + 32)));
         sumi[j] = _mm256_add_epi32(sumi[j], _mm256_add_epi32(pl, ph));
       }
     }
-    for (int j = 0; j < nx; j++) {
+    FOR_NX(j) {
       const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
       acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y->d), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
     }
   }
-  for (int j = 0; j < nx; j++) out[j] = hsum8(acc[j]) + hsum4(accm[j]);
+  FOR_NX(j) out[j] = hsum8(acc[j]) + hsum4(accm[j]);
 }
 AI void vd_q4_k_k(int64_t n, const void *w, const void *x, size_t xs, const int nx, float *out) {
   vd_q45_k_k(n, w, x, xs, nx, out, 0);
@@ -324,14 +328,14 @@ AI void vd_q6_k_k(int64_t n, const void *vw, const void *x, size_t xs, const int
   const block_q6_K *w = vw;
   const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
   __m256 acc[4];
-  for (int j = 0; j < nx; j++) acc[j] = _mm256_setzero_ps();
+  FOR_NX(j) acc[j] = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / QK_K; i++) {
     const int8_t *sc = w[i].scales;
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
     const float dw = h2f(w[i].d);
     __m256i sumi[4];
     /* value = q - 32: the -32 comes out as -32 * sum(sc * bsum) */
-    for (int j = 0; j < nx; j++) {
+    FOR_NX(j) {
       const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
       __m256i corr = _mm256_madd_epi16(sc16, loadu256(y->bsums));
       sumi[j] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
@@ -345,19 +349,19 @@ AI void vd_q6_k_k(int64_t n, const void *vw, const void *x, size_t xs, const int
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hh, 2 * k), m3);
         const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
         const __m256i s = scale_pair(sc[8 * h + 2 * k], sc[8 * h + 2 * k + 1]);
-        for (int j = 0; j < nx; j++) {
+        FOR_NX(j) {
           const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
           __m256i p = _mm256_maddubs_epi16(q, loadu256(y->qs + 128 * h + 32 * k));
           sumi[j] = _mm256_add_epi32(sumi[j], _mm256_madd_epi16(s, p));
         }
       }
     }
-    for (int j = 0; j < nx; j++) {
+    FOR_NX(j) {
       const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
       acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y->d), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
     }
   }
-  for (int j = 0; j < nx; j++) out[j] = hsum8(acc[j]);
+  FOR_NX(j) out[j] = hsum8(acc[j]);
 }
 NX_DISPATCH(vd_q6_k)
 
@@ -378,11 +382,11 @@ AI float el_bf16(const void *p, int64_t i) { return pw_bf16_to_fp32(((const uint
 #define FLOAT_DOT(T, esz)                                                                        \
   AI void vd_##T##_k(int64_t n, const void *w, const void *x, size_t xs, const int nx, float *out) { \
     __m256 a0[4], a1[4];                                                                         \
-    for (int j = 0; j < nx; j++) a0[j] = a1[j] = _mm256_setzero_ps();                            \
+    FOR_NX(j) a0[j] = a1[j] = _mm256_setzero_ps();                            \
     int64_t i = 0;                                                                               \
     for (; i + 16 <= n; i += 16) {                                                               \
       const __m256 w0 = ld_##T(w, i), w1 = ld_##T(w, i + 8);                                     \
-      for (int j = 0; j < nx; j++) {                                                             \
+      FOR_NX(j) {                                                             \
         const char *xr = (const char *)x + (size_t)j * xs;                                       \
         a0[j] = _mm256_fmadd_ps(w0, ld_##T(xr, i), a0[j]);                                       \
         a1[j] = _mm256_fmadd_ps(w1, ld_##T(xr, i + 8), a1[j]);                                   \
@@ -390,10 +394,10 @@ AI float el_bf16(const void *p, int64_t i) { return pw_bf16_to_fp32(((const uint
     }                                                                                            \
     for (; i + 8 <= n; i += 8) {                                                                 \
       const __m256 w0 = ld_##T(w, i);                                                            \
-      for (int j = 0; j < nx; j++)                                                               \
+      FOR_NX(j)                                                               \
         a0[j] = _mm256_fmadd_ps(w0, ld_##T((const char *)x + (size_t)j * xs, i), a0[j]);         \
     }                                                                                            \
-    for (int j = 0; j < nx; j++) {                                                               \
+    FOR_NX(j) {                                                               \
       const char *xr = (const char *)x + (size_t)j * xs;                                         \
       float s = hsum8(_mm256_add_ps(a0[j], a1[j]));                                              \
       for (int64_t t = i; t < n; t++) s += el_##T(w, t) * el_##T(xr, t);                         \
