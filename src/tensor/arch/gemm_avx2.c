@@ -37,8 +37,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* blocks per chunk: the rows' weight scales are converted to floats for a
- * chunk at a time (and the offsets summed from them) */
+/* blocks per chunk: a chunk's weight scales are kept as floats, from which
+ * Q4_0/Q5_0 sum their offsets at the end of the chunk */
 #define CHUNK 32
 
 /* the loops over a tile's rows and tokens, unrolled so the accumulators
