@@ -254,7 +254,8 @@ const char *engine_chat_template(const engine *e); /* the model's template; NULL
                                                     * then uses ChatML) */
 int engine_n_ctx(const engine *e);
 int engine_n_embd(const engine *e);
-/* SHA-256 of the model file as hex (computed once at create). */
+/* SHA-256 of the model file as hex: hashed from the mapping on the first
+ * call (which reads the whole file once), then kept. */
 const char *engine_model_sha256(const engine *e);
 
 /* Queues a request. PW_EBUSY when active and queue are full; PW_EINVAL for
