@@ -86,7 +86,7 @@ static void bench_usage(FILE *out) {
           "  -p, --n-prompt N      prompt tokens for pp (default 512; 0 = skip)\n"
           "  -n, --n-gen N         generated tokens for tg (default 128; 0 = skip)\n"
           "  -r, --repetitions N   timed repetitions after one warm-up (default 5)\n"
-          "  -t, --threads N       kernel threads (default 2)\n"
+          "  -t, --threads N       kernel threads (default " CLI_STR(ENGINE_DEFAULT_THREADS) ")\n"
           "  -d, --depth D         tokens already in the cache before tg (default 0)\n"
           "  -b, --batch B         also decode B sequences together (batch_tg)\n"
           "  --seed S              seed of the random token ids (default 1)\n"
@@ -658,7 +658,7 @@ int cmd_bench(int argc, char **argv) {
     } else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) {
       NEED_V if (cli_parse_long("bench", a, v, 1, BENCH_MAX_REPS, &o.r)) return 2;
     } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-      NEED_V if (cli_parse_long("bench", a, v, 1, 256, &o.threads)) return 2;
+      NEED_V if (cli_parse_long("bench", a, v, 1, ENGINE_MAX_THREADS, &o.threads)) return 2;
     } else if (!strcmp(a, "-d") || !strcmp(a, "--depth")) {
       NEED_V if (cli_parse_long("bench", a, v, 0, 1 << 20, &o.depth)) return 2;
     } else if (!strcmp(a, "-b") || !strcmp(a, "--batch")) {

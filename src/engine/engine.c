@@ -86,25 +86,26 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   *out = NULL;
   if (!opts || !opts->model_path || !*opts->model_path) return pw_seterr(err, PW_EINVAL, "engine: no model path");
   engine_opts o = *opts;
-  if (o.n_threads == 0) o.n_threads = 2;
-  if (o.max_active == 0) o.max_active = 4;
-  if (o.max_queue == 0) o.max_queue = 16;
+  if (o.n_threads == 0) o.n_threads = ENGINE_DEFAULT_THREADS;
+  if (o.max_active == 0) o.max_active = ENGINE_DEFAULT_ACTIVE;
+  if (o.max_queue == 0) o.max_queue = ENGINE_DEFAULT_QUEUE;
   if (o.step_tokens == 0) o.step_tokens = 512;
   if (o.max_events == 0) o.max_events = 256;
   /* 7: a verification pass of 1 + 7 tokens fills the kernels' 8-token
    * groups; a 9th token costs a second pass over the weights (measured
    * 20% more time for that one token on a 0.5B model) */
-  if (o.spec_draft_max == 0) o.spec_draft_max = 7;
+  if (o.spec_draft_max == 0) o.spec_draft_max = ENGINE_DEFAULT_SPEC_K;
   if (o.prompt_cache_entries == 0) o.prompt_cache_entries = 8;
   if (o.prompt_cache_bytes == 0) o.prompt_cache_bytes = (size_t)1 << 30;
   if (o.prompt_cache_ttl_s == 0) o.prompt_cache_ttl_s = 600;
-  if (o.n_threads < 1 || o.n_threads > 512)
-    return pw_seterr(err, PW_EINVAL, "engine: n_threads %d out of range [1, 512]", o.n_threads);
-  if (o.max_active < 1 || o.max_active > 1024)
-    return pw_seterr(err, PW_EINVAL, "engine: max_active %d out of range [1, 1024]", o.max_active);
-  if (o.max_queue < 0 || o.max_queue > 1 << 20)
-    return pw_seterr(err, PW_EINVAL, "engine: max_queue %d out of range", o.max_queue);
-  if (o.n_ctx < 0 || o.n_ctx > 1 << 22) return pw_seterr(err, PW_EINVAL, "engine: n_ctx %d out of range", o.n_ctx);
+  if (o.n_threads < 1 || o.n_threads > ENGINE_MAX_THREADS)
+    return pw_seterr(err, PW_EINVAL, "engine: n_threads %d out of range [1, %d]", o.n_threads, ENGINE_MAX_THREADS);
+  if (o.max_active < 1 || o.max_active > ENGINE_MAX_ACTIVE)
+    return pw_seterr(err, PW_EINVAL, "engine: max_active %d out of range [1, %d]", o.max_active, ENGINE_MAX_ACTIVE);
+  if (o.max_queue < 0 || o.max_queue > ENGINE_MAX_QUEUE)
+    return pw_seterr(err, PW_EINVAL, "engine: max_queue %d out of range [0, %d]", o.max_queue, ENGINE_MAX_QUEUE);
+  if (o.n_ctx != 0 && (o.n_ctx < ENGINE_MIN_CTX || o.n_ctx > ENGINE_MAX_CTX))
+    return pw_seterr(err, PW_EINVAL, "engine: n_ctx %d out of range [%d, %d]", o.n_ctx, ENGINE_MIN_CTX, ENGINE_MAX_CTX);
   if (o.step_tokens < 1 || o.step_tokens > 65536)
     return pw_seterr(err, PW_EINVAL, "engine: step_tokens %d out of range [1, 65536]", o.step_tokens);
   if (o.max_events < 2 || o.max_events > 1 << 20)
@@ -137,7 +138,7 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   if ((rc = tok_vocab_load(model_gguf(e->m), &e->vocab, err)) < 0) goto fail;
   e->n_vocab = hp->n_vocab;
   e->n_embd = hp->n_embd;
-  e->n_ctx = o.n_ctx ? o.n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+  e->n_ctx = o.n_ctx ? o.n_ctx : (hp->n_ctx_train < ENGINE_DEFAULT_CTX ? hp->n_ctx_train : ENGINE_DEFAULT_CTX);
   o.n_ctx = e->n_ctx;
   e->n_cache = o.prompt_cache_entries > 0 ? o.prompt_cache_entries : 0;
   e->n_slots = o.max_active + e->n_cache;
