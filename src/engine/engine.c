@@ -82,9 +82,9 @@ const char *engine_spec_name(int mode) {
   return d ? d->name : "unknown";
 }
 
-int engine_create(const engine_opts *opts, engine **out, char *err) {
-  *out = NULL;
-  if (!opts || !opts->model_path || !*opts->model_path) return pw_seterr(err, PW_EINVAL, "engine: no model path");
+/* Fills in the defaults of opts and checks every range; *d gets the
+ * speculation mode's drafter (NULL = off). */
+static int resolve_opts(const engine_opts *opts, engine_opts *out, const drafter_ops **d, char *err) {
   engine_opts o = *opts;
   if (o.n_threads == 0) o.n_threads = ENGINE_DEFAULT_THREADS;
   if (o.max_active == 0) o.max_active = ENGINE_DEFAULT_ACTIVE;
@@ -110,7 +110,7 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
     return pw_seterr(err, PW_EINVAL, "engine: step_tokens %d out of range [1, 65536]", o.step_tokens);
   if (o.max_events < 2 || o.max_events > 1 << 20)
     return pw_seterr(err, PW_EINVAL, "engine: max_events %d out of range [2, 1048576]", o.max_events);
-  const drafter_ops *drafter = o.spec_mode == ENGINE_SPEC_OFF ? NULL : eng_drafter(o.spec_mode);
+  const drafter_ops *drafter = *d = o.spec_mode == ENGINE_SPEC_OFF ? NULL : eng_drafter(o.spec_mode);
   if (o.spec_mode != ENGINE_SPEC_OFF && !drafter)
     return pw_seterr(err, PW_EINVAL, "engine: unknown speculation mode %d", o.spec_mode);
   if (o.spec_draft_max < 1 || o.spec_draft_max > SPEC_MAX_K)
@@ -125,13 +125,59 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   /* Every active sequence must fit its decode token into one step. */
   if (o.step_tokens < o.max_active) o.step_tokens = o.max_active;
 
+  *out = o;
+  return 0;
+}
+
+/* The step's batch, logits and text buffers and the cache records, sized
+ * once from the resolved options (nothing is allocated per step). */
+static int alloc_buffers(engine *e, const engine_opts *o, char *err) {
+  /* Logits rows: one per sequence, or up to 1 + K for a speculating one;
+   * never more than the entries of a step. */
+  e->rows_cap = o->max_active;
+  if (o->spec_mode != ENGINE_SPEC_OFF) {
+    long want = (long)o->max_active * (o->spec_draft_max + 1);
+    e->rows_cap = want < o->step_tokens ? (int)want : o->step_tokens;
+  }
+  e->run = calloc((size_t)o->max_active, sizeof *e->run);
+  e->part = calloc((size_t)o->max_active, sizeof *e->part);
+  e->free_slots = calloc((size_t)e->n_slots, sizeof *e->free_slots);
+  e->ents = calloc((size_t)o->step_tokens, sizeof *e->ents);
+  e->eents = calloc((size_t)o->step_tokens, sizeof *e->eents);
+  e->eowner = calloc((size_t)o->step_tokens, sizeof *e->eowner);
+  e->logits = malloc((size_t)e->rows_cap * e->n_vocab * sizeof *e->logits);
+  e->hidden = malloc((size_t)o->step_tokens * e->n_embd * sizeof *e->hidden);
+  e->dbuf_cap = tok_detok_max_out(e->vocab);
+  e->dbuf = malloc(e->dbuf_cap);
+  e->sbuf = malloc(STOP_OUT_CAP(e->dbuf_cap));
+  e->cache = e->n_cache ? calloc((size_t)e->n_cache, sizeof *e->cache) : NULL;
+  if (!e->sbuf || !e->run || !e->part || !e->free_slots || !e->ents || !e->eents || !e->eowner || !e->logits ||
+      !e->hidden || !e->dbuf || (e->n_cache && !e->cache))
+    return pw_seterr(err, PW_ENOMEM, "engine: out of memory for batch buffers");
+  for (int i = 0; i < e->n_cache; i++) {
+    e->cache[i].slot = -1;
+    if (!(e->cache[i].toks = malloc((size_t)e->n_ctx * sizeof *e->cache[i].toks)))
+      return pw_seterr(err, PW_ENOMEM, "engine: out of memory for prompt cache records");
+  }
+  for (int i = 0; i < e->n_slots; i++) e->free_slots[i] = e->n_slots - 1 - i;
+  e->n_free = e->n_slots;
+  return 0;
+}
+
+int engine_create(const engine_opts *opts, engine **out, char *err) {
+  *out = NULL;
+  if (!opts || !opts->model_path || !*opts->model_path) return pw_seterr(err, PW_EINVAL, "engine: no model path");
+  engine_opts o;
+  const drafter_ops *drafter = NULL;
+  int rc = resolve_opts(opts, &o, &drafter, err);
+  if (rc < 0) return rc;
+
   engine *e = calloc(1, sizeof *e);
   if (!e) return pw_seterr(err, PW_ENOMEM, "engine: out of memory");
   pthread_mutex_init(&e->mu, NULL);
   pthread_mutex_init(&e->sha_mu, NULL);
   eng_cond_init_monotonic(&e->work_cv);
   eng_cond_init_monotonic(&e->idle_cv);
-  int rc;
   model_opts mo = {.n_threads = o.n_threads};
   if ((rc = model_load(o.model_path, &mo, &e->m, err)) < 0) goto fail;
   const model_hparams *hp = model_hp(e->m);
@@ -150,40 +196,7 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
     if ((rc = drafter->create(e, &o, err)) < 0) goto fail;
   }
   e->drafter = drafter;
-  /* Logits rows: one per sequence, or up to 1 + K for a speculating one;
-   * never more than the entries of a step. */
-  e->rows_cap = o.max_active;
-  if (o.spec_mode != ENGINE_SPEC_OFF) {
-    long want = (long)o.max_active * (o.spec_draft_max + 1);
-    e->rows_cap = want < o.step_tokens ? (int)want : o.step_tokens;
-  }
-  e->run = calloc((size_t)o.max_active, sizeof *e->run);
-  e->part = calloc((size_t)o.max_active, sizeof *e->part);
-  e->free_slots = calloc((size_t)e->n_slots, sizeof *e->free_slots);
-  e->ents = calloc((size_t)o.step_tokens, sizeof *e->ents);
-  e->eents = calloc((size_t)o.step_tokens, sizeof *e->eents);
-  e->eowner = calloc((size_t)o.step_tokens, sizeof *e->eowner);
-  e->logits = malloc((size_t)e->rows_cap * e->n_vocab * sizeof *e->logits);
-  e->hidden = malloc((size_t)o.step_tokens * e->n_embd * sizeof *e->hidden);
-  e->dbuf_cap = tok_detok_max_out(e->vocab);
-  e->dbuf = malloc(e->dbuf_cap);
-  e->sbuf = malloc(STOP_OUT_CAP(e->dbuf_cap));
-  e->cache = e->n_cache ? calloc((size_t)e->n_cache, sizeof *e->cache) : NULL;
-  if (!e->sbuf || !e->run || !e->part || !e->free_slots || !e->ents || !e->eents || !e->eowner || !e->logits ||
-      !e->hidden || !e->dbuf || (e->n_cache && !e->cache)) {
-    rc = pw_seterr(err, PW_ENOMEM, "engine: out of memory for batch buffers");
-    goto fail;
-  }
-  for (int i = 0; i < e->n_cache; i++) {
-    e->cache[i].slot = -1;
-    if (!(e->cache[i].toks = malloc((size_t)e->n_ctx * sizeof *e->cache[i].toks))) {
-      rc = pw_seterr(err, PW_ENOMEM, "engine: out of memory for prompt cache records");
-      goto fail;
-    }
-  }
-  for (int i = 0; i < e->n_slots; i++) e->free_slots[i] = e->n_slots - 1 - i;
-  e->n_free = e->n_slots;
-
+  if ((rc = alloc_buffers(e, &o, err)) < 0) goto fail;
   model_id_from_path(o.model_path, e->model_id, sizeof e->model_id);
   gguf_str tmpl;
   if (gguf_get_str(model_gguf(e->m), "tokenizer.chat_template", &tmpl) && tmpl.len > 0) {
