@@ -613,9 +613,15 @@ static int hf_targets(const store_pull_opts *o, const store_source *src, const c
   size_t pick_len = 0;
   int n_match = 0;
   char names[1024] = "";
+  char all_names[1024] = "";
+  int n_all = 0;
   for (int pass = 0; pass < 2 && n_match != 1; pass++) {
     const char *q = want ? want : pass == 0 ? NULL : "Q4_K_M";
     if (want && pass == 1) break;
+    if (pass == 1) { /* keep the full list for the error message */
+      n_all = n_match;
+      memcpy(all_names, names, sizeof names);
+    }
     n_match = 0;
     names[0] = 0;
     for (size_t i = 0; i < nf; i++) {
@@ -629,6 +635,10 @@ static int hf_targets(const store_pull_opts *o, const store_source *src, const c
       if (used < sizeof names - 80)
         snprintf(names + used, sizeof names - used, "%s%.*s", used ? ", " : "", (int)gl, files[i].path);
     }
+  }
+  if (n_match == 0 && n_all > 1) { /* several models, none of them Q4_K_M */
+    n_match = n_all;
+    memcpy(names, all_names, sizeof names);
   }
   if (n_match == 0) {
     rc = pw_seterr(err, PW_ENOTFOUND, "%s/%s has no GGUF of quantization %s", src->org, src->repo, want ? want : "Q4_K_M");
@@ -873,6 +883,8 @@ static int fetch_file(store *s, const store_pull_opts *o, const target *t, const
   report(&x, 1, 1);
 fail:
   pw_sha256_free(x.h);
+  /* An empty partial is nothing to resume: leave no trace of it. */
+  if (rc && fstat(x.fd, &st) == 0 && st.st_size == 0) remove_partial = 1;
   close(x.fd);
   if (remove_partial) unlink(partial);
   return rc;
