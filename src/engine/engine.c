@@ -1283,7 +1283,8 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   for (int i = 0; i < e->n_slots; i++) e->free_slots[i] = e->n_slots - 1 - i;
   e->n_free = e->n_slots;
 
-  model_id_from_path(o.model_path, e->model_id, sizeof e->model_id);
+  if (o.model_id && *o.model_id) snprintf(e->model_id, sizeof e->model_id, "%s", o.model_id);
+  else model_id_from_path(o.model_path, e->model_id, sizeof e->model_id);
   gguf_str tmpl;
   if (gguf_get_str(model_gguf(e->m), "tokenizer.chat_template", &tmpl) && tmpl.len > 0) {
     e->chat_template = malloc(tmpl.len + 1);

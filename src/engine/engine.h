@@ -61,6 +61,7 @@ typedef struct engine_req engine_req; /* one submitted request (handle) */
 
 typedef struct engine_opts {
   const char *model_path; /* GGUF file (required) */
+  const char *model_id;   /* id reported to clients (a store name); NULL: the file name without .gguf */
   int n_threads;          /* kernel threads; 0 = 2 */
   int max_active;         /* sequences decoding at once (KV slots); 0 = 4 */
   int max_queue;          /* requests waiting for a slot; 0 = 16 */
@@ -249,7 +250,7 @@ int engine_drain(engine *e, int grace_ms);
 
 /* Model facts for API layers (borrowed, valid for the engine's life). */
 const struct tok_vocab *engine_vocab(const engine *e);
-const char *engine_model_id(const engine *e);     /* file name without .gguf */
+const char *engine_model_id(const engine *e);     /* opts.model_id, else the file name without .gguf */
 const char *engine_chat_template(const engine *e); /* model's template or ChatML */
 int engine_n_ctx(const engine *e);
 int engine_n_embd(const engine *e);
