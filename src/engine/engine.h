@@ -251,7 +251,8 @@ int engine_drain(engine *e, int grace_ms);
 /* Model facts for API layers (borrowed, valid for the engine's life). */
 const struct tok_vocab *engine_vocab(const engine *e);
 const char *engine_model_id(const engine *e);     /* opts.model_id, else the file name without .gguf */
-const char *engine_chat_template(const engine *e); /* model's template or ChatML */
+const char *engine_chat_template(const engine *e); /* the model's template; NULL = none (prompt.h
+                                                    * then uses ChatML) */
 int engine_n_ctx(const engine *e);
 int engine_n_embd(const engine *e);
 /* SHA-256 of the model file as hex (computed once at create). */
