@@ -89,6 +89,7 @@ static void on_progress(void *ud, const store_progress *p) {
     return;
   }
   /* Not a terminal: a line every 2 s, and one when a file is done. */
+  if (!p->finished && !p->waiting && p->done == 0) return;
   double t = mono_s();
   if (!p->finished && t - v->t_line < 2.0) return;
   v->t_line = t;

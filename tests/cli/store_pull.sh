@@ -252,5 +252,30 @@ check "split model: loading says it is not supported" [ $rc -ne 0 ]
 check "split model: loading says it is not supported [2]" grep -q "split" "$tmp/err"
 check "list shows the pulled models" [ "$("$bin" list | grep -c 'q8_0')" -ge 2 ]
 
+# --- the progress bar on a terminal (tmux gives the pull a terminal) ---
+if command -v tmux >/dev/null; then
+  sock=power-pull-test-$$
+  rm -rf "$home"
+  tmux -L "$sock" new-session -d -x 160 -y 10 \
+    "POWER_HOME='$home' '$bin' pull '$base/slow/400000/big.gguf' --name bar; sleep 30"
+  i=0
+  while [ $i -lt 100 ]; do
+    tmux -L "$sock" capture-pane -p >"$tmp/pane" 2>/dev/null
+    grep -q "%.*/s" "$tmp/pane" && break
+    sleep 0.1
+    i=$((i + 1))
+  done
+  check "terminal: a progress bar with percent and rate" grep -q "pulling big.gguf \[#*\.*\] *[0-9.]*% .* / 12.1 MiB .*/s" "$tmp/pane"
+  i=0
+  while [ $i -lt 300 ] && ! grep -q "^bar:latest\|^bar " "$tmp/pane"; do
+    sleep 0.1
+    tmux -L "$sock" capture-pane -p >"$tmp/pane" 2>/dev/null
+    i=$((i + 1))
+  done
+  check "terminal: the bar ends at 100%" grep -q "pulled big.gguf \[#*\] 100.0%" "$tmp/pane"
+  cp "$tmp/pane" "$tmp/pane.final"
+  tmux -L "$sock" kill-server 2>/dev/null
+fi
+
 # The server stays within loopback and is stopped by the trap.
 exit $fail
