@@ -492,7 +492,7 @@ static void make_name(const char *base, size_t n, const char *tag, char *out) {
     t[tk++] = (char)(isalnum(c) || c == '.' || c == '_' || c == '-' ? c : '-');
   }
   t[tk] = 0;
-  snprintf(out, STORE_NAME_MAX + 1, "%s:%s", b, tk ? t : "latest");
+  snprintf(out, STORE_NAME_MAX + 1, "%.60s:%.39s", b, tk ? t : "latest");
 }
 
 /* Targets of a plain URL: the file, or every part of a split GGUF. */
@@ -514,7 +514,7 @@ static int url_targets(const store_source *src, target *t, int *n, char *name, c
     size_t at = (size_t)(file - path) + stem_len;
     for (int i = 0; i < count; i++) {
       snprintf(t[i].url, sizeof t[i].url, "%s", src->url);
-      char num[8];
+      char num[16];
       snprintf(num, sizeof num, "%05d", i + 1);
       memcpy(t[i].url + at + 1, num, 5);
       snprintf(t[i].file, sizeof t[i].file, "%.*s-%05d-of-%05d.gguf", (int)(stem_len > 200 ? 200 : stem_len), file, i + 1,
@@ -672,7 +672,10 @@ static int hf_targets(const store_pull_opts *o, const store_source *src, const c
       snprintf(esc + used, sizeof esc - used, "%s%s", used ? "/" : "", e);
       curl_free(e);
     }
-    snprintf(x->url, sizeof x->url, "%s/%s/%s/resolve/main/%s", ep, src->org, src->repo, esc);
+    if (snprintf(x->url, sizeof x->url, "%s/%s/%s/resolve/main/%s", ep, src->org, src->repo, esc) >= (int)sizeof x->url) {
+      rc = pw_seterr(err, PW_ELIMIT, "download URL of %s is too long", files[i].path);
+      goto fail;
+    }
     snprintf(x->file, sizeof x->file, "%s", base_name(files[i].path));
     if (files[i].oid) lower_copy(x->expect, files[i].oid, 64);
     x->size = files[i].size;

@@ -61,7 +61,7 @@ int store_open(const char *home, int create, store **out, char *err) {
   if (strlen(home) >= STORE_HOME_MAX) return pw_seterr(err, PW_EINVAL, "POWER_HOME is too long");
   store *s = calloc(1, sizeof *s);
   if (!s) return pw_seterr(err, PW_ENOMEM, "out of memory");
-  snprintf(s->home, sizeof s->home, "%s", home);
+  memcpy(s->home, home, strlen(home) + 1); /* length checked above */
   s->lock_fd = -1;
   char dir[STORE_PATH_MAX];
   struct stat st;
