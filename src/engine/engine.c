@@ -197,7 +197,8 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   }
   e->drafter = drafter;
   if ((rc = alloc_buffers(e, &o, err)) < 0) goto fail;
-  model_id_from_path(o.model_path, e->model_id, sizeof e->model_id);
+  if (o.model_id && *o.model_id) snprintf(e->model_id, sizeof e->model_id, "%s", o.model_id);
+  else model_id_from_path(o.model_path, e->model_id, sizeof e->model_id);
   gguf_str tmpl;
   if (gguf_get_str(model_gguf(e->m), "tokenizer.chat_template", &tmpl) && tmpl.len > 0) {
     e->chat_template = malloc(tmpl.len + 1);

@@ -75,6 +75,7 @@ typedef struct engine_req engine_req; /* one submitted request (handle) */
 
 typedef struct engine_opts {
   const char *model_path; /* GGUF file (required) */
+  const char *model_id;   /* id reported to clients (a store name); NULL: the file name without .gguf */
   int n_threads;          /* kernel threads, 1..ENGINE_MAX_THREADS; 0 = ENGINE_DEFAULT_THREADS */
   int max_active;         /* sequences decoding at once (KV slots), 1..ENGINE_MAX_ACTIVE; 0 = the default */
   int max_queue;          /* requests waiting for a slot, 0..ENGINE_MAX_QUEUE; 0 = the default */
@@ -264,7 +265,7 @@ int engine_drain(engine *e, int grace_ms);
 
 /* Model facts for API layers (borrowed, valid for the engine's life). */
 const struct tok_vocab *engine_vocab(const engine *e);
-const char *engine_model_id(const engine *e);     /* file name without .gguf */
+const char *engine_model_id(const engine *e);     /* opts.model_id, else the file name without .gguf */
 const char *engine_chat_template(const engine *e); /* the model's template; NULL = none (prompt.h
                                                     * then uses ChatML) */
 int engine_n_ctx(const engine *e);
