@@ -1,11 +1,11 @@
 #!/bin/sh
 # Checks that no source file includes a header of a higher layer.
-# Order (low to high): base < tensor < gguf < tok, chat, sample, model < engine < server < cli
+# Order (low to high): base < tensor < gguf < tok, chat, grammar, sample, model < engine < server < cli
 src=${1:-src}
 rank() {
   case "$1" in
     base) echo 0 ;; tensor) echo 1 ;; gguf) echo 2 ;;
-    tok|chat|sample|model) echo 3 ;; engine) echo 4 ;; server) echo 5 ;; cli) echo 6 ;;
+    tok|chat|grammar|sample|model) echo 3 ;; engine) echo 4 ;; server) echo 5 ;; cli) echo 6 ;;
     *) echo 99 ;;
   esac
 }

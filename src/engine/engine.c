@@ -124,6 +124,8 @@ struct engine_req {
   int n_gen;         /* tokens sampled */
   int32_t last;      /* last sampled token, fed by the next decode entry (= toks[n_fed]) */
   pw_sampler *smp;   /* owned; NULL for embeddings */
+  grammar_matcher *gm; /* owned; NULL without a grammar */
+  grammar *g_ref;    /* the request's reference to its grammar (grammar_ref), or NULL */
   tok_detok dt;      /* streaming detokenizer state */
   bool has_stop;     /* sm is in use */
   stop_matcher sm;   /* stop strings and their held-back prefix */
@@ -169,6 +171,11 @@ struct engine {
   bool sha_done;
   pthread_mutex_t sha_mu;
   char *chat_template; /* owned copy of the model's template; NULL = default */
+  /* constrained decoding: the vocabulary's token trie, built by the first
+   * request with a grammar (under gv_mu), then read-only */
+  grammar_vocab *gv;
+  pthread_mutex_t gv_mu;
+  float *grow;         /* [n_vocab] engine thread: a logits row with the grammar's mask applied */
   /* draft model (ENGINE_SPEC_DRAFT), else NULL */
   model *dm;
   model_kv *dkv;
@@ -235,6 +242,8 @@ static struct timespec abs_after_ns(uint64_t ns) {
 
 static void req_free(engine_req *r) {
   pw_sampler_destroy(r->smp);
+  grammar_matcher_destroy(r->gm);
+  grammar_destroy(r->g_ref);
   free(r->toks);
   free(r->ring);
   free(r->txt);
@@ -617,11 +626,29 @@ static void run_end_req(engine *e, engine_req *r, engine_finish finish, int stat
  * removes it). */
 static bool seq_emit(engine *e, engine_req *r, const float *row, int32_t *tok_out, engine_finish *finish,
                      int *status, const char **msg) {
-  int32_t tok = pw_sampler_sample(r->smp, row);
+  const float *srow = row;
+  *tok_out = -1;
+  if (r->gm) { /* the grammar's mask goes before the whole sampler chain */
+    memcpy(e->grow, row, (size_t)e->n_vocab * sizeof *row);
+    int na = grammar_matcher_apply(r->gm, e->grow, !r->ignore_eos);
+    if (na <= 0) {
+      *status = na < 0 ? na : PW_ERANGE;
+      *msg = na < 0 ? "grammar: out of memory" : "the grammar allows no token here";
+      return false;
+    }
+    srow = e->grow;
+  }
+  int32_t tok = pw_sampler_sample(r->smp, srow);
   *tok_out = tok;
   if (tok < 0) {
     *status = PW_ERANGE;
-    *msg = "sampling failed: logit_bias and penalties left no token to choose";
+    *msg = r->gm ? "sampling failed: the grammar, logit_bias and penalties left no token to choose"
+                 : "sampling failed: logit_bias and penalties left no token to choose";
+    return false;
+  }
+  if (r->gm && grammar_matcher_accept_token(r->gm, tok) < 0) {
+    *status = PW_EINTERNAL;
+    *msg = "grammar: a sampled token was not accepted by the grammar";
     return false;
   }
   engine_event *ev = &e->ev;
@@ -649,7 +676,7 @@ static bool seq_emit(engine *e, engine_req *r, const float *row, int32_t *tok_ou
     *msg = "the client fell too far behind the generated events; request cancelled";
     return false;
   }
-  if (matched) {
+  if (matched || (r->gm && grammar_matcher_done(r->gm))) {
     *finish = ENGINE_FINISH_STOP;
     return false;
   }
@@ -906,6 +933,10 @@ static void engine_step(engine *e) {
       extra -= k;
     }
     if (e->o.spec_mode == ENGINE_SPEC_DRAFT) spec_draft(e);
+    /* Proposals the grammar refuses would be rejected anyway: cut them. */
+    for (int i = 0; i < e->n_run; i++)
+      if (e->run[i]->gm && e->run[i]->n_prop > 0)
+        e->run[i]->n_prop = grammar_matcher_prefix(e->run[i]->gm, e->run[i]->prop, e->run[i]->n_prop);
   }
 
   int n = 0, ne = 0, rows = 0, n_prefill_tokens = 0;
@@ -1221,6 +1252,7 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   if (!e) return pw_seterr(err, PW_ENOMEM, "engine: out of memory");
   pthread_mutex_init(&e->mu, NULL);
   pthread_mutex_init(&e->sha_mu, NULL);
+  pthread_mutex_init(&e->gv_mu, NULL);
   cond_init_monotonic(&e->work_cv);
   cond_init_monotonic(&e->idle_cv);
   int rc;
@@ -1267,8 +1299,9 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   e->dbuf_cap = tok_detok_max_out(e->vocab);
   e->dbuf = malloc(e->dbuf_cap);
   e->sbuf = malloc(STOP_OUT_CAP(e->dbuf_cap));
+  e->grow = malloc((size_t)e->n_vocab * sizeof *e->grow);
   e->cache = e->n_cache ? calloc((size_t)e->n_cache, sizeof *e->cache) : NULL;
-  if (!e->sbuf || !e->run || !e->part || !e->free_slots || !e->ents || !e->eents || !e->eowner || !e->logits ||
+  if (!e->sbuf || !e->grow || !e->run || !e->part || !e->free_slots || !e->ents || !e->eents || !e->eowner || !e->logits ||
       !e->hidden || !e->dbuf || (e->n_cache && !e->cache)) {
     rc = pw_seterr(err, PW_ENOMEM, "engine: out of memory for batch buffers");
     goto fail;
@@ -1343,6 +1376,9 @@ void engine_destroy(engine *e) {
   free(e->dbuf);
   free(e->sbuf);
   free(e->chat_template);
+  grammar_vocab_destroy(e->gv);
+  free(e->grow);
+  pthread_mutex_destroy(&e->gv_mu);
   pthread_cond_destroy(&e->work_cv);
   pthread_cond_destroy(&e->idle_cv);
   pthread_mutex_destroy(&e->mu);
@@ -1403,6 +1439,7 @@ const char *engine_model_sha256(const engine *ce) {
 static int validate_params(const engine *e, const engine_params *p, char *err) {
   if (!p) return pw_seterr(err, PW_EINVAL, "no request parameters");
   if (!p->prompt || p->n_prompt < 1) return pw_seterr(err, PW_EINVAL, "the prompt is empty");
+  if (p->grammar && p->embedding) return pw_seterr(err, PW_EINVAL, "an embedding request cannot carry a grammar");
   for (int i = 0; i < p->n_prompt; i++)
     if (p->prompt[i] < 0 || p->prompt[i] >= e->n_vocab)
       return pw_seterr(err, PW_EINVAL, "prompt token %d at position %d is outside the vocabulary of %d",
@@ -1439,6 +1476,34 @@ static int admission_check(engine *e, char *err) {
                      e->n_active, e->n_queued, e->o.max_active, e->o.max_queue);
   }
   return 0;
+}
+
+/* The vocabulary's token trie for grammars, built on first use. */
+static int engine_grammar_vocab(engine *e, grammar_vocab **out, char *err) {
+  int rc = 0;
+  pthread_mutex_lock(&e->gv_mu);
+  if (!e->gv) {
+    const char **pieces = malloc((size_t)e->n_vocab * sizeof *pieces);
+    size_t *lens = malloc((size_t)e->n_vocab * sizeof *lens);
+    bool *eog = malloc((size_t)e->n_vocab * sizeof *eog);
+    if (!pieces || !lens || !eog) {
+      rc = pw_seterr(err, PW_ENOMEM, "engine: out of memory for the grammar vocabulary");
+    } else {
+      /* The bytes the streaming detokenizer emits for each token (flags 0):
+       * what the grammar sees is what the client gets. */
+      for (int32_t i = 0; i < e->n_vocab; i++) {
+        lens[i] = tok_piece_ref(e->vocab, i, false, &pieces[i]);
+        eog[i] = tok_is_eog(e->vocab, i);
+      }
+      rc = grammar_vocab_create(e->n_vocab, pieces, lens, eog, &e->gv, err);
+    }
+    free(pieces);
+    free(lens);
+    free(eog);
+  }
+  *out = e->gv;
+  pthread_mutex_unlock(&e->gv_mu);
+  return rc;
 }
 
 int engine_submit(engine *e, const engine_params *p, engine_req **out, char *err) {
@@ -1500,6 +1565,14 @@ int engine_submit(engine *e, const engine_params *p, engine_req **out, char *err
         return rc;
       }
       r->has_stop = true;
+    }
+    if (p->grammar) {
+      grammar_vocab *gv;
+      r->g_ref = grammar_ref(p->grammar);
+      if ((rc = engine_grammar_vocab(e, &gv, err)) < 0 || (rc = grammar_matcher_create(p->grammar, gv, &r->gm, err)) < 0) {
+        req_free(r);
+        return rc;
+      }
     }
   }
   r->refs = 2;
