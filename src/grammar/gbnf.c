@@ -670,7 +670,8 @@ static int parse_sequence(parser *ps, evec *out, bool nested) {
       if (c == '?') max = 1;
       if (c == '{') {
         skip_space(ps, false);
-        if (parse_uint(ps, &min) < 0) return ps->rc;
+        min = 0; /* {,n}: none to n */
+        if ((ps->p >= ps->end || *ps->p != ',') && parse_uint(ps, &min) < 0) return ps->rc;
         skip_space(ps, false);
         max = min;
         if (ps->p < ps->end && *ps->p == ',') {

@@ -1103,6 +1103,7 @@ static int gen_allof(sc *c, json_t *s, json_t *all, gbuf *e) {
   if (!json_is_array(all) || json_array_size(all) == 0) return fail(c, PW_EINVAL, "'allOf' must be a non-empty array");
   json_t *props = json_object(), *req = json_array();
   json_t *addl = NULL;
+  bool closed = false;
   int rc = 0;
   if (!props || !req) {
     rc = fail(c, PW_ENOMEM, "out of memory");
@@ -1155,20 +1156,27 @@ static int gen_allof(sc *c, json_t *s, json_t *all, gbuf *e) {
     for (size_t j = 0; j < json_array_size(r); j++) json_array_append(req, json_array_get(r, j));
     json_t *a = json_object_get(b, "additionalProperties");
     if (a && json_is_false(a)) {
-      /* only this branch's properties may appear at all */
-      const char *pk;
-      json_t *pv;
-      void *tmp;
-      json_object_foreach_safe(props, tmp, pk, pv) {
-        if (!p || !json_object_get(p, pk)) {
-          (void)pv;
-          json_object_del(props, pk);
-        }
-      }
-      if (!addl) addl = a;
+      closed = true;
     } else if (a && json_is_object(a)) {
       rc = unsupported(c, "allOf", " with additionalProperties schemas");
     }
+  }
+  /* A branch with additionalProperties false admits only its own
+   * properties, whichever branch declared the others. */
+  for (size_t i = 0; i < nb && closed && !rc; i++) {
+    json_t *b = i == 0 ? s : json_array_get(all, i - 1);
+    for (int hops = 0; json_is_object(b) && json_is_string(json_object_get(b, "$ref")) && hops < 32; hops++)
+      b = resolve(c, json_string_value(json_object_get(b, "$ref")));
+    if (!json_is_false(json_object_get(b, "additionalProperties"))) continue;
+    json_t *p = json_object_get(b, "properties");
+    const char *pk;
+    json_t *pv;
+    void *tmp;
+    json_object_foreach_safe(props, tmp, pk, pv) {
+      (void)pv;
+      if (!p || !json_object_get(p, pk)) json_object_del(props, pk);
+    }
+    addl = json_false();
   }
   if (!rc) {
     /* required keys removed by an additionalProperties false branch make
