@@ -150,8 +150,9 @@ static int alloc_buffers(engine *e, const engine_opts *o, char *err) {
   e->dbuf_cap = tok_detok_max_out(e->vocab);
   e->dbuf = malloc(e->dbuf_cap);
   e->sbuf = malloc(STOP_OUT_CAP(e->dbuf_cap));
+  e->grow = malloc((size_t)e->n_vocab * sizeof *e->grow);
   e->cache = e->n_cache ? calloc((size_t)e->n_cache, sizeof *e->cache) : NULL;
-  if (!e->sbuf || !e->run || !e->part || !e->free_slots || !e->ents || !e->eents || !e->eowner || !e->logits ||
+  if (!e->sbuf || !e->grow || !e->run || !e->part || !e->free_slots || !e->ents || !e->eents || !e->eowner || !e->logits ||
       !e->hidden || !e->dbuf || (e->n_cache && !e->cache))
     return pw_seterr(err, PW_ENOMEM, "engine: out of memory for batch buffers");
   for (int i = 0; i < e->n_cache; i++) {
@@ -176,6 +177,7 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   if (!e) return pw_seterr(err, PW_ENOMEM, "engine: out of memory");
   pthread_mutex_init(&e->mu, NULL);
   pthread_mutex_init(&e->sha_mu, NULL);
+  pthread_mutex_init(&e->gv_mu, NULL);
   eng_cond_init_monotonic(&e->work_cv);
   eng_cond_init_monotonic(&e->idle_cv);
   model_opts mo = {.n_threads = o.n_threads};
@@ -254,10 +256,13 @@ void engine_destroy(engine *e) {
   free(e->dbuf);
   free(e->sbuf);
   free(e->chat_template);
+  grammar_vocab_destroy(e->gv);
+  free(e->grow);
   pthread_cond_destroy(&e->work_cv);
   pthread_cond_destroy(&e->idle_cv);
   pthread_mutex_destroy(&e->mu);
   pthread_mutex_destroy(&e->sha_mu);
+  pthread_mutex_destroy(&e->gv_mu);
   free(e);
 }
 

@@ -49,6 +49,7 @@
 #ifndef PW_ENGINE_ENGINE_H
 #define PW_ENGINE_ENGINE_H
 
+#include "grammar/grammar.h"
 #include "power.h"
 #include "sample/sample.h"
 
@@ -165,6 +166,23 @@ typedef struct engine_params {
    * max_active ones, so caching never lowers the running capacity. */
   bool has_cache_key;
   uint8_t cache_key[32];
+  /* Constrained decoding: the generated text follows this grammar (NULL =
+   * none). Before the sampler chain runs, every token the grammar does not
+   * allow next gets logit -inf (logprobs still describe the model's raw
+   * logits); end-of-generation tokens are allowed only where the grammar
+   * can end (never with ignore_eos). The request ends with STOP as soon as
+   * the grammar is complete and nothing can follow, at an allowed
+   * end-of-generation token, or with LENGTH at max_tokens (the text is
+   * then a prefix of a valid document). Speculative proposals are cut at
+   * the first token the grammar refuses; the output stays identical to
+   * non-speculative decoding under the same grammar. Stop strings still
+   * apply and may end the text early.
+   * Ownership: borrowed during engine_submit, which takes its own
+   * reference (grammar_ref) for the request and drops it when the request
+   * is freed; the caller may destroy its reference as soon as
+   * engine_submit returns. The first request with a grammar builds the
+   * vocabulary's token trie (once per engine). */
+  grammar *grammar;
 } engine_params;
 /* Notes: sampling.seed is used as given. Penalties (repeat/frequency/
  * presence) also count the last repeat_last_n prompt tokens, as llama.cpp

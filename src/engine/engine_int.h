@@ -18,6 +18,7 @@
 #include "engine/engine.h"
 
 #include "chat/stop.h"
+#include "grammar/grammar.h"
 #include "model/model.h"
 #include "tok/tok.h"
 
@@ -89,6 +90,8 @@ struct engine_req {
   int n_gen;         /* tokens sampled */
   int32_t last;      /* last sampled token, fed by the next decode entry (= toks[n_fed]) */
   pw_sampler *smp;   /* owned; NULL for embeddings */
+  grammar_matcher *gm; /* owned; NULL without a grammar */
+  grammar *g_ref;    /* the request's reference to its grammar (grammar_ref), or NULL */
   tok_detok dt;      /* streaming detokenizer state */
   bool has_stop;     /* sm is in use */
   stop_matcher sm;   /* stop strings and their held-back prefix */
@@ -134,6 +137,11 @@ struct engine {
   bool sha_done;
   pthread_mutex_t sha_mu;
   char *chat_template; /* owned copy of the model's template; NULL = none */
+  /* constrained decoding: the vocabulary's token trie, built by the first
+   * request with a grammar (under gv_mu), then read-only */
+  grammar_vocab *gv;
+  pthread_mutex_t gv_mu;
+  float *grow;         /* [n_vocab] engine thread: a logits row with the grammar's mask applied */
   const drafter_ops *drafter; /* the speculation mode's drafter; NULL = off */
   void *dstate;        /* the drafter's own state (owned by the drafter) */
 
