@@ -253,8 +253,12 @@ const char *engine_model_id(const engine *e);     /* file name without .gguf */
 const char *engine_chat_template(const engine *e); /* model's template or ChatML */
 int engine_n_ctx(const engine *e);
 int engine_n_embd(const engine *e);
-/* SHA-256 of the model file as hex (computed once at create). */
+/* SHA-256 of the model file as hex: computed on the first call (one read
+ * of the mapping, or none when this process already hashed the same file,
+ * see pw_sha256_cache_get), then kept. */
 const char *engine_model_sha256(const engine *e);
+/* Size of the model file in bytes. */
+uint64_t engine_model_size(const engine *e);
 
 /* Queues a request. PW_EBUSY when active and queue are full; PW_EINVAL for
  * bad parameters; PW_ECONTEXT when the prompt does not fit the context (the

@@ -57,7 +57,8 @@ int prompt_tokenize(const prompt_builder *pb, const char *text, size_t len, bool
   return oai_seterr(e, 500, "internal_error", NULL, "tokenizer size mismatch");
 }
 
-int prompt_chat(const prompt_builder *pb, json_t *messages, int32_t **out, int *n_out, oai_error *e) {
+int prompt_render(const prompt_builder *pb, json_t *messages, char **text, size_t *off, size_t *len, oai_error *e) {
+  *text = NULL;
   json_t *vars = json_pack("{s:O,s:b,s:s,s:s}", "messages", messages, "add_generation_prompt", 1, "bos_token",
                            pb->bos, "eos_token", pb->eos);
   if (!vars) return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
@@ -65,19 +66,35 @@ int prompt_chat(const prompt_builder *pb, json_t *messages, int32_t **out, int *
   lim.max_output = (size_t)64 << 20;
   lim.max_memory = (size_t)256 << 20;
   char err[PW_ERRMAX] = "";
-  char *text = NULL;
-  size_t len = 0;
-  int rc = jinja_render(pb->tmpl, vars, &lim, &text, &len, err);
+  size_t n = 0;
+  int rc = jinja_render(pb->tmpl, vars, &lim, text, &n, err);
   json_decref(vars);
   if (rc == PW_ENOMEM) return oai_seterr(e, 500, "internal_error", NULL, "out of memory rendering the chat template");
   if (rc) return oai_seterr(e, 400, "template_error", "messages", "chat template: %s", err);
-  const char *t = text;
   size_t bl = strlen(pb->bos);
-  if (bl && tok_add_bos(pb->vocab) && len >= bl && !memcmp(t, pb->bos, bl)) {
-    t += bl; /* the template wrote BOS; the tokenizer adds it back once */
-    len -= bl;
+  *off = 0;
+  if (bl && tok_add_bos(pb->vocab) && n >= bl && !memcmp(*text, pb->bos, bl))
+    *off = bl; /* the template wrote BOS; the tokenizer adds it back once */
+  *len = n - *off;
+  return 0;
+}
+
+int prompt_chat_text(const prompt_builder *pb, json_t *messages, int32_t **out, int *n_out, char **text,
+                     size_t *off, size_t *len, oai_error *e) {
+  int rc = prompt_render(pb, messages, text, off, len, e);
+  if (rc) return rc;
+  rc = prompt_tokenize(pb, *text + *off, *len, true, true, "messages", out, n_out, e);
+  if (rc) {
+    free(*text);
+    *text = NULL;
   }
-  rc = prompt_tokenize(pb, t, len, true, true, "messages", out, n_out, e);
+  return rc;
+}
+
+int prompt_chat(const prompt_builder *pb, json_t *messages, int32_t **out, int *n_out, oai_error *e) {
+  char *text;
+  size_t off, len;
+  int rc = prompt_chat_text(pb, messages, out, n_out, &text, &off, &len, e);
   free(text);
   return rc;
 }

@@ -34,6 +34,14 @@ void prompt_builder_free(prompt_builder *pb);
 /* Renders messages (borrowed) with add_generation_prompt and tokenizes the
  * result. *out is malloc'ed (caller frees). 0, or PW_EINVAL with e set. */
 int prompt_chat(const prompt_builder *pb, json_t *messages, int32_t **out, int *n_out, oai_error *e);
+/* The same, also handing back the rendered text the ids were tokenized
+ * from: text[off .. off+len) (malloc'ed in *text, caller frees; NULL on
+ * error). Receipts hash it. */
+int prompt_chat_text(const prompt_builder *pb, json_t *messages, int32_t **out, int *n_out, char **text,
+                     size_t *off, size_t *len, oai_error *e);
+/* Only the rendering: *text malloc'ed; the tokenizer's input is
+ * text[off .. off+len) (a BOS the template wrote is skipped). */
+int prompt_render(const prompt_builder *pb, json_t *messages, char **text, size_t *off, size_t *len, oai_error *e);
 /* Tokenizes text. param names the request field for errors. */
 int prompt_tokenize(const prompt_builder *pb, const char *text, size_t len, bool add_special,
                     bool parse_special, const char *param, int32_t **out, int *n_out, oai_error *e);
