@@ -7,6 +7,7 @@
 #include "cli/cmd_synth.h"
 #include "cli/cmd_template.h"
 #include "cli/cmd_tokenize.h"
+#include "cli/cmd_verify.h"
 
 #include "power.h"
 
@@ -30,6 +31,8 @@ static const subcommand k_cmds[] = {
     {"quantize", cmd_quantize, "convert F32/F16/BF16 weights to a quantized type"},
     {"template", cmd_template, "render a chat template (--model M | --template F.jinja) --vars V.json"},
     {"tokenize", cmd_tokenize, "text to token ids and pieces (--ids, --raw, --file)"},
+    {"verify", cmd_verify, "check a receipt (digests, signature, --replay) or an ab report (--ab)"},
+    {"keygen", cmd_keygen, "make an Ed25519 key pair for signing receipts"},
 };
 
 static void usage(FILE *out) {
