@@ -5,6 +5,7 @@
  *   power verify --replay RECEIPT.json --request REQ.json --model M.gguf [-t N]
  *   power verify --replay-all PAIRS.jsonl --model M.gguf [-t N]
  *   power verify --ab REPORT.json
+ *   power verify --canonical FILE.jsonl  (each line's RFC 8785 form, one per line)
  *   power keygen KEY.pem [PUB.pem]      (PUB defaults to KEY.pem.pub)
  *
  * RECEIPT.json is a response body that carries "receipt" (and
@@ -58,6 +59,7 @@ static void verify_usage(FILE *out) {
                "       power verify --replay RECEIPT.json --request REQ.json --model M.gguf [-t N]\n"
                "       power verify --replay-all PAIRS.jsonl --model M.gguf [-t N]\n"
                "       power verify --ab REPORT.json\n"
+               "       power verify --canonical FILE.jsonl   (RFC 8785 form of each line)\n"
                "exit 0: every check passed (one line each); 1: the first mismatching field is named;\n"
                "2: usage error or unreadable file\n");
 }
@@ -550,6 +552,41 @@ static int verify_ab(const char *path) {
   return 0;
 }
 
+/* Prints each line's canonical JSON, so other implementations can be
+ * compared with this one. 0, or 1 at the first line that does not parse or
+ * canonicalize (named). */
+static int canonical_lines(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    fprintf(stderr, "power verify: cannot open %s\n", path);
+    return 2;
+  }
+  char *line = NULL, err[PW_ERRMAX];
+  size_t cap = 0;
+  ssize_t len;
+  int lineno = 0, status = 0;
+  while (status == 0 && (len = getline(&line, &cap, f)) > 0 && lineno < VERIFY_MAX_PAIRS) {
+    lineno++;
+    json_error_t je;
+    json_t *v = json_loadb(line, (size_t)len, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &je);
+    char *txt = NULL;
+    if (!v) {
+      fprintf(stderr, "power verify: %s line %d: %s\n", path, lineno, je.text);
+      status = 1;
+    } else if (jcs_encode(v, &txt, NULL, err)) {
+      fprintf(stderr, "power verify: %s line %d: %s\n", path, lineno, err);
+      status = 1;
+    } else {
+      printf("%s\n", txt);
+    }
+    free(txt);
+    json_decref(v);
+  }
+  free(line);
+  fclose(f);
+  return status;
+}
+
 int cmd_verify(int argc, char **argv) {
   const char *receipt = NULL, *req = NULL, *out = NULL, *model = NULL, *pub = NULL, *ab = NULL, *all = NULL;
   bool replay = false;
@@ -583,6 +620,7 @@ int cmd_verify(int argc, char **argv) {
     else if (!strcmp(a, "--public-key")) pub = v;
     else if (!strcmp(a, "--ab")) ab = v;
     else if (!strcmp(a, "--replay-all")) all = v;
+    else if (!strcmp(a, "--canonical")) return canonical_lines(v);
     else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
       if (cli_parse_long("verify", a, v, 1, 256, &threads)) return 2;
     } else {

@@ -243,7 +243,7 @@ int ev_request_sha256_json(const json_t *body, char hex[65], char *err) {
 
 int ev_request_sha256(const char *body, size_t len, char hex[65], char *err) {
   json_error_t je;
-  json_t *v = json_loadb(body ? body : "", len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+  json_t *v = json_loadb(body ? body : "", len, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &je);
   if (!v) return pw_seterr(err, PW_EINVAL, "the request is not JSON: %s", je.text);
   int rc = ev_request_sha256_json(v, hex, err);
   json_decref(v);
