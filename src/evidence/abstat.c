@@ -548,12 +548,8 @@ int abstat_verify(const json_t *rep, char **lines, char *err) {
   ok_line(&v, "ok: report_sha256 %s", hex);
   rc = 0;
 done:
-  if (lines) *lines = v.lines;
+  if (lines && !rc) *lines = v.lines;
   else free(v.lines);
-  if (rc) {
-    if (lines) *lines = NULL;
-    free(v.lines);
-  }
   json_decref(again);
   json_decref(copy);
   free(names);
