@@ -79,7 +79,7 @@
 #include "evidence/abstat.h"
 #include "evidence/digest.h"
 #include "model/model.h"
-#include "server/prompt.h"
+#include "chat/prompt.h"
 #include "tok/tok.h"
 
 #include <jansson.h>
@@ -127,8 +127,8 @@ static void ab_usage(FILE *out) {
           "      k=N (proposals per round), cache=on|off (prefix cache, default off),\n"
           "      parallel=N (requests in flight, default 1)\n"
           "  --rounds N       rounds, each runs both orders (default 4, at least 2)\n"
-          "  -t, --threads N  kernel threads (default 2)\n"
-          "  --ctx N          context per sequence (default: model's, at most 4096)\n"
+          "  -t, --threads N  kernel threads (default " CLI_STR(ENGINE_DEFAULT_THREADS) ")\n"
+          "  --ctx N          context per sequence (default: model's, at most " CLI_STR(ENGINE_DEFAULT_CTX) ")\n"
           "  -o, --output FMT md (default) or json (one object)\n"
           "  --verify-curve   time one forward pass of 1+K tokens, K = 0..kmax\n"
           "  --kmax N         largest K (default 16)\n"
@@ -283,7 +283,7 @@ static int request_parse(const prompt_builder *pb, json_t *o, int line, ab_reque
   }
   json_t *prompt = json_object_get(o, "prompt"), *msgs = json_object_get(o, "messages");
   if (!!prompt == !!msgs) return pw_seterr(err, PW_EINVAL, "line %d: give exactly one of prompt and messages", line);
-  oai_error e;
+  prompt_error e;
   memset(&e, 0, sizeof e);
   int rc;
   if (prompt) {
@@ -293,7 +293,7 @@ static int request_parse(const prompt_builder *pb, json_t *o, int line, ab_reque
                          &r->prompt, &r->n_prompt, &e);
   } else {
     if (!json_is_array(msgs)) return pw_seterr(err, PW_EINVAL, "line %d: messages must be an array", line);
-    rc = prompt_chat(pb, msgs, &r->prompt, &r->n_prompt, &e);
+    rc = prompt_chat(pb, msgs, NULL, &r->prompt, &r->n_prompt, &e);
   }
   if (rc) return pw_seterr(err, PW_EINVAL, "line %d: %s", line, e.message);
   if (r->n_prompt < 1) return pw_seterr(err, PW_EINVAL, "line %d: the prompt has no tokens", line);
@@ -955,9 +955,9 @@ int cmd_ab(int argc, char **argv) {
     else if (!strcmp(a, "--rounds")) {
       if (cli_parse_long("ab", a, v, 0, AB_MAX_ROUNDS, &o.rounds)) return 2;
     } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-      if (cli_parse_long("ab", a, v, 1, 256, &o.threads)) return 2;
+      if (cli_parse_long("ab", a, v, 1, ENGINE_MAX_THREADS, &o.threads)) return 2;
     } else if (!strcmp(a, "--ctx")) {
-      if (cli_parse_long("ab", a, v, 16, 1 << 20, &o.n_ctx)) return 2;
+      if (cli_parse_long("ab", a, v, ENGINE_MIN_CTX, ENGINE_MAX_CTX, &o.n_ctx)) return 2;
     } else if (!strcmp(a, "--kmax")) {
       if (cli_parse_long("ab", a, v, 0, AB_MAX_KMAX, &o.kmax)) return 2;
     } else if (!strcmp(a, "--reps")) {

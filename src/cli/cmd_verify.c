@@ -38,8 +38,7 @@
 #include "evidence/receipt.h"
 #include "evidence/sign.h"
 #include "server/oai.h"
-#include "server/prompt.h"
-#include "tensor/traits.h"
+#include "chat/prompt.h"
 #include "tok/tok.h"
 
 #include <inttypes.h>
@@ -287,9 +286,9 @@ static int replay_one(replayer *rp, const json_t *rc, const char *body, size_t b
     return 1;
   }
   const char *kern = jstr(rc, "runtime.kernels");
-  if (kern && strcmp(kern, pw_tensor_kernels()))
+  if (kern && strcmp(kern, engine_kernels()))
     printf("%snote: the receipt was made with %s kernels, this replay runs %s kernels: bits may differ across kernel "
-           "levels; a difference below is a new result, not a broken receipt\n", label, kern, pw_tensor_kernels());
+           "levels; a difference below is a new result, not a broken receipt\n", label, kern, engine_kernels());
   oai_request r;
   oai_error e;
   if (oai_parse(kind, body, blen, &r, &e)) {
@@ -300,21 +299,26 @@ static int replay_one(replayer *rp, const json_t *rc, const char *body, size_t b
   int32_t *prompt = NULL, *ids = NULL;
   int n_prompt = 0;
   char *ptext = NULL;
-  size_t poff = 0, plen = 0;
+  size_t plen = 0;
   engine_req *req = NULL;
   ev_gen g;
   memset(&g, 0, sizeof g);
   if (ev_gen_init(&g, ep, NULL)) goto oom;
   int prc;
-  if (kind == OAI_CHAT) prc = prompt_chat_text(&rp->pb, r.messages, &prompt, &n_prompt, &ptext, &poff, &plen, &e);
+  prompt_error pe;
+  memset(&pe, 0, sizeof pe);
+  prompt_chat_opts po = {0};
+  po.rendered = &ptext;
+  po.rendered_len = &plen;
+  if (kind == OAI_CHAT) prc = prompt_chat(&rp->pb, r.messages, &po, &prompt, &n_prompt, &pe);
   else if (r.tokens) {
-    prc = prompt_check_ids(&rp->pb, r.tokens, r.n_tokens, "prompt", &e);
+    prc = prompt_check_ids(&rp->pb, r.tokens, r.n_tokens, "prompt", &pe);
     prompt = r.tokens;
     n_prompt = r.n_tokens;
     r.tokens = NULL;
-  } else prc = prompt_tokenize(&rp->pb, r.text, r.text_len, true, true, "prompt", &prompt, &n_prompt, &e);
+  } else prc = prompt_tokenize(&rp->pb, r.text, r.text_len, true, true, "prompt", &prompt, &n_prompt, &pe);
   if (prc) {
-    printf("%sFAIL: prompt: %s\n", label, e.message);
+    printf("%sFAIL: prompt: %s\n", label, pe.message);
     goto done;
   }
   uint8_t pd[32];

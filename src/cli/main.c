@@ -40,7 +40,7 @@ static void usage(FILE *out) {
           pw_version());
   for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
     fprintf(out, "  %-10s %s\n", k_cmds[i].name, k_cmds[i].help);
-  fprintf(out, "\nrun 'power <command> --help' for a command's options\n");
+  fprintf(out, "\nrun 'power help <command>' or 'power <command> --help' for a command's options\n");
 }
 
 int main(int argc, char **argv) {
@@ -48,9 +48,18 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || (!strcmp(argv[1], "help") && argc == 2)) {
     usage(stdout);
     return 0;
+  }
+  if (!strcmp(argv[1], "help")) { /* power help CMD = power CMD --help */
+    for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
+      if (!strcmp(argv[2], k_cmds[i].name)) {
+        char *hargv[] = {argv[2], "--help", NULL};
+        return k_cmds[i].fn(2, hargv);
+      }
+    fprintf(stderr, "power: unknown command '%s' (try 'power --help')\n", argv[2]);
+    return 2;
   }
   if (!strcmp(argv[1], "--version")) {
     printf("power %s\n", pw_version());
