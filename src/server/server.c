@@ -1096,7 +1096,7 @@ int server_start(const server_opts *o, engine *e, server **out, char *err) {
   if (rc) goto fail;
   const tok_vocab *voc = engine_vocab(e);
   rc = ev_model_info_init(&s->evm, engine_model_id(e), engine_model_sha256(e), engine_model_size(e),
-                          engine_chat_template(e), tok_kind(voc), tok_pre(voc), tok_n_vocab(voc), err);
+                          s->pb.template_src, tok_kind(voc), tok_pre(voc), tok_n_vocab(voc), err);
   if (rc) goto fail;
   if (o->receipt_key_path && (rc = ev_key_load_private(o->receipt_key_path, &s->receipt_key, err))) goto fail;
 
