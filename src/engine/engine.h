@@ -183,6 +183,10 @@ typedef struct engine_params {
    * engine_submit returns. The first request with a grammar builds the
    * vocabulary's token trie (once per engine). */
   grammar *grammar;
+  /* Control tokens (other than end-of-generation ones) appear in the text
+   * as their token text: for tool-call formats whose markers are control
+   * tokens, so the caller's parser can see them. */
+  bool render_special;
 } engine_params;
 /* Notes: sampling.seed is used as given. Penalties (repeat/frequency/
  * presence) also count the last repeat_last_n prompt tokens, as llama.cpp

@@ -269,7 +269,7 @@ int engine_submit(engine *e, const engine_params *p, engine_req **out, char *err
     int last_n = p->sampling.repeat_last_n;
     for (int i = last_n < p->n_prompt ? p->n_prompt - last_n : 0; i < p->n_prompt; i++)
       pw_sampler_accept(r->smp, p->prompt[i]);
-    tok_detok_init(&r->dt, e->vocab, 0);
+    tok_detok_init(&r->dt, e->vocab, p->render_special ? TOK_DETOK_SPECIAL : 0);
     r->txt_cap = 2 * EV_TEXT_CAP + (int)STOP_OUT_CAP(e->dbuf_cap);
     r->txt = malloc((size_t)r->txt_cap);
     if (!r->txt) goto nomem;

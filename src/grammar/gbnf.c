@@ -900,8 +900,44 @@ void grammar_destroy(grammar *g) {
   free(g->alt);
   free(g->rule_alt);
   free(g->sets);
+  free(g->lazy_words);
+  free(g->lazy_tokens);
   free(g);
 }
+
+int grammar_set_lazy(grammar *g, const char *const *words, int n_words, const int32_t *tokens, int n_tokens,
+                     char *err) {
+  if (n_words < 0 || n_tokens < 0 || n_words + n_tokens == 0 || n_words > GRAMMAR_MAX_TRIGGERS ||
+      n_tokens > GRAMMAR_MAX_TRIGGERS)
+    return pw_seterr(err, PW_EINVAL, "grammar: a lazy grammar needs 1..%d trigger words and/or tokens",
+                     GRAMMAR_MAX_TRIGGERS);
+  if (atomic_load(&g->refs) != 1 || g->lazy)
+    return pw_seterr(err, PW_EINVAL, "grammar: triggers must be set once, before the grammar is shared");
+  for (int i = 0; i < n_words; i++) {
+    size_t n = strlen(words[i]);
+    if (n == 0 || n > GRAMMAR_MAX_TRIGGER_LEN)
+      return pw_seterr(err, PW_EINVAL, "grammar: trigger words must be 1..%d bytes", GRAMMAR_MAX_TRIGGER_LEN);
+  }
+  if (n_words && !(g->lazy_words = calloc((size_t)n_words, sizeof *g->lazy_words)))
+    return pw_seterr(err, PW_ENOMEM, "grammar: out of memory");
+  if (n_tokens && !(g->lazy_tokens = malloc((size_t)n_tokens * sizeof *g->lazy_tokens))) {
+    free(g->lazy_words);
+    g->lazy_words = NULL;
+    return pw_seterr(err, PW_ENOMEM, "grammar: out of memory");
+  }
+  for (int i = 0; i < n_words; i++) {
+    size_t n = strlen(words[i]);
+    memcpy(g->lazy_words[i], words[i], n + 1);
+    if (n > g->lazy_max) g->lazy_max = n;
+  }
+  if (n_tokens) memcpy(g->lazy_tokens, tokens, (size_t)n_tokens * sizeof *tokens);
+  g->n_lazy_words = n_words;
+  g->n_lazy_tokens = n_tokens;
+  g->lazy = true;
+  return 0;
+}
+
+bool grammar_is_lazy(const grammar *g) { return g->lazy; }
 
 int grammar_n_rules(const grammar *g) { return (int)g->n_rules; }
 int grammar_n_elems(const grammar *g) { return (int)g->n_el; }

@@ -12,6 +12,7 @@
 
 #include "grammar/grammar.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 enum { GE_END = 0, GE_REF = 1, GE_SET = 2 };
@@ -35,6 +36,13 @@ struct grammar {
   gset *sets;         /* [n_sets], owned */
   uint32_t n_sets;
   uint32_t root;      /* rule index of "root" */
+  /* Lazy grammars (grammar_set_lazy): free text until a trigger. */
+  bool lazy;
+  char (*lazy_words)[GRAMMAR_MAX_TRIGGER_LEN + 1]; /* [n_lazy_words] NUL-terminated, owned */
+  int n_lazy_words;
+  size_t lazy_max;      /* longest word, bytes */
+  int32_t *lazy_tokens; /* [n_lazy_tokens], owned */
+  int n_lazy_tokens;
   _Atomic int refs;   /* grammar_ref / grammar_destroy */
 };
 

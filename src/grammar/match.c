@@ -245,8 +245,65 @@ struct grammar_matcher {
   /* position */
   uint32_t init, cur;
   bool ended;              /* an end-of-generation token was accepted */
+  /* lazy grammars: waiting for the trigger; the last bytes seen */
+  bool waiting;
+  uint8_t win[GRAMMAR_MAX_TRIGGER_LEN];
+  size_t win_len;
+  uint8_t *lz_buf;         /* [GRAMMAR_MAX_TRIGGER_LEN + max token length] scratch */
   grammar_matcher_stats st;
 };
+
+/* ---- lazy grammars -----------------------------------------------------------
+ * Before the trigger the matcher keeps only the last lazy_max - 1 bytes
+ * (a word can straddle tokens) and lets everything through. */
+
+/* Whether tok sets the trigger off after the window win[0..wl); *rest is
+ * where, in tok's bytes, the grammar's text begins. The earliest word end
+ * wins. */
+static bool lazy_hit(grammar_matcher *m, const uint8_t *win, size_t wl, int32_t tok, uint32_t *rest) {
+  const grammar *g = m->g;
+  const grammar_vocab *gv = m->gv;
+  uint32_t a = gv->off[tok], tn = gv->off[tok + 1] - a;
+  for (int i = 0; i < g->n_lazy_tokens; i++)
+    if (g->lazy_tokens[i] == tok) {
+      *rest = tn;
+      return true;
+    }
+  if (!tn || !g->n_lazy_words) return false;
+  memcpy(m->lz_buf, win, wl);
+  memcpy(m->lz_buf + wl, gv->bytes + a, tn);
+  size_t n = wl + tn, best = SIZE_MAX;
+  for (int i = 0; i < g->n_lazy_words; i++) {
+    size_t L = strlen(g->lazy_words[i]);
+    /* only occurrences that end inside the token: the window alone never
+     * holds a whole word (it would have triggered already) */
+    size_t from = wl + 1 > L ? wl + 1 - L : 0;
+    for (size_t p = from; p + L <= n && p + L < best; p++)
+      if (m->lz_buf[p] == (uint8_t)g->lazy_words[i][0] && memcmp(m->lz_buf + p, g->lazy_words[i], L) == 0) {
+        best = p + L;
+        break;
+      }
+  }
+  if (best == SIZE_MAX) return false;
+  *rest = (uint32_t)(best - wl);
+  return true;
+}
+
+static void lazy_slide(const grammar_matcher *m, uint8_t *win, size_t *wl, int32_t tok) {
+  const grammar_vocab *gv = m->gv;
+  size_t keep = m->g->lazy_max ? m->g->lazy_max - 1 : 0;
+  const uint8_t *tb = gv->bytes + gv->off[tok];
+  size_t tn = gv->off[tok + 1] - gv->off[tok];
+  if (tn >= keep) {
+    memcpy(win, tb + tn - keep, keep);
+    *wl = keep;
+    return;
+  }
+  size_t old = *wl + tn > keep ? keep - tn : *wl; /* bytes of the old window kept */
+  memmove(win, win + *wl - old, old);
+  memcpy(win + old, tb, tn);
+  *wl = old + tn;
+}
 
 static uint64_t mix(uint64_t h) {
   h ^= h >> 33;
@@ -591,7 +648,9 @@ int grammar_matcher_create(const grammar *g, const grammar_vocab *gv, grammar_ma
     if (gv->off[i + 1] - gv->off[i] > maxlen) maxlen = gv->off[i + 1] - gv->off[i];
   m->dfs_cap = maxlen + 2;
   m->dfs = malloc(m->dfs_cap * sizeof *m->dfs);
-  if (!m->spos || !m->spar || !m->stk_ht || !m->st_ht || !m->pool || !m->masks || !m->sorted_bits || !m->out ||
+  m->lz_buf = g->lazy ? malloc(GRAMMAR_MAX_TRIGGER_LEN + maxlen + 1) : NULL;
+  m->waiting = g->lazy;
+  if ((g->lazy && !m->lz_buf) || !m->spos || !m->spar || !m->stk_ht || !m->st_ht || !m->pool || !m->masks || !m->sorted_bits || !m->out ||
       !m->dfs || !st_grow(m)) {
     grammar_matcher_destroy(m);
     return pw_seterr(err, PW_ENOMEM, "grammar: out of memory");
@@ -627,13 +686,18 @@ void grammar_matcher_destroy(grammar_matcher *m) {
   free(m->out);
   free(m->dfs);
   free(m->scr);
+  free(m->lz_buf);
   free(m);
 }
 
 void grammar_matcher_reset(grammar_matcher *m) {
   m->cur = m->init;
   m->ended = false;
+  m->waiting = m->g->lazy;
+  m->win_len = 0;
 }
+
+bool grammar_matcher_triggered(const grammar_matcher *m) { return !m->waiting; }
 
 static void fill(uint64_t *bits, uint32_t a, uint32_t b) {
   while (a < b && (a & 63)) {
@@ -728,6 +792,13 @@ int grammar_matcher_mask(grammar_matcher *m, const uint64_t **mask) {
     *mask = m->out;
     return 0;
   }
+  if (m->waiting) { /* free text: every token */
+    memset(m->out, 0xFF, m->gv->n_words * sizeof *m->out);
+    uint32_t tail = (uint32_t)m->gv->n_vocab & 63;
+    if (tail) m->out[m->gv->n_words - 1] = (1ull << tail) - 1;
+    *mask = m->out;
+    return 0;
+  }
   if (m->st_slot[s] >= 0) {
     m->st.mask_hits++;
     *mask = m->masks + (size_t)m->st_slot[s] * m->gv->n_words;
@@ -790,6 +861,21 @@ static uint32_t advance_token(grammar_matcher *m, uint32_t s, int32_t tok) {
 int grammar_matcher_accept_token(grammar_matcher *m, int32_t tok) {
   if (tok < 0 || tok >= m->gv->n_vocab || m->ended) return PW_EINVAL;
   if (settle(m) < 0) return PW_ENOMEM;
+  if (m->waiting) {
+    uint32_t rest;
+    if (is_eog(m->gv, tok)) {
+      m->ended = true;
+    } else if (lazy_hit(m, m->win, m->win_len, tok, &rest)) {
+      m->waiting = false;
+      uint32_t a = m->gv->off[tok] + rest, b = m->gv->off[tok + 1];
+      /* Refused trailing bytes leave the matcher at g's start (see grammar.h). */
+      if (b > a && grammar_matcher_accept_bytes(m, (const char *)m->gv->bytes + a, b - a) == PW_ENOMEM)
+        return PW_ENOMEM;
+    } else {
+      lazy_slide(m, m->win, &m->win_len, tok);
+    }
+    return 0;
+  }
   if (is_eog(m->gv, tok)) {
     if (!st_accepts(m, m->cur)) return PW_EINVAL;
     m->ended = true;
@@ -824,6 +910,7 @@ int grammar_matcher_accept_bytes(grammar_matcher *m, const char *bytes, size_t l
 
 bool grammar_matcher_allows(grammar_matcher *m, int32_t tok) {
   if (tok < 0 || tok >= m->gv->n_vocab || m->ended) return false;
+  if (m->waiting) return true;
   if (settle(m) < 0) return false;
   if (is_eog(m->gv, tok)) return st_accepts(m, m->cur);
   return advance_token(m, m->cur, tok) != DEAD;
@@ -831,6 +918,22 @@ bool grammar_matcher_allows(grammar_matcher *m, int32_t tok) {
 
 int grammar_matcher_prefix(grammar_matcher *m, const int32_t *toks, int n) {
   if (m->ended || settle(m) < 0) return 0;
+  if (m->waiting) {
+    /* Free text up to the trigger; proposals stop before the token that
+     * sets it off (the target samples that one under the new state). */
+    uint8_t win[GRAMMAR_MAX_TRIGGER_LEN];
+    size_t wl = m->win_len;
+    memcpy(win, m->win, wl);
+    for (int i = 0; i < n; i++) {
+      int32_t t = toks[i];
+      uint32_t rest;
+      if (t < 0 || t >= m->gv->n_vocab) return i;
+      if (is_eog(m->gv, t)) return i + 1;
+      if (lazy_hit(m, win, wl, t, &rest)) return i;
+      lazy_slide(m, win, &wl, t);
+    }
+    return n;
+  }
   uint32_t s = m->cur;
   for (int i = 0; i < n; i++) {
     int32_t t = toks[i];
@@ -842,9 +945,10 @@ int grammar_matcher_prefix(grammar_matcher *m, const int32_t *toks, int n) {
   return n;
 }
 
-bool grammar_matcher_can_end(const grammar_matcher *m) { return m->ended || st_accepts(m, m->cur); }
+bool grammar_matcher_can_end(const grammar_matcher *m) { return m->ended || m->waiting || st_accepts(m, m->cur); }
 
 bool grammar_matcher_done(const grammar_matcher *m) {
+  if (m->waiting) return m->ended;
   return m->ended || (m->st_len[m->cur] == 1 && m->pool[m->st_off[m->cur]] == 0);
 }
 

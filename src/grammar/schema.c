@@ -1401,6 +1401,48 @@ int grammar_schema_to_gbnf(const char *schema, size_t len, char **gbnf_out, char
   return c.rc;
 }
 
+int grammar_schemas_to_gbnf(const char *const *schemas, const size_t *lens, int n, char **gbnf_out, char *bad_keyword,
+                            char *err) {
+  *gbnf_out = NULL;
+  if (bad_keyword) bad_keyword[0] = 0;
+  if (n < 0 || n > GRAMMAR_MAX_SCHEMAS)
+    return pw_seterr(err, PW_ELIMIT, "json schema: more than %d schemas in one grammar", GRAMMAR_MAX_SCHEMAS);
+  /* One compiler state across the documents keeps rule numbers distinct;
+   * references resolve within their own document only. */
+  sc c = {.err = err, .badkw = bad_keyword};
+  gbuf tops = {0};
+  size_t total = 0;
+  for (int i = 0; i < n && !c.rc; i++) {
+    total += lens[i];
+    if (total > GRAMMAR_MAX_TEXT) {
+      fail(&c, PW_ELIMIT, "longer than %u bytes in all", GRAMMAR_MAX_TEXT);
+      break;
+    }
+    json_error_t je;
+    json_t *root = json_loadb(schemas[i], lens[i], JSON_DECODE_ANY, &je);
+    if (!root) {
+      fail(&c, PW_EINVAL, "invalid JSON: %s (line %d)", je.text, je.line);
+      break;
+    }
+    c.root = root;
+    c.n_refs = 0;
+    char top[24];
+    gen(&c, root, top);
+    gb_fmt(&tops, "schema%d ::= %s\n", i, top);
+    json_decref(root);
+  }
+  if (!c.rc) {
+    gb_add(&tops, c.out.s ? c.out.s : "", c.out.n);
+    gb_str(&tops, k_lib);
+    if (tops.oom || c.out.oom) fail(&c, PW_ENOMEM, "out of memory");
+    else *gbnf_out = tops.s, tops.s = NULL;
+  }
+  free(tops.s);
+  free(c.out.s);
+  free(c.refs);
+  return c.rc;
+}
+
 int grammar_from_schema(const char *schema, size_t len, grammar **out, char *bad_keyword, char *err) {
   *out = NULL;
   char *g = NULL;

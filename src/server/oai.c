@@ -171,7 +171,7 @@ static int check_nonempty_array_unsupported(json_t *root, const char *key, oai_e
   json_t *v = field(root, key);
   if (!v) return 0;
   if (json_is_array(v) && json_array_size(v) == 0) return 0;
-  return unsupported(e, key, " (no tool or function calling)");
+  return unsupported(e, key, " (the legacy functions API; use 'tools')");
 }
 
 static int check_common_unsupported(oai_kind kind, json_t *root, oai_error *e) {
@@ -180,12 +180,7 @@ static int check_common_unsupported(oai_kind kind, json_t *root, oai_error *e) {
   if (get_int(root, "n", 1, 1LL << 30, &n, &given, e)) return PW_EINVAL;
   if (n != 1) return unsupported(e, "n", " (only n = 1)");
   if (kind == OAI_CHAT) {
-    if (check_nonempty_array_unsupported(root, "tools", e)) return PW_EINVAL;
     if (check_nonempty_array_unsupported(root, "functions", e)) return PW_EINVAL;
-    json_t *tc = field(root, "tool_choice");
-    if (tc && !(json_is_string(tc) && (!strcmp(json_string_value(tc), "none") ||
-                                      !strcmp(json_string_value(tc), "auto"))))
-      return unsupported(e, "tool_choice", " (no tool calling)");
     json_t *fc = field(root, "function_call");
     if (fc && !(json_is_string(fc) && (!strcmp(json_string_value(fc), "none") ||
                                       !strcmp(json_string_value(fc), "auto"))))
@@ -250,6 +245,62 @@ static int message_text(json_t *content, size_t i, json_t **out, oai_error *e) {
   return 0;
 }
 
+/* The name of the earlier assistant tool call with this id, or NULL. */
+static json_t *call_name_for(json_t *msgs, const char *id) {
+  for (size_t i = json_array_size(msgs); i-- > 0;) {
+    json_t *calls = json_object_get(json_array_get(msgs, i), "tool_calls");
+    size_t j;
+    json_t *c;
+    json_array_foreach(calls, j, c) {
+      if (json_is_string(json_object_get(c, "id")) && !strcmp(json_string_value(json_object_get(c, "id")), id))
+        return json_object_get(json_object_get(c, "function"), "name");
+    }
+  }
+  return NULL;
+}
+
+/* An assistant message's tool_calls, as templates take them: the OpenAI
+ * form, with `arguments` (a JSON string in the API) parsed into an object
+ * when it holds one, as Hugging Face's templates expect (they print it with
+ * tojson or iterate over it). */
+static int message_tool_calls(json_t *calls, const char *param, json_t **out, oai_error *e) {
+  if (!json_is_array(calls)) return oai_seterr(e, 400, "invalid_type", param, "'%s' must be an array", param);
+  if (json_array_size(calls) > TC_MAX_CALLS)
+    return oai_seterr(e, 400, "invalid_value", param, "'%s' holds at most %d calls", param, TC_MAX_CALLS);
+  json_t *arr = json_array();
+  if (!arr) return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
+  size_t i;
+  json_t *c;
+  json_array_foreach(calls, i, c) {
+    json_t *fn = json_is_object(c) ? json_object_get(c, "function") : NULL;
+    json_t *id = json_is_object(c) ? json_object_get(c, "id") : NULL;
+    json_t *type = json_is_object(c) ? json_object_get(c, "type") : NULL;
+    json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
+    if (!json_is_object(fn) || !json_is_string(name) || (id && !json_is_string(id)) ||
+        (type && !(json_is_string(type) && !strcmp(json_string_value(type), "function"))) ||
+        (args && !json_is_string(args) && !json_is_object(args))) {
+      json_decref(arr);
+      return oai_seterr(e, 400, "invalid_value", param,
+                        "'%s[%zu]' must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}",
+                        param, i);
+    }
+    json_t *a = NULL;
+    if (json_is_string(args)) a = json_loadb(json_string_value(args), json_string_length(args), 0, NULL);
+    if (!json_is_object(a)) {
+      json_decref(a);
+      a = args ? json_incref(args) : json_object();
+    }
+    json_t *one = json_pack("{s:s,s:{s:O,s:o}}", "type", "function", "function", "name", name, "arguments", a);
+    if (one && id) json_object_set(one, "id", id);
+    if (!one || json_array_append_new(arr, one)) {
+      json_decref(arr);
+      return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
+    }
+  }
+  *out = arr;
+  return 0;
+}
+
 static int parse_messages(json_t *root, oai_request *r, oai_error *e) {
   json_t *msgs = field(root, "messages");
   if (!msgs) return oai_seterr(e, 400, "missing_field", "messages", "'messages' is required");
@@ -269,17 +320,14 @@ static int parse_messages(json_t *root, oai_request *r, oai_error *e) {
     if (!role) return oai_seterr(e, 400, "missing_field", param, "'%s' is required", param);
     if (!json_is_string(role)) return oai_seterr(e, 400, "invalid_type", param, "'%s' must be a string", param);
     const char *rs = json_string_value(role);
-    if (!strcmp(rs, "tool") || !strcmp(rs, "function"))
-      return oai_seterr(e, 400, "unsupported_tools", param, "'%s' role messages are not supported (no tool calling)", rs);
-    if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "developer"))
-      return oai_seterr(e, 400, "invalid_value", param, "'%s' must be system, developer, user or assistant", param);
-    json_t *calls = field(m, "tool_calls");
-    if (calls && !(json_is_array(calls) && json_array_size(calls) == 0)) {
-      snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
-      return oai_seterr(e, 400, "unsupported_tools", param, "'%s' is not supported (no tool calling)", param);
-    }
+    if (!strcmp(rs, "function"))
+      return oai_seterr(e, 400, "unsupported_function_role", param, "'function' role messages (the legacy functions API) are not supported; use 'tool'");
+    if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "developer") &&
+        strcmp(rs, "tool"))
+      return oai_seterr(e, 400, "invalid_value", param, "'%s' must be system, developer, user, assistant or tool", param);
     json_t *content = field(m, "content");
     json_t *text = NULL;
+    json_t *calls = field(m, "tool_calls");
     if (!content) {
       if (strcmp(rs, "assistant")) {
         snprintf(param, sizeof param, "messages[%zu].content", i);
@@ -294,6 +342,37 @@ static int parse_messages(json_t *root, oai_request *r, oai_error *e) {
     json_t *out = json_pack("{s:s,s:o}", "role", strcmp(rs, "developer") ? rs : "system", "content", text);
     if (!out || json_array_append_new(r->messages, out))
       return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
+    if (calls && (!json_is_array(calls) || json_array_size(calls) > 0)) {
+      snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
+      if (strcmp(rs, "assistant"))
+        return oai_seterr(e, 400, "invalid_value", param, "'%s' is only allowed on assistant messages", param);
+      json_t *tc = NULL;
+      if (message_tool_calls(calls, param, &tc, e)) return PW_EINVAL;
+      json_object_set_new(out, "tool_calls", tc);
+    }
+    json_t *rc = field(m, "reasoning_content");
+    if (rc && !strcmp(rs, "assistant")) {
+      snprintf(param, sizeof param, "messages[%zu].reasoning_content", i);
+      if (!json_is_string(rc)) return oai_seterr(e, 400, "invalid_type", param, "'%s' must be a string", param);
+      json_object_set(out, "reasoning_content", rc);
+    }
+    if (!strcmp(rs, "tool")) {
+      json_t *id = field(m, "tool_call_id");
+      snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
+      if (!id) return oai_seterr(e, 400, "missing_field", param, "'%s' is required", param);
+      if (!json_is_string(id) || json_string_length(id) == 0 || json_string_length(id) > 256)
+        return oai_seterr(e, 400, "invalid_type", param, "'%s' must be a string of 1..256 bytes", param);
+      json_object_set(out, "tool_call_id", id);
+      /* The tool's name, as some templates print it: given, or that of the
+       * call with this id. */
+      json_t *nm = field(m, "name");
+      if (nm && !json_is_string(nm)) {
+        snprintf(param, sizeof param, "messages[%zu].name", i);
+        return oai_seterr(e, 400, "invalid_type", param, "'%s' must be a string", param);
+      }
+      if (!nm) nm = call_name_for(r->messages, json_string_value(id));
+      if (nm) json_object_set(out, "name", nm);
+    }
   }
   return 0;
 }
@@ -528,6 +607,144 @@ static int parse_constraint(json_t *root, oai_request *r, oai_error *e) {
   return 0;
 }
 
+static bool valid_tool_name(const char *s, size_t n) {
+  if (n == 0 || n > TC_MAX_NAME) return false;
+  for (size_t i = 0; i < n; i++)
+    if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+          s[i] == '_' || s[i] == '-' || s[i] == '.'))
+      return false;
+  return true;
+}
+
+/* tools, tool_choice, parallel_tool_calls, reasoning_effort and
+ * chat_template_kwargs: validated here; what the model's template makes of
+ * them is oai_chat_prepare's. */
+static int parse_tools(json_t *root, oai_request *r, oai_error *e) {
+  r->tool_choice = OAI_TOOLS_AUTO;
+  r->parallel_tool_calls = true;
+  if (get_bool(root, "parallel_tool_calls", &r->parallel_tool_calls, e)) return PW_EINVAL;
+  json_t *t = field(root, "tools");
+  if (t) {
+    if (!json_is_array(t)) return oai_seterr(e, 400, "invalid_type", "tools", "'tools' must be an array");
+    if (json_array_size(t) > TC_MAX_TOOLS)
+      return oai_seterr(e, 400, "invalid_value", "tools", "'tools' holds at most %d tools", TC_MAX_TOOLS);
+    size_t i;
+    json_t *tool;
+    json_array_foreach(t, i, tool) {
+      char param[64];
+      snprintf(param, sizeof param, "tools[%zu]", i);
+      json_t *type = json_is_object(tool) ? json_object_get(tool, "type") : NULL;
+      json_t *fn = json_is_object(tool) ? json_object_get(tool, "function") : NULL;
+      if (!json_is_string(type) || strcmp(json_string_value(type), "function") || !json_is_object(fn))
+        return oai_seterr(e, 400, "invalid_value", param, "'%s' must be {\"type\": \"function\", \"function\": {...}}", param);
+      json_t *name = json_object_get(fn, "name"), *params = json_object_get(fn, "parameters");
+      json_t *desc = json_object_get(fn, "description");
+      if (!json_is_string(name) || !valid_tool_name(json_string_value(name), json_string_length(name)))
+        return oai_seterr(e, 400, "invalid_value", param,
+                          "'%s.function.name' must be 1..%d characters of a-z, A-Z, 0-9, '_', '-' and '.'", param, TC_MAX_NAME);
+      if (desc && !json_is_string(desc) && !json_is_null(desc))
+        return oai_seterr(e, 400, "invalid_type", param, "'%s.function.description' must be a string", param);
+      if (params && !json_is_object(params) && !json_is_null(params))
+        return oai_seterr(e, 400, "invalid_type", param, "'%s.function.parameters' must be a JSON Schema object", param);
+      for (size_t j = 0; j < i; j++)
+        if (!strcmp(json_string_value(json_object_get(json_object_get(json_array_get(t, j), "function"), "name")),
+                    json_string_value(name)))
+          return oai_seterr(e, 400, "invalid_value", param, "tool name '%s' is given twice", json_string_value(name));
+    }
+    if (json_array_size(t)) r->tools = json_incref(t);
+  }
+  json_t *tc = field(root, "tool_choice");
+  if (tc) {
+    if (json_is_string(tc)) {
+      const char *v = json_string_value(tc);
+      if (!strcmp(v, "none")) r->tool_choice = OAI_TOOLS_NONE;
+      else if (!strcmp(v, "auto")) r->tool_choice = OAI_TOOLS_AUTO;
+      else if (!strcmp(v, "required")) r->tool_choice = OAI_TOOLS_REQUIRED;
+      else return oai_seterr(e, 400, "invalid_value", "tool_choice", "'tool_choice' must be none, auto, required or a function");
+    } else {
+      json_t *fn = json_is_object(tc) ? json_object_get(tc, "function") : NULL;
+      json_t *type = json_is_object(tc) ? json_object_get(tc, "type") : NULL;
+      json_t *name = json_object_get(fn, "name");
+      if (!json_is_string(type) || strcmp(json_string_value(type), "function") || !json_is_string(name))
+        return oai_seterr(e, 400, "invalid_value", "tool_choice",
+                          "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+      r->tool_choice = OAI_TOOLS_NAMED;
+      r->tool_name = json_string_value(name);
+      bool found = false;
+      size_t i;
+      json_t *tool;
+      json_array_foreach(r->tools, i, tool) found |= !strcmp(
+          json_string_value(json_object_get(json_object_get(tool, "function"), "name")), r->tool_name);
+      if (!found)
+        return oai_seterr(e, 400, "invalid_value", "tool_choice", "'tool_choice' names '%.64s', which is not in 'tools'",
+                          r->tool_name);
+    }
+    if (!r->tools && (r->tool_choice == OAI_TOOLS_REQUIRED || r->tool_choice == OAI_TOOLS_NAMED))
+      return oai_seterr(e, 400, "invalid_value", "tool_choice", "'tool_choice' required or a function needs 'tools'");
+  }
+  json_t *re = field(root, "reasoning_effort");
+  if (re) {
+    const char *v = json_is_string(re) ? json_string_value(re) : "";
+    if (strcmp(v, "minimal") && strcmp(v, "low") && strcmp(v, "medium") && strcmp(v, "high"))
+      return oai_seterr(e, 400, "invalid_value", "reasoning_effort", "'reasoning_effort' must be minimal, low, medium or high");
+    r->reasoning_effort = v;
+  }
+  json_t *kw = field(root, "chat_template_kwargs");
+  if (kw) {
+    static const char *const reserved[] = {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token", NULL};
+    if (!json_is_object(kw))
+      return oai_seterr(e, 400, "invalid_type", "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    if (json_object_size(kw) > 64)
+      return oai_seterr(e, 400, "invalid_value", "chat_template_kwargs", "'chat_template_kwargs' holds at most 64 keys");
+    for (int i = 0; reserved[i]; i++)
+      if (json_object_get(kw, reserved[i]))
+        return oai_seterr(e, 400, "invalid_value", "chat_template_kwargs",
+                          "'chat_template_kwargs' must not set '%s' (the request gives it)", reserved[i]);
+    r->template_kwargs = kw;
+  }
+  return 0;
+}
+
+int oai_chat_prepare(oai_request *r, const tc_syntax *sx, oai_error *e) {
+  if (r->kind != OAI_CHAT) return 0;
+  if (!(r->tpl_vars = json_object())) return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
+  if (r->template_kwargs && json_object_update(r->tpl_vars, r->template_kwargs))
+    return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
+  if (r->reasoning_effort) {
+    if (!sx->reasoning_effort)
+      return oai_seterr(e, 400, "unsupported_reasoning_effort", "reasoning_effort",
+                        "'reasoning_effort' is not supported: the model's chat template does not take it");
+    json_object_set_new(r->tpl_vars, "reasoning_effort", json_string(r->reasoning_effort));
+  }
+  if (!r->tools || r->tool_choice == OAI_TOOLS_NONE) return 0;
+  if (sx->format == TC_NONE)
+    return oai_seterr(e, 400, "unsupported_tools", "tools",
+                      "'tools' is not supported for this model: its chat template has no tool-call format this server "
+                      "recognizes (hermes/qwen <tool_call>, qwen3-coder, llama3, mistral, devstral, granite, gpt-oss)");
+  if (r->grammar)
+    return oai_seterr(e, 400, "invalid_value", "response_format",
+                      "'response_format' and 'grammar' cannot be combined with 'tools'");
+  json_object_set(r->tpl_vars, "tools", r->tools);
+  bool lazy = r->tool_choice == OAI_TOOLS_AUTO;
+  char err[PW_ERRMAX] = "", bad[64] = "";
+  int rc = 0;
+  if (!(lazy && sx->format == TC_HARMONY))
+    rc = tc_grammar(sx, r->tools, r->tool_choice == OAI_TOOLS_NAMED ? r->tool_name : NULL, r->parallel_tool_calls,
+                    lazy, &r->grammar, bad, err);
+  if (rc == PW_EUNSUPPORTED && bad[0])
+    return oai_seterr(e, 400, "unsupported_schema_keyword", "tools", "tool parameters: %s", err);
+  if (rc == PW_EUNSUPPORTED && lazy) rc = 0; /* auto: the calls are parsed, not constrained */
+  if (rc == PW_EUNSUPPORTED)
+    return oai_seterr(e, 400, "unsupported_tool_choice", "tool_choice",
+                      "'tool_choice' required or a function is not supported for this model: %s", err);
+  if (rc == PW_ENOMEM) return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
+  if (rc < 0) return oai_seterr(e, 400, "invalid_schema", "tools", "tool parameters: %s", err);
+  r->tools_active = true;
+  r->render_special = sx->special_markers;
+  r->bare_call = !lazy && !sx->open_is_text;
+  return 0;
+}
+
 static int parse_generation(oai_kind kind, json_t *root, oai_request *r, oai_error *e) {
   pw_sampler_params *sp = &r->sampling;
   pw_sampler_params_default(sp);
@@ -599,6 +816,7 @@ static int parse_generation(oai_kind kind, json_t *root, oai_request *r, oai_err
   if (parse_logit_bias(root, r, e)) return PW_EINVAL;
   if (parse_cache_key(root, r, e)) return PW_EINVAL;
   if (parse_constraint(root, r, e)) return PW_EINVAL;
+  if (kind == OAI_CHAT && parse_tools(root, r, e)) return PW_EINVAL;
   return 0;
 }
 
@@ -740,6 +958,8 @@ void oai_request_free(oai_request *r) {
   json_decref(r->root);
   json_decref(r->messages);
   json_decref(r->inputs);
+  json_decref(r->tools);
+  json_decref(r->tpl_vars);
   grammar_destroy(r->grammar);
   free(r->tokens);
   free(r->logit_bias);
@@ -758,6 +978,7 @@ void oai_engine_params(const oai_request *r, const int32_t *prompt, int n_prompt
   p->n_logprobs = r->logprobs ? r->top_logprobs : 0;
   p->embedding = r->kind == OAI_EMBEDDING;
   p->grammar = r->grammar; /* engine_submit takes its own reference */
+  p->render_special = r->render_special;
 }
 
 int oai_digest_parts(const oai_part *parts, int n, uint8_t out[32]) {
@@ -824,7 +1045,7 @@ void oai_resp_init(oai_resp *o, oai_kind kind, const char *model, const char *sh
 
 const char *oai_finish_str(engine_finish f) { return f == ENGINE_FINISH_LENGTH ? "length" : "stop"; }
 
-static void head(const oai_resp *o, bool chunk, sbuf *out) {
+void oai_put_head(const oai_resp *o, bool chunk, sbuf *out) {
   sbuf_puts(out, "{\"id\":");
   sbuf_json_str(out, o->id, strlen(o->id));
   sbuf_puts(out, ",\"object\":");
@@ -870,7 +1091,7 @@ void oai_put_receipt(const oai_resp *o, sbuf *out) {
 
 void oai_sse_role(const oai_resp *o, sbuf *out) {
   sbuf_puts(out, "data: ");
-  head(o, true, out);
+  oai_put_head(o, true, out);
   sbuf_puts(out, ",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
                  "\"logprobs\":null,\"finish_reason\":null}]}\n\n");
 }
@@ -897,24 +1118,26 @@ static void put_choice_text(const oai_resp *o, const char *chat_open, const char
 
 void oai_sse_delta(const oai_resp *o, const char *text, size_t n, const oai_logprobs *lp, sbuf *out) {
   sbuf_puts(out, "data: ");
-  head(o, true, out);
+  oai_put_head(o, true, out);
   put_choice_text(o, "\"delta\":{", text, n, lp, out);
   sbuf_puts(out, ",\"finish_reason\":null}]}\n\n");
 }
 
-void oai_sse_finish(const oai_resp *o, engine_finish f, sbuf *out) {
+void oai_sse_finish(const oai_resp *o, engine_finish f, sbuf *out) { oai_sse_finish_reason(o, oai_finish_str(f), out); }
+
+void oai_sse_finish_reason(const oai_resp *o, const char *reason, sbuf *out) {
   sbuf_puts(out, "data: ");
-  head(o, true, out);
+  oai_put_head(o, true, out);
   if (o->kind == OAI_CHAT) sbuf_puts(out, ",\"choices\":[{\"index\":0,\"delta\":{},");
   else sbuf_puts(out, ",\"choices\":[{\"index\":0,\"text\":\"\",");
-  sbuf_printf(out, "\"logprobs\":null,\"finish_reason\":\"%s\"}]", oai_finish_str(f));
+  sbuf_printf(out, "\"logprobs\":null,\"finish_reason\":\"%s\"}]", reason);
   oai_put_receipt(o, out);
   sbuf_puts(out, "}\n\n");
 }
 
 void oai_sse_usage(const oai_resp *o, const engine_usage *u, sbuf *out) {
   sbuf_puts(out, "data: ");
-  head(o, true, out);
+  oai_put_head(o, true, out);
   sbuf_puts(out, ",\"choices\":[],\"usage\":");
   oai_render_usage(u, out);
   put_speculation(o, u, out);
@@ -934,7 +1157,7 @@ void oai_sse_keepalive(sbuf *out) { sbuf_puts(out, ": keep-alive\n\n"); }
 
 void oai_render_completion(const oai_resp *o, const char *text, size_t n, const oai_logprobs *lp,
                            engine_finish f, const engine_usage *u, sbuf *out) {
-  head(o, false, out);
+  oai_put_head(o, false, out);
   put_choice_text(o, "\"message\":{\"role\":\"assistant\",", text, n, lp, out);
   sbuf_printf(out, ",\"finish_reason\":\"%s\"}],\"usage\":", oai_finish_str(f));
   oai_render_usage(u, out);

@@ -22,6 +22,7 @@
 #define PW_SERVER_OAI_H
 
 #include "chat/prompt.h"
+#include "chat/toolcall.h"
 #include "engine/engine.h"
 #include "grammar/grammar.h"
 #include "server/sbuf.h"
@@ -98,13 +99,38 @@ typedef struct oai_request {
   size_t cache_key_len;       /* bytes, 1..OAI_CACHE_KEY_MAX */
   grammar *grammar;           /* owned (one reference): the output's grammar from response_format
                                * (json_object, json_schema) or the llama.cpp `grammar` field; NULL = free text */
+  /* chat: tool calls and reasoning */
+  json_t *tools;              /* owned reference: the request's tools array (validated); NULL = none */
+  int tool_choice;            /* OAI_TOOLS_* */
+  const char *tool_name;      /* view: the function tool_choice names */
+  bool parallel_tool_calls;   /* default true */
+  const char *reasoning_effort; /* view; NULL = not given */
+  json_t *template_kwargs;    /* view: chat_template_kwargs (an object) */
+  /* set by oai_chat_prepare */
+  json_t *tpl_vars;           /* owned: extra template variables (prompt_chat_opts.extra_vars) */
+  bool tools_active;          /* the answer is parsed for tool calls */
+  bool render_special;        /* engine_params.render_special */
+  bool bare_call;             /* the grammar starts the answer with a call without its opener */
+  bool in_reasoning;          /* the rendered prompt opened a reasoning block (set by the caller) */
 } oai_request;
+
+enum { OAI_TOOLS_AUTO = 0, OAI_TOOLS_NONE = 1, OAI_TOOLS_REQUIRED = 2, OAI_TOOLS_NAMED = 3 };
 
 /* Parses and validates a body of len bytes for the endpoint kind. On error
  * returns PW_EINVAL with e filled (status 400) and r holds nothing. On
  * success the caller owns r's contents (oai_request_free). */
 int oai_parse(oai_kind kind, const char *body, size_t len, oai_request *r, oai_error *e);
 void oai_request_free(oai_request *r);
+
+/* The part of a chat request that depends on the model's template (sx,
+ * from tc_detect): tools need a known tool-call format (else 400
+ * unsupported_tools); their grammar is built (lazy for tool_choice auto,
+ * from the first token for required / a named function; 400 when the
+ * format cannot be constrained so); reasoning_effort needs a template that
+ * reads it (else 400 unsupported_reasoning_effort); r->tpl_vars gets
+ * tools (unless tool_choice is none), chat_template_kwargs and
+ * reasoning_effort for the template. 0 or PW_EINVAL with e set. */
+int oai_chat_prepare(oai_request *r, const tc_syntax *sx, oai_error *e);
 
 /* Engine parameters for a validated chat/completion request and its prompt
  * (borrowed by *p, as are r's stop strings and logit_bias). deadline_ns 0. */
@@ -188,6 +214,7 @@ void oai_sse_delta(const oai_resp *o, const char *text, size_t n, const oai_logp
 /* empty delta + finish_reason (+ the receipt when o->receipt is set: the
  * server sets it on this chunk when no usage chunk follows) */
 void oai_sse_finish(const oai_resp *o, engine_finish f, sbuf *out);
+void oai_sse_finish_reason(const oai_resp *o, const char *reason, sbuf *out); /* "tool_calls", ... */
 /* choices: [], usage, and "speculation" when o->spec_mode is set. */
 void oai_sse_usage(const oai_resp *o, const engine_usage *u, sbuf *out);
 void oai_sse_error(const oai_error *e, sbuf *out);
@@ -199,6 +226,9 @@ void oai_sse_keepalive(sbuf *out); /* ": keep-alive" comment */
  * o->spec_mode is set. */
 void oai_render_completion(const oai_resp *o, const char *text, size_t n, const oai_logprobs *lp,
                            engine_finish f, const engine_usage *u, sbuf *out);
+/* The members common to a response and its chunks, from the opening brace:
+ * {"id":...,"object":...,"created":...,"model":...,"system_fingerprint":... */
+void oai_put_head(const oai_resp *o, bool chunk, sbuf *out);
 /* "usage" object. */
 void oai_render_usage(const engine_usage *u, sbuf *out);
 /* The per-response speculation extension, rendered next to "usage" when

@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "server/auth.h"
+#include "server/chatout.h"
 #include "server/metrics.h"
 #include "server/oai.h"
 #include "server/receipts.h"
@@ -36,6 +37,7 @@ struct server {
   engine *e;         /* borrowed */
   auth_keys *keys;   /* owned */
   prompt_builder pb; /* owned */
+  tc_syntax tc;      /* the template's tool-call format and reasoning markers */
   metrics m;
   size_t max_body;
   double timeout_s;
@@ -281,6 +283,7 @@ typedef struct stream {
   uint64_t t0, t_last;
   int n_tokens;
   oai_logprobs lp;
+  chatout co;     /* chat: content, reasoning and tool-call deltas */
   sbuf out;
   size_t out_pos;
   req_log log;    /* moved from the conn; written by stream_free */
@@ -316,11 +319,10 @@ static void stream_render(stream *st) {
                        (size_t)ev->text_len);
     }
     ev_gen_token(&st->rcpt.gen, ev->token, ev->text, (size_t)ev->text_len);
-    if (ev->text_len > 0 || st->want_lp)
-      oai_sse_delta(&st->o, ev->text, (size_t)ev->text_len, st->want_lp ? &st->lp : NULL, &st->out);
+    chatout_stream(&st->co, &st->o, ev->text, (size_t)ev->text_len, false, st->want_lp ? &st->lp : NULL, &st->out);
   } else if (ev->type == ENGINE_EV_DONE) {
     /* Text held back for a stop string that never completed. */
-    if (ev->text_len > 0) oai_sse_delta(&st->o, ev->text, (size_t)ev->text_len, NULL, &st->out);
+    chatout_stream(&st->co, &st->o, ev->text, (size_t)ev->text_len, true, NULL, &st->out);
     if (st->s->log_requests >= 2) sbuf_put(&st->log.output, ev->text, (size_t)ev->text_len);
     st->log.have_usage = true;
     st->log.usage = ev->usage;
@@ -333,7 +335,7 @@ static void stream_render(stream *st) {
       fprintf(st->s->log_out ? st->s->log_out : stderr, "power: request id=%s: %s\n", st->log.id, re.message);
     oai_resp fin = st->o;
     if (st->include_usage) fin.receipt = NULL;
-    oai_sse_finish(&fin, ev->finish, &st->out);
+    oai_sse_finish_reason(&fin, chatout_finish(&st->co, ev->finish), &st->out);
     if (st->include_usage) oai_sse_usage(&st->o, &ev->usage, &st->out);
     oai_sse_done(&st->out);
     st->finished = true;
@@ -398,6 +400,7 @@ static void stream_free(void *cls) {
   engine_release(st->req); /* cancels a sequence still running */
   srv_receipt_free(&st->rcpt);
   oai_logprobs_free(&st->lp);
+  chatout_free(&st->co);
   sbuf_free(&st->out);
   free(st);
 }
@@ -420,6 +423,10 @@ static enum MHD_Result start_stream(conn *k, struct MHD_Connection *c, engine_re
   st->rcpt = *rcpt; /* moved: the stream frees it */
   memset(rcpt, 0, sizeof *rcpt);
   st->include_usage = r->include_usage;
+  if (chatout_init(&st->co, &k->s->tc, r)) {
+    stream_free(st);
+    return MHD_NO;
+  }
   st->want_lp = r->logprobs;
   st->t0 = k->t0;
   /* The log record travels with the stream: MHD may finish the connection
@@ -514,10 +521,13 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c) {
       goto fail;
     }
   if (kind == OAI_CHAT) {
+    if (oai_chat_prepare(&r, &s->tc, &e)) goto fail;
     prompt_chat_opts po = {0};
     po.rendered = &ptext; /* the receipt hashes the rendered text */
     po.rendered_len = &plen;
+    po.extra_vars = r.tpl_vars;
     if (prompt_chat(&s->pb, r.messages, &po, &prompt, &n_prompt, &pe)) goto prompt_fail;
+    r.in_reasoning = tc_prompt_opens_reasoning(ptext, plen);
   } else if (r.tokens) {
     if (prompt_check_ids(&s->pb, r.tokens, r.n_tokens, "prompt", &pe)) goto prompt_fail;
     prompt = r.tokens;
@@ -606,7 +616,15 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c) {
   if (s->log_requests >= 2) sbuf_put(&k->log.output, text.data ? text.data : "", text.len);
   metrics_tokens(&s->m, (uint64_t)ev->usage.completion_tokens);
   if (srv_receipt_end(&rcpt, ev, s->receipt_key, k->t0, k->log.t_first, pw_now_ns(), &o, &e)) goto fail;
-  oai_render_completion(&o, text.data ? text.data : "", text.len, r.logprobs ? &lp : NULL, ev->finish, &ev->usage, &out);
+  chatout co;
+  if (kind == OAI_CHAT && chatout_init(&co, &s->tc, &r) == 0) {
+    chatout_render(&co, &o, text.data ? text.data : "", text.len, r.logprobs ? &lp : NULL, ev->finish, &ev->usage,
+                   &out);
+    chatout_free(&co);
+  } else {
+    oai_render_completion(&o, text.data ? text.data : "", text.len, r.logprobs ? &lp : NULL, ev->finish, &ev->usage,
+                          &out);
+  }
   res = queue_json(k, c, 200, &out);
   goto done;
 
@@ -1094,6 +1112,7 @@ int server_start(const server_opts *o, engine *e, server **out, char *err) {
   if (rc) goto fail;
   rc = prompt_builder_init(&s->pb, engine_vocab(e), engine_chat_template(e), err);
   if (rc) goto fail;
+  tc_detect(s->pb.template_src, engine_vocab(e), &s->tc);
   const tok_vocab *voc = engine_vocab(e);
   rc = ev_model_info_init(&s->evm, engine_model_id(e), engine_model_sha256(e), engine_model_size(e),
                           s->pb.template_src, tok_kind(voc), tok_pre(voc), tok_n_vocab(voc), err);

@@ -123,8 +123,18 @@ static void test_chat_errors(void) {
     expect_err(OAI_CHAT, b, code, param);                     \
   } while (0)
   /* unsupported fields: each its own code */
-  E("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]", "unsupported_tools", "tools");
-  E("\"tool_choice\":\"required\"", "unsupported_tool_choice", "tool_choice");
+  E("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f g\"}}]", "invalid_value", "tools[0]");
+  E("\"tools\":{}", "invalid_type", "tools");
+  E("\"tool_choice\":\"required\"", "invalid_value", "tool_choice");
+  E("\"tool_choice\":\"sometimes\"", "invalid_value", "tool_choice");
+  E("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}",
+    "invalid_value", "tool_choice");
+  E("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]",
+    "invalid_value", "tools[1]");
+  E("\"reasoning_effort\":\"max\"", "invalid_value", "reasoning_effort");
+  E("\"chat_template_kwargs\":{\"messages\":[]}", "invalid_value", "chat_template_kwargs");
+  E("\"chat_template_kwargs\":[1]", "invalid_type", "chat_template_kwargs");
+  E("\"parallel_tool_calls\":1", "invalid_type", "parallel_tool_calls");
   E("\"functions\":[{\"name\":\"f\"}]", "unsupported_functions", "functions");
   E("\"function_call\":{\"name\":\"f\"}", "unsupported_function_call", "function_call");
   /* constrained output: bad formats, schemas and grammars */
@@ -170,14 +180,18 @@ static void test_chat_errors(void) {
   expect_err(OAI_CHAT, "{\"messages\":[{\"content\":\"x\"}]}", "missing_field", "messages[0].role");
   expect_err(OAI_CHAT, "{\"messages\":[{\"role\":\"user\"}]}", "missing_field", "messages[0].content");
   expect_err(OAI_CHAT, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", "invalid_value", "messages[0].role");
-  expect_err(OAI_CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "unsupported_tools", "messages[0].role");
+  expect_err(OAI_CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "missing_field", "messages[0].tool_call_id");
+  expect_err(OAI_CHAT, "{\"messages\":[{\"role\":\"function\",\"content\":\"x\"}]}", "unsupported_function_role", "messages[0].role");
+  expect_err(OAI_CHAT,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[{\"id\":\"1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}]}",
+             "invalid_value", "messages[0].tool_calls");
   expect_err(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", "invalid_type", "messages[0].content");
   expect_err(OAI_CHAT,
              "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}",
              "unsupported_content_part", "messages[0].content[0]");
   expect_err(OAI_CHAT,
              "{\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"1\"}]}]}",
-             "unsupported_tools", "messages[0].tool_calls");
+             "invalid_value", "messages[0].tool_calls");
   /* malformed JSON, hostile input */
   expect_err(OAI_CHAT, "", "invalid_json", NULL);
   expect_err(OAI_CHAT, "{\"messages\":", "invalid_json", NULL);
@@ -605,9 +619,85 @@ static void test_speculation_render(void) {
   CHECK_EQ_INT(strlen(id), 9);
 }
 
+static const char *k_tools =
+    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"d\","
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}]";
+
+/* prepare with a template's syntax: 0 or the error code. */
+static int prepare(const char *body, const char *tmpl, oai_request *r, oai_error *e) {
+  int rc = parse(OAI_CHAT, body, r, e);
+  CHECK_MSG(rc == 0, "parse %s: %s", body, e->message);
+  if (rc) return rc;
+  tc_syntax sx;
+  tc_detect(tmpl, NULL, &sx);
+  return oai_chat_prepare(r, &sx, e);
+}
+
+static void test_tools(void) {
+  char b[2048];
+  oai_request r;
+  oai_error e;
+  /* tool messages reach the template: arguments parsed, the tool's name found */
+  snprintf(b, sizeof b,
+           "{\"messages\":[{\"role\":\"user\",\"content\":\"w?\"},{\"role\":\"assistant\",\"content\":null,"
+           "\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+           "\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"call_1\","
+           "\"content\":\"21\"}],%s,\"tool_choice\":\"auto\"}",
+           k_tools);
+  CHECK(prepare(b, "{{ '<tool_call>' }}", &r, &e) == 0);
+  json_t *m1 = json_array_get(r.messages, 1), *m2 = json_array_get(r.messages, 2);
+  json_t *args = json_object_get(json_object_get(json_array_get(json_object_get(m1, "tool_calls"), 0), "function"),
+                                 "arguments");
+  CHECK(json_is_object(args) && !strcmp(json_string_value(json_object_get(args, "city")), "Paris"));
+  CHECK(!strcmp(json_string_value(json_object_get(m2, "name")), "get_weather"));
+  CHECK(!strcmp(json_string_value(json_object_get(m2, "tool_call_id")), "call_1"));
+  CHECK(json_is_array(json_object_get(r.tpl_vars, "tools")));
+  CHECK(r.grammar && grammar_is_lazy(r.grammar) && r.tools_active);
+  oai_request_free(&r);
+  /* required: a grammar from the first token */
+  snprintf(b, sizeof b, "{\"messages\":[{\"role\":\"user\",\"content\":\"w?\"}],%s,\"tool_choice\":\"required\"}", k_tools);
+  CHECK(prepare(b, "{{ '<tool_call>' }}", &r, &e) == 0);
+  CHECK(r.grammar && !grammar_is_lazy(r.grammar));
+  oai_request_free(&r);
+  /* none: no tools for the template, no grammar */
+  snprintf(b, sizeof b, "{\"messages\":[{\"role\":\"user\",\"content\":\"w?\"}],%s,\"tool_choice\":\"none\"}", k_tools);
+  CHECK(prepare(b, "{{ '<tool_call>' }}", &r, &e) == 0);
+  CHECK(!r.grammar && !r.tools_active && !json_object_get(r.tpl_vars, "tools"));
+  oai_request_free(&r);
+  /* a template without a known format */
+  snprintf(b, sizeof b, "{\"messages\":[{\"role\":\"user\",\"content\":\"w?\"}],%s}", k_tools);
+  CHECK(prepare(b, "{{ messages[0].content }}", &r, &e) != 0);
+  CHECK(e.status == 400 && !strcmp(e.code, "unsupported_tools") && !strcmp(e.param, "tools"));
+  oai_request_free(&r);
+  /* an unsupported schema keyword in a tool's parameters is named */
+  snprintf(b, sizeof b,
+           "{\"messages\":[{\"role\":\"user\",\"content\":\"w?\"}],\"tools\":[{\"type\":\"function\",\"function\":"
+           "{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"patternProperties\":{}}}}],\"tool_choice\":\"required\"}");
+  CHECK(prepare(b, "{{ '<tool_call>' }}", &r, &e) != 0);
+  CHECK(!strcmp(e.code, "unsupported_schema_keyword") && strstr(e.message, "patternProperties"));
+  oai_request_free(&r);
+  /* reasoning_effort: only where the template reads it */
+  CHECK(prepare("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"low\"}", "{{ 'x' }}", &r,
+                &e) != 0);
+  CHECK(!strcmp(e.code, "unsupported_reasoning_effort") && !strcmp(e.param, "reasoning_effort"));
+  oai_request_free(&r);
+  CHECK(prepare("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"low\","
+                "\"chat_template_kwargs\":{\"enable_thinking\":false}}",
+                "{{ reasoning_effort }}", &r, &e) == 0);
+  CHECK(!strcmp(json_string_value(json_object_get(r.tpl_vars, "reasoning_effort")), "low"));
+  CHECK(json_is_false(json_object_get(r.tpl_vars, "enable_thinking")));
+  oai_request_free(&r);
+  /* tools with response_format */
+  snprintf(b, sizeof b,
+           "{\"messages\":[{\"role\":\"user\",\"content\":\"w?\"}],%s,\"response_format\":{\"type\":\"json_object\"}}", k_tools);
+  CHECK(prepare(b, "{{ '<tool_call>' }}", &r, &e) != 0 && !strcmp(e.param, "response_format"));
+  oai_request_free(&r);
+}
+
 int main(void) {
   test_chat_ok();
   test_chat_errors();
+  test_tools();
   test_completion();
   test_other_kinds();
   test_errors();

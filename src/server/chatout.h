@@ -1,0 +1,46 @@
+/* chatout.h - a chat answer as OpenAI shapes it: the model's text split
+ * into content, reasoning_content and tool_calls (chat/toolcall.h), for
+ * the whole chat.completion object and for SSE deltas.
+ *
+ * What it is not: the parser (chat/toolcall.c), request validation
+ * (oai.c), HTTP (server.c).
+ *
+ * Streams: content and reasoning deltas as their text becomes certain; a
+ * call as two deltas when it is complete: {index, id, type, function: {name,
+ * arguments: ""}} then {index, function: {arguments}}. finish_reason is
+ * "tool_calls" when the answer holds a call and ended at a stop. Without
+ * tools or reasoning markers the text passes through unchanged. */
+#ifndef PW_SERVER_CHATOUT_H
+#define PW_SERVER_CHATOUT_H
+
+#include "chat/toolcall.h"
+#include "server/oai.h"
+#include "server/sbuf.h"
+
+typedef struct chatout {
+  tc_parser *p;        /* owned; NULL = plain text */
+  /* during a feed */
+  const oai_resp *o;   /* borrowed */
+  sbuf *out;           /* borrowed */
+  bool stream;
+  const oai_logprobs *lp; /* borrowed: rides on the next delta, then NULL */
+  /* whole answers */
+  sbuf content, reasoning, calls; /* calls: the rendered tool_calls items */
+  int n_calls;
+} chatout;
+
+/* sx: the template's syntax; r: the prepared request (tools_active,
+ * in_reasoning, bare_call, tools). 0 or PW_ENOMEM. */
+int chatout_init(chatout *c, const tc_syntax *sx, const oai_request *r);
+void chatout_free(chatout *c);
+/* SSE deltas for the next text (final: the answer is over). lp (may be
+ * NULL) goes on the first delta rendered, or on an empty content delta. */
+void chatout_stream(chatout *c, const oai_resp *o, const char *text, size_t n, bool final, const oai_logprobs *lp,
+                    sbuf *out);
+/* The finish reason for an answer that ended with f. */
+const char *chatout_finish(const chatout *c, engine_finish f);
+/* The whole chat.completion object for the text. */
+void chatout_render(chatout *c, const oai_resp *o, const char *text, size_t n, const oai_logprobs *lp, engine_finish f,
+                    const engine_usage *u, sbuf *out);
+
+#endif
