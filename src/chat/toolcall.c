@@ -107,6 +107,8 @@ static void gt_add(gtext *b, const char *s, size_t n) {
   b->s[b->n] = 0;
 }
 
+static void gt_str(gtext *b, const char *s) { gt_add(b, s, strlen(s)); }
+
 __attribute__((format(printf, 2, 3))) static void gt_fmt(gtext *b, const char *fmt, ...) {
   char tmp[1024];
   va_list ap;
@@ -220,14 +222,14 @@ int tc_grammar(const tc_syntax *sx, const json_t *tools, const char *only, bool 
   /* tcallN: call N without the opener; tcalls: any of them. */
   const char *op = opener_of(f);
   bool bare = !lazy && !sx->open_is_text; /* the opener cannot be generated */
-  gt_add(&g, "tcalls ::= ", 11);
+  gt_str(&g, "tcalls ::= ");
   int k = 0;
   for (size_t i = 0; i < nt; i++) {
     const json_t *t = json_array_get(tools, i);
     if (only && strcmp(tool_name(t), only)) continue;
     gt_fmt(&g, "%stcall%zu", k++ ? " | " : "", i);
   }
-  gt_add(&g, "\n", 1);
+  gt_str(&g, "\n");
   for (size_t i = 0; i < nt && !g.oom; i++) {
     const json_t *t = json_array_get(tools, i);
     const char *name = tool_name(t);
@@ -274,14 +276,14 @@ int tc_grammar(const tc_syntax *sx, const json_t *tools, const char *only, bool 
           g.oom = true;
           break;
         }
-        gt_add(&g, " (", 2);
+        gt_str(&g, " (");
         gt_lit(&g, pl);
-        if (schema_is_string(ps)) gt_add(&g, " trawtext", 9);
+        if (schema_is_string(ps)) gt_str(&g, " trawtext");
         else gt_fmt(&g, " schema%d", j);
         gt_fmt(&g, " \"\\n</parameter>\\n\")%s", prop_required(params, key) ? "" : "?");
         j++;
       }
-      gt_add(&g, " \"</function>\\n</tool_call>\"\n", 29);
+      gt_str(&g, " \"</function>\\n</tool_call>\"\n");
       break;
     }
     default: break;
@@ -289,30 +291,30 @@ int tc_grammar(const tc_syntax *sx, const json_t *tools, const char *only, bool 
   }
   /* Raw string values end at the closing tag; they may hold '<' that does
    * not start it. */
-  if (f == TC_QWEN3_CODER) gt_add(&g, "trawtext ::= ([^<] | \"<\" [^/])*\n", 33);
+  if (f == TC_QWEN3_CODER) gt_str(&g, "trawtext ::= ([^<] | \"<\" [^/])*\n");
   bool list = f == TC_MISTRAL || f == TC_GRANITE;
   if (list) {
     /* one opener, then a JSON list of calls */
     gt_fmt(&g, "tbody ::= \"[\" tcalls %s \"]\"\n", parallel ? "(\", \" tcalls)*" : "");
-    if (lazy || bare) gt_add(&g, "root ::= tbody\n", 15);
+    if (lazy || bare) gt_str(&g, "root ::= tbody\n");
     else {
-      gt_add(&g, "root ::= ", 9);
+      gt_str(&g, "root ::= ");
       gt_lit(&g, op);
-      gt_add(&g, " tbody\n", 7);
+      gt_str(&g, " tbody\n");
     }
   } else if (f == TC_LLAMA3) {
-    gt_add(&g, "root ::= tcalls\n", 16);
+    gt_str(&g, "root ::= tcalls\n");
   } else {
     /* opener + call, repeated when parallel (never for a bare first call:
      * the later openers could not be generated either) */
     const char *sep = f == TC_DEVSTRAL ? "" : "\"\\n\" ";
-    gt_add(&g, "tfull ::= ", 10);
+    gt_str(&g, "tfull ::= ");
     gt_lit(&g, op);
-    gt_add(&g, " tcalls\n", 8);
-    if (lazy || bare) gt_add(&g, "root ::= tcalls", 15);
-    else gt_add(&g, "root ::= tfull", 14);
+    gt_str(&g, " tcalls\n");
+    if (lazy || bare) gt_str(&g, "root ::= tcalls");
+    else gt_str(&g, "root ::= tfull");
     if (parallel && sx->open_is_text) gt_fmt(&g, " (%stfull)*", sep);
-    gt_add(&g, "\n", 1);
+    gt_str(&g, "\n");
   }
   gt_add(&g, gb, strlen(gb));
   if (g.oom) {
@@ -815,7 +817,7 @@ static bool step(tc_parser *p, bool final, tc_emit_fn emit, void *ctx) {
     bool json_start = p->sx.format == TC_LLAMA3 || p->sx.format == TC_MISTRAL || p->sx.format == TC_GRANITE;
     if (j == n && !final) return false; /* only white space so far */
     if (j < n && (!json_start || s[j] == '{' || s[j] == '[') && j < q_call && (!think || j < q_think))
-      q_call = j, olen = 0;
+      q_call = pos, olen = 0; /* the call's parser skips the white space */
     else if (!(j < n && (j == q_call || (think && j == q_think)))) p->anchor_failed = true;
   }
   if (think && q_think != (size_t)-1 && q_think < q_call) {
