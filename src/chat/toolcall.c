@@ -154,6 +154,19 @@ static bool prop_required(const json_t *params, const char *key) {
   return false;
 }
 
+/* Strings that can be written raw between tags: no '<' (the closing tag
+ * could not be told apart) and no control characters. */
+static bool enum_all_strings(const json_t *en) {
+  size_t i;
+  const json_t *v;
+  json_array_foreach(en, i, v) {
+    if (!json_is_string(v) || json_string_length(v) == 0) return false;
+    for (const char *c = json_string_value(v); *c; c++)
+      if (*c == '<' || (unsigned char)*c < 0x20) return false;
+  }
+  return true;
+}
+
 static bool schema_is_string(const json_t *s) {
   const json_t *t = json_object_get(s, "type");
   return json_is_string(t) && !strcmp(json_string_value(t), "string") && !json_object_get(s, "enum") &&
@@ -165,6 +178,7 @@ int tc_grammar(const tc_syntax *sx, const json_t *tools, const char *only, bool 
   *out = NULL;
   if (bad_keyword) bad_keyword[0] = 0;
   tc_format f = sx->format;
+  if (only) parallel = false; /* a forced function is called once */
   if (f == TC_NONE || f == TC_HARMONY)
     return pw_seterr(err, PW_EUNSUPPORTED, "the %s tool-call format cannot be constrained by a grammar",
                      tc_format_name(f));
@@ -278,8 +292,26 @@ int tc_grammar(const tc_syntax *sx, const json_t *tools, const char *only, bool 
         }
         gt_str(&g, " (");
         gt_lit(&g, pl);
-        if (schema_is_string(ps)) gt_str(&g, " trawtext");
-        else gt_fmt(&g, " schema%d", j);
+        const json_t *en = json_object_get(ps, "enum"), *ml = json_object_get(ps, "maxLength");
+        const json_t *mn = json_object_get(ps, "minLength");
+        if (schema_is_string(ps) && !mn && json_is_integer(ml) && json_integer_value(ml) >= 0 &&
+            json_integer_value(ml) <= GRAMMAR_MAX_REPEAT)
+          gt_fmt(&g, " [^<]{0,%lld}", (long long)json_integer_value(ml)); /* raw, bounded */
+        else if (schema_is_string(ps) && !mn)
+          gt_str(&g, " trawtext");
+        else if (json_is_array(en) && json_array_size(en) > 0 && enum_all_strings(en)) {
+          /* raw enum values, as the model writes strings here */
+          size_t ei;
+          const json_t *ev;
+          gt_str(&g, " (");
+          json_array_foreach(en, ei, ev) {
+            if (ei) gt_str(&g, " | ");
+            gt_lit(&g, json_string_value(ev));
+          }
+          gt_str(&g, ")");
+        } else {
+          gt_fmt(&g, " schema%d", j);
+        }
         gt_fmt(&g, " \"\\n</parameter>\\n\")%s", prop_required(params, key) ? "" : "?");
         j++;
       }
@@ -526,10 +558,14 @@ static int json_at(const char *s, size_t n, size_t *end, json_t **v) {
 static json_t *coder_value(const json_t *tool, const char *key, const char *v, size_t n) {
   const json_t *ps =
       json_object_get(json_object_get(json_object_get(tool_fn(tool), "parameters"), "properties"), key);
-  if (!schema_is_string(ps)) {
-    json_t *j = json_loadb(v, n, JSON_DECODE_ANY, NULL);
-    if (j) return j;
-  }
+  const json_t *t = json_object_get(ps, "type"), *en = json_object_get(ps, "enum");
+  bool str = (json_is_string(t) && !strcmp(json_string_value(t), "string")) ||
+             (json_is_array(en) && json_array_size(en) > 0 && enum_all_strings(en));
+  json_t *j = NULL;
+  if (!str || (n && v[0] == '"')) j = json_loadb(v, n, JSON_DECODE_ANY, NULL);
+  /* strings are raw unless the grammar had them quoted (pattern, format) */
+  if (j && (!str || json_is_string(j))) return j;
+  json_decref(j);
   return json_stringn(v, n);
 }
 

@@ -69,6 +69,8 @@ static void serve_usage(FILE *out) {
           "                         --log-text, POWER_LOG=debug); without it logs never hold\n"
           "                         prompt or output text; never the prompt_cache_key\n"
           "  --receipt-key KEY.pem  sign every receipt with this Ed25519 key (power keygen)\n"
+          "  --chat-template-file F  chat template (Jinja) used instead of the model's; its\n"
+          "                         tool-call format is detected from it\n"
           "  --no-request-log       no per-request line on stderr\n");
   spec_opts_usage(out);
 }
@@ -94,6 +96,7 @@ static int parse_bytes(const char *opt, const char *v, size_t *out) {
 
 int cmd_serve(int argc, char **argv) {
   const char *model = NULL, *host = "127.0.0.1", *key_file = NULL, *receipt_key = NULL;
+  const char *template_file = NULL;
   long port = 11434, threads = 2, parallel = 4, queue = 16, ctx = 0, max_body = (long)SERVER_DEFAULT_MAX_BODY;
   double timeout_s = 0, drain_s = SERVE_DRAIN_MS / 1000.0;
   long cache_entries = 0;
@@ -139,6 +142,7 @@ int cmd_serve(int argc, char **argv) {
     else if (!strcmp(a, "--ctx")) bad = cli_parse_long("serve", a, v, 0, 1 << 24, &ctx);
     else if (!strcmp(a, "--api-key-file")) key_file = v;
     else if (!strcmp(a, "--receipt-key")) receipt_key = v;
+    else if (!strcmp(a, "--chat-template-file")) template_file = v;
     else if (!strcmp(a, "--request-timeout") || !strcmp(a, "--timeout")) bad = cli_parse_double("serve", a, v, 0, 86400, &timeout_s);
     else if (!strcmp(a, "--max-body")) bad = cli_parse_long("serve", a, v, 1024, 1L << 30, &max_body);
     else if (!strcmp(a, "--drain-timeout")) bad = cli_parse_double("serve", a, v, 0, 3600, &drain_s);
@@ -159,6 +163,15 @@ int cmd_serve(int argc, char **argv) {
   if (!path) {
     fprintf(stderr, "power serve: %s\n", err);
     return 1;
+  }
+  char *template_text = NULL;
+  if (template_file) {
+    size_t tl = 0;
+    template_text = cli_slurp(template_file, 4L << 20, &tl, err);
+    if (!template_text) {
+      fprintf(stderr, "power serve: --chat-template-file: %s\n", err);
+      return 1;
+    }
   }
 
   /* Shutdown signals: any thread may take them (the HTTP library sets its
@@ -207,8 +220,11 @@ int cmd_serve(int argc, char **argv) {
   so.spec_mode = engine_spec_name(spec.mode);
   so.log_requests = log_requests;
   so.receipt_key_path = receipt_key;
+  so.chat_template = template_text;
   server *s = NULL;
-  if (server_start(&so, e, &s, err)) {
+  int src = server_start(&so, e, &s, err);
+  free(template_text); /* the server keeps its own copy */
+  if (src) {
     fprintf(stderr, "power serve: %s\n", err);
     engine_destroy(e);
     return 1;

@@ -5,6 +5,7 @@
 
 int chatout_init(chatout *c, const tc_syntax *sx, const oai_request *r) {
   memset(c, 0, sizeof *c);
+  c->short_ids = sx->format == TC_MISTRAL;
   if (!r->tools_active && !sx->think && sx->format != TC_HARMONY) return 0;
   char err[PW_ERRMAX];
   return tc_parser_create(sx, r->tools_active ? r->tools : NULL, r->in_reasoning, r->bare_call, &c->p, err);
@@ -33,9 +34,10 @@ static void delta_open(chatout *c) {
   sbuf_puts(c->out, ",\"choices\":[{\"index\":0,\"delta\":{");
 }
 
-static void put_call_id(sbuf *out) {
+static void put_call_id(const chatout *c, sbuf *out) {
   char id[40];
-  oai_new_id("call_", id, sizeof id);
+  if (c->short_ids) oai_new_id("", id, 10);
+  else oai_new_id("call_", id, sizeof id);
   sbuf_json_str(out, id, strlen(id));
 }
 
@@ -47,7 +49,7 @@ static void on_event(void *ctx, const tc_event *ev) {
     else {
       if (c->n_calls++) sbuf_puts(&c->calls, ",");
       sbuf_puts(&c->calls, "{\"id\":");
-      put_call_id(&c->calls);
+      put_call_id(c, &c->calls);
       sbuf_puts(&c->calls, ",\"type\":\"function\",\"function\":{\"name\":");
       sbuf_json_str(&c->calls, ev->name, strlen(ev->name));
       sbuf_puts(&c->calls, ",\"arguments\":");
@@ -66,7 +68,7 @@ static void on_event(void *ctx, const tc_event *ev) {
   c->n_calls++;
   delta_open(c);
   sbuf_printf(c->out, "\"tool_calls\":[{\"index\":%d,\"id\":", ev->index);
-  put_call_id(c->out);
+  put_call_id(c, c->out);
   sbuf_puts(c->out, ",\"type\":\"function\",\"function\":{\"name\":");
   sbuf_json_str(c->out, ev->name, strlen(ev->name));
   sbuf_puts(c->out, ",\"arguments\":\"\"}}]");

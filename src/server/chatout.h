@@ -27,6 +27,7 @@ typedef struct chatout {
   /* whole answers */
   sbuf content, reasoning, calls; /* calls: the rendered tool_calls items */
   int n_calls;
+  bool short_ids;      /* 9-character call ids (Mistral's templates refuse others) */
 } chatout;
 
 /* sx: the template's syntax; r: the prepared request (tools_active,

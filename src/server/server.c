@@ -1110,7 +1110,7 @@ int server_start(const server_opts *o, engine *e, server **out, char *err) {
   metrics_init(&s->m);
   int rc = auth_keys_create(o->api_key_file, o->api_keys, &s->keys, err);
   if (rc) goto fail;
-  rc = prompt_builder_init(&s->pb, engine_vocab(e), engine_chat_template(e), err);
+  rc = prompt_builder_init(&s->pb, engine_vocab(e), o->chat_template ? o->chat_template : engine_chat_template(e), err);
   if (rc) goto fail;
   tc_detect(s->pb.template_src, engine_vocab(e), &s->tc);
   const tok_vocab *voc = engine_vocab(e);

@@ -63,6 +63,8 @@ typedef struct server_opts {
   const char *receipt_key_path; /* Ed25519 private key (PEM) that signs every receipt;
                              * NULL = unsigned. Unreadable = server_start fails.
                              * GET /v1/receipts/key returns its public half */
+  const char *chat_template; /* borrowed: chat template text used instead of the model's; NULL = the
+                             * model's. Its tool-call format and reasoning markers are detected from it */
 } server_opts;
 
 #define SERVER_DEFAULT_MAX_BODY ((size_t)8 << 20)

@@ -1,0 +1,223 @@
+// Tool calls through the official OpenAI client: tool_choice "required" and
+// a named function give valid tool_calls (streamed and not) even from a
+// random-weight model, whose text is adversarial; a tool-result turn goes
+// back through the template and the conversation continues; the SDK's
+// runTools and parse helpers work; a template without a tool-call format
+// is a 400. Templates come from the shared chat-templates folder through
+// --chat-template-file (the Qwen2.5 <tool_call> format and Qwen3-Coder's).
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+
+import OpenAI from 'openai';
+
+import { client, env, startServer } from './lib.mjs';
+
+const T = { timeout: 60000 };
+const weather = {
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    description: 'Get the weather for a city',
+    // Bounded values, so that a random model's call must finish.
+    parameters: {
+      type: 'object',
+      properties: {
+        city: { type: 'string', enum: ['Paris', 'Oslo', 'Lima'] },
+        days: { type: 'integer', minimum: 1, maximum: 7 },
+      },
+      required: ['city', 'days'],
+      additionalProperties: false,
+    },
+  },
+};
+const search = {
+  type: 'function',
+  function: {
+    name: 'search',
+    description: 'Search the web',
+    parameters: {
+      type: 'object',
+      properties: { q: { type: 'string', maxLength: 12 }, safe: { type: 'boolean' } },
+      required: ['q', 'safe'],
+      additionalProperties: false,
+    },
+  },
+};
+const msgs = [{ role: 'user', content: 'What is the weather in Paris for 3 days?' }];
+
+function checkArgs(name, args) {
+  const v = JSON.parse(args);
+  if (name === 'get_weather') {
+    assert.deepEqual(Object.keys(v).sort(), ['city', 'days'], args);
+    assert.ok(['Paris', 'Oslo', 'Lima'].includes(v.city), args);
+    assert.ok(Number.isInteger(v.days) && v.days >= 1 && v.days <= 7, args);
+  } else {
+    assert.equal(name, 'search');
+    assert.deepEqual(Object.keys(v).sort(), ['q', 'safe'], args);
+    assert.equal(typeof v.q, 'string');
+    assert.ok([...v.q].length <= 12, args);
+    assert.equal(typeof v.safe, 'boolean');
+  }
+  return v;
+}
+
+/** Streams a request and rebuilds the message as the SDK's users do. */
+async function streamed(oc, req) {
+  const calls = [];
+  let content = '', reasoning = '', finish = null, sawRole = false;
+  for await (const ch of await oc.chat.completions.create({ ...req, stream: true })) {
+    const c = ch.choices[0];
+    if (!c) continue;
+    if (c.delta?.role) sawRole = true;
+    content += c.delta?.content ?? '';
+    reasoning += c.delta?.reasoning_content ?? '';
+    for (const tc of c.delta?.tool_calls ?? []) {
+      if (!calls[tc.index]) {
+        // OpenAI's order: the first delta of a call has its id, type and name.
+        assert.ok(tc.id && tc.type === 'function' && tc.function?.name, JSON.stringify(tc));
+        calls[tc.index] = { id: tc.id, name: tc.function.name, arguments: tc.function.arguments ?? '' };
+      } else {
+        assert.equal(tc.id, undefined);
+        calls[tc.index].arguments += tc.function?.arguments ?? '';
+      }
+    }
+    finish = c.finish_reason ?? finish;
+  }
+  assert.ok(sawRole);
+  return { calls, content, reasoning, finish };
+}
+
+describe('tool calls with the openai client', () => {
+  let hermes; // syn-qwen2 with the Qwen2.5 template: <tool_call> JSON
+  let coder;  // syn-qwen2 with the Qwen3-Coder template: <function=...><parameter=...>
+  let plain;  // syn-qwen2 with its own template: no tool-call format
+  const tdir = () => path.join(env().shared, 'chat-templates');
+
+  before(async () => {
+    [hermes, coder, plain] = await Promise.all([
+      startServer({ model: 'syn-qwen2-Q4_K_M.gguf', args: ['--chat-template-file', path.join(tdir(), 'Qwen-Qwen2.5-7B-Instruct.jinja')] }),
+      startServer({ model: 'syn-qwen2-Q4_K_M.gguf', args: ['--chat-template-file', path.join(tdir(), 'Qwen3-Coder.jinja')] }),
+      startServer({ model: 'syn-qwen2-Q4_K_M.gguf' }),
+    ]);
+  });
+
+  after(async () => {
+    const r = await Promise.all([hermes?.stop(), coder?.stop(), plain?.stop()]);
+    for (const x of r) if (x) assert.equal(x.code, 0, `power serve exit ${JSON.stringify(x)}`);
+  });
+
+  for (const which of ['hermes', 'coder']) {
+    it(`${which}: tool_choice required and a named function give valid tool_calls, streamed and not`, T, async () => {
+      const oc = client(which === 'hermes' ? hermes : coder);
+      const choices = ['required', { type: 'function', function: { name: 'search' } }];
+      for (const tool_choice of choices) {
+        for (let seed = 1; seed <= 4; seed++) {
+          const req = { messages: msgs, tools: [weather, search], tool_choice, parallel_tool_calls: false, seed, max_tokens: 200 };
+          const r = await oc.chat.completions.create(req);
+          const m = r.choices[0].message;
+          assert.equal(r.choices[0].finish_reason, 'tool_calls', JSON.stringify(r.choices[0]));
+          assert.equal(m.tool_calls.length, 1, JSON.stringify(m));
+          const tc = m.tool_calls[0];
+          assert.match(tc.id, /^call_[A-Za-z0-9]{24}$/);
+          assert.equal(tc.type, 'function');
+          if (typeof tool_choice === 'object') assert.equal(tc.function.name, 'search');
+          checkArgs(tc.function.name, tc.function.arguments);
+          assert.ok(m.content === null || m.content === '', JSON.stringify(m.content));
+          // The same seed streamed: the same call, arriving as deltas.
+          const s = await streamed(oc, req);
+          assert.equal(s.finish, 'tool_calls');
+          assert.equal(s.calls.length, 1);
+          assert.equal(s.calls[0].name, tc.function.name);
+          assert.deepEqual(JSON.parse(s.calls[0].arguments), JSON.parse(tc.function.arguments));
+          assert.equal(s.content, '');
+        }
+      }
+    });
+  }
+
+  it('parallel calls under required: every call valid, indexes in order', T, async () => {
+    const oc = client(hermes);
+    for (let seed = 10; seed < 13; seed++) {
+      const req = { messages: msgs, tools: [weather, search], tool_choice: 'required', seed, max_tokens: 160 };
+      const r = await oc.chat.completions.create(req);
+      const c = r.choices[0];
+      assert.ok(c.message.tool_calls.length >= 1, JSON.stringify(c));
+      for (const tc of c.message.tool_calls) checkArgs(tc.function.name, tc.function.arguments);
+      // A random model may go on calling until max_tokens: then "length".
+      assert.ok(['tool_calls', 'length'].includes(c.finish_reason), c.finish_reason);
+      const s = await streamed(oc, req);
+      assert.deepEqual(s.calls.map((x) => x.name), c.message.tool_calls.map((x) => x.function.name));
+    }
+  });
+
+  it('a tool-result turn goes through the template and the conversation continues', T, async () => {
+    const oc = client(hermes);
+    const first = await oc.chat.completions.create({ messages: msgs, tools: [weather], tool_choice: 'required', parallel_tool_calls: false, seed: 3, max_tokens: 120 });
+    const am = first.choices[0].message;
+    assert.equal(am.tool_calls.length, 1);
+    const convo = [...msgs, am, { role: 'tool', tool_call_id: am.tool_calls[0].id, content: '{"temp_c": 21}' }];
+    const second = await oc.chat.completions.create({ messages: convo, tools: [weather], max_tokens: 8, seed: 4 });
+    // The assistant call and the tool result are in the prompt.
+    assert.ok(second.usage.prompt_tokens > first.usage.prompt_tokens + 20,
+      `${second.usage.prompt_tokens} vs ${first.usage.prompt_tokens}`);
+    assert.equal(second.choices[0].message.role, 'assistant');
+    assert.ok(['stop', 'length', 'tool_calls'].includes(second.choices[0].finish_reason));
+    // tool_choice none: the template gets no tools, no calls are parsed.
+    const none = await oc.chat.completions.create({ messages: convo, tools: [weather], tool_choice: 'none', max_tokens: 4 });
+    assert.equal(none.choices[0].message.tool_calls, undefined);
+    assert.ok(none.usage.prompt_tokens < second.usage.prompt_tokens);
+    // A tool message without its call id is a 400 naming it.
+    await assert.rejects(oc.chat.completions.create({ messages: [...msgs, am, { role: 'tool', content: 'x' }], max_tokens: 2 }),
+      (e) => e instanceof OpenAI.BadRequestError && e.param === 'messages[2].tool_call_id');
+  });
+
+  it('runTools calls the function and feeds its result back; parse gives parsed_arguments', T, async () => {
+    const oc = client(hermes);
+    const seen = [];
+    const runner = oc.chat.completions.runTools({
+      messages: msgs,
+      tool_choice: { type: 'function', function: { name: 'get_weather' } },
+      max_tokens: 120,
+      seed: 5,
+      tools: [{
+        type: 'function',
+        function: {
+          name: 'get_weather',
+          description: 'Get the weather for a city',
+          parameters: weather.function.parameters,
+          parse: JSON.parse,
+          function: (args) => { seen.push(args); return { temp_c: 21 }; },
+        },
+      }],
+    });
+    const result = await runner.finalFunctionToolCallResult();
+    assert.equal(seen.length, 1);
+    assert.ok(['Paris', 'Oslo', 'Lima'].includes(seen[0].city));
+    assert.equal(result, '{"temp_c":21}');
+    const toolMsg = runner.messages.find((m) => m.role === 'tool');
+    assert.ok(toolMsg && toolMsg.tool_call_id);
+
+    const strict = { type: 'function', function: { ...search.function, strict: true } };
+    const p = await oc.chat.completions.parse({ messages: msgs, tools: [strict], tool_choice: 'required', parallel_tool_calls: false, seed: 6, max_tokens: 120 });
+    const tc = p.choices[0].message.tool_calls[0];
+    assert.equal(tc.function.name, 'search');
+    assert.deepEqual(tc.function.parsed_arguments, checkArgs('search', tc.function.arguments));
+  });
+
+  it('auto: free text without calls stays content; errors name the field', T, async () => {
+    const oc = client(hermes);
+    const r = await oc.chat.completions.create({ messages: msgs, tools: [weather], max_tokens: 6, seed: 1 });
+    assert.equal(typeof r.choices[0].message.content, 'string');
+    assert.ok(['stop', 'length', 'tool_calls'].includes(r.choices[0].finish_reason));
+    await assert.rejects(client(plain).chat.completions.create({ messages: msgs, tools: [weather], max_tokens: 2 }),
+      (e) => e instanceof OpenAI.BadRequestError && e.code === 'unsupported_tools' && e.param === 'tools');
+    await assert.rejects(oc.chat.completions.create({ messages: msgs, tools: [weather], tool_choice: { type: 'function', function: { name: 'nope' } }, max_tokens: 2 }),
+      (e) => e instanceof OpenAI.BadRequestError && e.param === 'tool_choice');
+    await assert.rejects(oc.chat.completions.create({ messages: msgs, reasoning_effort: 'low', max_tokens: 2 }),
+      (e) => e instanceof OpenAI.BadRequestError && e.code === 'unsupported_reasoning_effort');
+    const bad = { type: 'function', function: { name: 'f', parameters: { type: 'object', patternProperties: { x: {} } } } };
+    await assert.rejects(oc.chat.completions.create({ messages: msgs, tools: [bad], tool_choice: 'required', max_tokens: 2 }),
+      (e) => e instanceof OpenAI.BadRequestError && e.code === 'unsupported_schema_keyword' && /patternProperties/.test(e.message));
+  });
+});
