@@ -27,6 +27,15 @@
  * argmax between steps (a scan of n_vocab floats) is outside the clock, as
  * llama.cpp's own eval timings leave its sampling out.
  *
+ * --grammar FILE (a GBNF grammar, or a JSON Schema when FILE ends in .json):
+ *     generation through the engine, n tokens from 64 seeded random ids,
+ *     sampled (temperature 1, the repetition's seed) without and with the
+ *     grammar, in alternating order; decode tok/s after the first token,
+ *     their ratio, and the time to mask the logits for one token (the
+ *     grammar matcher over the engine's vocabulary, replaying the
+ *     constrained runs' tokens from a fresh matcher as each request starts
+ *     one): median and 90th percentile over every step.
+ *
  * --bandwidth is a STREAM-like read probe: every kernel thread sums its
  * share of a large buffer, several passes, and the best and median pass are
  * reported in GB/s (1e9 bytes). Decode reads every weight matrix once per
@@ -46,6 +55,8 @@
 #include "cli/cli_gen.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
+#include "grammar/grammar.h"
+#include "tok/tok.h"
 #include "model/model.h"
 #include "tensor/dtype.h"
 #include "tensor/ops.h"
@@ -70,6 +81,7 @@ typedef struct bench_opts {
   int bandwidth;
   spec_opts spec;
   const char *prompt_file;
+  const char *grammar_file;
 } bench_opts;
 
 /* One figure over r repetitions: tokens per second per repetition. */
@@ -93,7 +105,9 @@ static void bench_usage(FILE *out) {
           "  -o, --output FMT      md (default) or json (one object)\n"
           "  --bandwidth           measure memory read bandwidth instead\n"
           "  --bandwidth-mib N     probe buffer size (default 1024)\n"
-          "  --prompt-file F       --spec: generate from this text (default: random ids)\n");
+          "  --prompt-file F       --spec: generate from this text (default: random ids)\n"
+          "  --grammar FILE        constrained vs free decoding and the mask time per token\n"
+          "                        (FILE: GBNF, or a JSON Schema when it ends in .json)\n");
   spec_opts_usage(out);
 }
 
@@ -407,6 +421,208 @@ static int run_spec(const bench_opts *o, const char *path, const model_hparams *
   return rc;
 }
 
+/* ---- --grammar -------------------------------------------------------------- */
+
+static json_t *series_json(const bench_series *s);
+
+/* One sampled request of at most n tokens under g (NULL = free); the decode
+ * rate after the first token, or -1 with err set. ids gets the tokens. */
+static double gram_one(engine *e, const int32_t *prompt, int n_prompt, int n, grammar *g, uint64_t seed,
+                       int32_t *ids, int *got, char *err) {
+  engine_params p;
+  memset(&p, 0, sizeof p);
+  p.prompt = prompt;
+  p.n_prompt = n_prompt;
+  p.max_tokens = n;
+  pw_sampler_params_default(&p.sampling);
+  p.sampling.temperature = 1;
+  p.sampling.seed = seed;
+  p.ignore_eos = g == NULL; /* free text runs the full n; a grammar may end sooner */
+  p.spec_off = true;
+  p.grammar = g;
+  engine_req *r;
+  if (engine_submit(e, &p, &r, err)) return -1;
+  double t_first = 0, t_done = 0;
+  engine_event ev;
+  *got = 0;
+  for (;;) {
+    int rc = engine_next(r, &ev, -1);
+    if (rc || ev.type == ENGINE_EV_ERROR) {
+      pw_seterr(err, rc ? rc : ev.status, "%s", rc ? pw_strerror(rc) : ev.message);
+      engine_release(r);
+      return -1;
+    }
+    if (ev.type == ENGINE_EV_TOKEN) {
+      if (!*got) t_first = ev.time_s;
+      if (*got < n) ids[(*got)++] = ev.token;
+    } else if (ev.type == ENGINE_EV_DONE) {
+      t_done = ev.time_s;
+      break;
+    }
+  }
+  engine_release(r);
+  if (*got < 2 || t_done <= t_first)
+    return pw_seterr(err, PW_EINTERNAL, "generation ended after %d token(s): too few to time", *got), -1;
+  return (*got - 1) / (t_done - t_first);
+}
+
+static int gram_vocab(engine *e, grammar_vocab **out, char *err) {
+  const tok_vocab *v = engine_vocab(e);
+  int32_t nv = tok_n_vocab(v);
+  const char **pieces = malloc((size_t)nv * sizeof *pieces);
+  size_t *lens = malloc((size_t)nv * sizeof *lens);
+  bool *eog = malloc((size_t)nv * sizeof *eog);
+  int rc = !pieces || !lens || !eog ? pw_seterr(err, PW_ENOMEM, "out of memory") : 0;
+  for (int32_t i = 0; !rc && i < nv; i++) {
+    lens[i] = tok_piece_ref(v, i, false, &pieces[i]); /* as the engine's own trie */
+    eog[i] = tok_is_eog(v, i);
+  }
+  if (!rc) rc = grammar_vocab_create(nv, pieces, lens, eog, out, err);
+  free(pieces);
+  free(lens);
+  free(eog);
+  return rc;
+}
+
+/* Replays ids through a fresh matcher, timing each mask; appends the
+ * per-token times (ns) to t. */
+static int gram_mask_times(grammar *g, const grammar_vocab *gv, const int32_t *ids, int n, float *logits,
+                           double *t, int *nt, char *err) {
+  grammar_matcher *m;
+  int rc = grammar_matcher_create(g, gv, &m, err);
+  for (int i = 0; !rc && i < n; i++) {
+    uint64_t t0 = pw_now_ns();
+    rc = grammar_matcher_apply(m, logits, true) < 0 ? pw_seterr(err, PW_ENOMEM, "grammar: out of memory") : 0;
+    t[(*nt)++] = (double)(pw_now_ns() - t0);
+    if (!rc && grammar_matcher_accept_token(m, ids[i]) < 0)
+      rc = pw_seterr(err, PW_EINTERNAL, "grammar: replayed token %d refused", ids[i]);
+  }
+  grammar_matcher_destroy(m);
+  return rc;
+}
+
+static int run_grammar(const bench_opts *o) {
+  char err[PW_ERRMAX] = "", bad[64];
+  const int n = (int)o->n, r = (int)o->r;
+  size_t len = 0;
+  char *text = cli_slurp(o->grammar_file, GRAMMAR_MAX_TEXT, &len, err);
+  if (!text) {
+    fprintf(stderr, "power bench: --grammar: %s\n", err);
+    return 1;
+  }
+  size_t fl = strlen(o->grammar_file);
+  bool schema = fl > 5 && !strcmp(o->grammar_file + fl - 5, ".json");
+  grammar *g = NULL;
+  uint64_t c0 = pw_now_ns();
+  int rc = schema ? grammar_from_schema(text, len, &g, bad, err) : grammar_parse(text, len, &g, err);
+  double compile_ms = (double)(pw_now_ns() - c0) / 1e6;
+  free(text);
+  if (rc) {
+    fprintf(stderr, "power bench: %s: %s\n", o->grammar_file, err);
+    return 1;
+  }
+  const char *path = cli_resolve_model(o->model, err, sizeof err);
+  engine *e = NULL;
+  grammar_vocab *gv = NULL;
+  int32_t *prompt = NULL, *ids = malloc((size_t)n * sizeof *ids);
+  int32_t *cids = malloc((size_t)n * (size_t)r * sizeof *cids); /* constrained runs' tokens */
+  int *cn = calloc((size_t)r, sizeof *cn);
+  double *mt = malloc((size_t)n * (size_t)r * sizeof *mt);
+  float *logits = NULL;
+  bench_series fr = {0}, cr = {0};
+  fr.v = calloc((size_t)r, sizeof *fr.v);
+  cr.v = calloc((size_t)r, sizeof *cr.v);
+  int nmt = 0, status = 1;
+  long ctoks = 0;
+  if (!path) goto fail;
+  if (!ids || !cids || !cn || !mt || !fr.v || !cr.v) {
+    pw_seterr(err, PW_ENOMEM, "out of memory");
+    goto fail;
+  }
+  engine_opts eo;
+  memset(&eo, 0, sizeof eo);
+  eo.model_path = path;
+  eo.n_threads = (int)o->threads;
+  eo.max_active = 1;
+  eo.prompt_cache_entries = -1;
+  if (engine_create(&eo, &e, err)) goto fail;
+  const int np = BENCH_SPEC_RANDOM_PROMPT;
+  if (np + n > engine_n_ctx(e)) {
+    pw_seterr(err, PW_ECONTEXT, "%d prompt + %d generated tokens do not fit the context of %d", np, n, engine_n_ctx(e));
+    goto fail;
+  }
+  int32_t nv = tok_n_vocab(engine_vocab(e));
+  if (!(prompt = malloc((size_t)np * sizeof *prompt)) || !(logits = calloc((size_t)nv, sizeof *logits))) {
+    pw_seterr(err, PW_ENOMEM, "out of memory");
+    goto fail;
+  }
+  pw_rng rng;
+  pw_rng_seed(&rng, o->seed);
+  for (int i = 0; i < np; i++) prompt[i] = (int32_t)(pw_rng_next(&rng) % (uint64_t)nv);
+  int got;
+  /* warm-up, uncounted (it also builds the engine's vocabulary trie) */
+  if (gram_one(e, prompt, np, n, NULL, o->seed, ids, &got, err) < 0 ||
+      gram_one(e, prompt, np, n, g, o->seed, ids, &got, err) < 0)
+    goto fail;
+  for (int k = 0; k < r; k++) {
+    for (int j = 0; j < 2; j++) {
+      const bool free_run = (j == 0) == (k % 2 == 0);
+      double v = gram_one(e, prompt, np, n, free_run ? NULL : g, o->seed + (uint64_t)k, free_run ? ids : cids + (size_t)k * n,
+                          free_run ? &got : &cn[k], err);
+      if (v < 0) goto fail;
+      bench_series *s = free_run ? &fr : &cr;
+      s->v[s->n++] = v;
+      if (!free_run) ctoks += cn[k];
+    }
+  }
+  series_finish(&fr);
+  series_finish(&cr);
+  if (gram_vocab(e, &gv, err)) goto fail;
+  for (int k = 0; k < r; k++)
+    if (gram_mask_times(g, gv, cids + (size_t)k * n, cn[k], logits, mt, &nmt, err)) goto fail;
+  qsort(mt, (size_t)nmt, sizeof *mt, cmp_double);
+  double med_us = nmt ? (nmt % 2 ? mt[nmt / 2] : 0.5 * (mt[nmt / 2 - 1] + mt[nmt / 2])) / 1e3 : 0;
+  double p90_us = nmt ? mt[(size_t)(0.9 * (nmt - 1))] / 1e3 : 0;
+  double ratio = fr.med > 0 ? cr.med / fr.med : 0;
+  if (o->json) {
+    json_t *j = json_pack("{s:s,s:s,s:f,s:i,s:i,s:i,s:{s:f,s:f,s:f,s:o},s:{s:f,s:f,s:f,s:o,s:f},s:f,s:{s:f,s:f,s:i}}",
+                          "model", path, "grammar", o->grammar_file, "compile_ms", compile_ms, "threads",
+                          (int)o->threads, "n_gen", n, "repetitions", r, "free_tg", "median", fr.med, "min", fr.min,
+                          "max", fr.max, "runs", series_json(&fr), "constrained_tg", "median", cr.med, "min", cr.min,
+                          "max", cr.max, "runs", series_json(&cr), "mean_tokens", (double)ctoks / r, "ratio", ratio,
+                          "mask_us", "median", med_us, "p90", p90_us, "steps", nmt);
+    char *txt = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    if (txt) printf("%s\n", txt);
+    free(txt);
+    json_decref(j);
+  } else {
+    printf("model: %s\ngrammar: %s (%d rules, compiled in %.2f ms)\nthreads: %ld, n: %d, repetitions: %d\n\n", path,
+           o->grammar_file, grammar_n_rules(g), compile_ms, o->threads, n, r);
+    printf("| decode | tok/s median | min | max | tokens/run |\n|---|---:|---:|---:|---:|\n");
+    printf("| free | %.2f | %.2f | %.2f | %d |\n", fr.med, fr.min, fr.max, n);
+    printf("| grammar | %.2f | %.2f | %.2f | %.1f |\n\n", cr.med, cr.min, cr.max, (double)ctoks / r);
+    printf("constrained / free: %.3f\nmask time per token: median %.1f us, p90 %.1f us (%d steps)\n", ratio, med_us,
+           p90_us, nmt);
+  }
+  status = 0;
+  goto done;
+fail:
+  fprintf(stderr, "power bench: --grammar: %s\n", err);
+done:
+  grammar_vocab_destroy(gv);
+  engine_destroy(e);
+  grammar_destroy(g);
+  free(prompt);
+  free(ids);
+  free(cids);
+  free(cn);
+  free(mt);
+  free(logits);
+  free(fr.v);
+  free(cr.v);
+  return status;
+}
+
 static json_t *series_json(const bench_series *s) {
   json_t *a = json_array();
   for (int i = 0; i < s->n; i++) json_array_append_new(a, json_real(s->v[i]));
@@ -676,6 +892,8 @@ int cmd_bench(int argc, char **argv) {
       }
     } else if (!strcmp(a, "--prompt-file")) {
       NEED_V o.prompt_file = v;
+    } else if (!strcmp(a, "--grammar")) {
+      NEED_V o.grammar_file = v;
     } else if ((sp = spec_opts_parse("bench", &o.spec, a, v)) != 0) {
       if (sp < 0) return 2;
       i++;
@@ -693,6 +911,13 @@ int cmd_bench(int argc, char **argv) {
 #undef NEED_V
   }
   if (o.bandwidth) return run_bandwidth(&o);
+  if (o.grammar_file) {
+    if (o.n < 2) {
+      fprintf(stderr, "power bench: --grammar needs at least 2 generated tokens (-n)\n");
+      return 2;
+    }
+    return run_grammar(&o);
+  }
   if (o.p == 0 && o.n == 0) {
     fprintf(stderr, "power bench: nothing to measure: -p and -n are both 0\n");
     return 2;
