@@ -92,18 +92,20 @@ describe('tool calls with the openai client', () => {
   let hermes; // syn-qwen2 with the Qwen2.5 template: <tool_call> JSON
   let coder;  // syn-qwen2 with the Qwen3-Coder template: <function=...><parameter=...>
   let plain;  // syn-qwen2 with its own template: no tool-call format
+  let qwen3;  // syn-qwen2 with the Qwen3 template: <think> reasoning, enable_thinking
   const tdir = () => path.join(env().shared, 'chat-templates');
 
   before(async () => {
-    [hermes, coder, plain] = await Promise.all([
+    [hermes, coder, plain, qwen3] = await Promise.all([
       startServer({ model: 'syn-qwen2-Q4_K_M.gguf', args: ['--chat-template-file', path.join(tdir(), 'Qwen-Qwen2.5-7B-Instruct.jinja')] }),
       startServer({ model: 'syn-qwen2-Q4_K_M.gguf', args: ['--chat-template-file', path.join(tdir(), 'Qwen3-Coder.jinja')] }),
       startServer({ model: 'syn-qwen2-Q4_K_M.gguf' }),
+      startServer({ model: 'syn-qwen2-Q4_K_M.gguf', args: ['--chat-template-file', path.join(tdir(), 'Qwen-Qwen3-0.6B.jinja')] }),
     ]);
   });
 
   after(async () => {
-    const r = await Promise.all([hermes?.stop(), coder?.stop(), plain?.stop()]);
+    const r = await Promise.all([hermes?.stop(), coder?.stop(), plain?.stop(), qwen3?.stop()]);
     for (const x of r) if (x) assert.equal(x.code, 0, `power serve exit ${JSON.stringify(x)}`);
   });
 
@@ -219,5 +221,24 @@ describe('tool calls with the openai client', () => {
     const bad = { type: 'function', function: { name: 'f', parameters: { type: 'object', patternProperties: { x: {} } } } };
     await assert.rejects(oc.chat.completions.create({ messages: msgs, tools: [bad], tool_choice: 'required', max_tokens: 2 }),
       (e) => e instanceof OpenAI.BadRequestError && e.code === 'unsupported_schema_keyword' && /patternProperties/.test(e.message));
+  });
+
+  it('reasoning: <think> becomes reasoning_content; chat_template_kwargs reach the template', T, async () => {
+    const oc = client(qwen3);
+    // A grammar makes the random model write a reasoning block, then an answer.
+    const grammar = 'root ::= "<think>\\nweigh " [a-z]{1,8} "\\n</think>\\n\\nThe answer is " [0-9]{1,3} "."';
+    const req = { messages: msgs, grammar, max_tokens: 60, seed: 2 };
+    const r = await oc.chat.completions.create(req);
+    const m = r.choices[0].message;
+    assert.match(m.reasoning_content, /^weigh [a-z]{1,8}\n$/, JSON.stringify(m));
+    assert.match(m.content, /^The answer is [0-9]{1,3}\.$/, JSON.stringify(m));
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    const s = await streamed(oc, req);
+    assert.equal(s.reasoning, m.reasoning_content);
+    assert.equal(s.content, m.content);
+    // enable_thinking false: the template writes an empty think block into the prompt.
+    const on = await oc.chat.completions.create({ messages: msgs, max_tokens: 1 });
+    const off = await oc.chat.completions.create({ messages: msgs, max_tokens: 1, chat_template_kwargs: { enable_thinking: false } });
+    assert.ok(off.usage.prompt_tokens > on.usage.prompt_tokens, `${off.usage.prompt_tokens} vs ${on.usage.prompt_tokens}`);
   });
 });
