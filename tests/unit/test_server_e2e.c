@@ -228,6 +228,13 @@ static void test_errors(void) {
   http(g_port, "POST", "/v1/chat/completions", NULL,
        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}", &r, 5000);
   CHECK_EQ_INT(r.status, 400);
+  CHECK_STR(err_code(&r), "invalid_value"); /* a tool without its function */
+  free(r.body);
+  /* the model's template has no tool-call format */
+  http(g_port, "POST", "/v1/chat/completions", NULL,
+       "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}",
+       &r, 5000);
+  CHECK_EQ_INT(r.status, 400);
   CHECK_STR(err_code(&r), "unsupported_tools");
   free(r.body);
   http(g_port, "POST", "/v1/chat/completions", NULL,
