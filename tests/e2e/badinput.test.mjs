@@ -87,10 +87,12 @@ describe('bad input', () => {
     await expectError(H, { messages: [{ content: 'x' }] }, 400, 'missing_field', 'messages[0].role');
     await expectError(H, { messages: [{ role: 'user' }] }, 400, 'missing_field', 'messages[0].content');
     await expectError(H, { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] }, 400, 'unsupported_content_part');
-    await expectError(H, { messages: [{ role: 'tool', content: 'x' }] }, 400, 'unsupported_tools');
+    await expectError(H, { messages: [{ role: 'tool', content: 'x' }] }, 400, 'missing_field', 'messages[0].tool_call_id');
+    await expectError(H, { messages: msg, tools: [{ type: 'function', function: { name: 'f' } }] }, 400, 'unsupported_tools', 'tools');
+    await expectError(H, { messages: msg, tools: [{ type: 'function', function: { name: 'a b' } }] }, 400, 'invalid_value', 'tools[0]');
     await expectError(H, { messages: msg, logprobs: true, top_logprobs: 100 }, 400, 'invalid_value', 'top_logprobs');
     await expectError(H, { messages: msg, logprobs: 'yes' }, 400, 'invalid_type', 'logprobs');
-    await expectError(H, { messages: msg, tool_choice: 'required' }, 400, 'unsupported_tool_choice', 'tool_choice');
+    await expectError(H, { messages: msg, tool_choice: 'required' }, 400, 'invalid_value', 'tool_choice');
     await expectError('/v1/embeddings', { input: 5 }, 400, 'invalid_type', 'input');
     await expectError('/v1/embeddings', { input: [] }, 400, 'invalid_value', 'input');
     await expectError('/v1/embeddings', { input: [[-1]] }, 400, 'invalid_value', 'input');
