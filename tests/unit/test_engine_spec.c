@@ -304,6 +304,42 @@ out:
   engine_destroy(e);
 }
 
+/* A grammar stays exact under speculation: a lazy one (free text until
+ * "def ", then a fixed method shape) and one from the first token, greedy
+ * and sampled, copy-heavy code where prompt-lookup proposes a lot. */
+static void test_grammar_spec(void) {
+  const char *m = MODELS "codelm-py-F32.gguf";
+  engine *off = make(m, ENGINE_SPEC_OFF, NULL, 2), *e = make(m, ENGINE_SPEC_PROMPT_LOOKUP, NULL, 2);
+  static const char *lazy_g = "root ::= [a-z_]{1,20} \"(self, other):\\n        return Vector(\" [^\\n]{1,80} \"\\n\"\n";
+  static const char *full_g = "root ::= [ ]{8} \"return Vector(\" [a-z. /*+-]{1,60} \")\\n\" [^#]{0,200}\n";
+  grammar *gl = NULL, *gf = NULL;
+  char err[PW_ERRMAX];
+  const char *word = "def ";
+  CHECK(grammar_parse(lazy_g, strlen(lazy_g), &gl, err) == 0);
+  CHECK(gl && grammar_set_lazy(gl, &word, 1, NULL, 0, err) == 0);
+  CHECK(grammar_parse(full_g, strlen(full_g), &gf, err) == 0);
+  if (!off || !e || !gl || !gf) goto out;
+  static int32_t pr[256];
+  int n = encode(off, k_copy, pr, 256);
+  static result a, b;
+  for (int k = 0; k < 4; k++) {
+    engine_params p = params(pr, n, SMALL ? 24 : 64, k & 1, 7);
+    p.grammar = k < 2 ? gl : gf;
+    run_many(off, &p, 1, &a);
+    run_many(e, &p, 1, &b);
+    CHECK_MSG(a.end == ENGINE_EV_DONE && b.end == ENGINE_EV_DONE, "grammar run %d: %s / %s", k, a.message, b.message);
+    CHECK_MSG(same_exact(&a, &b), "grammar run %d (%s, %s) differs under speculation", k, k < 2 ? "lazy" : "full",
+              k & 1 ? "sampled" : "greedy");
+    fprintf(stderr, "  grammar %s %s: %d tokens, %d target passes: \"%.60s\"\n", k < 2 ? "lazy" : "full",
+            k & 1 ? "sampled" : "greedy", b.usage.completion_tokens, b.usage.target_passes, b.text);
+  }
+out:
+  grammar_destroy(gl);
+  grammar_destroy(gf);
+  engine_destroy(off);
+  engine_destroy(e);
+}
+
 static void test_draft_mismatch(void) {
   engine_opts o = {.model_path = MODELS "codelm-py-Q8_0.gguf", .n_ctx = 256, .spec_mode = ENGINE_SPEC_DRAFT,
                    .spec_draft_model = MODELS "syn-llama-Q4_0.gguf"};
@@ -338,6 +374,7 @@ int main(void) {
   }
   double t0 = pw_now_s();
   test_draft_mismatch();
+  test_grammar_spec();
   /* The sanitizer builds check the engine's memory and threads, the same
    * code for every model: one trained and one random model there. */
   int n_models = SMALL ? 1 : GEN < 48 ? 2 : (int)(sizeof models / sizeof models[0]);
