@@ -395,10 +395,15 @@ struct tc_parser {
   int hb_kind;   /* harmony body: HB_* */
   char hname[TC_MAX_NAME + 1];
   int n_calls;
+  /* a constrained call whose arguments are being streamed: its start has
+   * been emitted, and s_sent bytes of its arguments */
+  bool constrained;
+  bool streaming;
+  size_t s_ao, s_sent; /* where its arguments start (from the opener's end), bytes sent */
 };
 
-int tc_parser_create(const tc_syntax *sx, const json_t *tools, bool in_reasoning, bool bare_call, tc_parser **out,
-                     char *err) {
+int tc_parser_create(const tc_syntax *sx, const json_t *tools, bool in_reasoning, bool bare_call, bool constrained,
+                     tc_parser **out, char *err) {
   tc_parser *p = calloc(1, sizeof *p);
   if (!p) return pw_seterr(err, PW_ENOMEM, "out of memory");
   p->sx = *sx;
@@ -406,6 +411,7 @@ int tc_parser_create(const tc_syntax *sx, const json_t *tools, bool in_reasoning
   p->mode = sx->format == TC_HARMONY ? M_H_HEAD : in_reasoning && sx->think ? M_REASON : M_CONTENT;
   p->skip_ws = in_reasoning;
   p->bare = bare_call && p->tools;
+  p->constrained = constrained && p->tools;
   *out = p;
   return 0;
 }
@@ -507,7 +513,8 @@ static void pcalls_free(pcalls *pc) {
 /* Adds a call named name with arguments args (an object, or a string
  * holding one). false when the tool is unknown or the arguments are not
  * an object. */
-static bool add_call(const tc_parser *p, pcalls *pc, const char *name, size_t name_len, const json_t *args) {
+static bool add_call(const tc_parser *p, pcalls *pc, const char *name, size_t name_len, const json_t *args,
+                     const char *raw, size_t raw_len) {
   if (pc->n + p->n_calls >= TC_MAX_CALLS || name_len == 0 || name_len > TC_MAX_NAME) return false;
   char nm[TC_MAX_NAME + 1];
   memcpy(nm, name, name_len);
@@ -522,7 +529,9 @@ static bool add_call(const tc_parser *p, pcalls *pc, const char *name, size_t na
     json_decref(parsed);
     return false;
   }
-  char *txt = json_dumps(args, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  /* The model's own bytes when they are the object (what a stream sends),
+   * else the object written compactly. */
+  char *txt = raw && !parsed ? strndup(raw, raw_len) : json_dumps(args, JSON_COMPACT | JSON_PRESERVE_ORDER);
   json_decref(parsed);
   if (!txt) return false;
   memcpy(pc->c[pc->n].name, nm, name_len + 1);
@@ -531,13 +540,60 @@ static bool add_call(const tc_parser *p, pcalls *pc, const char *name, size_t na
   return true;
 }
 
-/* One {"name": ..., "arguments"|"parameters": ...} object. */
-static bool add_json_call(const tc_parser *p, pcalls *pc, const json_t *o) {
+/* The end of the JSON value at s[0..n) (valid JSON, as jansson checked). */
+static size_t value_end(const char *s, size_t n) {
+  size_t e = 0;
+  if (n && (s[0] == '{' || s[0] == '[')) return scan_json(s, n, &e) == 1 ? e : n;
+  if (n && s[0] == '"') {
+    for (size_t i = 1; i < n; i++) {
+      if (s[i] == '\\') i++;
+      else if (s[i] == '"') return i + 1;
+    }
+    return n;
+  }
+  size_t i = 0;
+  while (i < n && s[i] != ',' && s[i] != '}' && s[i] != ']' && !is_ws(s[i])) i++;
+  return i;
+}
+
+/* Where the value of a top-level member key (raw bytes of its name) lies
+ * in the JSON object text s[0..n). */
+static bool member_range(const char *s, size_t n, const char *key, size_t *v0, size_t *v1) {
+  size_t i = skip_ws(s, 0, n), kl = strlen(key);
+  if (i >= n || s[i] != '{') return false;
+  i++;
+  for (int guard = 0; guard < 100000 && i < n; guard++) {
+    i = skip_ws(s, i, n);
+    if (i >= n || s[i] != '"') return false;
+    size_t k0 = i + 1, k1 = k0 + value_end(s + i, n - i) - 2;
+    i = k1 + 1;
+    i = skip_ws(s, i, n);
+    if (i >= n || s[i] != ':') return false;
+    i = skip_ws(s, i + 1, n);
+    size_t e = i + value_end(s + i, n - i);
+    if (k1 - k0 == kl && !memcmp(s + k0, key, kl)) {
+      *v0 = i;
+      *v1 = e;
+      return true;
+    }
+    i = skip_ws(s, e, n);
+    if (i < n && s[i] == ',') i++;
+    else return false;
+  }
+  return false;
+}
+
+/* One {"name": ..., "arguments"|"parameters": ...} object; text (may be
+ * NULL) is its JSON text, whose arguments bytes are kept as they are. */
+static bool add_json_call(const tc_parser *p, pcalls *pc, const json_t *o, const char *text, size_t len) {
   const json_t *nm = json_object_get(o, "name");
-  const json_t *args = json_object_get(o, "arguments");
-  if (!args) args = json_object_get(o, "parameters");
+  const char *key = "arguments";
+  const json_t *args = json_object_get(o, key);
+  if (!args) args = json_object_get(o, key = "parameters");
   if (!json_is_object(o) || !json_is_string(nm) || !args) return false;
-  return add_call(p, pc, json_string_value(nm), json_string_length(nm), args);
+  size_t v0 = 0, v1 = 0;
+  bool raw = text && json_is_object(args) && member_range(text, len, key, &v0, &v1);
+  return add_call(p, pc, json_string_value(nm), json_string_length(nm), args, raw ? text + v0 : NULL, v1 - v0);
 }
 
 enum { PC_INVALID = -1, PC_INCOMPLETE = 0, PC_COMPLETE = 1 };
@@ -596,7 +652,7 @@ static int parse_coder(const tc_parser *p, const char *s, size_t n, bool final, 
       r = expect_lit(s + i, n - i, "</tool_call>");
       if (r == 1) {
         i += 12;
-        rc = add_call(p, pc, name, nl, args) ? PC_COMPLETE : PC_INVALID;
+        rc = add_call(p, pc, name, nl, args, NULL, 0) ? PC_COMPLETE : PC_INVALID;
       } else {
         rc = r < 0 ? PC_INVALID : PC_INCOMPLETE;
       }
@@ -654,7 +710,10 @@ static int parse_call(const tc_parser *p, const char *s, size_t n, bool final, b
     else if (r == 0 && !(final && i == n)) r = PC_INCOMPLETE;
     else if (r < 0) r = PC_INVALID;
     else r = 1; /* the answer ended right after the object */
-    if (r == 1) r = add_json_call(p, pc, v) ? PC_COMPLETE : PC_INVALID;
+    if (r == 1) {
+      size_t j0 = skip_ws(s, 0, n);
+      r = add_json_call(p, pc, v, s + j0, end - j0) ? PC_COMPLETE : PC_INVALID;
+    }
     json_decref(v);
     if (r == PC_COMPLETE) *used = i;
     return r;
@@ -663,7 +722,8 @@ static int parse_call(const tc_parser *p, const char *s, size_t n, bool final, b
     (void)anchored;
     r = json_at(s, n, &end, &v);
     if (r != PC_COMPLETE) return r;
-    r = add_json_call(p, pc, v) ? PC_COMPLETE : PC_INVALID;
+    i = skip_ws(s, 0, n);
+    r = add_json_call(p, pc, v, s + i, end - i) ? PC_COMPLETE : PC_INVALID;
     json_decref(v);
     if (r == PC_COMPLETE) *used = end;
     return r;
@@ -673,7 +733,7 @@ static int parse_call(const tc_parser *p, const char *s, size_t n, bool final, b
     if (r != PC_COMPLETE) return r;
     r = json_is_array(v) && json_array_size(v) > 0 ? PC_COMPLETE : PC_INVALID;
     for (size_t k = 0; r == PC_COMPLETE && k < json_array_size(v); k++)
-      if (!add_json_call(p, pc, json_array_get(v, k))) r = PC_INVALID;
+      if (!add_json_call(p, pc, json_array_get(v, k), NULL, 0)) r = PC_INVALID;
     json_decref(v);
     if (r == PC_COMPLETE) *used = end;
     return r;
@@ -691,7 +751,8 @@ static int parse_call(const tc_parser *p, const char *s, size_t n, bool final, b
     i += 6;
     r = json_at(s + i, n - i, &end, &v);
     if (r != PC_COMPLETE) return r;
-    r = add_call(p, pc, s + a, nl, v) ? PC_COMPLETE : PC_INVALID;
+    size_t j0 = skip_ws(s, i, n);
+    r = add_call(p, pc, s + a, nl, v, s + j0, i + end - j0) ? PC_COMPLETE : PC_INVALID;
     json_decref(v);
     if (r == PC_COMPLETE) *used = i + end;
     return r;
@@ -727,13 +788,57 @@ static void emit_text(tc_parser *p, tc_ev_type type, const char *s, size_t n, tc
   emit(ctx, &ev);
 }
 
+static void emit_start(tc_parser *p, const char *name, tc_emit_fn emit, void *ctx) {
+  tc_event ev = {.type = TC_EV_CALL_START, .index = p->n_calls, .name = name};
+  emit(ctx, &ev);
+}
+
+static void emit_args(tc_parser *p, const char *t, size_t n, tc_emit_fn emit, void *ctx) {
+  if (n == 0) return;
+  tc_event ev = {.type = TC_EV_CALL_ARGS, .text = t, .len = n, .index = p->n_calls};
+  emit(ctx, &ev);
+}
+
 static void emit_calls(tc_parser *p, pcalls *pc, tc_emit_fn emit, void *ctx) {
   for (int i = 0; i < pc->n; i++) {
-    tc_event ev = {.type = TC_EV_CALL, .text = pc->c[i].args, .len = strlen(pc->c[i].args),
-                   .index = p->n_calls++, .name = pc->c[i].name};
-    emit(ctx, &ev);
+    size_t len = strlen(pc->c[i].args);
+    if (p->streaming && i == 0) {
+      /* the call streamed so far: the rest of its arguments */
+      size_t sent = p->s_sent <= len ? p->s_sent : len;
+      emit_args(p, pc->c[i].args + sent, len - sent, emit, ctx);
+      p->streaming = false;
+    } else {
+      emit_start(p, pc->c[i].name, emit, ctx);
+      emit_args(p, pc->c[i].args, len, emit, ctx);
+    }
+    p->n_calls++;
   }
   pcalls_free(pc);
+}
+
+/* A constrained call's head as the grammar writes it, in s[0..n): its
+ * tool's name (into name) and where its arguments object starts. */
+static bool stream_head(const tc_parser *p, const char *s, size_t n, char *name, size_t *args_off) {
+  const char *lit = p->sx.format == TC_HERMES ? "{\"name\": \"" : p->sx.format == TC_LLAMA3 ? "{\"name\": \"" : "";
+  const char *mid = p->sx.format == TC_HERMES   ? "\", \"arguments\": "
+                    : p->sx.format == TC_LLAMA3 ? "\", \"parameters\": "
+                    : p->sx.format == TC_DEVSTRAL ? "[ARGS]"
+                                                  : NULL;
+  if (!mid) return false;
+  size_t i = skip_ws(s, 0, n), l = strlen(lit);
+  if (expect_lit(s + i, n - i, lit) != 1) return false;
+  i += l;
+  size_t a = i;
+  while (i < n && i - a <= TC_MAX_NAME && s[i] != '"' && s[i] != '[') i++;
+  if (i == n || i == a || i - a > TC_MAX_NAME) return false;
+  memcpy(name, s + a, i - a);
+  name[i - a] = 0;
+  if (!find_tool(p, name)) return false;
+  if (expect_lit(s + i, n - i, mid) != 1) return false;
+  i = skip_ws(s, i + strlen(mid), n);
+  if (i >= n || s[i] != '{') return false;
+  *args_off = i;
+  return true;
 }
 
 /* Harmony: a header's channel and recipient. */
@@ -813,7 +918,7 @@ static bool step(tc_parser *p, bool final, tc_emit_fn emit, void *ctx) {
       size_t e = 0;
       bool ok = json_at(s + pos, body_end - pos, &e, &v) == PC_COMPLETE &&
                 skip_ws(s + pos, e, body_end - pos) == body_end - pos &&
-                add_call(p, &pc, p->hname, strlen(p->hname), v);
+                add_call(p, &pc, p->hname, strlen(p->hname), v, s + pos + skip_ws(s + pos, 0, e), e - skip_ws(s + pos, 0, e));
       json_decref(v);
       if (ok) emit_calls(p, &pc, emit, ctx);
       else emit_text(p, TC_EV_CONTENT, s + pos, body_end - pos, emit, ctx);
@@ -876,7 +981,48 @@ static bool step(tc_parser *p, bool final, tc_emit_fn emit, void *ctx) {
       return true;
     }
     pcalls_free(&pc);
-    if (r == PC_INCOMPLETE && !final && n - pos <= TC_MAX_CALL_BYTES) return false;
+    char hn[TC_MAX_NAME + 1];
+    size_t ao = 0;
+    const char *cs = s + pos + olen;
+    size_t cn = n - pos - olen;
+    bool head = r != PC_INVALID && p->constrained && stream_head(p, cs, cn, hn, &ao);
+    size_t avail = 0, e = 0;
+    if (head) {
+      avail = cn - ao;
+      if (scan_json(cs + ao, avail, &e) == 1) avail = e; /* the arguments' end */
+    }
+    if (r == PC_INCOMPLETE && !final && n - pos <= TC_MAX_CALL_BYTES) {
+      if (head) { /* stream the arguments as far as they go */
+        if (!p->streaming) {
+          emit_start(p, hn, emit, ctx);
+          p->streaming = true;
+          p->s_ao = ao;
+          p->s_sent = 0;
+        }
+        if (avail > p->s_sent) emit_args(p, cs + ao + p->s_sent, avail - p->s_sent, emit, ctx);
+        if (avail > p->s_sent) p->s_sent = avail;
+      }
+      return false;
+    }
+    if (head) {
+      /* A constrained call cut off (max_tokens): it stays a call, with the
+       * arguments it got, as a stream would have sent them. */
+      if (!p->streaming) emit_start(p, hn, emit, ctx);
+      size_t from = p->streaming ? p->s_sent : 0;
+      if (avail > from) emit_args(p, cs + ao + from, avail - from, emit, ctx);
+      p->streaming = false;
+      p->n_calls++;
+      p->pos = n;
+      return false;
+    }
+    if (p->streaming) {
+      /* went wrong after its arguments began (only a grammar glitch can do
+       * this): the call ends with what was sent, the rest is content */
+      p->streaming = false;
+      p->n_calls++;
+      p->pos = pos + olen + p->s_ao + p->s_sent;
+      return true;
+    }
     /* Not a call: its opener is text, and the search goes on after it. */
     if (olen == 0) {
       p->anchor_failed = true;

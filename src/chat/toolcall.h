@@ -30,7 +30,8 @@
  * as reasoning (also when the generation prompt itself opened <think>).
  *
  * Malformed calls (bad JSON, unknown tool names, a call cut off at the
- * end) stay in the content as the model wrote them. */
+ * end) stay in the content as the model wrote them, unless a grammar kept
+ * them well formed (see tc_parser_create). */
 #ifndef PW_CHAT_TOOLCALL_H
 #define PW_CHAT_TOOLCALL_H
 
@@ -95,15 +96,16 @@ int tc_grammar(const tc_syntax *sx, const json_t *tools, const char *only, bool 
 typedef enum tc_ev_type {
   TC_EV_CONTENT = 1,   /* text of the answer */
   TC_EV_REASONING = 2, /* text of the reasoning */
-  TC_EV_CALL = 3,      /* a complete call: index, name, arguments */
+  TC_EV_CALL_START = 3, /* a call begins: index, name */
+  TC_EV_CALL_ARGS = 4,  /* more of the arguments of call index (text) */
 } tc_ev_type;
 
 typedef struct tc_event {
   tc_ev_type type;
-  const char *text; /* CONTENT/REASONING: the text; CALL: the arguments (a JSON object's text) */
+  const char *text; /* CONTENT/REASONING: the text; CALL_ARGS: a fragment of the arguments */
   size_t len;
-  int index;        /* CALL: 0, 1, ... */
-  const char *name; /* CALL: the tool's name (NUL-terminated) */
+  int index;        /* CALL_*: 0, 1, ... */
+  const char *name; /* CALL_START: the tool's name (NUL-terminated) */
 } tc_event;
 
 /* Receives events; the pointers are valid during the call only. */
@@ -116,9 +118,16 @@ typedef struct tc_parser tc_parser;
  * parameter types. in_reasoning: the generation prompt opened the
  * reasoning block. bare_call: the answer was constrained to start with a
  * call whose opener is a control token the grammar could not produce, so
- * a call may start without it. */
-int tc_parser_create(const tc_syntax *sx, const json_t *tools, bool in_reasoning, bool bare_call, tc_parser **out,
-                     char *err);
+ * a call may start without it. constrained: a grammar from tc_grammar kept
+ * the calls well formed, so a call's arguments are streamed as they come
+ * (Hermes, Llama 3, Devstral forms; others at the call's end) and a call
+ * cut off by the end of the answer stays a call with the arguments it got;
+ * unconstrained calls are emitted whole once complete and checked.
+ * Arguments concatenated are a JSON object: the model's own bytes where
+ * the format writes the object as such, else the object written compactly
+ * (Qwen3-Coder, lists). */
+int tc_parser_create(const tc_syntax *sx, const json_t *tools, bool in_reasoning, bool bare_call, bool constrained,
+                     tc_parser **out, char *err);
 void tc_parser_destroy(tc_parser *p);
 /* Adds text; emits what is certain. final: the answer is complete (flush
  * everything). 0 or PW_ENOMEM. */

@@ -8,7 +8,8 @@ int chatout_init(chatout *c, const tc_syntax *sx, const oai_request *r) {
   c->short_ids = sx->format == TC_MISTRAL;
   if (!r->tools_active && !sx->think && sx->format != TC_HARMONY) return 0;
   char err[PW_ERRMAX];
-  return tc_parser_create(sx, r->tools_active ? r->tools : NULL, r->in_reasoning, r->bare_call, &c->p, err);
+  return tc_parser_create(sx, r->tools_active ? r->tools : NULL, r->in_reasoning, r->bare_call,
+                          r->tools_active && r->grammar, &c->p, err);
 }
 
 void chatout_free(chatout *c) {
@@ -17,6 +18,7 @@ void chatout_free(chatout *c) {
   sbuf_free(&c->content);
   sbuf_free(&c->reasoning);
   sbuf_free(&c->calls);
+  sbuf_free(&c->args);
   memset(c, 0, sizeof *c);
 }
 
@@ -41,20 +43,28 @@ static void put_call_id(const chatout *c, sbuf *out) {
   sbuf_json_str(out, id, strlen(id));
 }
 
+/* Whole answers: closes the open call's object. */
+static void close_call(chatout *c) {
+  if (!c->n_calls) return;
+  sbuf_json_str(&c->calls, c->args.data ? c->args.data : "", c->args.len);
+  sbuf_puts(&c->calls, "}}");
+  sbuf_clear(&c->args);
+}
+
 static void on_event(void *ctx, const tc_event *ev) {
   chatout *c = ctx;
   if (!c->stream) {
     if (ev->type == TC_EV_CONTENT) sbuf_put(&c->content, ev->text, ev->len);
     else if (ev->type == TC_EV_REASONING) sbuf_put(&c->reasoning, ev->text, ev->len);
+    else if (ev->type == TC_EV_CALL_ARGS) sbuf_put(&c->args, ev->text, ev->len);
     else {
+      close_call(c);
       if (c->n_calls++) sbuf_puts(&c->calls, ",");
       sbuf_puts(&c->calls, "{\"id\":");
       put_call_id(c, &c->calls);
       sbuf_puts(&c->calls, ",\"type\":\"function\",\"function\":{\"name\":");
       sbuf_json_str(&c->calls, ev->name, strlen(ev->name));
       sbuf_puts(&c->calls, ",\"arguments\":");
-      sbuf_json_str(&c->calls, ev->text, ev->len);
-      sbuf_puts(&c->calls, "}}");
     }
     return;
   }
@@ -65,18 +75,19 @@ static void on_event(void *ctx, const tc_event *ev) {
     put_lp(c);
     return;
   }
-  c->n_calls++;
   delta_open(c);
-  sbuf_printf(c->out, "\"tool_calls\":[{\"index\":%d,\"id\":", ev->index);
-  put_call_id(c, c->out);
-  sbuf_puts(c->out, ",\"type\":\"function\",\"function\":{\"name\":");
-  sbuf_json_str(c->out, ev->name, strlen(ev->name));
-  sbuf_puts(c->out, ",\"arguments\":\"\"}}]");
-  put_lp(c);
-  delta_open(c);
-  sbuf_printf(c->out, "\"tool_calls\":[{\"index\":%d,\"function\":{\"arguments\":", ev->index);
-  sbuf_json_str(c->out, ev->text, ev->len);
-  sbuf_puts(c->out, "}}]");
+  if (ev->type == TC_EV_CALL_START) {
+    c->n_calls++;
+    sbuf_printf(c->out, "\"tool_calls\":[{\"index\":%d,\"id\":", ev->index);
+    put_call_id(c, c->out);
+    sbuf_puts(c->out, ",\"type\":\"function\",\"function\":{\"name\":");
+    sbuf_json_str(c->out, ev->name, strlen(ev->name));
+    sbuf_puts(c->out, ",\"arguments\":\"\"}}]");
+  } else {
+    sbuf_printf(c->out, "\"tool_calls\":[{\"index\":%d,\"function\":{\"arguments\":", ev->index);
+    sbuf_json_str(c->out, ev->text, ev->len);
+    sbuf_puts(c->out, "}}]");
+  }
   put_lp(c);
 }
 
@@ -108,6 +119,7 @@ void chatout_render(chatout *c, const oai_resp *o, const char *text, size_t n, c
   }
   c->stream = false;
   if (tc_parser_feed(c->p, text, n, true, on_event, c) < 0) out->oom = true;
+  close_call(c);
   oai_put_head(o, false, out);
   sbuf_puts(out, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
   if (c->n_calls && c->content.len == 0) sbuf_puts(out, "null");

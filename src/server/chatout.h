@@ -6,8 +6,9 @@
  * (oai.c), HTTP (server.c).
  *
  * Streams: content and reasoning deltas as their text becomes certain; a
- * call as two deltas when it is complete: {index, id, type, function: {name,
- * arguments: ""}} then {index, function: {arguments}}. finish_reason is
+ * call as OpenAI sends one: {index, id, type, function: {name, arguments:
+ * ""}} first, then {index, function: {arguments: fragment}} deltas (as the
+ * model writes them under a grammar, else one when the call is complete). finish_reason is
  * "tool_calls" when the answer holds a call and ended at a stop. Without
  * tools or reasoning markers the text passes through unchanged. */
 #ifndef PW_SERVER_CHATOUT_H
@@ -26,12 +27,13 @@ typedef struct chatout {
   const oai_logprobs *lp; /* borrowed: rides on the next delta, then NULL */
   /* whole answers */
   sbuf content, reasoning, calls; /* calls: the rendered tool_calls items */
+  sbuf args;           /* whole answers: the open call's arguments so far */
   int n_calls;
   bool short_ids;      /* 9-character call ids (Mistral's templates refuse others) */
 } chatout;
 
 /* sx: the template's syntax; r: the prepared request (tools_active,
- * in_reasoning, bare_call, tools). 0 or PW_ENOMEM. */
+ * in_reasoning, bare_call, tools, grammar). 0 or PW_ENOMEM. */
 int chatout_init(chatout *c, const tc_syntax *sx, const oai_request *r);
 void chatout_free(chatout *c);
 /* SSE deltas for the next text (final: the answer is over). lp (may be

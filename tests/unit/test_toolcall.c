@@ -78,6 +78,7 @@ typedef struct result {
   size_t nc, nr, nk;
   int n_calls;
   int bad_index;
+  bool open;
 } result;
 
 static void add(char *b, size_t *n, const char *s, size_t len) {
@@ -91,13 +92,16 @@ static void on_ev(void *ctx, const tc_event *ev) {
   result *r = ctx;
   if (ev->type == TC_EV_CONTENT) add(r->content, &r->nc, ev->text, ev->len);
   else if (ev->type == TC_EV_REASONING) add(r->reasoning, &r->nr, ev->text, ev->len);
-  else {
-    if (ev->index != r->n_calls) r->bad_index = 1;
+  else if (ev->type == TC_EV_CALL_START) {
+    if (ev->index != r->n_calls || !ev->name) r->bad_index = 1;
+    if (r->open) add(r->calls, &r->nk, ");", 2);
     r->n_calls++;
+    r->open = true;
     add(r->calls, &r->nk, ev->name, strlen(ev->name));
     add(r->calls, &r->nk, "(", 1);
+  } else {
+    if (ev->index != r->n_calls - 1 || !r->open) r->bad_index = 1;
     add(r->calls, &r->nk, ev->text, ev->len);
-    add(r->calls, &r->nk, ");", 2);
   }
 }
 
@@ -112,12 +116,14 @@ static json_t *tools_json(void) {
 }
 
 /* Parses text in pieces split at the given offsets (cuts[0..n_cuts)). */
+static bool g_constrained; /* the parser is told a grammar kept the calls well formed */
+
 static void run(const tc_syntax *sx, const json_t *tools, bool in_reasoning, bool bare, const char *text,
                 const size_t *cuts, int n_cuts, result *r) {
   memset(r, 0, sizeof *r);
   tc_parser *p = NULL;
   char err[PW_ERRMAX];
-  CHECK(tc_parser_create(sx, tools, in_reasoning, bare, &p, err) == 0);
+  CHECK(tc_parser_create(sx, tools, in_reasoning, bare, g_constrained, &p, err) == 0);
   if (!p) return;
   size_t at = 0, n = strlen(text);
   for (int i = 0; i < n_cuts; i++) {
@@ -125,6 +131,7 @@ static void run(const tc_syntax *sx, const json_t *tools, bool in_reasoning, boo
     at = cuts[i];
   }
   CHECK(tc_parser_feed(p, text + at, n - at, true, on_ev, r) == 0);
+  if (r->open) add(r->calls, &r->nk, ");", 2);
   CHECK(tc_parser_calls(p) == r->n_calls);
   tc_parser_destroy(p);
 }
@@ -168,17 +175,17 @@ static void test_parse_formats(void) {
   /* Hermes / Qwen2.5 / Qwen3 */
   expect(TC_HERMES, false, false, false,
          "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", "", "",
-         "get_weather({\"city\":\"Paris\"});");
+         "get_weather({\"city\": \"Paris\"});");
   expect(TC_HERMES, false, false, false,
          "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n"
          "</tool_call>\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"a </tool_call> b\", \"tags\": "
          "[\"x\"]}}\n</tool_call>",
          "Let me check.\n", "",
-         "get_weather({\"city\":\"Paris\",\"days\":3});search({\"q\":\"a </tool_call> b\",\"tags\":[\"x\"]});");
+         "get_weather({\"city\": \"Paris\", \"days\": 3});search({\"q\": \"a </tool_call> b\", \"tags\": [\"x\"]});");
   expect(TC_HERMES, true, false, false,
          "<think>\nThe user wants weather.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
          "{\"city\": \"Oslo\"}}\n</tool_call>",
-         "", "The user wants weather.\n", "get_weather({\"city\":\"Oslo\"});");
+         "", "The user wants weather.\n", "get_weather({\"city\": \"Oslo\"});");
   /* the prompt opened <think> (DeepSeek R1, Qwen3 with thinking forced) */
   expect(TC_HERMES, true, true, false, "pondering < and >\n</think>\n\nIt is 21 C.", "It is 21 C.",
          "pondering < and >\n", "");
@@ -197,10 +204,10 @@ static void test_parse_formats(void) {
          "", "", "search({\"q\":\"a <b> c\",\"tags\":[\"t\"]});");
   /* Llama 3.x: the whole answer, with or without <|python_tag|> */
   expect(TC_LLAMA3, false, false, false, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}", "", "",
-         "get_weather({\"city\":\"Rome\"});");
+         "get_weather({\"city\": \"Rome\"});");
   expect(TC_LLAMA3, false, false, false,
          "<|python_tag|>{\"name\": \"search\", \"parameters\": {\"q\": \"llamas\"}}", "", "",
-         "search({\"q\":\"llamas\"});");
+         "search({\"q\": \"llamas\"});");
   expect(TC_LLAMA3, false, false, false, "The weather is {\"name\": x} fine.", "The weather is {\"name\": x} fine.", "",
          "");
   expect(TC_LLAMA3, false, false, false, "{\"answer\": 42}", "{\"answer\": 42}", "", "");
@@ -212,7 +219,7 @@ static void test_parse_formats(void) {
   /* Devstral */
   expect(TC_DEVSTRAL, false, false, false,
          "Sure.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Nice\"}[TOOL_CALLS]search[ARGS]{\"q\": \"[ARGS]\"}",
-         "Sure.", "", "get_weather({\"city\":\"Nice\"});search({\"q\":\"[ARGS]\"});");
+         "Sure.", "", "get_weather({\"city\": \"Nice\"});search({\"q\": \"[ARGS]\"});");
   /* Granite */
   expect(TC_GRANITE, true, false, false,
          "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Bern\"}}]", "", "",
@@ -221,7 +228,7 @@ static void test_parse_formats(void) {
   expect(TC_HARMONY, false, false, false,
          "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
          "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Tokyo\"}<|call|>",
-         "", "Need weather.", "get_weather({\"city\":\"Tokyo\"});");
+         "", "Need weather.", "get_weather({\"city\": \"Tokyo\"});");
   expect(TC_HARMONY, false, false, false,
          "<|channel|>analysis<|message|>Simple.<|end|><|start|>assistant<|channel|>final<|message|>Hello!", "Hello!",
          "Simple.", "");
@@ -229,7 +236,7 @@ static void test_parse_formats(void) {
   expect(TC_MISTRAL, false, false, true, "[{\"name\": \"search\", \"arguments\": {\"q\": \"b\"}, \"id\": \"123456789\"}]",
          "", "", "search({\"q\":\"b\"});");
   expect(TC_HERMES, false, false, true, "\n{\"name\": \"search\", \"arguments\": {\"q\": \"b\"}}\n</tool_call>", "",
-         "", "search({\"q\":\"b\"});");
+         "", "search({\"q\": \"b\"});");
 }
 
 static void test_malformed(void) {
@@ -261,7 +268,7 @@ static void test_malformed(void) {
   /* a valid call after a broken one */
   expect(TC_HERMES, false, false, false,
          "<tool_call>{bad}</tool_call><tool_call>{\"name\": \"search\", \"arguments\": {\"q\": \"ok\"}}</tool_call>",
-         "<tool_call>{bad}</tool_call>", "", "search({\"q\":\"ok\"});");
+         "<tool_call>{bad}</tool_call>", "", "search({\"q\": \"ok\"});");
   /* random bytes never crash and lose nothing */
   uint64_t x = 88172645463325252ull;
   const char *alpha[] = {"<tool_call>", "</tool_call>", "{", "}", "\"", "name", "arguments", ":", ",", "<think>",
@@ -285,9 +292,48 @@ static void test_malformed(void) {
       for (size_t k = 0; k + 1 < n; k++) cuts[k] = k + 1;
       run(&sx, tools, false, false, t, cuts, n ? (int)n - 1 : 0, &bytes);
       CHECK_MSG(same(&whole, &bytes), "format %d, [%s]", f, t);
+      /* as if a grammar had been on: text no grammar allows must not crash
+       * or lose the count of calls (run checks it) */
+      g_constrained = true;
+      run(&sx, tools, false, false, t, cuts, n ? (int)n - 1 : 0, &bytes);
+      run(&sx, tools, false, false, t, NULL, 0, &bytes);
+      g_constrained = false;
       json_decref(tools);
     }
   }
+}
+
+/* Under a grammar: arguments stream as they come, and a call cut off by
+ * the end of the answer stays a call with the arguments it got. */
+static void test_constrained(void) {
+  g_constrained = true;
+  expect(TC_HERMES, false, false, false,
+         "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"a}b\", \"tags\": [\"{\"]}}\n</tool_call>\n"
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"X\"}}\n</tool_call>",
+         "", "", "search({\"q\": \"a}b\", \"tags\": [\"{\"]});get_weather({\"city\": \"X\"});");
+  expect(TC_HERMES, false, false, false, "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"ab", "", "",
+         "search({\"q\": \"ab);");
+  expect(TC_HERMES, false, false, false, "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"x\"}}\n</tool_c",
+         "", "", "search({\"q\": \"x\"});");
+  expect(TC_LLAMA3, false, false, false, "{\"name\": \"search\", \"parameters\": {\"q\": \"ll", "", "",
+         "search({\"q\": \"ll);");
+  expect(TC_DEVSTRAL, false, false, false, "[TOOL_CALLS]search[ARGS]{\"q\": \"zz\"}", "", "", "search({\"q\": \"zz\"});");
+  /* the fragments come before the call ends */
+  tc_syntax sx = {.format = TC_HERMES, .open_token = -1, .open_is_text = true};
+  json_t *tools = tools_json();
+  tc_parser *p = NULL;
+  char err[PW_ERRMAX];
+  result r;
+  memset(&r, 0, sizeof r);
+  CHECK(tc_parser_create(&sx, tools, false, false, true, &p, err) == 0);
+  const char *head = "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"stre";
+  CHECK(p && tc_parser_feed(p, head, strlen(head), false, on_ev, &r) == 0);
+  CHECK_MSG(r.n_calls == 1 && !strcmp(r.calls, "search({\"q\": \"stre"), "streamed so far: [%s]", r.calls);
+  CHECK(p && tc_parser_feed(p, "am\"}}\n</tool_call>", 18, true, on_ev, &r) == 0);
+  CHECK_MSG(!strcmp(r.calls, "search({\"q\": \"stream\"}"), "[%s]", r.calls);
+  tc_parser_destroy(p);
+  json_decref(tools);
+  g_constrained = false;
 }
 
 /* ---- grammars ---------------------------------------------------------------- */
@@ -441,6 +487,7 @@ int main(void) {
   test_detect();
   test_parse_formats();
   test_malformed();
+  test_constrained();
   test_grammars();
   test_lazy();
   TEST_DONE();
