@@ -861,6 +861,73 @@ void oai_render_model(const char *id, long long created, sbuf *out) {
   sbuf_printf(out, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"power\"}", created);
 }
 
+void oai_render_model_list(const char *id, long long created, sbuf *out) {
+  sbuf_puts(out, "{\"object\":\"list\",\"data\":[");
+  oai_render_model(id, created, out);
+  sbuf_puts(out, "]}");
+}
+
+void oai_render_health(bool ok, sbuf *out) {
+  sbuf_puts(out, ok ? "{\"status\":\"ok\"}" : "{\"status\":\"shutting_down\"}");
+}
+
+static void put_base64(sbuf *b, const unsigned char *p, size_t n) {
+  static const char k[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  sbuf_put(b, "\"", 1);
+  for (size_t i = 0; i < n; i += 3) {
+    unsigned v = (unsigned)p[i] << 16 | (i + 1 < n ? (unsigned)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+    char q[4] = {k[v >> 18 & 63], k[v >> 12 & 63], i + 1 < n ? k[v >> 6 & 63] : '=', i + 2 < n ? k[v & 63] : '='};
+    sbuf_put(b, q, 4);
+  }
+  sbuf_put(b, "\"", 1);
+}
+
+void oai_render_embeddings_begin(sbuf *out) { sbuf_puts(out, "{\"object\":\"list\",\"data\":["); }
+
+void oai_render_embedding(size_t index, const float *vec, int n, bool base64, sbuf *out) {
+  sbuf_printf(out, "%s{\"object\":\"embedding\",\"index\":%zu,\"embedding\":", index ? "," : "", index);
+  if (base64) {
+    put_base64(out, (const unsigned char *)vec, (size_t)n * sizeof(float));
+  } else {
+    sbuf_put(out, "[", 1);
+    for (int j = 0; j < n; j++) {
+      if (j) sbuf_put(out, ",", 1);
+      sbuf_json_num(out, vec[j]);
+    }
+    sbuf_put(out, "]", 1);
+  }
+  sbuf_put(out, "}", 1);
+}
+
+void oai_render_embeddings_end(const char *model, long long prompt_tokens, sbuf *out) {
+  sbuf_puts(out, "],\"model\":");
+  sbuf_json_str(out, model, strlen(model));
+  sbuf_printf(out, ",\"usage\":{\"prompt_tokens\":%lld,\"total_tokens\":%lld}}", prompt_tokens, prompt_tokens);
+}
+
+void oai_render_tokens(const int32_t *ids, int n, oai_piece_fn piece, void *ctx, sbuf *out) {
+  sbuf_puts(out, "{\"tokens\":[");
+  for (int i = 0; i < n; i++) {
+    if (i) sbuf_put(out, ",", 1);
+    if (piece) {
+      char buf[256];
+      int pn = piece(ctx, ids[i], buf, (int)sizeof buf);
+      sbuf_printf(out, "{\"id\":%d,\"piece\":", ids[i]);
+      sbuf_json_str(out, buf, (size_t)(pn > 0 ? pn : 0));
+      sbuf_put(out, "}", 1);
+    } else {
+      sbuf_printf(out, "%d", ids[i]);
+    }
+  }
+  sbuf_puts(out, "]}");
+}
+
+void oai_render_content(const char *text, size_t n, sbuf *out) {
+  sbuf_puts(out, "{\"content\":");
+  sbuf_json_str(out, text, n);
+  sbuf_puts(out, "}");
+}
+
 /* ---- logprobs ---------------------------------------------------------- */
 
 void oai_logprobs_reset(oai_logprobs *l, oai_kind kind) {

@@ -196,5 +196,18 @@ void oai_render_usage(const engine_usage *u, sbuf *out);
 void oai_render_speculation(const char *mode, const engine_usage *u, sbuf *out);
 /* One model object of /v1/models. */
 void oai_render_model(const char *id, long long created, sbuf *out);
+/* The /v1/models list (one model). */
+void oai_render_model_list(const char *id, long long created, sbuf *out);
+/* /health: {"status":"ok"}, or {"status":"shutting_down"} when !ok. */
+void oai_render_health(bool ok, sbuf *out);
+/* The embeddings list: begin, one item per input (vec: n floats, as JSON
+ * numbers or base64 of the little-endian floats), end with the usage. */
+void oai_render_embeddings_begin(sbuf *out);
+void oai_render_embedding(size_t index, const float *vec, int n, bool base64, sbuf *out);
+void oai_render_embeddings_end(const char *model, long long prompt_tokens, sbuf *out);
+/* /tokenize: {"tokens":[ids]}, or [{"id":..,"piece":..}] when piece is set. */
+void oai_render_tokens(const int32_t *ids, int n, oai_piece_fn piece, void *ctx, sbuf *out);
+/* /detokenize: {"content":text}. */
+void oai_render_content(const char *text, size_t n, sbuf *out);
 
 #endif
