@@ -125,8 +125,13 @@ static int int_value(json_t *v, long long lo, long long hi, long long *out) {
   if (json_is_real(v)) {
     double d = json_real_value(v);
     if (d != floor(d)) return PW_EINVAL;
-    if (!(d >= (double)lo && d <= (double)hi)) return PW_ERANGE;
-    *out = (long long)d;
+    /* Only [-2^63, 2^63) converts to long long; (double)INT64_MAX rounds
+     * up to 2^63, so comparing against (double)hi would let 2^63 through
+     * into an undefined conversion. Bound first, then compare exactly. */
+    if (!(d >= -0x1p63 && d < 0x1p63)) return PW_ERANGE;
+    long long x = (long long)d;
+    if (x < lo || x > hi) return PW_ERANGE;
+    *out = x;
     return 0;
   }
   return PW_EINVAL;
@@ -159,7 +164,67 @@ static int check_nonempty_array_unsupported(json_t *root, const char *key, oai_e
   return unsupported(e, key, " (no tool or function calling)");
 }
 
+/* Fields llama.cpp's server takes that this server does not implement.
+ * Clients written for it send them; ignoring them would change what the
+ * client gets without telling it, so each is refused by name unless its
+ * value is the neutral one (which asks for nothing). */
+typedef struct foreign_field {
+  const char *name;
+  unsigned kinds;  /* 1 << OAI_CHAT | 1 << OAI_COMPLETION */
+  int neutral;     /* 0: any value is refused; 1: this number is accepted; 2: this boolean */
+  double num;      /* the neutral number, or the neutral boolean (0 / 1) */
+} foreign_field;
+
+#define FF_GEN ((1u << OAI_CHAT) | (1u << OAI_COMPLETION))
+#define FF_CHAT (1u << OAI_CHAT)
+static const foreign_field k_foreign[] = {
+    {"chat_template_kwargs", FF_CHAT, 0, 0}, {"chat_template", FF_CHAT, 0, 0},
+    {"reasoning_effort", FF_CHAT, 0, 0},     {"reasoning_format", FF_CHAT, 0, 0},
+    {"enable_thinking", FF_CHAT, 0, 0},      {"continue_final_message", FF_CHAT, 2, 0},
+    {"add_generation_prompt", FF_CHAT, 2, 1}, {"parse_tool_calls", FF_CHAT, 2, 0},
+    {"modalities", FF_CHAT, 0, 0},           {"audio", FF_CHAT, 0, 0},
+    {"prediction", FF_CHAT, 0, 0},           {"web_search_options", FF_CHAT, 0, 0},
+    {"mirostat", FF_GEN, 1, 0},              {"mirostat_tau", FF_GEN, 0, 0},
+    {"mirostat_eta", FF_GEN, 0, 0},          {"typical_p", FF_GEN, 1, 1},
+    {"tfs_z", FF_GEN, 1, 1},                 {"top_n_sigma", FF_GEN, 1, -1},
+    {"dynatemp_range", FF_GEN, 1, 0},        {"dynatemp_exponent", FF_GEN, 0, 0},
+    {"xtc_probability", FF_GEN, 1, 0},       {"xtc_threshold", FF_GEN, 0, 0},
+    {"dry_multiplier", FF_GEN, 1, 0},        {"dry_base", FF_GEN, 0, 0},
+    {"dry_allowed_length", FF_GEN, 0, 0},    {"dry_penalty_last_n", FF_GEN, 0, 0},
+    {"dry_sequence_breakers", FF_GEN, 0, 0}, {"repeat_last_n", FF_GEN, 0, 0},
+    {"penalty_last_n", FF_GEN, 0, 0},        {"penalize_nl", FF_GEN, 2, 0},
+    {"ignore_eos", FF_GEN, 2, 0},            {"n_probs", FF_GEN, 1, 0},
+    {"n_keep", FF_GEN, 0, 0},                {"min_keep", FF_GEN, 0, 0},
+    {"n_indent", FF_GEN, 0, 0},              {"id_slot", FF_GEN, 1, -1},
+    {"slot_id", FF_GEN, 1, -1},              {"samplers", FF_GEN, 0, 0},
+    {"t_max_predict_ms", FF_GEN, 0, 0},      {"image_data", FF_GEN, 0, 0},
+    {"lora", FF_GEN, 0, 0},                  {"return_tokens", FF_GEN, 2, 0},
+    {"post_sampling_probs", FF_GEN, 2, 0},   {"timings_per_token", FF_GEN, 2, 0},
+    {"response_fields", FF_GEN, 0, 0},
+};
+
+static int check_foreign_fields(oai_kind kind, json_t *root, oai_error *e) {
+  for (size_t i = 0; i < sizeof k_foreign / sizeof k_foreign[0]; i++) {
+    const foreign_field *f = &k_foreign[i];
+    if (!(f->kinds & (1u << kind))) continue;
+    json_t *v = field(root, f->name);
+    if (!v) continue;
+    if (f->neutral == 1 && json_is_number(v) && json_number_value(v) == f->num) continue;
+    if (f->neutral == 2 && json_is_boolean(v) && json_is_true(v) == (f->num != 0)) continue;
+    return unsupported(e, f->name, " (see the README's list of accepted fields)");
+  }
+  /* llama.cpp's name for max_tokens: honoured (below) when a number; and
+   * cache_prompt, a hint about implicit KV reuse that never changes the
+   * output, accepted as a boolean (reuse here is explicit:
+   * prompt_cache_key). */
+  json_t *cp = field(root, "cache_prompt");
+  if (cp && !json_is_boolean(cp))
+    return oai_seterr(e, 400, "invalid_type", "cache_prompt", "'cache_prompt' must be a boolean");
+  return 0;
+}
+
 static int check_common_unsupported(oai_kind kind, json_t *root, oai_error *e) {
+  if ((kind == OAI_CHAT || kind == OAI_COMPLETION) && check_foreign_fields(kind, root, e)) return PW_EINVAL;
   long long n = 1;
   bool given;
   if (get_int(root, "n", 1, 1LL << 30, &n, &given, e)) return PW_EINVAL;
@@ -489,7 +554,12 @@ static int parse_generation(oai_kind kind, json_t *root, oai_request *r, oai_err
   bool has_mt, has_mct;
   if (get_int(root, "max_tokens", 1, 1 << 30, &mt, &has_mt, e)) return PW_EINVAL;
   if (get_int(root, "max_completion_tokens", 1, 1 << 30, &mct, &has_mct, e)) return PW_EINVAL;
-  r->max_tokens = has_mct ? (int)mct : has_mt ? (int)mt : 0;
+  long long np = 0;
+  bool has_np;
+  /* llama.cpp's n_predict: -1 means "until the context ends", as omitting max_tokens does. */
+  if (get_int(root, "n_predict", -1, 1 << 30, &np, &has_np, e)) return PW_EINVAL;
+  if (has_np && np == 0) return oai_seterr(e, 400, "invalid_value", "n_predict", "'n_predict' must be -1 or positive");
+  r->max_tokens = has_mct ? (int)mct : has_mt ? (int)mt : has_np && np > 0 ? (int)np : 0;
 
   if (get_bool(root, "stream", &r->stream, e)) return PW_EINVAL;
   json_t *so = field(root, "stream_options");

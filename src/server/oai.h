@@ -13,8 +13,14 @@
  * missing required fields are 400 with `param` naming the field. Fields the
  * API defines but this server does not implement (tools, response_format
  * other than text, n != 1, suffix, echo, best_of > 1, dimensions, ...) are
- * 400 with code "unsupported_<field>" and never silently ignored. Fields
- * the API does not define are ignored, as OpenAI clients send extras.
+ * 400 with code "unsupported_<field>" and never silently ignored; so are
+ * the llama.cpp server's own fields this server does not implement
+ * (chat_template_kwargs, reasoning_effort, mirostat, typical_p, samplers,
+ * ...: the table in oai.c, listed in the README) unless their value is
+ * the neutral one. n_predict is honoured as max_tokens; cache_prompt is
+ * accepted (it never changes the output). Other fields the API does not
+ * define are ignored, as OpenAI clients send extras. Integers given as
+ * reals are range-checked exactly before any conversion.
  * prompt_cache_key (chat and completions) must be 1..256 bytes of UTF-8
  * without control characters or leading/trailing white space; anything else
  * is 400 invalid_prompt_cache_key. */
