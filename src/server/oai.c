@@ -225,10 +225,6 @@ static int check_foreign_fields(oai_kind kind, json_t *root, oai_error *e) {
 
 static int check_common_unsupported(oai_kind kind, json_t *root, oai_error *e) {
   if ((kind == OAI_CHAT || kind == OAI_COMPLETION) && check_foreign_fields(kind, root, e)) return PW_EINVAL;
-  long long n = 1;
-  bool given;
-  if (get_int(root, "n", 1, 1LL << 30, &n, &given, e)) return PW_EINVAL;
-  if (n != 1) return unsupported(e, "n", " (only n = 1)");
   if (kind == OAI_CHAT) {
     if (check_nonempty_array_unsupported(root, "tools", e)) return PW_EINVAL;
     if (check_nonempty_array_unsupported(root, "functions", e)) return PW_EINVAL;
@@ -393,8 +389,28 @@ static int parse_prompt(json_t *root, oai_request *r, oai_error *e) {
     return oai_seterr(e, 400, "invalid_type", "prompt", "'prompt' must be a string or an array of token ids");
   if (json_array_size(p) == 0) return oai_seterr(e, 400, "invalid_value", "prompt", "'prompt' must not be empty");
   if (all_ints(p)) return parse_ids(p, "prompt", &r->tokens, &r->n_tokens, e);
-  if (json_array_size(p) > 1)
-    return oai_seterr(e, 400, "unsupported_prompt", "prompt", "several prompts in one request are not supported");
+  if (json_array_size(p) > 1) {
+    /* Several prompts: strings and/or arrays of token ids, one choice (or
+     * n) each; the server tokenizes and checks them one at a time. */
+    if (json_array_size(p) > OAI_MAX_CHOICES)
+      return oai_seterr(e, 400, "invalid_value", "prompt", "'prompt' holds at most %d prompts", OAI_MAX_CHOICES);
+    size_t i;
+    json_t *v;
+    json_array_foreach(p, i, v) {
+      bool ok = (json_is_string(v) && json_string_length(v) > 0) ||
+                (json_is_array(v) && json_array_size(v) > 0 && json_array_size(v) <= OAI_MAX_TOKENS_IN && all_ints(v));
+      if (ok && json_is_array(v)) {
+        size_t j;
+        json_t *t;
+        json_array_foreach(v, j, t) if (json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX) ok = false;
+      }
+      if (!ok)
+        return oai_seterr(e, 400, "invalid_type", "prompt",
+                          "'prompt' items must be non-empty strings or arrays of non-negative token ids");
+    }
+    r->prompts = json_incref(p);
+    return 0;
+  }
   json_t *one = json_array_get(p, 0);
   if (json_is_string(one)) {
     r->text = json_string_value(one);
@@ -561,7 +577,17 @@ static int parse_generation(oai_kind kind, json_t *root, oai_request *r, oai_err
   if (has_np && np == 0) return oai_seterr(e, 400, "invalid_value", "n_predict", "'n_predict' must be -1 or positive");
   r->max_tokens = has_mct ? (int)mct : has_mt ? (int)mt : has_np && np > 0 ? (int)np : 0;
 
+  long long n = 1;
+  size_t n_prompts = r->prompts ? json_array_size(r->prompts) : 1;
+  if (get_int(root, "n", 1, OAI_MAX_CHOICES, &n, NULL, e)) return PW_EINVAL;
+  if ((size_t)n * n_prompts > OAI_MAX_CHOICES)
+    return oai_seterr(e, 400, "invalid_value", "n", "'n' times the number of prompts must be at most %d",
+                      OAI_MAX_CHOICES);
+  r->n_choices = (int)n;
+
   if (get_bool(root, "stream", &r->stream, e)) return PW_EINVAL;
+  if (r->stream && (size_t)n * n_prompts > 1)
+    return unsupported(e, n > 1 ? "n" : "prompt", " with 'stream': true (one choice per streamed request)");
   json_t *so = field(root, "stream_options");
   if (so) {
     if (!json_is_object(so))
@@ -740,6 +766,7 @@ void oai_request_free(oai_request *r) {
   json_decref(r->root);
   json_decref(r->messages);
   json_decref(r->inputs);
+  json_decref(r->prompts);
   free(r->tokens);
   free(r->logit_bias);
   memset(r, 0, sizeof *r);
@@ -864,9 +891,18 @@ void oai_sse_role(const oai_resp *o, sbuf *out) {
 /* The opening of choices[0] up to and including its logprobs: chat puts the
  * text in `content` of the object opened by chat_open (delta or message),
  * completions in `text`. */
+static void put_choice_body(const oai_resp *o, const char *chat_open, const char *text, size_t n,
+                            const oai_logprobs *lp, sbuf *out);
+
 static void put_choice_text(const oai_resp *o, const char *chat_open, const char *text, size_t n,
                             const oai_logprobs *lp, sbuf *out) {
   sbuf_puts(out, ",\"choices\":[{\"index\":0,");
+  put_choice_body(o, chat_open, text, n, lp, out);
+}
+
+/* A choice after its "index": the message (chat) or text, and logprobs. */
+static void put_choice_body(const oai_resp *o, const char *chat_open, const char *text, size_t n,
+                            const oai_logprobs *lp, sbuf *out) {
   if (o->kind == OAI_CHAT) {
     sbuf_puts(out, chat_open);
     sbuf_puts(out, "\"content\":");
@@ -920,6 +956,21 @@ void oai_render_completion(const oai_resp *o, const char *text, size_t n, const 
   head(o, false, out);
   put_choice_text(o, "\"message\":{\"role\":\"assistant\",", text, n, lp, out);
   sbuf_printf(out, ",\"finish_reason\":\"%s\"}],\"usage\":", oai_finish_str(f));
+  oai_render_usage(u, out);
+  put_speculation(o, u, out);
+  sbuf_puts(out, "}");
+}
+
+void oai_render_completion_choices(const oai_resp *o, const oai_choice *c, int n, const engine_usage *u,
+                                   sbuf *out) {
+  head(o, false, out);
+  sbuf_puts(out, ",\"choices\":[");
+  for (int i = 0; i < n; i++) {
+    sbuf_printf(out, "%s{\"index\":%d,", i ? "," : "", i);
+    put_choice_body(o, "\"message\":{\"role\":\"assistant\",", c[i].text ? c[i].text : "", c[i].len, c[i].lp, out);
+    sbuf_printf(out, ",\"finish_reason\":\"%s\"}", oai_finish_str(c[i].finish));
+  }
+  sbuf_puts(out, "],\"usage\":");
   oai_render_usage(u, out);
   put_speculation(o, u, out);
   sbuf_puts(out, "}");

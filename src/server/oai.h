@@ -12,7 +12,8 @@
  * Validation policy: malformed JSON, wrong types, out-of-range values and
  * missing required fields are 400 with `param` naming the field. Fields the
  * API defines but this server does not implement (tools, response_format
- * other than text, n != 1, suffix, echo, best_of > 1, dimensions, ...) are
+ * other than text, suffix, echo, best_of > 1, dimensions, streaming with
+ * several choices, ...) are
  * 400 with code "unsupported_<field>" and never silently ignored; so are
  * the llama.cpp server's own fields this server does not implement
  * (chat_template_kwargs, reasoning_effort, mirostat, typical_p, samplers,
@@ -68,6 +69,7 @@ void oai_render_error(const oai_error *e, sbuf *out);
 #define OAI_MAX_INPUTS 2048 /* embeddings inputs per request, as OpenAI */
 #define OAI_MAX_TOKENS_IN 1048576 /* token ids accepted in one array */
 #define OAI_CACHE_KEY_MAX 256     /* bytes of a prompt_cache_key */
+#define OAI_MAX_CHOICES 64        /* choices per request: n times the number of prompts */
 
 /* A validated request. Views point into root and live as long as it. */
 typedef struct oai_request {
@@ -79,6 +81,10 @@ typedef struct oai_request {
   size_t text_len;
   int32_t *tokens;            /* owned: completion prompt ids / detokenize ids; NULL if text */
   int n_tokens;
+  json_t *prompts;            /* owned, completions with several prompts: array of non-empty strings
+                               * and/or arrays of ids (validated); NULL = one prompt (text/tokens) */
+  int n_choices;              /* chat/completions: choices per prompt ("n"), 1..OAI_MAX_CHOICES;
+                               * choice i samples with seed + i. Several choices are not streamed */
   bool stream;
   bool include_usage;         /* stream_options.include_usage */
   bool logprobs;              /* report the chosen tokens' logprobs */
@@ -191,6 +197,16 @@ void oai_sse_keepalive(sbuf *out); /* ": keep-alive" comment */
  * o->spec_mode is set. */
 void oai_render_completion(const oai_resp *o, const char *text, size_t n, const oai_logprobs *lp,
                            engine_finish f, const engine_usage *u, sbuf *out);
+/* One choice of a response with several (n > 1, several prompts). */
+typedef struct oai_choice {
+  const char *text; /* borrowed */
+  size_t len;
+  const oai_logprobs *lp; /* borrowed; NULL = "logprobs": null */
+  engine_finish finish;
+} oai_choice;
+/* The whole object with n choices (index 0..n-1) and the summed usage. */
+void oai_render_completion_choices(const oai_resp *o, const oai_choice *c, int n, const engine_usage *u,
+                                   sbuf *out);
 /* "usage" object. */
 void oai_render_usage(const engine_usage *u, sbuf *out);
 /* The per-response speculation extension, rendered next to "usage" when

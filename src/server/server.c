@@ -713,6 +713,118 @@ static int submit(server *s, const engine_params *p, const char *param, engine_r
   return rc;
 }
 
+/* The prompt ids of prompt number pi of r (chat: its messages), in a
+ * malloc'ed array the caller frees. 0, or PW_EINVAL with e set. */
+static int build_prompt(server *s, oai_kind kind, oai_request *r, size_t pi, int32_t **out, int *n_out,
+                        oai_error *e) {
+  const char *param = kind == OAI_CHAT ? "messages" : "prompt";
+  *out = NULL;
+  *n_out = 0;
+  if (kind == OAI_CHAT) {
+    if (prompt_fits(s, messages_bytes(r->messages), param, e)) return PW_EINVAL;
+    return prompt_chat(&s->pb, r->messages, out, n_out, e);
+  }
+  json_t *item = r->prompts ? json_array_get(r->prompts, pi) : NULL;
+  if (item && json_is_array(item)) { /* validated by oai_parse */
+    int n = (int)json_array_size(item);
+    int32_t *ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
+    if (!ids) return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
+    for (int j = 0; j < n; j++) ids[j] = (int32_t)json_integer_value(json_array_get(item, (size_t)j));
+    if (prompt_check_ids(&s->pb, ids, n, param, e)) {
+      free(ids);
+      return PW_EINVAL;
+    }
+    *out = ids;
+    *n_out = n;
+    return 0;
+  }
+  if (!item && r->tokens) {
+    if (prompt_check_ids(&s->pb, r->tokens, r->n_tokens, param, e)) return PW_EINVAL;
+    *out = r->tokens;
+    *n_out = r->n_tokens;
+    r->tokens = NULL;
+    return 0;
+  }
+  const char *text = item ? json_string_value(item) : r->text;
+  size_t len = item ? json_string_length(item) : r->text_len;
+  if (prompt_fits(s, len, param, e)) return PW_EINVAL;
+  return prompt_tokenize(&s->pb, text, len, true, true, param, out, n_out, e);
+}
+
+/* Engine parameters for one choice: the request's sampling (seed + choice
+ * for choice > 0), the admission deadline and the scoped cache key. */
+static int choice_params(conn *k, struct MHD_Connection *c, oai_kind kind, const oai_request *r, const int32_t *prompt,
+                         int n_prompt, int choice, engine_params *p, oai_error *e) {
+  server *s = k->s;
+  oai_engine_params(r, prompt, n_prompt, p);
+  p->sampling.seed = r->sampling.seed + (uint64_t)choice;
+  if (r->cache_key) {
+    /* The engine only ever sees the scoped digest. */
+    const void *tenant = k->anonymous ? (const void *)OAI_TENANT_ANONYMOUS : (const void *)k->tenant;
+    size_t tenant_len = k->anonymous ? strlen(OAI_TENANT_ANONYMOUS) : sizeof k->tenant;
+    if (oai_cache_scope(tenant, tenant_len, kind, engine_model_id(s->e), r->cache_key, r->cache_key_len,
+                        p->cache_key))
+      return oai_seterr(e, 500, "internal_error", NULL, "cannot hash the prompt cache key");
+    p->has_cache_key = true;
+  }
+  return request_deadline(k, c, &p->deadline_ns, e);
+}
+
+/* One non-streamed choice, collected to its end. */
+typedef struct gen_out {
+  sbuf text;
+  oai_logprobs lp;
+  engine_finish finish;
+  engine_usage usage;
+} gen_out;
+
+/* Waits for req's events to the end into g. 0; PW_ECANCELED when the
+ * client left or the server is stopping; PW_EINVAL with e set for an
+ * error event. */
+static int collect(conn *k, const oai_request *r, engine_req *req, int fd, engine_event *ev, gen_out *g,
+                   uint64_t *t_last, int *n_tok, oai_error *e) {
+  server *s = k->s;
+  bool cancelled = false;
+  oai_logprobs_reset(&g->lp, r->kind);
+  sbuf_reserve(&g->text, 4096);
+  for (;;) {
+    if (wait_event(s, req, fd, ev, -1, &cancelled)) return PW_ECANCELED;
+    if (ev->type == ENGINE_EV_TOKEN) {
+      note_token(s, &k->log, k->t0, t_last, n_tok);
+      sbuf_put(&g->text, ev->text, (size_t)ev->text_len);
+      if (r->logprobs)
+        oai_logprobs_add(&g->lp, prompt_piece, &s->pb, ev->token, ev->logprob, ev->top, ev->n_top,
+                         (size_t)ev->text_len);
+      continue;
+    }
+    if (ev->type == ENGINE_EV_ERROR) {
+      oai_error_from_status(e, ev->status, ev->message);
+      return PW_EINVAL;
+    }
+    sbuf_put(&g->text, ev->text, (size_t)ev->text_len); /* DONE: last held-back text */
+    break;
+  }
+  if (cancelled) return PW_ECANCELED;
+  g->finish = ev->finish;
+  g->usage = ev->usage;
+  return 0;
+}
+
+static void usage_add(engine_usage *sum, const engine_usage *u, bool with_prompt) {
+  if (with_prompt) {
+    sum->prompt_tokens += u->prompt_tokens;
+    sum->cached_tokens += u->cached_tokens;
+  }
+  sum->completion_tokens += u->completion_tokens;
+  sum->spec_drafted += u->spec_drafted;
+  sum->spec_accepted += u->spec_accepted;
+  sum->spec_emitted += u->spec_emitted;
+  sum->target_passes += u->target_passes;
+}
+
+/* Chat and completions. Choices (n, several prompts) run one after the
+ * other, so a request never holds more than one slot; only a single
+ * choice streams. */
 static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c, oai_kind kind) {
   server *s = k->s;
   oai_request r;
@@ -722,8 +834,10 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c, oai_ki
   engine_req *req = NULL;
   enum MHD_Result res;
   engine_event *ev = NULL;
-  sbuf text = {0}, out = {0};
-  oai_logprobs lp = {0};
+  gen_out *gs = NULL;
+  oai_choice *cs = NULL;
+  sbuf out = {0};
+  int n_gs = 0;
   oai_resp o;
   oai_resp_init(&o, kind, engine_model_id(s->e), engine_model_sha256(s->e));
   o.spec_mode = s->spec_mode;
@@ -733,6 +847,7 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c, oai_ki
   if (s->log_requests >= 2) {
     if (kind == OAI_CHAT) k->log.prompt = json_dumps(r.messages, JSON_COMPACT);
     else if (r.text) k->log.prompt = strndup(r.text, r.text_len);
+    else if (r.prompts) k->log.prompt = json_dumps(r.prompts, JSON_COMPACT);
   }
   if (check_model(s, &r, &e)) goto fail;
   for (int i = 0; i < r.sampling.n_logit_bias; i++)
@@ -741,91 +856,70 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c, oai_ki
                  r.logit_bias[i].token, tok_n_vocab(s->pb.vocab));
       goto fail;
     }
-  if (kind == OAI_CHAT) {
-    if (prompt_fits(s, messages_bytes(r.messages), "messages", &e)) goto fail;
-    if (prompt_chat(&s->pb, r.messages, &prompt, &n_prompt, &e)) goto fail;
-  } else if (r.tokens) {
-    if (prompt_check_ids(&s->pb, r.tokens, r.n_tokens, "prompt", &e)) goto fail;
-    prompt = r.tokens;
-    n_prompt = r.n_tokens;
-    r.tokens = NULL;
-  } else {
-    if (prompt_fits(s, r.text_len, "prompt", &e)) goto fail;
-    if (prompt_tokenize(&s->pb, r.text, r.text_len, true, true, "prompt", &prompt, &n_prompt, &e)) goto fail;
-  }
-  if (n_prompt < 1) {
-    oai_seterr(&e, 400, "invalid_value", kind == OAI_CHAT ? "messages" : "prompt", "the prompt is empty");
-    goto fail;
-  }
-  engine_params p;
-  oai_engine_params(&r, prompt, n_prompt, &p);
-  if (r.cache_key) {
-    /* The engine only ever sees the scoped digest. */
-    const void *tenant = k->anonymous ? (const void *)OAI_TENANT_ANONYMOUS : (const void *)k->tenant;
-    size_t tenant_len = k->anonymous ? strlen(OAI_TENANT_ANONYMOUS) : sizeof k->tenant;
-    if (oai_cache_scope(tenant, tenant_len, kind, engine_model_id(s->e), r.cache_key, r.cache_key_len,
-                        p.cache_key)) {
-      oai_seterr(&e, 500, "internal_error", NULL, "cannot hash the prompt cache key");
-      goto fail;
-    }
-    p.has_cache_key = true;
-  }
-  if (request_deadline(k, c, &p.deadline_ns, &e)) goto fail;
-  if (submit(s, &p, kind == OAI_CHAT ? "messages" : "prompt", &req, &e)) goto fail;
-  free(prompt);
-  prompt = NULL;
-
-  ev = malloc(sizeof *ev);
-  if (!ev) {
+  size_t n_prompts = r.prompts ? json_array_size(r.prompts) : 1;
+  int per = r.n_choices > 0 ? r.n_choices : 1;
+  n_gs = (int)n_prompts * per;
+  if (!(ev = malloc(sizeof *ev)) || !(gs = calloc((size_t)n_gs, sizeof *gs)) ||
+      !(cs = calloc((size_t)n_gs, sizeof *cs))) {
     oai_seterr(&e, 500, "internal_error", NULL, "out of memory");
     goto fail;
   }
   int fd = conn_fd(c);
-  bool cancelled = false;
-
-  if (r.stream) {
-    /* Wait a little for the first event so that admission failures (deadline)
-     * still get a proper status; past the keep-alive interval the stream
-     * starts anyway and keeps the client informed with comments. */
-    int rc = wait_event(s, req, fd, ev, s->keepalive_ms, &cancelled);
-    if (rc == PW_ECANCELED) goto gone;
-    if (rc == 0 && ev->type == ENGINE_EV_ERROR) {
-      oai_error_from_status(&e, ev->status, ev->message);
-      goto fail;
-    }
-    res = start_stream(k, c, req, &r, &o, ev, rc == 0);
-    req = NULL; /* owned by the stream */
-    goto done;
-  }
-
-  oai_logprobs_reset(&lp, kind);
-  sbuf_reserve(&text, 4096);
   uint64_t t_last = 0;
   int n_tok = 0;
-  for (;;) {
-    int rc = wait_event(s, req, fd, ev, -1, &cancelled);
-    if (rc) goto gone;
-    if (ev->type == ENGINE_EV_TOKEN) {
-      note_token(s, &k->log, k->t0, &t_last, &n_tok);
-      sbuf_put(&text, ev->text, (size_t)ev->text_len);
-      if (r.logprobs)
-        oai_logprobs_add(&lp, prompt_piece, &s->pb, ev->token, ev->logprob, ev->top, ev->n_top, (size_t)ev->text_len);
-      continue;
+  engine_usage total;
+  memset(&total, 0, sizeof total);
+  for (int idx = 0; idx < n_gs; idx++) {
+    int choice = idx % per;
+    if (choice == 0) {
+      free(prompt);
+      if (build_prompt(s, kind, &r, (size_t)(idx / per), &prompt, &n_prompt, &e)) goto fail;
+      if (n_prompt < 1) {
+        oai_seterr(&e, 400, "invalid_value", kind == OAI_CHAT ? "messages" : "prompt", "the prompt is empty");
+        goto fail;
+      }
     }
-    if (ev->type == ENGINE_EV_ERROR) {
-      oai_error_from_status(&e, ev->status, ev->message);
-      goto fail;
+    engine_params p;
+    if (choice_params(k, c, kind, &r, prompt, n_prompt, choice, &p, &e)) goto fail;
+    if (submit(s, &p, kind == OAI_CHAT ? "messages" : "prompt", &req, &e)) goto fail;
+    if (r.stream) { /* a single choice (oai_parse) */
+      free(prompt);
+      prompt = NULL;
+      /* Wait a little for the first event so that admission failures
+       * (deadline) still get a proper status; past the keep-alive interval
+       * the stream starts anyway and keeps the client informed with
+       * comments. */
+      bool cancelled = false;
+      int rc = wait_event(s, req, fd, ev, s->keepalive_ms, &cancelled);
+      if (rc == PW_ECANCELED) goto gone;
+      if (rc == 0 && ev->type == ENGINE_EV_ERROR) {
+        oai_error_from_status(&e, ev->status, ev->message);
+        goto fail;
+      }
+      res = start_stream(k, c, req, &r, &o, ev, rc == 0);
+      req = NULL; /* owned by the stream */
+      goto done;
     }
-    sbuf_put(&text, ev->text, (size_t)ev->text_len); /* DONE: last held-back text */
-    break;
+    int rc = collect(k, &r, req, fd, ev, &gs[idx], &t_last, &n_tok, &e);
+    if (rc == PW_ECANCELED) goto gone;
+    if (rc) goto fail;
+    engine_release(req);
+    req = NULL;
+    usage_add(&total, &gs[idx].usage, choice == 0);
+    if (s->log_requests >= 2) sbuf_put(&k->log.output, gs[idx].text.data ? gs[idx].text.data : "", gs[idx].text.len);
+    cs[idx].text = gs[idx].text.data ? gs[idx].text.data : "";
+    cs[idx].len = gs[idx].text.len;
+    cs[idx].lp = r.logprobs ? &gs[idx].lp : NULL;
+    cs[idx].finish = gs[idx].finish;
   }
-  if (cancelled) goto gone;
   k->log.have_usage = true;
-  k->log.usage = ev->usage;
-  k->log.finish = ev->finish;
-  if (s->log_requests >= 2) sbuf_put(&k->log.output, text.data ? text.data : "", text.len);
-  metrics_tokens(&s->m, (uint64_t)ev->usage.completion_tokens);
-  oai_render_completion(&o, text.data ? text.data : "", text.len, r.logprobs ? &lp : NULL, ev->finish, &ev->usage, &out);
+  k->log.usage = total;
+  k->log.finish = gs[n_gs - 1].finish;
+  metrics_tokens(&s->m, (uint64_t)total.completion_tokens);
+  if (n_gs == 1)
+    oai_render_completion(&o, cs[0].text, cs[0].len, cs[0].lp, cs[0].finish, &total, &out);
+  else
+    oai_render_completion_choices(&o, cs, n_gs, &total, &out);
   res = queue_json(k, c, 200, &out);
   goto done;
 
@@ -840,9 +934,13 @@ done:
   engine_release(req);
   free(prompt);
   free(ev);
-  sbuf_free(&text);
+  for (int i = 0; gs && i < n_gs; i++) {
+    sbuf_free(&gs[i].text);
+    oai_logprobs_free(&gs[i].lp);
+  }
+  free(gs);
+  free(cs);
   sbuf_free(&out);
-  oai_logprobs_free(&lp);
   oai_request_free(&r);
   return res;
 }

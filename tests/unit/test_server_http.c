@@ -168,6 +168,74 @@ static void test_gone_nonstreamed(engine *e) {
   fprintf(stderr, "tokens generated for a client gone early: %llu of 3000\n", (unsigned long long)made);
 }
 
+static json_t *post_json(const char *path, const char *body) {
+  char *t = hc_request(g_port, "POST", path, NULL, body, 60000);
+  CHECK_MSG(hc_status(t) == 200, "%s -> %.300s", body, t ? t : "(none)");
+  json_error_t je;
+  json_t *j = hc_status(t) == 200 ? json_loads(hc_body(t), 0, &je) : NULL;
+  free(t);
+  return j;
+}
+
+static const char *choice_text(json_t *j, size_t i) {
+  json_t *c = json_array_get(json_object_get(j, "choices"), i);
+  json_t *m = json_object_get(c, "message");
+  const char *s = json_string_value(m ? json_object_get(m, "content") : json_object_get(c, "text"));
+  return s ? s : "(none)";
+}
+
+/* n > 1: choice i samples with seed + i, so it equals a single request
+ * with that seed; several prompts give a choice each, in order. */
+static void test_choices(void) {
+  json_t *many = post_json("/v1/chat/completions",
+                           "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell a story\"}],\"max_tokens\":12,"
+                           "\"temperature\":1,\"seed\":40,\"n\":3}");
+  CHECK_EQ_INT(json_array_size(json_object_get(many, "choices")), 3);
+  for (int i = 0; i < 3; i++) {
+    char body[256];
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell a story\"}],\"max_tokens\":12,"
+             "\"temperature\":1,\"seed\":%d}",
+             40 + i);
+    json_t *one = post_json("/v1/chat/completions", body);
+    CHECK_STR(choice_text(many, (size_t)i), choice_text(one, 0));
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_array_get(json_object_get(many, "choices"), (size_t)i), "index")), i);
+    json_decref(one);
+  }
+  CHECK(strcmp(choice_text(many, 0), choice_text(many, 1)) || strcmp(choice_text(many, 1), choice_text(many, 2)));
+  json_t *u = json_object_get(many, "usage");
+  CHECK(json_integer_value(json_object_get(u, "completion_tokens")) > 12); /* all three choices */
+  json_decref(many);
+  json_t *multi = post_json("/v1/completions", "{\"prompt\":[\"def add(a, b):\",\"Once upon\"],\"max_tokens\":6,"
+                                               "\"temperature\":0}");
+  json_t *a = post_json("/v1/completions", "{\"prompt\":\"def add(a, b):\",\"max_tokens\":6,\"temperature\":0}");
+  json_t *b = post_json("/v1/completions", "{\"prompt\":\"Once upon\",\"max_tokens\":6,\"temperature\":0}");
+  CHECK_EQ_INT(json_array_size(json_object_get(multi, "choices")), 2);
+  CHECK_STR(choice_text(multi, 0), choice_text(a, 0));
+  CHECK_STR(choice_text(multi, 1), choice_text(b, 0));
+  CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(multi, "usage"), "prompt_tokens")),
+               json_integer_value(json_object_get(json_object_get(a, "usage"), "prompt_tokens")) +
+                   json_integer_value(json_object_get(json_object_get(b, "usage"), "prompt_tokens")));
+  json_decref(multi);
+  json_decref(a);
+  json_decref(b);
+  char *t = hc_request(g_port, "POST", "/v1/completions", NULL, "{\"prompt\":\"x\",\"n\":2,\"stream\":true}", 5000);
+  CHECK_EQ_INT(hc_status(t), 400);
+  CHECK(t && strstr(t, "unsupported_n"));
+  free(t);
+  /* Embeddings cannot be truncated for this model: a 400 that says so. */
+  t = hc_request(g_port, "POST", "/v1/embeddings", NULL, "{\"input\":\"x\",\"dimensions\":8}", 5000);
+  CHECK_EQ_INT(hc_status(t), 400);
+  CHECK(t && strstr(t, "unsupported_dimensions") && strstr(t, "truncated"));
+  free(t);
+  /* A llama.cpp field is refused by name. */
+  t = hc_request(g_port, "POST", "/v1/chat/completions", NULL,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":{}}", 5000);
+  CHECK_EQ_INT(hc_status(t), 400);
+  CHECK(t && strstr(t, "\"param\":\"chat_template_kwargs\""));
+  free(t);
+}
+
 static void test_port_in_use(engine *e) {
   server_opts so = {0};
   so.port = g_port;
@@ -354,6 +422,7 @@ int main(void) {
   test_transfer_encoding();
   test_prompt_bound();
   test_gone_nonstreamed(e);
+  test_choices();
   test_port_in_use(e);
   server_stop(s);
   test_deadlines(e);

@@ -99,7 +99,8 @@ static void test_chat_errors(void) {
   E("\"functions\":[{\"name\":\"f\"}]", "unsupported_functions", "functions");
   E("\"function_call\":{\"name\":\"f\"}", "unsupported_function_call", "function_call");
   E("\"response_format\":{\"type\":\"json_object\"}", "unsupported_response_format", "response_format");
-  E("\"n\":2", "unsupported_n", "n");
+  E("\"n\":65", "invalid_value", "n");
+  E("\"n\":2,\"stream\":true", "unsupported_n", "n"); /* several choices are not streamed */
   /* bad types and values */
   E("\"temperature\":\"hot\"", "invalid_type", "temperature");
   E("\"temperature\":3", "invalid_value", "temperature");
@@ -186,12 +187,22 @@ static void test_completion(void) {
   expect_err(OAI_COMPLETION, "{}", "missing_field", "prompt");
   expect_err(OAI_COMPLETION, "{\"prompt\":5}", "invalid_type", "prompt");
   expect_err(OAI_COMPLETION, "{\"prompt\":[]}", "invalid_value", "prompt");
-  expect_err(OAI_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", "unsupported_prompt", "prompt");
+  /* Several prompts, each a choice (or n). */
+  rc = parse(OAI_COMPLETION, "{\"prompt\":[\"a\",[1,2],\"b\"],\"n\":2}", &r, &e);
+  CHECK(rc == 0 && r.prompts && json_array_size(r.prompts) == 3 && r.n_choices == 2);
+  if (!rc) oai_request_free(&r);
+  expect_err(OAI_COMPLETION, "{\"prompt\":[\"a\",\"b\"],\"stream\":true}", "unsupported_prompt", "prompt");
+  expect_err(OAI_COMPLETION, "{\"prompt\":[\"a\",\"b\"],\"n\":33}", "invalid_value", "n");
+  expect_err(OAI_COMPLETION, "{\"prompt\":[\"a\",\"\"]}", "invalid_type", "prompt");
+  expect_err(OAI_COMPLETION, "{\"prompt\":[\"a\",[1,-2]]}", "invalid_type", "prompt");
+  expect_err(OAI_COMPLETION, "{\"prompt\":[\"a\",5]}", "invalid_type", "prompt");
   expect_err(OAI_COMPLETION, "{\"prompt\":[1,-2]}", "invalid_type", "prompt");
   expect_err(OAI_COMPLETION, "{\"prompt\":\"x\",\"suffix\":\"y\"}", "unsupported_suffix", "suffix");
   expect_err(OAI_COMPLETION, "{\"prompt\":\"x\",\"echo\":true}", "unsupported_echo", "echo");
   expect_err(OAI_COMPLETION, "{\"prompt\":\"x\",\"best_of\":3}", "unsupported_best_of", "best_of");
-  expect_err(OAI_COMPLETION, "{\"prompt\":\"x\",\"n\":4}", "unsupported_n", "n");
+  rc = parse(OAI_COMPLETION, "{\"prompt\":\"x\",\"n\":4}", &r, &e);
+  CHECK(rc == 0 && r.n_choices == 4);
+  if (!rc) oai_request_free(&r);
   expect_err(OAI_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":30}", "invalid_value", "logprobs");
   expect_err(OAI_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":\"2\"}", "invalid_type", "logprobs");
 }
