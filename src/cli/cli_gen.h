@@ -6,7 +6,7 @@
 
 #include "cli/cli.h"
 #include "engine/engine.h"
-#include "server/prompt.h"
+#include "chat/prompt.h"
 
 #include <jansson.h>
 #include <signal.h>

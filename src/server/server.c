@@ -10,7 +10,6 @@
 #include "server/auth.h"
 #include "server/metrics.h"
 #include "server/oai.h"
-#include "server/prompt.h"
 #include "server/sbuf.h"
 #include "tok/tok.h"
 
@@ -718,37 +717,42 @@ static int submit(server *s, const engine_params *p, const char *param, engine_r
 static int build_prompt(server *s, oai_kind kind, oai_request *r, size_t pi, int32_t **out, int *n_out,
                         oai_error *e) {
   const char *param = kind == OAI_CHAT ? "messages" : "prompt";
+  prompt_error pe;
+  int rc = 0;
   *out = NULL;
   *n_out = 0;
+  json_t *item = r->prompts ? json_array_get(r->prompts, pi) : NULL;
   if (kind == OAI_CHAT) {
     if (prompt_fits(s, messages_bytes(r->messages), param, e)) return PW_EINVAL;
-    return prompt_chat(&s->pb, r->messages, out, n_out, e);
-  }
-  json_t *item = r->prompts ? json_array_get(r->prompts, pi) : NULL;
-  if (item && json_is_array(item)) { /* validated by oai_parse */
+    rc = prompt_chat(&s->pb, r->messages, NULL, out, n_out, &pe);
+  } else if (item && json_is_array(item)) { /* validated by oai_parse */
     int n = (int)json_array_size(item);
     int32_t *ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
     if (!ids) return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
     for (int j = 0; j < n; j++) ids[j] = (int32_t)json_integer_value(json_array_get(item, (size_t)j));
-    if (prompt_check_ids(&s->pb, ids, n, param, e)) {
+    if ((rc = prompt_check_ids(&s->pb, ids, n, param, &pe))) {
       free(ids);
-      return PW_EINVAL;
+    } else {
+      *out = ids;
+      *n_out = n;
     }
-    *out = ids;
-    *n_out = n;
-    return 0;
+  } else if (!item && r->tokens) {
+    if (!(rc = prompt_check_ids(&s->pb, r->tokens, r->n_tokens, param, &pe))) {
+      *out = r->tokens;
+      *n_out = r->n_tokens;
+      r->tokens = NULL;
+    }
+  } else {
+    const char *text = item ? json_string_value(item) : r->text;
+    size_t len = item ? json_string_length(item) : r->text_len;
+    if (prompt_fits(s, len, param, e)) return PW_EINVAL;
+    rc = prompt_tokenize(&s->pb, text, len, true, true, param, out, n_out, &pe);
   }
-  if (!item && r->tokens) {
-    if (prompt_check_ids(&s->pb, r->tokens, r->n_tokens, param, e)) return PW_EINVAL;
-    *out = r->tokens;
-    *n_out = r->n_tokens;
-    r->tokens = NULL;
-    return 0;
+  if (rc) {
+    oai_error_from_prompt(e, &pe);
+    return PW_EINVAL;
   }
-  const char *text = item ? json_string_value(item) : r->text;
-  size_t len = item ? json_string_length(item) : r->text_len;
-  if (prompt_fits(s, len, param, e)) return PW_EINVAL;
-  return prompt_tokenize(&s->pb, text, len, true, true, param, out, n_out, e);
+  return 0;
 }
 
 /* Engine parameters for one choice: the request's sampling (seed + choice
@@ -956,6 +960,7 @@ static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
   server *s = k->s;
   oai_request r;
   oai_error e;
+  prompt_error pe;
   engine_event *ev = NULL;
   engine_req *req = NULL;
   int32_t *ids = NULL;
@@ -991,8 +996,8 @@ static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
     int n = 0;
     if (json_is_string(in)) {
       if (prompt_fits(s, json_string_length(in), "input", &e)) goto fail;
-      if (prompt_tokenize(&s->pb, json_string_value(in), json_string_length(in), true, true, "input", &ids, &n, &e))
-        goto fail;
+      if (prompt_tokenize(&s->pb, json_string_value(in), json_string_length(in), true, true, "input", &ids, &n, &pe))
+        goto prompt_fail;
     } else {
       n = (int)json_array_size(in);
       ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
@@ -1001,7 +1006,7 @@ static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
         goto fail;
       }
       for (int j = 0; j < n; j++) ids[j] = (int32_t)json_integer_value(json_array_get(in, (size_t)j));
-      if (prompt_check_ids(&s->pb, ids, n, "input", &e)) goto fail;
+      if (prompt_check_ids(&s->pb, ids, n, "input", &pe)) goto prompt_fail;
     }
     if (n < 1) {
       oai_seterr(&e, 400, "invalid_value", "input", "input %zu has no tokens", i);
@@ -1045,6 +1050,8 @@ static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
   oai_render_embeddings_end(engine_model_id(s->e), total, &out);
   res = queue_json(k, c, 200, &out);
   goto done;
+prompt_fail:
+  oai_error_from_prompt(&e, &pe);
 fail:
   res = queue_error(k, c, &e);
 done:
@@ -1060,12 +1067,14 @@ static enum MHD_Result handle_tokenize(conn *k, struct MHD_Connection *c) {
   server *s = k->s;
   oai_request r;
   oai_error e;
+  prompt_error pe;
   int32_t *ids = NULL;
   int n = 0;
   sbuf out = {0};
   enum MHD_Result res;
   if (oai_parse(OAI_TOKENIZE, k->body.data, k->body.len, &r, &e)) return queue_error(k, c, &e);
-  if (prompt_tokenize(&s->pb, r.text, r.text_len, r.add_special, r.parse_special, "content", &ids, &n, &e)) {
+  if (prompt_tokenize(&s->pb, r.text, r.text_len, r.add_special, r.parse_special, "content", &ids, &n, &pe)) {
+    oai_error_from_prompt(&e, &pe);
     res = queue_error(k, c, &e);
     goto done;
   }
@@ -1082,11 +1091,12 @@ static enum MHD_Result handle_detokenize(conn *k, struct MHD_Connection *c) {
   server *s = k->s;
   oai_request r;
   oai_error e;
+  prompt_error pe;
   sbuf out = {0};
   char *text = NULL;
   enum MHD_Result res;
   if (oai_parse(OAI_DETOKENIZE, k->body.data, k->body.len, &r, &e)) return queue_error(k, c, &e);
-  if (prompt_check_ids(&s->pb, r.tokens, r.n_tokens, "tokens", &e)) goto fail;
+  if (prompt_check_ids(&s->pb, r.tokens, r.n_tokens, "tokens", &pe)) goto prompt_fail;
   size_t need = 0, cap = (size_t)r.n_tokens * 16 + 16;
   char err[PW_ERRMAX];
   for (int attempt = 0; attempt < 2; attempt++) {
@@ -1106,6 +1116,8 @@ static enum MHD_Result handle_detokenize(conn *k, struct MHD_Connection *c) {
   oai_render_content(text, need, &out);
   res = queue_json(k, c, 200, &out);
   goto done;
+prompt_fail:
+  oai_error_from_prompt(&e, &pe);
 fail:
   res = queue_error(k, c, &e);
 done:
