@@ -65,6 +65,9 @@ static void serve_usage(FILE *out) {
           "  --prompt-cache-bytes BYTES  KV bytes the entries may hold (default 1 GiB;\n"
           "                         suffixes K, M, G)\n"
           "  --prompt-cache-ttl S   idle seconds before an entry expires (default 600)\n"
+          "  --prompt-cache-tenant-entries N  entries one API key may hold (default: no\n"
+          "                         bound of its own within --prompt-cache-entries)\n"
+          "  --prompt-cache-tenant-bytes BYTES  KV bytes one API key's entries may hold\n"
           "  --cors ORIGINS         answer browsers from these origins: '*' or a comma-separated\n"
           "                         list (https://app.example,...); off by default\n"
           "  --header-timeout S     a request's headers must arrive within S seconds (default 10)\n"
@@ -108,6 +111,8 @@ int cmd_serve(int argc, char **argv) {
   long cache_entries = 0;
   size_t cache_bytes = 0;
   double cache_ttl = 0;
+  long tenant_entries = 0;
+  size_t tenant_bytes = 0;
   spec_opts spec = {0};
   const char *lv = getenv("POWER_LOG");
   if (pw_log_check_env()) {
@@ -154,7 +159,8 @@ int cmd_serve(int argc, char **argv) {
                                        "--api-key-file", "--timeout", "--max-body", "--drain-timeout",
                                        "--prompt-cache-entries", "--prompt-cache-bytes", "--prompt-cache-ttl",
                                        "--cors", "--header-timeout", "--body-timeout", "--max-connections",
-                                       "--max-per-client", "--log-format"};
+                                       "--max-per-client", "--log-format", "--prompt-cache-tenant-entries",
+                                       "--prompt-cache-tenant-bytes"};
     for (size_t k = 0; k < sizeof once / sizeof once[0]; k++)
       if (!strcmp(name, once[k]) && cli_once("serve", &seen, once[k])) return 2;
     if (!strcmp(a, "--model") || !strcmp(a, "-m")) model = v;
@@ -171,6 +177,8 @@ int cmd_serve(int argc, char **argv) {
     else if (!strcmp(a, "--prompt-cache-entries")) bad = parse_cache_entries(a, v, &cache_entries);
     else if (!strcmp(a, "--prompt-cache-bytes")) bad = parse_bytes(a, v, &cache_bytes);
     else if (!strcmp(a, "--prompt-cache-ttl")) bad = cli_parse_double("serve", a, v, 0.001, 1e9, &cache_ttl);
+    else if (!strcmp(a, "--prompt-cache-tenant-entries")) bad = cli_parse_long("serve", a, v, 1, 4096, &tenant_entries);
+    else if (!strcmp(a, "--prompt-cache-tenant-bytes")) bad = parse_bytes(a, v, &tenant_bytes);
     else if (!strcmp(a, "--cors")) cors = v;
     else if (!strcmp(a, "--header-timeout")) bad = cli_parse_double("serve", a, v, 0.1, 3600, &header_s);
     else if (!strcmp(a, "--body-timeout")) bad = cli_parse_double("serve", a, v, 0.1, 86400, &body_s);
@@ -225,6 +233,8 @@ int cmd_serve(int argc, char **argv) {
   eo.prompt_cache_entries = (int)cache_entries;
   eo.prompt_cache_bytes = cache_bytes;
   eo.prompt_cache_ttl_s = cache_ttl;
+  eo.prompt_cache_owner_entries = (int)tenant_entries;
+  eo.prompt_cache_owner_bytes = tenant_bytes;
   engine *e = NULL;
   if (engine_create(&eo, &e, err)) {
     fprintf(stderr, "power serve: %s\n", err);

@@ -770,6 +770,8 @@ static int choice_params(conn *k, struct MHD_Connection *c, oai_kind kind, const
                         p->cache_key))
       return oai_seterr(e, 500, "internal_error", NULL, "cannot hash the prompt cache key");
     p->has_cache_key = true;
+    /* Quotas count per API key; without keys everyone is one owner. */
+    if (!k->anonymous) memcpy(p->cache_owner, k->tenant, sizeof p->cache_owner);
   }
   return request_deadline(k, c, &p->deadline_ns, e);
 }

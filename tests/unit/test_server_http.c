@@ -236,6 +236,52 @@ static void test_choices(void) {
   free(t);
 }
 
+static int cached_tokens(int port, const char *key, const char *cache_key, const char *prompt) {
+  char hdr[128], body[512];
+  snprintf(hdr, sizeof hdr, "Authorization: Bearer %s\r\n", key);
+  snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":2,\"temperature\":0,\"prompt_cache_key\":\"%s\"}",
+           prompt, cache_key);
+  char *t = hc_request(port, "POST", "/v1/completions", hdr, body, 60000);
+  CHECK_MSG(hc_status(t) == 200, "%.300s", t ? t : "(none)");
+  json_error_t je;
+  json_t *j = json_loads(hc_body(t), 0, &je);
+  int c = (int)json_integer_value(
+      json_object_get(json_object_get(json_object_get(j, "usage"), "prompt_tokens_details"), "cached_tokens"));
+  json_decref(j);
+  free(t);
+  return c;
+}
+
+/* Prompt-cache quotas count per API key: one key filling its quota evicts
+ * its own entries, not another key's. */
+static void test_tenant_quota(void) {
+  engine_opts eo = {0};
+  eo.model_path = MODEL;
+  eo.max_active = 2;
+  eo.n_ctx = 512;
+  eo.prompt_cache_entries = 4;
+  eo.prompt_cache_owner_entries = 1;
+  engine *e = NULL;
+  char err[PW_ERRMAX] = "";
+  CHECK_MSG(engine_create(&eo, &e, err) == 0, "%s", err);
+  server_opts so = {0};
+  so.api_keys = "key-a,key-b";
+  server *s = NULL;
+  if (e) CHECK_MSG(server_start(&so, e, &s, err) == 0, "%s", err);
+  if (s) {
+    int port = server_port(s);
+    const char *pa = "Once upon a time there was a small village by the sea";
+    CHECK_EQ_INT(cached_tokens(port, "key-a", "x", pa), 0);
+    CHECK(cached_tokens(port, "key-a", "x", pa) > 0);
+    cached_tokens(port, "key-b", "y", "The quick brown fox jumps over the lazy dog");
+    cached_tokens(port, "key-b", "z", "In the beginning was the word and the word was");
+    CHECK_MSG(cached_tokens(port, "key-a", "x", pa) > 0, "key-b's entries evicted key-a's");
+    CHECK_EQ_INT(cached_tokens(port, "key-b", "y", "The quick brown fox jumps over the lazy dog"), 0);
+  }
+  server_stop(s);
+  engine_destroy(e);
+}
+
 static void test_port_in_use(engine *e) {
   server_opts so = {0};
   so.port = g_port;
@@ -428,5 +474,6 @@ int main(void) {
   test_deadlines(e);
   test_cors_and_log(e);
   engine_destroy(e);
+  test_tenant_quota();
   TEST_DONE();
 }
