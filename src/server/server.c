@@ -1322,6 +1322,11 @@ static enum MHD_Result on_headers(server *s, conn *k, struct MHD_Connection *c, 
     oai_seterr(&e, 413, "request_too_large", NULL, "The request body exceeds the limit of %zu bytes", s->max_body);
     return queue_error(k, c, &e);
   }
+  /* The body buffer sized once from Content-Length: growing it by
+   * doubling held two copies at the moment of each copy (large bodies in
+   * parallel peaked far above their size). Pages are only resident once
+   * written, so a declared but unsent body costs address space only. */
+  if (cl && !k->has_pending) sbuf_reserve(&k->body, (size_t)strtoull(cl, NULL, 10) + 1);
   watch_set(s, k->w, has_body ? W_BODY : W_BUSY, has_body ? s->body_ns : 0);
   return MHD_YES;
 }
