@@ -75,7 +75,7 @@ static void serve_usage(FILE *out) {
           "                         headers (default 60)\n"
           "  --max-connections N    open connections (default 256)\n"
           "  --max-per-client N     open connections per client address (default a quarter\n"
-          "                         of --max-connections)\n"
+          "                         of --max-connections; behind a proxy, raise it)\n"
           "  --log-format F         text (default) or json: one object per line\n"
           "  --log-text, --log-content  put prompt and output text in the request log (also\n"
           "                         POWER_LOG=debug); never the prompt_cache_key\n"
