@@ -40,6 +40,28 @@ fail:
   return rc;
 }
 
+/* The context is OpenSSL's EVP_MD_CTX itself, behind our own type name. */
+pw_sha256_ctx *pw_sha256_begin(void) {
+  EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+  if (ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+    EVP_MD_CTX_free(ctx);
+    ctx = NULL;
+  }
+  return (pw_sha256_ctx *)ctx;
+}
+
+void pw_sha256_update(pw_sha256_ctx *c, const void *data, size_t len) {
+  if (len) EVP_DigestUpdate((EVP_MD_CTX *)c, data, len);
+}
+
+void pw_sha256_end(pw_sha256_ctx *c, uint8_t out[32]) {
+  unsigned int olen = 32;
+  EVP_DigestFinal_ex((EVP_MD_CTX *)c, out, &olen);
+  EVP_MD_CTX_free((EVP_MD_CTX *)c);
+}
+
+void pw_sha256_free(pw_sha256_ctx *c) { EVP_MD_CTX_free((EVP_MD_CTX *)c); }
+
 void pw_hex(const uint8_t *bytes, size_t n, char *hex) {
   static const char d[] = "0123456789abcdef";
   for (size_t i = 0; i < n; i++) {

@@ -8,6 +8,14 @@
 void pw_sha256(const void *data, size_t len, uint8_t out[32]);
 /* Streams the file in fixed-size chunks; 0 or PW_EIO with a message. */
 int pw_sha256_file(const char *path, uint8_t out[32], char *err);
+/* Incremental hashing for data that arrives in pieces (downloads).
+ * begin returns NULL when out of memory; end writes the digest and frees the
+ * context; free releases it without a digest (NULL is a no-op). */
+typedef struct pw_sha256_ctx pw_sha256_ctx;
+pw_sha256_ctx *pw_sha256_begin(void);
+void pw_sha256_update(pw_sha256_ctx *c, const void *data, size_t len);
+void pw_sha256_end(pw_sha256_ctx *c, uint8_t out[32]);
+void pw_sha256_free(pw_sha256_ctx *c);
 /* hex: 65 bytes (64 hex digits + NUL). */
 void pw_hex(const uint8_t *bytes, size_t n, char *hex);
 #endif

@@ -11,6 +11,7 @@
 #include "cli/cli_gen.h"
 #include "engine/engine.h"
 #include "server/server.h"
+#include "store/store.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -225,6 +226,9 @@ int cmd_serve(int argc, char **argv) {
 
   engine_opts eo = {0};
   eo.model_path = path;
+  /* A store name (the path is its blob): clients see the name. */
+  char name[STORE_NAME_MAX + 1], e2[PW_ERRMAX];
+  if (model && path != model && !store_name_check(model, name, e2)) eo.model_id = name;
   eo.n_threads = (int)threads;
   eo.max_active = (int)parallel;
   eo.max_queue = (int)queue;

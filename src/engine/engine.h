@@ -49,6 +49,7 @@
 #ifndef PW_ENGINE_ENGINE_H
 #define PW_ENGINE_ENGINE_H
 
+#include "grammar/grammar.h"
 #include "power.h"
 #include "sample/sample.h"
 
@@ -59,12 +60,28 @@
 typedef struct engine engine;
 typedef struct engine_req engine_req; /* one submitted request (handle) */
 
+/* The ranges and defaults of engine_opts, stated once: the CLI's options
+ * and the server's flags take them from here. */
+#define ENGINE_MAX_THREADS 512
+#define ENGINE_DEFAULT_THREADS 2
+#define ENGINE_MAX_ACTIVE 1024
+#define ENGINE_DEFAULT_ACTIVE 4
+#define ENGINE_MAX_QUEUE (1 << 20)
+#define ENGINE_DEFAULT_QUEUE 16
+#define ENGINE_MIN_CTX 16
+#define ENGINE_MAX_CTX (1 << 22)
+#define ENGINE_DEFAULT_CTX 4096 /* at most; less when the model was trained on less */
+#define ENGINE_SPEC_MAX_K 32
+#define ENGINE_DEFAULT_SPEC_K 7
+
 typedef struct engine_opts {
   const char *model_path; /* GGUF file (required) */
-  int n_threads;          /* kernel threads; 0 = 2 */
-  int max_active;         /* sequences decoding at once (KV slots); 0 = 4 */
-  int max_queue;          /* requests waiting for a slot; 0 = 16 */
-  int n_ctx;              /* context per sequence; 0 = min(model's, 4096) */
+  const char *model_id;   /* id reported to clients (a store name); NULL: the file name without .gguf */
+  int n_threads;          /* kernel threads, 1..ENGINE_MAX_THREADS; 0 = ENGINE_DEFAULT_THREADS */
+  int max_active;         /* sequences decoding at once (KV slots), 1..ENGINE_MAX_ACTIVE; 0 = the default */
+  int max_queue;          /* requests waiting for a slot, 0..ENGINE_MAX_QUEUE; 0 = the default */
+  int n_ctx;              /* context per sequence, ENGINE_MIN_CTX..ENGINE_MAX_CTX;
+                           * 0 = min(model's, ENGINE_DEFAULT_CTX) */
   int step_tokens;        /* token budget of one step (decode + prefill chunks); 0 = 512;
                            * raised to max_active if smaller */
   int max_events;         /* undelivered events per request before it is cancelled
@@ -72,7 +89,7 @@ typedef struct engine_opts {
   /* Exact speculative decoding (see "Speculation" below). */
   int spec_mode;                /* engine_spec_mode; 0 = ENGINE_SPEC_OFF */
   const char *spec_draft_model; /* GGUF of the draft model for ENGINE_SPEC_DRAFT */
-  int spec_draft_max;           /* K: most proposals per round; 0 = 7; <= 32 */
+  int spec_draft_max;           /* K: most proposals per round, 1..ENGINE_SPEC_MAX_K; 0 = the default */
   /* Keyed prefix reuse (see "Prefix cache" below). */
   int prompt_cache_entries;     /* most cached sequences; 0 = 8; -1 = disabled */
   size_t prompt_cache_bytes;    /* most KV bytes held by entries; 0 = 1 GiB */
@@ -158,6 +175,23 @@ typedef struct engine_params {
    * used entries, never another owner's; the global bounds still apply
    * to all entries together. */
   uint8_t cache_owner[32];
+  /* Constrained decoding: the generated text follows this grammar (NULL =
+   * none). Before the sampler chain runs, every token the grammar does not
+   * allow next gets logit -inf (logprobs still describe the model's raw
+   * logits); end-of-generation tokens are allowed only where the grammar
+   * can end (never with ignore_eos). The request ends with STOP as soon as
+   * the grammar is complete and nothing can follow, at an allowed
+   * end-of-generation token, or with LENGTH at max_tokens (the text is
+   * then a prefix of a valid document). Speculative proposals are cut at
+   * the first token the grammar refuses; the output stays identical to
+   * non-speculative decoding under the same grammar. Stop strings still
+   * apply and may end the text early.
+   * Ownership: borrowed during engine_submit, which takes its own
+   * reference (grammar_ref) for the request and drops it when the request
+   * is freed; the caller may destroy its reference as soon as
+   * engine_submit returns. The first request with a grammar builds the
+   * vocabulary's token trie (once per engine). */
+  grammar *grammar;
 } engine_params;
 /* Notes: sampling.seed is used as given. Penalties (repeat/frequency/
  * presence) also count the last repeat_last_n prompt tokens, as llama.cpp
@@ -258,7 +292,7 @@ int engine_drain(engine *e, int grace_ms);
 
 /* Model facts for API layers (borrowed, valid for the engine's life). */
 const struct tok_vocab *engine_vocab(const engine *e);
-const char *engine_model_id(const engine *e);     /* file name without .gguf */
+const char *engine_model_id(const engine *e);     /* opts.model_id, else the file name without .gguf */
 const char *engine_chat_template(const engine *e); /* the model's template; NULL = none (prompt.h
                                                     * then uses ChatML) */
 int engine_n_ctx(const engine *e);

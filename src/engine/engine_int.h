@@ -18,6 +18,7 @@
 #include "engine/engine.h"
 
 #include "chat/stop.h"
+#include "grammar/grammar.h"
 #include "model/model.h"
 #include "tok/tok.h"
 
@@ -32,7 +33,7 @@ typedef struct drafter_ops drafter_ops;
 
 #define EV_TEXT_CAP ((int)sizeof(((engine_event *)0)->text))
 
-#define SPEC_MAX_K 32      /* upper bound of spec_draft_max (header: <= 32) */
+#define SPEC_MAX_K ENGINE_SPEC_MAX_K /* upper bound of spec_draft_max */
 #define SPEC_NGRAM_MAX 4   /* lookup tries n-grams of this length down to 1 */
 #define SPEC_WINDOW 8      /* rounds with proposals judged for the fallback */
 #define SPEC_MIN_RATE 0.2  /* acceptance below this over a full window: stop speculating */
@@ -91,6 +92,8 @@ struct engine_req {
   int n_gen;         /* tokens sampled */
   int32_t last;      /* last sampled token, fed by the next decode entry (= toks[n_fed]) */
   pw_sampler *smp;   /* owned; NULL for embeddings */
+  grammar_matcher *gm; /* owned; NULL without a grammar */
+  grammar *g_ref;    /* the request's reference to its grammar (grammar_ref), or NULL */
   tok_detok dt;      /* streaming detokenizer state */
   bool has_stop;     /* sm is in use */
   stop_matcher sm;   /* stop strings and their held-back prefix */
@@ -136,6 +139,11 @@ struct engine {
   bool sha_done;
   pthread_mutex_t sha_mu;
   char *chat_template; /* owned copy of the model's template; NULL = none */
+  /* constrained decoding: the vocabulary's token trie, built by the first
+   * request with a grammar (under gv_mu), then read-only */
+  grammar_vocab *gv;
+  pthread_mutex_t gv_mu;
+  float *grow;         /* [n_vocab] engine thread: a logits row with the grammar's mask applied */
   const drafter_ops *drafter; /* the speculation mode's drafter; NULL = off */
   void *dstate;        /* the drafter's own state (owned by the drafter) */
 

@@ -30,6 +30,7 @@
 
 #include "chat/prompt.h"
 #include "engine/engine.h"
+#include "grammar/grammar.h"
 #include "server/sbuf.h"
 
 #include "power.h"
@@ -107,6 +108,8 @@ typedef struct oai_request {
   const char *cache_key;      /* view: chat/completions prompt_cache_key (validated); NULL = none.
                                * Secret-like: never log or store it; hash it (oai_cache_scope) */
   size_t cache_key_len;       /* bytes, 1..OAI_CACHE_KEY_MAX */
+  grammar *grammar;           /* owned (one reference): the output's grammar from response_format
+                               * (json_object, json_schema) or the llama.cpp `grammar` field; NULL = free text */
 } oai_request;
 
 /* Parses and validates a body of len bytes for the endpoint kind. On error
