@@ -252,7 +252,7 @@ describe('openai client against power serve', () => {
     await bad({ ...base, n: 2, stream: true }, 'unsupported_n', 'n');
     await bad({ ...base, chat_template_kwargs: { enable_thinking: false } }, 'unsupported_chat_template_kwargs', 'chat_template_kwargs');
     await bad({ ...base, tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }] }, 'unsupported_tools', 'tools');
-    await bad({ ...base, response_format: { type: 'json_object' } }, 'unsupported_response_format');
+    await bad({ ...base, response_format: { type: 'xml' } }, 'invalid_value', 'response_format.type');
     await bad({ ...base, top_logprobs: 3 }, 'invalid_value', 'top_logprobs');
     await bad({ max_tokens: 2, messages: [] }, 'invalid_value', 'messages');
     await bad({ max_tokens: 2, messages: [{ role: 'wizard', content: 'x' }] }, 'invalid_value', 'messages[0].role');
