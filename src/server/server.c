@@ -1344,8 +1344,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     k->ep = k->log.ep = MEP_OTHER;
     k->w = conn_watch(c);
     if (k->w) {
+      /* The headers are in: no header deadline from here on (an early
+       * answer must never meet a 408 written over it). */
       pthread_mutex_lock(&s->watch_mu);
       k->w->requests++;
+      k->w->phase = W_BUSY;
+      k->w->deadline = 0;
       pthread_mutex_unlock(&s->watch_mu);
     }
     *con_cls = k;
