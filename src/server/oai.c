@@ -651,8 +651,7 @@ static int parse_generation(oai_kind kind, json_t *root, oai_request *r, oai_err
   r->n_choices = (int)n;
 
   if (get_bool(root, "stream", &r->stream, e)) return PW_EINVAL;
-  if (r->stream && (size_t)n * n_prompts > 1)
-    return unsupported(e, n > 1 ? "n" : "prompt", " with 'stream': true (one choice per streamed request)");
+
   json_t *so = field(root, "stream_options");
   if (so) {
     if (!json_is_object(so))
@@ -952,11 +951,13 @@ static void put_speculation(const oai_resp *o, const engine_usage *u, sbuf *out)
 void oai_sse_role(const oai_resp *o, sbuf *out) {
   sbuf_puts(out, "data: ");
   head(o, true, out);
-  sbuf_puts(out, ",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
-                 "\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+  sbuf_printf(out,
+              ",\"choices\":[{\"index\":%d,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
+              "\"logprobs\":null,\"finish_reason\":null}]}\n\n",
+              o->index);
 }
 
-/* The opening of choices[0] up to and including its logprobs: chat puts the
+/* The opening of choices[o->index] up to and including its logprobs: chat puts the
  * text in `content` of the object opened by chat_open (delta or message),
  * completions in `text`. */
 static void put_choice_body(const oai_resp *o, const char *chat_open, const char *text, size_t n,
@@ -964,7 +965,7 @@ static void put_choice_body(const oai_resp *o, const char *chat_open, const char
 
 static void put_choice_text(const oai_resp *o, const char *chat_open, const char *text, size_t n,
                             const oai_logprobs *lp, sbuf *out) {
-  sbuf_puts(out, ",\"choices\":[{\"index\":0,");
+  sbuf_printf(out, ",\"choices\":[{\"index\":%d,", o->index);
   put_choice_body(o, chat_open, text, n, lp, out);
 }
 
@@ -995,8 +996,8 @@ void oai_sse_delta(const oai_resp *o, const char *text, size_t n, const oai_logp
 void oai_sse_finish(const oai_resp *o, engine_finish f, sbuf *out) {
   sbuf_puts(out, "data: ");
   head(o, true, out);
-  if (o->kind == OAI_CHAT) sbuf_puts(out, ",\"choices\":[{\"index\":0,\"delta\":{},");
-  else sbuf_puts(out, ",\"choices\":[{\"index\":0,\"text\":\"\",");
+  if (o->kind == OAI_CHAT) sbuf_printf(out, ",\"choices\":[{\"index\":%d,\"delta\":{},", o->index);
+  else sbuf_printf(out, ",\"choices\":[{\"index\":%d,\"text\":\"\",", o->index);
   sbuf_printf(out, "\"logprobs\":null,\"finish_reason\":\"%s\"}]}\n\n", oai_finish_str(f));
 }
 

@@ -12,8 +12,7 @@
  * Validation policy: malformed JSON, wrong types, out-of-range values and
  * missing required fields are 400 with `param` naming the field. Fields the
  * API defines but this server does not implement (tools, response_format
- * other than text, suffix, echo, best_of > 1, dimensions, streaming with
- * several choices, ...) are
+ * other than text, suffix, echo, best_of > 1, dimensions, ...) are
  * 400 with code "unsupported_<field>" and never silently ignored; so are
  * the llama.cpp server's own fields this server does not implement
  * (chat_template_kwargs, reasoning_effort, mirostat, typical_p, samplers,
@@ -88,7 +87,8 @@ typedef struct oai_request {
   json_t *prompts;            /* owned, completions with several prompts: array of non-empty strings
                                * and/or arrays of ids (validated); NULL = one prompt (text/tokens) */
   int n_choices;              /* chat/completions: choices per prompt ("n"), 1..OAI_MAX_CHOICES;
-                               * choice i samples with seed + i. Several choices are not streamed */
+                               * choice i samples with seed + i. Streamed choices come one after
+                               * the other, each chunk naming its index */
   bool stream;
   bool include_usage;         /* stream_options.include_usage */
   bool logprobs;              /* report the chosen tokens' logprobs */
@@ -151,6 +151,7 @@ typedef struct oai_resp {
   const char *model;    /* borrowed */
   char fingerprint[24]; /* fp_<first 10 hex digits of the model's SHA-256> */
   const char *spec_mode; /* borrowed: speculation mode name; NULL = off (no "speculation" object) */
+  int index;            /* the choice SSE chunks belong to (streams of several choices); 0 at init */
 } oai_resp;
 
 /* Fills a new random id, the creation time and the fingerprint.

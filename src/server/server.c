@@ -491,12 +491,25 @@ static int wait_event(server *s, engine_req *req, int fd, engine_event *ev, int 
 
 /* ---- generation -------------------------------------------------------- */
 
-/* Streaming state, owned by the MHD response (freed by stream_free). */
+static int build_prompt(server *s, oai_kind kind, oai_request *r, size_t pi, int32_t **out, int *n_out,
+                        oai_error *e);
+static int submit(server *s, const engine_params *p, const char *param, engine_req **req, oai_error *e);
+static void usage_add(engine_usage *sum, const engine_usage *u, bool with_prompt);
+
+/* Streaming state, owned by the MHD response (freed by stream_free).
+ * Several choices stream one after the other: when one ends, the next is
+ * submitted and its chunks carry its index. */
 typedef struct stream {
   server *s;
   engine_req *req;
   int fd;
   oai_resp o;
+  oai_request r;  /* owned: the request (its stop strings, logit bias and grammar back p) */
+  int32_t *prompt; /* owned: the current prompt's ids (p.prompt) */
+  int n_prompt;
+  engine_params p; /* the current choice's parameters */
+  int per, total;  /* choices per prompt, and in all */
+  engine_usage sum; /* usage of the finished choices */
   bool include_usage;
   bool want_lp;
   bool sent_role;
@@ -524,6 +537,27 @@ static void note_token(server *s, req_log *l, uint64_t t0, uint64_t *t_last, int
   (*n_tokens)++;
 }
 
+/* Submits the stream's next choice (a new prompt every `per` choices;
+ * choice j of a prompt samples with seed + j). 0, or PW_EINVAL with e set. */
+static int stream_next(stream *st, oai_error *e) {
+  int idx = st->o.index + 1, choice = idx % st->per;
+  if (choice == 0) {
+    free(st->prompt);
+    st->prompt = NULL;
+    if (build_prompt(st->s, st->o.kind, &st->r, (size_t)(idx / st->per), &st->prompt, &st->n_prompt, e))
+      return PW_EINVAL;
+    if (st->n_prompt < 1) return oai_seterr(e, 400, "invalid_value", "prompt", "the prompt is empty");
+    st->p.prompt = st->prompt;
+    st->p.n_prompt = st->n_prompt;
+  }
+  st->p.sampling.seed = st->r.sampling.seed + (uint64_t)choice;
+  engine_release(st->req);
+  st->req = NULL;
+  if (submit(st->s, &st->p, st->o.kind == OAI_CHAT ? "messages" : "prompt", &st->req, e)) return PW_EINVAL;
+  st->o.index = idx;
+  return 0;
+}
+
 /* Renders one event into st->out. */
 static void stream_render(stream *st) {
   engine_event *ev = &st->ev;
@@ -545,12 +579,26 @@ static void stream_render(stream *st) {
     /* Text held back for a stop string that never completed. */
     if (ev->text_len > 0) oai_sse_delta(&st->o, ev->text, (size_t)ev->text_len, NULL, &st->out);
     if (st->s->log_requests >= 2) sbuf_put(&st->log.output, ev->text, (size_t)ev->text_len);
+    usage_add(&st->sum, &ev->usage, st->o.index % st->per == 0);
     st->log.have_usage = true;
-    st->log.usage = ev->usage;
+    st->log.usage = st->sum;
     st->log.finish = ev->finish;
     metrics_tokens(&st->s->m, (uint64_t)ev->usage.completion_tokens);
     oai_sse_finish(&st->o, ev->finish, &st->out);
-    if (st->include_usage) oai_sse_usage(&st->o, &ev->usage, &st->out);
+    if (st->o.index + 1 < st->total) {
+      oai_error e;
+      if (stream_next(st, &e) == 0) {
+        if (st->o.kind == OAI_CHAT) oai_sse_role(&st->o, &st->out);
+        return;
+      }
+      snprintf(st->log.code, sizeof st->log.code, "%s", e.code);
+      metrics_refusal_count(&st->s->m, metrics_refusal_for(e.status, e.code));
+      oai_sse_error(&e, &st->out);
+      oai_sse_done(&st->out);
+      st->finished = true;
+      return;
+    }
+    if (st->include_usage) oai_sse_usage(&st->o, &st->sum, &st->out);
     oai_sse_done(&st->out);
     st->finished = true;
   } else {
@@ -614,14 +662,20 @@ static void stream_free(void *cls) {
   engine_release(st->req); /* cancels a sequence still running */
   oai_logprobs_free(&st->lp);
   sbuf_free(&st->out);
+  free(st->prompt);
+  oai_request_free(&st->r);
   free(st);
 }
 
-static enum MHD_Result start_stream(conn *k, struct MHD_Connection *c, engine_req *req, const oai_request *r,
+/* Starts the SSE answer of req, the first choice. The stream takes req,
+ * the request *r (moved: *r is left empty), the prompt ids and p. */
+static enum MHD_Result start_stream(conn *k, struct MHD_Connection *c, engine_req *req, oai_request *r,
+                                    int32_t *prompt, int n_prompt, const engine_params *p, int per, int total,
                                     const oai_resp *o, const engine_event *first, bool have_first) {
   stream *st = calloc(1, sizeof *st);
   if (!st) {
     engine_release(req);
+    free(prompt);
     oai_error e;
     oai_seterr(&e, 500, "internal_error", NULL, "out of memory");
     return queue_error(k, c, &e);
@@ -632,6 +686,14 @@ static enum MHD_Result start_stream(conn *k, struct MHD_Connection *c, engine_re
   st->o = *o;
   st->include_usage = r->include_usage;
   st->want_lp = r->logprobs;
+  st->r = *r;
+  memset(r, 0, sizeof *r);
+  st->prompt = prompt;
+  st->n_prompt = n_prompt;
+  st->p = *p;
+  st->p.prompt = prompt;
+  st->per = per;
+  st->total = total;
   st->t0 = k->t0;
   /* The log record travels with the stream: MHD may finish the connection
    * before it frees the response. */
@@ -829,8 +891,7 @@ static void usage_add(engine_usage *sum, const engine_usage *u, bool with_prompt
 }
 
 /* Chat and completions. Choices (n, several prompts) run one after the
- * other, so a request never holds more than one slot; only a single
- * choice streams. */
+ * other, so a request never holds more than one slot, streamed or not. */
 static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c, oai_kind kind) {
   server *s = k->s;
   oai_request r;
@@ -888,9 +949,7 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c, oai_ki
     engine_params p;
     if (choice_params(k, c, kind, &r, prompt, n_prompt, choice, &p, &e)) goto fail;
     if (submit(s, &p, kind == OAI_CHAT ? "messages" : "prompt", &req, &e)) goto fail;
-    if (r.stream) { /* a single choice (oai_parse) */
-      free(prompt);
-      prompt = NULL;
+    if (r.stream) {
       /* Wait a little for the first event so that admission failures
        * (deadline) still get a proper status; past the keep-alive interval
        * the stream starts anyway and keeps the client informed with
@@ -902,8 +961,9 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c, oai_ki
         oai_error_from_status(&e, ev->status, ev->message);
         goto fail;
       }
-      res = start_stream(k, c, req, &r, &o, ev, rc == 0);
-      req = NULL; /* owned by the stream */
+      res = start_stream(k, c, req, &r, prompt, n_prompt, &p, per, n_gs, &o, ev, rc == 0);
+      req = NULL; /* owned by the stream, as are r and prompt */
+      prompt = NULL;
       goto done;
     }
     int rc = collect(k, &r, req, fd, ev, &gs[idx], &t_last, &n_tok, &e);

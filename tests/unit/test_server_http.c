@@ -219,9 +219,39 @@ static void test_choices(void) {
   json_decref(multi);
   json_decref(a);
   json_decref(b);
-  char *t = hc_request(g_port, "POST", "/v1/completions", NULL, "{\"prompt\":\"x\",\"n\":2,\"stream\":true}", 5000);
-  CHECK_EQ_INT(hc_status(t), 400);
-  CHECK(t && strstr(t, "unsupported_n"));
+  /* Streamed: the same choices one after the other, each chunk naming its
+   * index, then one usage chunk and [DONE]. */
+  multi = post_json("/v1/completions", "{\"prompt\":[\"def add(a, b):\",\"Once upon\"],\"max_tokens\":6,"
+                                       "\"temperature\":0.9,\"seed\":5,\"n\":2}");
+  char *t = hc_request(g_port, "POST", "/v1/completions", NULL,
+                       "{\"prompt\":[\"def add(a, b):\",\"Once upon\"],\"max_tokens\":6,\"temperature\":0.9,"
+                       "\"seed\":5,\"n\":2,\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
+                       60000);
+  CHECK_EQ_INT(hc_status(t), 200);
+  char text[4][512] = {"", "", "", ""};
+  int finishes = 0, usages = 0, done = 0;
+  for (char *line = t ? strstr(t, "data: ") : NULL; line; line = strstr(line + 1, "data: ")) {
+    if (!strncmp(line, "data: [DONE]", 12)) {
+      done++;
+      continue;
+    }
+    json_error_t je;
+    json_t *j = json_loadb(line + 6, strcspn(line + 6, "\n"), 0, &je);
+    json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+    if (json_object_get(j, "usage") && !json_is_null(json_object_get(j, "usage"))) usages++;
+    if (ch) {
+      int idx = (int)json_integer_value(json_object_get(ch, "index"));
+      const char *piece = json_string_value(json_object_get(ch, "text"));
+      if (idx >= 0 && idx < 4 && piece) strncat(text[idx], piece, sizeof text[idx] - strlen(text[idx]) - 1);
+      if (json_is_string(json_object_get(ch, "finish_reason"))) finishes++;
+    }
+    json_decref(j);
+  }
+  CHECK_EQ_INT(finishes, 4);
+  CHECK_EQ_INT(usages, 1);
+  CHECK_EQ_INT(done, 1);
+  for (int i = 0; i < 4; i++) CHECK_STR(text[i], choice_text(multi, (size_t)i));
+  json_decref(multi);
   free(t);
   /* Embeddings cannot be truncated for this model: a 400 that says so. */
   t = hc_request(g_port, "POST", "/v1/embeddings", NULL, "{\"input\":\"x\",\"dimensions\":8}", 5000);

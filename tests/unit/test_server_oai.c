@@ -138,7 +138,6 @@ static void test_chat_errors(void) {
   E("\"grammar\":7", "invalid_type", "grammar");
   E("\"grammar\":\"root ::= \\\"a\\\"\",\"response_format\":{\"type\":\"json_object\"}", "invalid_value", "grammar");
   E("\"n\":65", "invalid_value", "n");
-  E("\"n\":2,\"stream\":true", "unsupported_n", "n"); /* several choices are not streamed */
   /* bad types and values */
   E("\"temperature\":\"hot\"", "invalid_type", "temperature");
   E("\"temperature\":3", "invalid_value", "temperature");
@@ -229,7 +228,9 @@ static void test_completion(void) {
   rc = parse(OAI_COMPLETION, "{\"prompt\":[\"a\",[1,2],\"b\"],\"n\":2}", &r, &e);
   CHECK(rc == 0 && r.prompts && json_array_size(r.prompts) == 3 && r.n_choices == 2);
   if (!rc) oai_request_free(&r);
-  expect_err(OAI_COMPLETION, "{\"prompt\":[\"a\",\"b\"],\"stream\":true}", "unsupported_prompt", "prompt");
+  rc = parse(OAI_COMPLETION, "{\"prompt\":[\"a\",\"b\"],\"stream\":true,\"n\":2}", &r, &e);
+  CHECK(rc == 0 && r.stream && r.n_choices == 2); /* streamed one choice after the other */
+  if (!rc) oai_request_free(&r);
   expect_err(OAI_COMPLETION, "{\"prompt\":[\"a\",\"b\"],\"n\":33}", "invalid_value", "n");
   expect_err(OAI_COMPLETION, "{\"prompt\":[\"a\",\"\"]}", "invalid_type", "prompt");
   expect_err(OAI_COMPLETION, "{\"prompt\":[\"a\",[1,-2]]}", "invalid_type", "prompt");
