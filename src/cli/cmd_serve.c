@@ -80,6 +80,7 @@ static void serve_usage(FILE *out) {
           "  --log-format F         text (default) or json: one object per line\n"
           "  --log-text, --log-content  put prompt and output text in the request log (also\n"
           "                         POWER_LOG=debug); never the prompt_cache_key\n"
+          "  --receipt-key KEY.pem  sign every receipt with this Ed25519 key (power keygen)\n"
           "  --no-request-log       no per-request line on stderr\n"
           "Environment: POWER_API_KEYS (comma-separated keys; set but blank is an error),\n"
           "POWER_LOG (error|warn|info|debug; anything else is an error).\n");
@@ -106,7 +107,7 @@ static int parse_bytes(const char *opt, const char *v, size_t *out) {
 }
 
 int cmd_serve(int argc, char **argv) {
-  const char *model = NULL, *host = "127.0.0.1", *key_file = NULL;
+  const char *model = NULL, *host = "127.0.0.1", *key_file = NULL, *receipt_key = NULL;
   long port = 11434, threads = 2, parallel = 4, queue = 16, ctx = 0, max_body = (long)SERVER_DEFAULT_MAX_BODY;
   double timeout_s = 0, drain_s = SERVE_DRAIN_MS / 1000.0;
   long cache_entries = 0;
@@ -161,7 +162,7 @@ int cmd_serve(int argc, char **argv) {
                                        "--prompt-cache-entries", "--prompt-cache-bytes", "--prompt-cache-ttl",
                                        "--cors", "--header-timeout", "--body-timeout", "--max-connections",
                                        "--max-per-client", "--log-format", "--prompt-cache-tenant-entries",
-                                       "--prompt-cache-tenant-bytes"};
+                                       "--prompt-cache-tenant-bytes", "--receipt-key"};
     for (size_t k = 0; k < sizeof once / sizeof once[0]; k++)
       if (!strcmp(name, once[k]) && cli_once("serve", &seen, once[k])) return 2;
     if (!strcmp(a, "--model") || !strcmp(a, "-m")) model = v;
@@ -172,6 +173,7 @@ int cmd_serve(int argc, char **argv) {
     else if (!strcmp(a, "--queue")) bad = cli_parse_long("serve", a, v, 1, 1 << 20, &queue);
     else if (!strcmp(a, "--ctx")) bad = cli_parse_long("serve", a, v, 0, 1 << 24, &ctx);
     else if (!strcmp(a, "--api-key-file")) key_file = v;
+    else if (!strcmp(a, "--receipt-key")) receipt_key = v;
     else if (!strcmp(a, "--request-timeout") || !strcmp(a, "--timeout")) bad = cli_parse_double("serve", a, v, 0, 86400, &timeout_s);
     else if (!strcmp(a, "--max-body")) bad = cli_parse_long("serve", a, v, 1024, 1L << 30, &max_body);
     else if (!strcmp(a, "--drain-timeout")) bad = cli_parse_double("serve", a, v, 0, 3600, &drain_s);
@@ -262,6 +264,7 @@ int cmd_serve(int argc, char **argv) {
   so.body_timeout_s = body_s;
   so.max_connections = (int)max_conn;
   so.max_per_client = (int)per_client;
+  so.receipt_key_path = receipt_key;
   server *s = NULL;
   if (server_start(&so, e, &s, err)) {
     fprintf(stderr, "power serve: %s\n", err);

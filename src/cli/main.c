@@ -9,6 +9,7 @@
 #include "cli/cmd_synth.h"
 #include "cli/cmd_template.h"
 #include "cli/cmd_tokenize.h"
+#include "cli/cmd_verify.h"
 
 #include "power.h"
 
@@ -39,6 +40,8 @@ static const subcommand k_cmds[] = {
     {"rm", cmd_rm, "remove a name from the store (and its blob when unused)"},
     {"cp", cmd_cp, "give a stored model a second name"},
     {"import", cmd_import, "put a local GGUF into the store (--name NAME)"},
+    {"verify", cmd_verify, "check a receipt (digests, signature, --replay) or an ab report (--ab)"},
+    {"keygen", cmd_keygen, "make an Ed25519 key pair for signing receipts"},
 };
 
 static void usage(FILE *out) {

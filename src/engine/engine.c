@@ -51,6 +51,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/sha256.h"
+#include "tensor/traits.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,6 +205,7 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   if ((rc = alloc_buffers(e, &o, err)) < 0) goto fail;
   if (o.model_id && *o.model_id) snprintf(e->model_id, sizeof e->model_id, "%s", o.model_id);
   else model_id_from_path(o.model_path, e->model_id, sizeof e->model_id);
+  e->have_file_id = pw_file_id_of(o.model_path, &e->file_id, NULL) == 0;
   gguf_str tmpl;
   if (gguf_get_str(model_gguf(e->m), "tokenizer.chat_template", &tmpl) && tmpl.len > 0) {
     e->chat_template = malloc(tmpl.len + 1);
@@ -303,18 +305,26 @@ int engine_n_ctx(const engine *e) { return e->n_ctx; }
 int engine_n_embd(const engine *e) { return e->n_embd; }
 /* The identity is the SHA-256 of the file bytes, hashed from the mapping
  * (the same bytes) on first use, so commands that never ask don't pay for
- * reading a multi-GB file at start-up. */
+ * reading a multi-GB file at start-up; and once per file identity (device,
+ * inode, size, mtime) in the process, so a second engine on the same file
+ * (power ab, replays) does not read it again. */
 const char *engine_model_sha256(const engine *ce) {
   engine *e = (engine *)(uintptr_t)ce;
   pthread_mutex_lock(&e->sha_mu);
   if (!e->sha_done) {
-    const gguf_file *f = model_gguf(e->m);
     uint8_t dig[32];
-    pw_sha256(gguf_base(f), (size_t)gguf_size(f), dig);
+    if (!e->have_file_id || !pw_sha256_cache_get(&e->file_id, dig)) {
+      const gguf_file *f = model_gguf(e->m);
+      pw_sha256(gguf_base(f), (size_t)gguf_size(f), dig);
+      if (e->have_file_id && e->file_id.size == (uint64_t)gguf_size(f)) pw_sha256_cache_put(&e->file_id, dig);
+    }
     pw_hex(dig, 32, e->sha256);
     e->sha_done = true;
   }
   pthread_mutex_unlock(&e->sha_mu);
   return e->sha256;
 }
+
+uint64_t engine_model_size(const engine *e) { return (uint64_t)gguf_size(model_gguf(e->m)); }
+const char *engine_kernels(void) { return pw_tensor_kernels(); }
 

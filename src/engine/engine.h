@@ -297,9 +297,15 @@ const char *engine_chat_template(const engine *e); /* the model's template; NULL
                                                     * then uses ChatML) */
 int engine_n_ctx(const engine *e);
 int engine_n_embd(const engine *e);
-/* SHA-256 of the model file as hex: hashed from the mapping on the first
- * call (which reads the whole file once), then kept. */
+/* SHA-256 of the model file as hex: computed on the first call (one read
+ * of the mapping, or none when this process already hashed the same file,
+ * see pw_sha256_cache_get), then kept. */
 const char *engine_model_sha256(const engine *e);
+/* Size of the model file in bytes. */
+uint64_t engine_model_size(const engine *e);
+/* The kernel level in use ("scalar", "avx2", "avx512", "avx512-vbmi"):
+ * receipts name it, since bits may differ across levels. Static string. */
+const char *engine_kernels(void);
 
 /* Queues a request. PW_EBUSY when active and queue are full; PW_EINVAL for
  * bad parameters; PW_ECONTEXT when the prompt does not fit the context (the

@@ -16,6 +16,7 @@
 #define PW_ENGINE_ENGINE_INT_H
 
 #include "engine/engine.h"
+#include "base/sha256.h"
 
 #include "chat/stop.h"
 #include "grammar/grammar.h"
@@ -138,6 +139,8 @@ struct engine {
   char sha256[65];     /* hex SHA-256 of the model file, computed on first use */
   bool sha_done;
   pthread_mutex_t sha_mu;
+  bool have_file_id;   /* file_id was read at create */
+  pw_file_id file_id;  /* the model file's identity, key of the digest cache */
   char *chat_template; /* owned copy of the model's template; NULL = none */
   /* constrained decoding: the vocabulary's token trie, built by the first
    * request with a grammar (under gv_mu), then read-only */

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <math.h>
 #include <openssl/evp.h>
+#include <openssl/rand.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -490,9 +491,12 @@ static int parse_logit_bias(json_t *root, oai_request *r, oai_error *e) {
   return 0;
 }
 
+/* Seeds of requests without one come from OpenSSL's CSPRNG (the receipt
+ * records them, so the answer can still be replayed); getrandom and then
+ * the clock only if it fails. */
 static uint64_t random_u64(void) {
   uint64_t x = 0;
-  if (getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x) {
+  if (RAND_bytes((unsigned char *)&x, sizeof x) != 1 && getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     x = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec;
@@ -948,6 +952,18 @@ static void put_speculation(const oai_resp *o, const engine_usage *u, sbuf *out)
   oai_render_speculation(o->spec_mode, u, out);
 }
 
+void oai_put_receipt(const oai_resp *o, sbuf *out) {
+  if (!o->receipt) return;
+  sbuf_puts(out, ",\"receipt\":");
+  sbuf_puts(out, o->receipt);
+  sbuf_puts(out, ",\"receipt_sha256\":");
+  sbuf_json_str(out, o->receipt_sha256, strlen(o->receipt_sha256));
+  if (o->timings) {
+    sbuf_puts(out, ",\"timings\":");
+    sbuf_puts(out, o->timings);
+  }
+}
+
 void oai_sse_role(const oai_resp *o, sbuf *out) {
   sbuf_puts(out, "data: ");
   head(o, true, out);
@@ -998,7 +1014,9 @@ void oai_sse_finish(const oai_resp *o, engine_finish f, sbuf *out) {
   head(o, true, out);
   if (o->kind == OAI_CHAT) sbuf_printf(out, ",\"choices\":[{\"index\":%d,\"delta\":{},", o->index);
   else sbuf_printf(out, ",\"choices\":[{\"index\":%d,\"text\":\"\",", o->index);
-  sbuf_printf(out, "\"logprobs\":null,\"finish_reason\":\"%s\"}]}\n\n", oai_finish_str(f));
+  sbuf_printf(out, "\"logprobs\":null,\"finish_reason\":\"%s\"}]", oai_finish_str(f));
+  oai_put_receipt(o, out);
+  sbuf_puts(out, "}\n\n");
 }
 
 void oai_sse_usage(const oai_resp *o, const engine_usage *u, sbuf *out) {
@@ -1007,6 +1025,7 @@ void oai_sse_usage(const oai_resp *o, const engine_usage *u, sbuf *out) {
   sbuf_puts(out, ",\"choices\":[],\"usage\":");
   oai_render_usage(u, out);
   put_speculation(o, u, out);
+  oai_put_receipt(o, out);
   sbuf_puts(out, "}\n\n");
 }
 
@@ -1027,6 +1046,7 @@ void oai_render_completion(const oai_resp *o, const char *text, size_t n, const 
   sbuf_printf(out, ",\"finish_reason\":\"%s\"}],\"usage\":", oai_finish_str(f));
   oai_render_usage(u, out);
   put_speculation(o, u, out);
+  oai_put_receipt(o, out);
   sbuf_puts(out, "}");
 }
 
@@ -1089,10 +1109,20 @@ void oai_render_embedding(size_t index, const float *vec, int n, bool base64, sb
   sbuf_put(out, "}", 1);
 }
 
-void oai_render_embeddings_end(const char *model, long long prompt_tokens, sbuf *out) {
+void oai_render_embeddings_end(const char *model, long long prompt_tokens, const oai_resp *ro, sbuf *out) {
   sbuf_puts(out, "],\"model\":");
   sbuf_json_str(out, model, strlen(model));
-  sbuf_printf(out, ",\"usage\":{\"prompt_tokens\":%lld,\"total_tokens\":%lld}}", prompt_tokens, prompt_tokens);
+  sbuf_printf(out, ",\"usage\":{\"prompt_tokens\":%lld,\"total_tokens\":%lld}", prompt_tokens, prompt_tokens);
+  if (ro) oai_put_receipt(ro, out);
+  sbuf_put(out, "}", 1);
+}
+
+void oai_render_receipt_key(const char *pem, const char *fingerprint, sbuf *out) {
+  sbuf_puts(out, "{\"alg\":\"ed25519\",\"public_key_pem\":");
+  sbuf_json_str(out, pem, strlen(pem));
+  sbuf_puts(out, ",\"key_sha256\":");
+  sbuf_json_str(out, fingerprint, strlen(fingerprint));
+  sbuf_put(out, "}", 1);
 }
 
 void oai_render_tokens(const int32_t *ids, int n, oai_piece_fn piece, void *ctx, sbuf *out) {

@@ -152,6 +152,12 @@ typedef struct oai_resp {
   char fingerprint[24]; /* fp_<first 10 hex digits of the model's SHA-256> */
   const char *spec_mode; /* borrowed: speculation mode name; NULL = off (no "speculation" object) */
   int index;            /* the choice SSE chunks belong to (streams of several choices); 0 at init */
+  /* Evidence (see evidence/receipt.h), rendered after "usage" (and
+   * "speculation") by the renderer of the final object or chunk when set:
+   * "receipt" (canonical JSON), "receipt_sha256", and "timings" beside it. */
+  const char *receipt;        /* borrowed: the receipt's JSON text; NULL = none */
+  const char *receipt_sha256; /* borrowed: 64 hex digits */
+  const char *timings;        /* borrowed: a JSON object's text; NULL = none */
 } oai_resp;
 
 /* Fills a new random id, the creation time and the fingerprint.
@@ -192,7 +198,9 @@ const char *oai_finish_str(engine_finish f);
 void oai_sse_role(const oai_resp *o, sbuf *out); /* chat only: delta {role, content ""} */
 /* A content delta; lp may be NULL (then "logprobs": null). */
 void oai_sse_delta(const oai_resp *o, const char *text, size_t n, const oai_logprobs *lp, sbuf *out);
-void oai_sse_finish(const oai_resp *o, engine_finish f, sbuf *out); /* empty delta + finish_reason */
+/* empty delta + finish_reason (+ the receipt when o->receipt is set: the
+ * server sets it on this chunk when no usage chunk follows) */
+void oai_sse_finish(const oai_resp *o, engine_finish f, sbuf *out);
 /* choices: [], usage, and "speculation" when o->spec_mode is set. */
 void oai_sse_usage(const oai_resp *o, const engine_usage *u, sbuf *out);
 void oai_sse_error(const oai_error *e, sbuf *out);
@@ -223,6 +231,8 @@ void oai_render_usage(const engine_usage *u, sbuf *out);
  * emitted = tokens produced by speculative rounds, target_passes = target
  * forward passes that produced this response's tokens. */
 void oai_render_speculation(const char *mode, const engine_usage *u, sbuf *out);
+/* The evidence members (',"receipt":...') when o->receipt is set. */
+void oai_put_receipt(const oai_resp *o, sbuf *out);
 /* One model object of /v1/models. */
 void oai_render_model(const char *id, long long created, sbuf *out);
 /* The /v1/models list (one model). */
@@ -230,10 +240,13 @@ void oai_render_model_list(const char *id, long long created, sbuf *out);
 /* /health: {"status":"ok"}, or {"status":"shutting_down"} when !ok. */
 void oai_render_health(bool ok, sbuf *out);
 /* The embeddings list: begin, one item per input (vec: n floats, as JSON
- * numbers or base64 of the little-endian floats), end with the usage. */
+ * numbers or base64 of the little-endian floats), end with the usage and
+ * ro's evidence members (ro may be NULL). */
 void oai_render_embeddings_begin(sbuf *out);
 void oai_render_embedding(size_t index, const float *vec, int n, bool base64, sbuf *out);
-void oai_render_embeddings_end(const char *model, long long prompt_tokens, sbuf *out);
+void oai_render_embeddings_end(const char *model, long long prompt_tokens, const oai_resp *ro, sbuf *out);
+/* GET /v1/receipts/key: {"alg":"ed25519","public_key_pem":...,"key_sha256":...}. */
+void oai_render_receipt_key(const char *pem, const char *fingerprint, sbuf *out);
 /* /tokenize: {"tokens":[ids]}, or [{"id":..,"piece":..}] when piece is set. */
 void oai_render_tokens(const int32_t *ids, int n, oai_piece_fn piece, void *ctx, sbuf *out);
 /* /detokenize: {"content":text}. */

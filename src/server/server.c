@@ -10,6 +10,7 @@
 #include "server/auth.h"
 #include "server/metrics.h"
 #include "server/oai.h"
+#include "server/receipts.h"
 #include "server/sbuf.h"
 #include "tok/tok.h"
 
@@ -65,6 +66,7 @@ static enum MHD_Result handle_models(conn *k, struct MHD_Connection *c);
 static enum MHD_Result handle_model(conn *k, struct MHD_Connection *c);
 static enum MHD_Result handle_health(conn *k, struct MHD_Connection *c);
 static enum MHD_Result handle_metrics(conn *k, struct MHD_Connection *c);
+static enum MHD_Result handle_receipt_key(conn *k, struct MHD_Connection *c);
 
 static const route k_routes[] = {
     {"/chat/completions", RP_ROOT | RP_V1, RM_POST, "chat_completions", false, handle_chat},
@@ -76,6 +78,7 @@ static const route k_routes[] = {
     {"/metrics", RP_ROOT, RM_GET, "metrics", false, handle_metrics},
     {"/tokenize", RP_ROOT, RM_POST, "tokenize", false, handle_tokenize},
     {"/detokenize", RP_ROOT, RM_POST, "detokenize", false, handle_detokenize},
+    {"/receipts/key", RP_ROOT | RP_V1, RM_GET, "receipts_key", false, handle_receipt_key},
 };
 #define N_ROUTES ((int)(sizeof k_routes / sizeof k_routes[0]))
 
@@ -139,6 +142,8 @@ struct server {
   int quiescing;     /* atomic flag: not accepting any more */
   int inflight;      /* atomic: requests between arrival and completion */
   long long started; /* Unix seconds, the model's "created" */
+  ev_model_info evm;   /* the model facts every receipt names */
+  ev_key *receipt_key; /* owned; NULL = receipts unsigned */
   pthread_mutex_t watch_mu; /* guards the watch list and every watch's fields */
   pthread_cond_t watch_cv;
   watch *watch;             /* live connections */
@@ -492,7 +497,7 @@ static int wait_event(server *s, engine_req *req, int fd, engine_event *ev, int 
 /* ---- generation -------------------------------------------------------- */
 
 static int build_prompt(server *s, oai_kind kind, oai_request *r, size_t pi, int32_t **out, int *n_out,
-                        oai_error *e);
+                        char **rendered, size_t *rendered_len, oai_error *e);
 static int submit(server *s, const engine_params *p, const char *param, engine_req **req, oai_error *e);
 static void usage_add(engine_usage *sum, const engine_usage *u, bool with_prompt);
 
@@ -522,6 +527,7 @@ typedef struct stream {
   sbuf out;
   size_t out_pos;
   req_log log;    /* moved from the conn; written by stream_free */
+  srv_receipt rcpt; /* moved from handle_generate; used when the stream has one choice */
   engine_event ev;
 } stream;
 
@@ -544,7 +550,7 @@ static int stream_next(stream *st, oai_error *e) {
   if (choice == 0) {
     free(st->prompt);
     st->prompt = NULL;
-    if (build_prompt(st->s, st->o.kind, &st->r, (size_t)(idx / st->per), &st->prompt, &st->n_prompt, e))
+    if (build_prompt(st->s, st->o.kind, &st->r, (size_t)(idx / st->per), &st->prompt, &st->n_prompt, NULL, NULL, e))
       return PW_EINVAL;
     if (st->n_prompt < 1) return oai_seterr(e, 400, "invalid_value", "prompt", "the prompt is empty");
     st->p.prompt = st->prompt;
@@ -573,6 +579,7 @@ static void stream_render(stream *st) {
       oai_logprobs_add(&st->lp, prompt_piece, &st->s->pb, ev->token, ev->logprob, ev->top, ev->n_top,
                        (size_t)ev->text_len);
     }
+    if (st->total == 1) ev_gen_token(&st->rcpt.gen, ev->token, ev->text, (size_t)ev->text_len);
     if (ev->text_len > 0 || st->want_lp)
       oai_sse_delta(&st->o, ev->text, (size_t)ev->text_len, st->want_lp ? &st->lp : NULL, &st->out);
   } else if (ev->type == ENGINE_EV_DONE) {
@@ -584,7 +591,17 @@ static void stream_render(stream *st) {
     st->log.usage = st->sum;
     st->log.finish = ev->finish;
     metrics_tokens(&st->s->m, (uint64_t)ev->usage.completion_tokens);
-    oai_sse_finish(&st->o, ev->finish, &st->out);
+    oai_resp fin = st->o;
+    if (st->total == 1) {
+      /* The receipt rides on the final chunk: the usage chunk when asked for. */
+      ev_gen_text(&st->rcpt.gen, ev->text, (size_t)ev->text_len);
+      oai_error re;
+      if (srv_receipt_end(&st->rcpt, ev, st->s->receipt_key, st->t0, st->log.t_first, pw_now_ns(), &st->o, &re))
+        pw_log(PW_LOG_ERROR, "request id=%s: %s", st->log.id, re.message);
+      fin = st->o;
+      if (st->include_usage) fin.receipt = NULL;
+    }
+    oai_sse_finish(&fin, ev->finish, &st->out);
     if (st->o.index + 1 < st->total) {
       oai_error e;
       if (stream_next(st, &e) == 0) {
@@ -660,6 +677,7 @@ static void stream_free(void *cls) {
   st->log.gone = st->gone || !st->finished;
   log_emit(st->s, &st->log);
   engine_release(st->req); /* cancels a sequence still running */
+  srv_receipt_free(&st->rcpt);
   oai_logprobs_free(&st->lp);
   sbuf_free(&st->out);
   free(st->prompt);
@@ -668,12 +686,15 @@ static void stream_free(void *cls) {
 }
 
 /* Starts the SSE answer of req, the first choice. The stream takes req,
- * the request *r (moved: *r is left empty), the prompt ids and p. */
+ * the request *r and the receipt *rcpt (moved: left empty), the prompt ids
+ * and p. */
 static enum MHD_Result start_stream(conn *k, struct MHD_Connection *c, engine_req *req, oai_request *r,
                                     int32_t *prompt, int n_prompt, const engine_params *p, int per, int total,
-                                    const oai_resp *o, const engine_event *first, bool have_first) {
+                                    const oai_resp *o, const engine_event *first, bool have_first,
+                                    srv_receipt *rcpt) {
   stream *st = calloc(1, sizeof *st);
   if (!st) {
+    srv_receipt_free(rcpt);
     engine_release(req);
     free(prompt);
     oai_error e;
@@ -684,6 +705,8 @@ static enum MHD_Result start_stream(conn *k, struct MHD_Connection *c, engine_re
   st->req = req;
   st->fd = conn_fd(c);
   st->o = *o;
+  st->rcpt = *rcpt; /* moved: the stream frees it */
+  memset(rcpt, 0, sizeof *rcpt);
   st->include_usage = r->include_usage;
   st->want_lp = r->logprobs;
   st->r = *r;
@@ -775,9 +798,11 @@ static int submit(server *s, const engine_params *p, const char *param, engine_r
 }
 
 /* The prompt ids of prompt number pi of r (chat: its messages), in a
- * malloc'ed array the caller frees. 0, or PW_EINVAL with e set. */
+ * malloc'ed array the caller frees; for chat, when rendered is set, the
+ * rendered template text too (malloc'ed; receipts hash it). 0, or
+ * PW_EINVAL with e set. */
 static int build_prompt(server *s, oai_kind kind, oai_request *r, size_t pi, int32_t **out, int *n_out,
-                        oai_error *e) {
+                        char **rendered, size_t *rendered_len, oai_error *e) {
   const char *param = kind == OAI_CHAT ? "messages" : "prompt";
   prompt_error pe;
   int rc = 0;
@@ -786,7 +811,10 @@ static int build_prompt(server *s, oai_kind kind, oai_request *r, size_t pi, int
   json_t *item = r->prompts ? json_array_get(r->prompts, pi) : NULL;
   if (kind == OAI_CHAT) {
     if (prompt_fits(s, messages_bytes(r->messages), param, e)) return PW_EINVAL;
-    rc = prompt_chat(&s->pb, r->messages, NULL, out, n_out, &pe);
+    prompt_chat_opts po = {0};
+    po.rendered = rendered;
+    po.rendered_len = rendered_len;
+    rc = prompt_chat(&s->pb, r->messages, &po, out, n_out, &pe);
   } else if (item && json_is_array(item)) { /* validated by oai_parse */
     int n = (int)json_array_size(item);
     int32_t *ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
@@ -850,7 +878,7 @@ typedef struct gen_out {
  * client left or the server is stopping; PW_EINVAL with e set for an
  * error event. */
 static int collect(conn *k, const oai_request *r, engine_req *req, int fd, engine_event *ev, gen_out *g,
-                   uint64_t *t_last, int *n_tok, oai_error *e) {
+                   ev_gen *gen, uint64_t *t_last, int *n_tok, oai_error *e) {
   server *s = k->s;
   bool cancelled = false;
   oai_logprobs_reset(&g->lp, r->kind);
@@ -859,6 +887,7 @@ static int collect(conn *k, const oai_request *r, engine_req *req, int fd, engin
     if (wait_event(s, req, fd, ev, -1, &cancelled)) return PW_ECANCELED;
     if (ev->type == ENGINE_EV_TOKEN) {
       note_token(s, &k->log, k->t0, t_last, n_tok);
+      if (gen) ev_gen_token(gen, ev->token, ev->text, (size_t)ev->text_len);
       sbuf_put(&g->text, ev->text, (size_t)ev->text_len);
       if (r->logprobs)
         oai_logprobs_add(&g->lp, prompt_piece, &s->pb, ev->token, ev->logprob, ev->top, ev->n_top,
@@ -870,6 +899,7 @@ static int collect(conn *k, const oai_request *r, engine_req *req, int fd, engin
       return PW_EINVAL;
     }
     sbuf_put(&g->text, ev->text, (size_t)ev->text_len); /* DONE: last held-back text */
+    if (gen) ev_gen_text(gen, ev->text, (size_t)ev->text_len);
     break;
   }
   if (cancelled) return PW_ECANCELED;
@@ -905,6 +935,9 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c, oai_ki
   oai_choice *cs = NULL;
   sbuf out = {0};
   int n_gs = 0;
+  srv_receipt rcpt = {0};
+  char *ptext = NULL; /* chat: the rendered template */
+  size_t plen = 0;
   oai_resp o;
   oai_resp_init(&o, kind, engine_model_id(s->e), engine_model_sha256(s->e));
   o.spec_mode = s->spec_mode;
@@ -940,7 +973,9 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c, oai_ki
     int choice = idx % per;
     if (choice == 0) {
       free(prompt);
-      if (build_prompt(s, kind, &r, (size_t)(idx / per), &prompt, &n_prompt, &e)) goto fail;
+      if (build_prompt(s, kind, &r, (size_t)(idx / per), &prompt, &n_prompt, n_gs == 1 ? &ptext : NULL,
+                       n_gs == 1 ? &plen : NULL, &e))
+        goto fail;
       if (n_prompt < 1) {
         oai_seterr(&e, 400, "invalid_value", kind == OAI_CHAT ? "messages" : "prompt", "the prompt is empty");
         goto fail;
@@ -948,6 +983,15 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c, oai_ki
     }
     engine_params p;
     if (choice_params(k, c, kind, &r, prompt, n_prompt, choice, &p, &e)) goto fail;
+    if (n_gs == 1) {
+      /* A receipt covers one generation: responses with several choices
+       * carry none (yet). */
+      srv_caller who = {k->anonymous, k->tenant};
+      if (srv_receipt_begin(&rcpt, &s->evm, kind, k->body.data, k->body.len, &who, &r,
+                            kind == OAI_CHAT ? ptext : r.text, kind == OAI_CHAT ? plen : r.text_len, &p,
+                            engine_n_ctx(s->e), s->spec_mode, &e))
+        goto fail;
+    }
     if (submit(s, &p, kind == OAI_CHAT ? "messages" : "prompt", &req, &e)) goto fail;
     if (r.stream) {
       /* Wait a little for the first event so that admission failures
@@ -961,12 +1005,12 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c, oai_ki
         oai_error_from_status(&e, ev->status, ev->message);
         goto fail;
       }
-      res = start_stream(k, c, req, &r, prompt, n_prompt, &p, per, n_gs, &o, ev, rc == 0);
+      res = start_stream(k, c, req, &r, prompt, n_prompt, &p, per, n_gs, &o, ev, rc == 0, &rcpt);
       req = NULL; /* owned by the stream, as are r and prompt */
       prompt = NULL;
       goto done;
     }
-    int rc = collect(k, &r, req, fd, ev, &gs[idx], &t_last, &n_tok, &e);
+    int rc = collect(k, &r, req, fd, ev, &gs[idx], n_gs == 1 ? &rcpt.gen : NULL, &t_last, &n_tok, &e);
     if (rc == PW_ECANCELED) goto gone;
     if (rc) goto fail;
     engine_release(req);
@@ -982,6 +1026,7 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c, oai_ki
   k->log.usage = total;
   k->log.finish = gs[n_gs - 1].finish;
   metrics_tokens(&s->m, (uint64_t)total.completion_tokens);
+  if (n_gs == 1 && srv_receipt_end(&rcpt, ev, s->receipt_key, k->t0, k->log.t_first, pw_now_ns(), &o, &e)) goto fail;
   if (n_gs == 1)
     oai_render_completion(&o, cs[0].text, cs[0].len, cs[0].lp, cs[0].finish, &total, &out);
   else
@@ -998,6 +1043,8 @@ fail:
   res = queue_error(k, c, &e);
 done:
   engine_release(req);
+  srv_receipt_free(&rcpt);
+  free(ptext);
   free(prompt);
   free(ev);
   for (int i = 0; gs && i < n_gs; i++) {
@@ -1027,9 +1074,12 @@ static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
   engine_req *req = NULL;
   int32_t *ids = NULL;
   sbuf out = {0};
+  srv_receipt rcpt = {0};
   enum MHD_Result res;
   if (oai_parse(OAI_EMBEDDING, k->body.data, k->body.len, &r, &e)) return queue_error(k, c, &e);
   if (check_model(s, &r, &e)) goto fail;
+  srv_caller who = {k->anonymous, k->tenant};
+  if (srv_receipt_begin_embed(&rcpt, &s->evm, k->body.data, k->body.len, &who, &e)) goto fail;
   int n_embd = engine_n_embd(s->e);
   if (r.dimensions && r.dimensions != n_embd) {
     /* Truncating an embedding is only meaningful for models trained for it
@@ -1082,6 +1132,7 @@ static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
     pw_sampler_params_default(&p.sampling);
     p.embedding = true;
     p.deadline_ns = deadline;
+    ev_gen_embedding_input(&rcpt.gen, ids, n);
     if (submit(s, &p, "input", &req, &e)) goto fail;
     free(ids);
     ids = NULL;
@@ -1105,11 +1156,15 @@ static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
       goto fail;
     }
     total += ev->usage.prompt_tokens ? ev->usage.prompt_tokens : n;
+    ev_gen_vector(&rcpt.gen, vec, n_embd);
     oai_render_embedding(i, vec, n_embd, r.base64, &out);
     engine_release(req);
     req = NULL;
   }
-  oai_render_embeddings_end(engine_model_id(s->e), total, &out);
+  oai_resp ro;
+  memset(&ro, 0, sizeof ro);
+  if (srv_receipt_end(&rcpt, NULL, s->receipt_key, k->t0, 0, pw_now_ns(), &ro, &e)) goto fail;
+  oai_render_embeddings_end(engine_model_id(s->e), total, &ro, &out);
   res = queue_json(k, c, 200, &out);
   goto done;
 prompt_fail:
@@ -1118,6 +1173,7 @@ fail:
   res = queue_error(k, c, &e);
 done:
   engine_release(req);
+  srv_receipt_free(&rcpt);
   free(ids);
   free(ev);
   sbuf_free(&out);
@@ -1209,6 +1265,26 @@ static enum MHD_Result handle_metrics(conn *k, struct MHD_Connection *c) {
 static enum MHD_Result handle_models(conn *k, struct MHD_Connection *c) {
   sbuf out = {0};
   oai_render_model_list(engine_model_id(k->s->e), k->s->started, &out);
+  return queue_json(k, c, 200, &out);
+}
+
+/* The receipt signing key's public half (404 when receipts are unsigned). */
+static enum MHD_Result handle_receipt_key(conn *k, struct MHD_Connection *c) {
+  server *s = k->s;
+  oai_error e;
+  sbuf out = {0};
+  char *pem = NULL, fp[65], err[PW_ERRMAX];
+  if (!s->receipt_key) {
+    oai_seterr(&e, 404, "no_receipt_key", NULL, "this server does not sign receipts (start it with --receipt-key)");
+    return queue_error(k, c, &e);
+  }
+  if (ev_key_public_pem(s->receipt_key, &pem, err) || ev_key_fingerprint(s->receipt_key, fp, err)) {
+    free(pem);
+    oai_seterr(&e, 500, "internal_error", NULL, "%s", err);
+    return queue_error(k, c, &e);
+  }
+  oai_render_receipt_key(pem, fp, &out);
+  free(pem);
   return queue_json(k, c, 200, &out);
 }
 
@@ -1562,6 +1638,7 @@ static void server_free(server *s) {
     pthread_join(s->watchdog, NULL);
   }
   prompt_builder_free(&s->pb);
+  ev_key_destroy(s->receipt_key);
   auth_keys_destroy(s->keys);
   pthread_mutex_destroy(&s->log_mu);
   pthread_mutex_destroy(&s->watch_mu);
@@ -1601,6 +1678,11 @@ int server_start(const server_opts *o, engine *e, server **out, char *err) {
   if (o->cors_origins && (rc = parse_cors(s, o->cors_origins, err))) goto fail;
   if ((rc = auth_keys_create(o->api_key_file, o->api_keys, &s->keys, err))) goto fail;
   if ((rc = prompt_builder_init(&s->pb, engine_vocab(e), engine_chat_template(e), err))) goto fail;
+  const tok_vocab *voc = engine_vocab(e);
+  if ((rc = ev_model_info_init(&s->evm, engine_model_id(e), engine_model_sha256(e), engine_model_size(e),
+                               s->pb.template_src, tok_kind(voc), tok_pre(voc), tok_n_vocab(voc), err)))
+    goto fail;
+  if (o->receipt_key_path && (rc = ev_key_load_private(o->receipt_key_path, &s->receipt_key, err))) goto fail;
   const char *host = o->host && *o->host ? o->host : "127.0.0.1";
   bool v6 = false;
   if ((rc = open_listener(host, o->port, &s->listen_fd, &v6, err))) goto fail;

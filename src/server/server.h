@@ -2,7 +2,8 @@
  *
  * Endpoints (one table in server.c): POST /v1/chat/completions,
  * /v1/completions, /v1/embeddings, /tokenize, /detokenize; GET /v1/models,
- * /v1/models/{id}, /health (public), /metrics (Prometheus text). The /v1
+ * /v1/models/{id}, /v1/receipts/key, /health (public), /metrics
+ * (Prometheus text). The /v1
  * paths are served without the prefix too. With API keys configured every
  * endpoint but /health needs "Authorization: Bearer <key>". An unknown
  * path is 404, a known one with another method 405 with an Allow header.
@@ -32,6 +33,12 @@
  * (oai.h), then hashed with the caller's tenant (its API key's digest, or
  * "anonymous" without keys), the endpoint and the model into the engine's
  * cache key (oai_cache_scope); the raw key is never logged or kept.
+ *
+ * Receipts: every chat/completions/embeddings answer carries "receipt",
+ * "receipt_sha256" and "timings" (streams: on the final chunk, the usage
+ * chunk when include_usage is set); see evidence/receipt.h. GET
+ * /v1/receipts/key gives the signing key's public half (404 when
+ * receipts are unsigned).
  *
  * Request log: one line per request (see server_opts.log_requests), text
  *   2026-01-02T03:04:05.678Z power: request id=chatcmpl-... endpoint=chat_completions
@@ -79,6 +86,9 @@ typedef struct server_opts {
                              * status, token counts, timings; never prompt or output text);
                              * 2 = also the prompt and output text (debugging) */
   FILE *log_out;            /* borrowed: where request lines go; NULL = the process log (stderr) */
+  const char *receipt_key_path; /* Ed25519 private key (PEM) that signs every receipt;
+                             * NULL = unsigned. Unreadable = server_start fails.
+                             * GET /v1/receipts/key returns its public half */
 } server_opts;
 
 #define SERVER_DEFAULT_MAX_BODY ((size_t)8 << 20)
