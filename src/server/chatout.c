@@ -33,7 +33,7 @@ static void put_lp(chatout *c) {
 static void delta_open(chatout *c) {
   sbuf_puts(c->out, "data: ");
   oai_put_head(c->o, true, c->out);
-  sbuf_puts(c->out, ",\"choices\":[{\"index\":0,\"delta\":{");
+  sbuf_printf(c->out, ",\"choices\":[{\"index\":%d,\"delta\":{", c->o->index);
 }
 
 static void put_call_id(const chatout *c, sbuf *out) {
@@ -111,17 +111,14 @@ const char *chatout_finish(const chatout *c, engine_finish f) {
   return oai_finish_str(f);
 }
 
-void chatout_render(chatout *c, const oai_resp *o, const char *text, size_t n, const oai_logprobs *lp, engine_finish f,
-                    const engine_usage *u, sbuf *out) {
-  if (!c->p) {
-    oai_render_completion(o, text, n, lp, f, u, out);
-    return;
-  }
+/* One choice object of a whole answer: {"index":i,"message":{...},...}. */
+static void put_choice(chatout *c, int index, const char *text, size_t n, const oai_logprobs *lp, engine_finish f,
+                      sbuf *out) {
   c->stream = false;
-  if (tc_parser_feed(c->p, text, n, true, on_event, c) < 0) out->oom = true;
+  if (c->p && tc_parser_feed(c->p, text, n, true, on_event, c) < 0) out->oom = true;
+  if (!c->p) sbuf_put(&c->content, text, n);
   close_call(c);
-  oai_put_head(o, false, out);
-  sbuf_puts(out, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
+  sbuf_printf(out, "{\"index\":%d,\"message\":{\"role\":\"assistant\",\"content\":", index);
   if (c->n_calls && c->content.len == 0) sbuf_puts(out, "null");
   else sbuf_json_str(out, c->content.data ? c->content.data : "", c->content.len);
   if (c->reasoning.len) {
@@ -136,7 +133,11 @@ void chatout_render(chatout *c, const oai_resp *o, const char *text, size_t n, c
   sbuf_puts(out, "},\"logprobs\":");
   if (lp) oai_logprobs_render(lp, out);
   else sbuf_puts(out, "null");
-  sbuf_printf(out, ",\"finish_reason\":\"%s\"}],\"usage\":", chatout_finish(c, f));
+  sbuf_printf(out, ",\"finish_reason\":\"%s\"}", chatout_finish(c, f));
+}
+
+static void put_tail(const oai_resp *o, const engine_usage *u, sbuf *out) {
+  sbuf_puts(out, "],\"usage\":");
   oai_render_usage(u, out);
   if (o->spec_mode) {
     sbuf_puts(out, ",\"speculation\":");
@@ -144,4 +145,31 @@ void chatout_render(chatout *c, const oai_resp *o, const char *text, size_t n, c
   }
   oai_put_receipt(o, out);
   sbuf_puts(out, "}");
+}
+
+void chatout_render(chatout *c, const oai_resp *o, const char *text, size_t n, const oai_logprobs *lp, engine_finish f,
+                    const engine_usage *u, sbuf *out) {
+  if (!c->p) {
+    oai_render_completion(o, text, n, lp, f, u, out);
+    return;
+  }
+  oai_put_head(o, false, out);
+  sbuf_puts(out, ",\"choices\":[");
+  put_choice(c, o->index, text, n, lp, f, out);
+  put_tail(o, u, out);
+}
+
+int chatout_render_choices(const tc_syntax *sx, const oai_request *r, const oai_resp *o, const oai_choice *cs, int n,
+                           const engine_usage *u, sbuf *out) {
+  oai_put_head(o, false, out);
+  sbuf_puts(out, ",\"choices\":[");
+  for (int i = 0; i < n; i++) {
+    chatout c;
+    if (chatout_init(&c, sx, r)) return PW_ENOMEM;
+    if (i) sbuf_puts(out, ",");
+    put_choice(&c, i, cs[i].text ? cs[i].text : "", cs[i].len, cs[i].lp, cs[i].finish, out);
+    chatout_free(&c);
+  }
+  put_tail(o, u, out);
+  return 0;
 }

@@ -46,4 +46,9 @@ const char *chatout_finish(const chatout *c, engine_finish f);
 void chatout_render(chatout *c, const oai_resp *o, const char *text, size_t n, const oai_logprobs *lp, engine_finish f,
                     const engine_usage *u, sbuf *out);
 
+/* The whole chat.completion object with n choices (each parsed as above,
+ * index 0..n-1) and the summed usage. 0 or PW_ENOMEM. */
+int chatout_render_choices(const tc_syntax *sx, const oai_request *r, const oai_resp *o, const oai_choice *cs, int n,
+                           const engine_usage *u, sbuf *out);
+
 #endif
