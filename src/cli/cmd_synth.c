@@ -60,7 +60,7 @@ typedef enum sy_kind { SY_MATRIX, SY_NORM, SY_BIAS, SY_ROPE } sy_kind;
 typedef struct sy_tensor {
   char name[64];
   uint32_t n_dims;
-  uint64_t ne[2];
+  uint64_t ne[4]; /* unused dims 1 (quant_mix_type reads all four) */
   sy_kind kind;
   float std;
   uint32_t out_type;
@@ -99,6 +99,7 @@ static int sy_add(sy_ctx *c, const char *name, uint32_t n_dims, uint64_t ne0, ui
   t->n_dims = n_dims;
   t->ne[0] = ne0;
   t->ne[1] = ne1;
+  t->ne[2] = t->ne[3] = 1;
   t->kind = kind;
   t->std = std;
   t->name_hash = fnv1a(name);

@@ -2,8 +2,9 @@
  * what Power computes on them.
  *
  * Writes small models with `power synth` (qwen2 Q8_0 and Q4_K_M, qwen3
- * Q8_0, llama with llama3 rope_freqs Q4_K_M) and `power quantize` (the
- * trained codelm-py to Q4_K_M), runs llama.cpp on each through
+ * Q8_0, llama with llama3 rope_freqs Q4_K_M and IQ4_XS) and `power quantize` (the
+ * trained codelm-py to Q4_K_M; a qwen2 F16 synth file to IQ4_XS, IQ4_NL
+ * and MXFP4 (MXFP4_MOE --pure, every matrix MXFP4)), runs llama.cpp on each through
  * tests/peer/llamacpp-logits.mjs (node-llama-cpp's prebuilt release, CPU,
  * 2 threads) and compares its next-token distribution at every position
  * with Power's model_forward. node-llama-cpp exposes probabilities, so both
@@ -187,6 +188,8 @@ int main(void) {
       {"qwen2.5-0.5b Q4_K_M", "qwen2.5-0.5b", "qwen2", "Q4_K_M", qids},
       {"qwen3-0.6b Q8_0", "qwen3-0.6b", "llama-spm", "Q8_0", sids},
       {"llama-3.2-1b Q4_K_M", "llama-3.2-1b", "llama-spm", "Q4_K_M", sids},
+      /* 2048-wide rows: IQ4_XS throughout (attn_v Q5_K: 4 query heads per KV head) */
+      {"llama-3.2-1b IQ4_XS", "llama-3.2-1b", "llama-spm", "IQ4_XS", sids},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     snprintf(p, sizeof p, "%s/m%zu.gguf", g_tmp, i);
@@ -194,8 +197,28 @@ int main(void) {
     unlink(p);
   }
 
-  /* The trained model, quantized by Power, over real code. */
   char f32[1024], cmd[3072], err[PW_ERRMAX];
+  /* The non-linear types, quantized by Power from one F16 synth file (the
+   * 0.5B shape's 896-wide rows take IQ4_XS's IQ4_NL fallback, as in
+   * llama.cpp's IQ4_XS files of that model; its 4864-wide ffn_down stays
+   * IQ4_XS). */
+  snprintf(f32, sizeof f32, "%s/f16.gguf", g_tmp);
+  if (synth("qwen2.5-0.5b", "qwen2", "F16", f32) == 0) {
+    static const struct {
+      const char *label, *type;
+    } nl[] = {{"qwen2.5-0.5b IQ4_XS", "IQ4_XS"}, {"qwen2.5-0.5b IQ4_NL", "IQ4_NL"},
+              {"qwen2.5-0.5b MXFP4 (pure)", "MXFP4_MOE --pure"}};
+    for (size_t i = 0; i < sizeof nl / sizeof nl[0]; i++) {
+      snprintf(p, sizeof p, "%s/nl%zu.gguf", g_tmp, i);
+      snprintf(cmd, sizeof cmd, "'%s' quantize '%s' '%s' %s --quiet", bin(), f32, p, nl[i].type);
+      CHECK_MSG(sh(cmd) == 0, "quantize %s failed", nl[i].type);
+      compare(nl[i].label, p, qids, 12);
+      unlink(p);
+    }
+  }
+  unlink(f32);
+
+  /* The trained model, quantized by Power, over real code. */
   snprintf(f32, sizeof f32, "%s/models/codelm-py-F32.gguf", POWER_SHARED_DIR);
   snprintf(p, sizeof p, "%s/codelm-q4km.gguf", g_tmp);
   snprintf(cmd, sizeof cmd, "'%s' quantize '%s' '%s' Q4_K_M --quiet", bin(), f32, p);
