@@ -529,6 +529,22 @@ static int check_level(int level, double *worst) {
               CHECK_MSG(fbits(got[j]) == fbits(one[off + j]), "%s (%s) nx=%d off %d row %d vs nx=1 differ (n=%lld)",
                         tr->name, tr->impl, nx, off, j, (long long)n);
           }
+        /* vec_dot4 (where the level has it): four distinct rows against one
+         * token, each the bits vec_dot gives that row */
+        if (tr->vec_dot4) {
+          static uint8_t w4[4 * 4096 * 4];
+          const size_t rb = (size_t)pw_dtype_row_size(dt, (uint64_t)n);
+          for (int k = 0; k < 4; k++) make_weights(dt, w4 + k * rb, n, mode);
+          for (int j = 0; j < NXM; j += 3) {
+            float o4[4], o1;
+            tr->vec_dot4(n, w4, rb, xq + j * xs, o4);
+            for (int k = 0; k < 4; k++) {
+              tr->vec_dot(n, w4 + k * rb, xq + j * xs, xs, 1, &o1);
+              CHECK_MSG(fbits(o4[k]) == fbits(o1), "%s (%s) vec_dot4 row %d differs from vec_dot (n=%lld mode %d)",
+                        tr->name, tr->impl, k, (long long)n, mode);
+            }
+          }
+        }
         pw_ref_dequant(dt, w, wd, n);
         for (int j = 0; j < NXM; j++) {
           float ref;

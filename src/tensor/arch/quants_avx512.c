@@ -607,6 +607,67 @@ AI void vd_iq4_xs_k(int64_t n, const void *vw, const void *x, size_t xs, const i
 }
 NX_DISPATCH(vd_iq4_xs, 0)
 
+/* ---- four rows against one token for the non-linear types (vec_dot4) ------
+ * Each row goes through exactly the steps vec_dot takes with one token
+ * (the same pairs, accumulators and reductions), the rows in turn, so the
+ * results are the same bits; each row's stream is prefetched K4_PF_BYTES
+ * ahead, as the K-quants' four-row kernels do. */
+AI void vd4_sym(int64_t n, const void *vw, size_t rs, const void *x, float *out, const int kind) {
+  const int wsz = sym_wsz(kind);
+  const int64_t nb = n / 32;
+  const uint8_t *xb = x;
+  __m512 acc0[4], acc1[4];
+  _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 4 <= nb; b += 4) {
+    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {
+      const uint8_t *w = (const uint8_t *)vw + (size_t)r * rs + b * wsz;
+      k_prefetch(w, (size_t)(4 * wsz), K4_PF_BYTES);
+      pair_rows(w, wsz, kind, 1, xb, 0, (size_t)b * 34, 1, &acc0[r]);
+      pair_rows(w + 2 * wsz, wsz, kind, 1, xb, 0, (size_t)(b + 2) * 34, 1, &acc1[r]);
+    }
+  }
+  _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {
+    const uint8_t *w = (const uint8_t *)vw + (size_t)r * rs;
+    int64_t c = b;
+    if (c + 2 <= nb) {
+      pair_rows(w + c * wsz, wsz, kind, 1, xb, 0, (size_t)c * 34, 1, &acc0[r]);
+      c += 2;
+    }
+    if (c < nb) pair_rows(w + c * wsz, wsz, kind, 0, xb, 0, (size_t)c * 34, 1, &acc1[r]);
+    out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
+  }
+}
+static void vd4_iq4_nl(int64_t n, const void *w, size_t rs, const void *x, float *out) {
+  vd4_sym(n, w, rs, x, out, LIQ4_NL);
+}
+static void vd4_mxfp4(int64_t n, const void *w, size_t rs, const void *x, float *out) {
+  vd4_sym(n, w, rs, x, out, LMXFP4);
+}
+
+static void vd4_iq4_xs(int64_t n, const void *vw, size_t rs, const void *x, float *out) {
+  const __m512i tab = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)pw_kvalues_iq4nl));
+  __m512 acc[4];
+  _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const block_q8_K *y = (const block_q8_K *)x + i;
+    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {
+      const block_iq4_xs *w = (const block_iq4_xs *)((const uint8_t *)vw + (size_t)r * rs) + i;
+      k_prefetch((const uint8_t *)w, sizeof *w, K4_PF_BYTES);
+      const __m512i sc16 = iq4xs_scales(w);
+      __m512i sumi = _mm512_setzero_si512();
+      _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {
+        const __m512i q = iq4xs_chunk(w, c, tab);
+        const __m512i yv = _mm512_loadu_si512(y->qs + 64 * c);
+        const __m512i ys = _mm512_mask_sub_epi8(yv, _mm512_movepi8_mask(q), _mm512_setzero_si512(), yv);
+        sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(_mm512_abs_epi8(q), ys), iq4xs_chunk_scales(sc16, c));
+      }
+      acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(_cvtsh_ss(w->d) * y->d), _mm512_cvtepi32_ps(sumi), acc[r]);
+    }
+  }
+  _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
 void quants_fill_avx512(pw_traits *t) {
   t[PW_DT_Q4_0].vec_dot = vd_q4_0;
   t[PW_DT_Q4_1].vec_dot = vd_q4_1;
@@ -619,6 +680,9 @@ void quants_fill_avx512(pw_traits *t) {
   t[PW_DT_IQ4_NL].vec_dot = vd_iq4_nl;
   t[PW_DT_IQ4_XS].vec_dot = vd_iq4_xs;
   t[PW_DT_MXFP4].vec_dot = vd_mxfp4;
+  t[PW_DT_IQ4_NL].vec_dot4 = vd4_iq4_nl;
+  t[PW_DT_IQ4_XS].vec_dot4 = vd4_iq4_xs;
+  t[PW_DT_MXFP4].vec_dot4 = vd4_mxfp4;
   t[PW_DT_Q4_K].vec_dot4 = vd4_q4_k;
   t[PW_DT_Q5_K].vec_dot4 = vd4_q5_k;
   t[PW_DT_Q6_K].vec_dot4 = vd4_q6_k;
