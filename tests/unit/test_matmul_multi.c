@@ -72,7 +72,11 @@ int main(void) {
   const uint32_t set1[4] = {PW_DT_Q4_K, PW_DT_Q6_K, PW_DT_Q8_0, PW_DT_F16};
   /* IQ4_XS shares q8_K with Q4_K, IQ4_NL and MXFP4 share q8_0 */
   const uint32_t set2[4] = {PW_DT_IQ4_XS, PW_DT_IQ4_NL, PW_DT_MXFP4, PW_DT_Q4_K};
+  /* IQ4_NL shares Q8_0's pack where both have the tiled kernel (AVX-512
+   * VBMI), IQ4_XS the q8_K rows of Q4_K where neither has it */
+  const uint32_t set3[4] = {PW_DT_IQ4_NL, PW_DT_Q8_0, PW_DT_IQ4_XS, PW_DT_Q4_K};
   run_set(set1);
   run_set(set2);
+  run_set(set3);
   TEST_DONE();
 }
