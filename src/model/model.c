@@ -11,11 +11,13 @@
 #include "tensor/dtype.h"
 #include "tensor/traits.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-const model_arch_ops *const model_archs[] = {&model_arch_llama, &model_arch_qwen2, &model_arch_qwen3, NULL};
+const model_arch_ops *const model_archs[] = {&model_arch_llama, &model_arch_qwen2, &model_arch_qwen3, &model_arch_gemma3,
+                                             NULL};
 
 /* ---- loading ---------------------------------------------------------- */
 
@@ -120,23 +122,53 @@ static int load_hparams(model *m, char *err) {
   snprintf(key, sizeof key, "%s.rope.freq_base", a);
   gguf_get_f32(f, key, &hp->rope_base);
   hp->rope_scale = 1.0f;
-  char stype[32] = "";
+  hp->rope_attn_factor = 1.0f;
+  char stype[32] = "linear";
   snprintf(key, sizeof key, "%s.rope.scaling.type", a);
   gguf_get_cstr(f, key, stype, sizeof stype);
   snprintf(key, sizeof key, "%s.rope.scaling.factor", a);
   float factor = 0;
-  if (gguf_get_f32(f, key, &factor) && factor > 0 && strcmp(stype, "none")) {
-    if (*stype && strcmp(stype, "linear"))
-      return pw_seterr(err, PW_EUNSUPPORTED, "rope scaling type '%s' is not supported", stype);
-    hp->rope_scale = 1.0f / factor;
+  gguf_get_f32(f, key, &factor);
+  if (strcmp(stype, "none") && strcmp(stype, "linear") && strcmp(stype, "yarn"))
+    return pw_seterr(err, PW_EUNSUPPORTED, "rope scaling type '%s' is not supported (none, linear, yarn)", stype);
+  if (!(factor >= 0) || factor > 1e6) return pw_seterr(err, PW_EFORMAT, "invalid rope scaling factor %g", (double)factor);
+  /* As llama.cpp: the scale is 1/factor unless the type is none. */
+  if (factor > 0 && strcmp(stype, "none")) hp->rope_scale = 1.0f / factor;
+  float attn = 1.0f;
+  snprintf(key, sizeof key, "%s.rope.scaling.attn_factor", a);
+  gguf_get_f32(f, key, &attn);
+  if (!strcmp(stype, "yarn")) {
+    /* YaRN (llama.cpp's defaults: beta_fast 32, beta_slow 1, the ramp
+     * between the dimension pairs whose wavelengths fit those many
+     * rotations in the original context). The magnitude correction
+     * 1 + 0.1 ln(factor) is applied where the angles are made; llama.cpp
+     * computes it twice, once cancelled, and the float steps are kept. */
+    uint32_t oc = (uint32_t)hp->n_ctx_train;
+    snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", a);
+    gguf_get_u32(f, key, &oc);
+    if (oc == 0 || oc > (1u << 24)) return pw_seterr(err, PW_EFORMAT, "invalid YaRN original context %u", oc);
+    hp->n_ctx_orig = (int32_t)oc;
+    hp->rope_ext_factor = 1.0f;
+    const float fs = 1.0f / hp->rope_scale;
+    float mscale = fs <= 1.0f ? 1.0f : 0.1f * logf(fs) + 1.0f;
+    mscale *= 1.0f / (1.0f + 0.1f * logf(fs));
+    attn *= mscale;
+    const int nd = hp->head_dim;
+    const float beta_fast = 32.0f, beta_slow = 1.0f;
+    float lo = floorf((float)nd * logf((float)oc / (beta_fast * 2 * (float)M_PI)) / (2 * logf(hp->rope_base)));
+    float hi = ceilf((float)nd * logf((float)oc / (beta_slow * 2 * (float)M_PI)) / (2 * logf(hp->rope_base)));
+    hp->rope_corr[0] = lo > 0 ? lo : 0;
+    hp->rope_corr[1] = hi < (float)(nd - 1) ? hi : (float)(nd - 1);
   }
+  if (!(attn > 0) || attn > 1e3) return pw_seterr(err, PW_EFORMAT, "invalid rope attention factor %g", (double)attn);
+  hp->rope_attn_factor = attn;
   hp->rms_eps = 1e-5f;
   snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", a);
   gguf_get_f32(f, key, &hp->rms_eps);
   if (!(hp->rope_base > 0) || !(hp->rms_eps >= 0))
     return pw_seterr(err, PW_EFORMAT, "invalid rope base %g or rms epsilon %g", (double)hp->rope_base,
                      (double)hp->rms_eps);
-  return 0;
+  return m->ad->load_hparams ? m->ad->load_hparams(m, err) : 0;
 }
 
 static int bind_weights(model *m, char *err) {
@@ -302,6 +334,10 @@ int model_ctx_create(const model *m, int max_batch, int max_ctx, model_ctx **out
   c->rows = alloc_lines(B * hp->n_embd * sizeof(float));
   c->rope_cos = malloc(B * hp->head_dim / 2 * sizeof(float));
   c->rope_sin = malloc(B * hp->head_dim / 2 * sizeof(float));
+  if (hp->n_swa > 0) {
+    c->rope_cos_swa = malloc(B * hp->head_dim / 2 * sizeof(float));
+    c->rope_sin_swa = malloc(B * hp->head_dim / 2 * sizeof(float));
+  }
   c->att_groups = malloc((B + 1) * sizeof(int));
   /* Scratch for the largest activation quantization of any matmul. */
   size_t mm = 0;
@@ -313,7 +349,8 @@ int model_ctx_create(const model *m, int max_batch, int max_ctx, model_ctx **out
   if (so > mm) mm = so;
   c->mm_scratch = alloc_lines(mm ? mm : 1);
   if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->rows ||
-      !c->rope_cos || !c->rope_sin || !c->att_groups || !c->mm_scratch) {
+      !c->rope_cos || !c->rope_sin || !c->att_groups || !c->mm_scratch ||
+      (hp->n_swa > 0 && (!c->rope_cos_swa || !c->rope_sin_swa))) {
     model_ctx_destroy(c);
     return pw_seterr(err, PW_ENOMEM, "out of memory for batch scratch");
   }
@@ -334,6 +371,8 @@ void model_ctx_destroy(model_ctx *c) {
   free(c->rows);
   free(c->rope_cos);
   free(c->rope_sin);
+  free(c->rope_cos_swa);
+  free(c->rope_sin_swa);
   free(c->att_groups);
   free(c->mm_scratch);
   free(c);
@@ -364,6 +403,7 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
   const int E = hp->n_embd;
   const model_backend *be = m->be;
   for (int t = 0; t < n; t++) pw_get_row(m->tok_embd.type, m->tok_embd.data, E, e[t].token, c->x + (size_t)t * E);
+  if (hp->emb_scale != 0) be->scale(c, c->x, c->x, hp->emb_scale, (int64_t)n * E);
   be->begin(c, e, n);
   for (int il = 0; il < hp->n_layer; il++) m->ad->layer(c, kv, e, n, il);
   for (int t = 0; t < n; t++) kv->len[e[t].seq] = e[t].pos + 1 > kv->len[e[t].seq] ? e[t].pos + 1 : kv->len[e[t].seq];
@@ -379,6 +419,10 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
     /* the next step starts with layer 0's q, k and v */
     m->ad->prefetch_layer(c, 0, nw);
     be->matmul(c, &m->output, c->rows, nw, logits);
+    if (hp->logit_softcap > 0) { /* cap * tanh(logits / cap), as llama.cpp's scale, tanh, scale */
+      const float cap = hp->logit_softcap;
+      for (size_t i = 0; i < (size_t)nw * hp->n_vocab; i++) logits[i] = tanhf(logits[i] * (1.0f / cap)) * cap;
+    }
   }
   return 0;
 }

@@ -2,9 +2,11 @@
  * what Power computes on them.
  *
  * Writes small models with `power synth` (qwen2 Q8_0 and Q4_K_M, qwen3
- * Q8_0, llama with llama3 rope_freqs Q4_K_M and IQ4_XS) and `power quantize` (the
- * trained codelm-py to Q4_K_M; a qwen2 F16 synth file to IQ4_XS, IQ4_NL
- * and MXFP4 (MXFP4_MOE --pure, every matrix MXFP4)), runs llama.cpp on each through
+ * Q8_0, llama with llama3 rope_freqs Q4_K_M and IQ4_XS, gemma3 F16 and
+ * Q8_0 with a short sliding window, qwen2 F16 with YaRN scaling) and
+ * `power quantize` (the trained codelm-py to Q4_K_M; a qwen2 F16 synth file
+ * to IQ4_XS, IQ4_NL and MXFP4 (MXFP4_MOE --pure, every matrix MXFP4)),
+ * runs llama.cpp on each through
  * tests/peer/llamacpp-logits.mjs (node-llama-cpp's prebuilt release, CPU,
  * 2 threads) and compares its next-token distribution at every position
  * with Power's model_forward. node-llama-cpp exposes probabilities, so both
@@ -148,11 +150,11 @@ static void compare(const char *label, const char *path, const int32_t *ids, int
   model_destroy(m);
 }
 
-static int synth(const char *arch, const char *vocab, const char *type, const char *out) {
+static int synth(const char *arch, const char *vocab, const char *type, const char *shape, const char *out) {
   char cmd[2048];
   snprintf(cmd, sizeof cmd,
-           "'%s' synth --arch %s --vocab '%s/tokenizer/ggml-vocab-%s.gguf' --out '%s' --type %s --layers 2 --quiet",
-           bin(), arch, POWER_SHARED_DIR, vocab, out, type);
+           "'%s' synth --arch %s --vocab '%s/tokenizer/ggml-vocab-%s.gguf' --out '%s' --type %s %s --quiet", bin(),
+           arch, POWER_SHARED_DIR, vocab, out, type, shape ? shape : "--layers 2");
   int rc = sh(cmd);
   CHECK_MSG(rc == 0, "synth %s %s failed", arch, type);
   return rc;
@@ -180,22 +182,37 @@ int main(void) {
   char p[512];
   static const int32_t qids[12] = {785, 3974, 13876, 38835, 34208, 916, 279, 15678, 5562, 13, 151643, 40};
   static const int32_t sids[12] = {1, 450, 4996, 17354, 1701, 432, 17204, 975, 278, 17366, 11203, 29889};
+  /* gemma-3-1b: seven layers (five local, one global, one local) with a
+   * window of 5 over the 12 positions, so the mask and both RoPE bases
+   * are exercised. */
   struct {
-    const char *label, *arch, *vocab, *type;
+    const char *label, *arch, *vocab, *type, *shape;
     const int32_t *ids;
   } cases[] = {
-      {"qwen2.5-0.5b Q8_0", "qwen2.5-0.5b", "qwen2", "Q8_0", qids},
-      {"qwen2.5-0.5b Q4_K_M", "qwen2.5-0.5b", "qwen2", "Q4_K_M", qids},
-      {"qwen3-0.6b Q8_0", "qwen3-0.6b", "llama-spm", "Q8_0", sids},
-      {"llama-3.2-1b Q4_K_M", "llama-3.2-1b", "llama-spm", "Q4_K_M", sids},
+      {"qwen2.5-0.5b Q8_0", "qwen2.5-0.5b", "qwen2", "Q8_0", NULL, qids},
+      {"qwen2.5-0.5b Q4_K_M", "qwen2.5-0.5b", "qwen2", "Q4_K_M", NULL, qids},
+      {"qwen3-0.6b Q8_0", "qwen3-0.6b", "llama-spm", "Q8_0", NULL, sids},
+      {"llama-3.2-1b Q4_K_M", "llama-3.2-1b", "llama-spm", "Q4_K_M", NULL, sids},
       /* 2048-wide rows: IQ4_XS throughout (attn_v Q5_K: 4 query heads per KV head) */
-      {"llama-3.2-1b IQ4_XS", "llama-3.2-1b", "llama-spm", "IQ4_XS", sids},
+      {"llama-3.2-1b IQ4_XS", "llama-3.2-1b", "llama-spm", "IQ4_XS", NULL, sids},
+      {"gemma-3-1b F16 window 5", "gemma-3-1b", "llama-spm", "F16", "--layers 7 --window 5", sids},
+      {"gemma-3-1b Q8_0 window 5", "gemma-3-1b", "llama-spm", "Q8_0", "--layers 7 --window 5", sids},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     snprintf(p, sizeof p, "%s/m%zu.gguf", g_tmp, i);
-    if (synth(cases[i].arch, cases[i].vocab, cases[i].type, p) == 0) compare(cases[i].label, p, cases[i].ids, 12);
+    if (synth(cases[i].arch, cases[i].vocab, cases[i].type, cases[i].shape, p) == 0)
+      compare(cases[i].label, p, cases[i].ids, 12);
     unlink(p);
   }
+
+  /* YaRN: a factor of 4 over an original context of 16, judged over 40
+   * positions (most past the original context). */
+  int32_t lids[40];
+  for (int i = 0; i < 40; i++) lids[i] = qids[i % 12] + (i / 12) * 7;
+  snprintf(p, sizeof p, "%s/yarn.gguf", g_tmp);
+  if (synth("qwen2.5-0.5b", "qwen2", "F16", "--layers 2 --yarn 4,16", p) == 0)
+    compare("qwen2.5-0.5b F16 YaRN 4x16", p, lids, 40);
+  unlink(p);
 
   char f32[1024], cmd[3072], err[PW_ERRMAX];
   /* The non-linear types, quantized by Power from one F16 synth file (the
@@ -203,7 +220,7 @@ int main(void) {
    * llama.cpp's IQ4_XS files of that model; its 4864-wide ffn_down stays
    * IQ4_XS). */
   snprintf(f32, sizeof f32, "%s/f16.gguf", g_tmp);
-  if (synth("qwen2.5-0.5b", "qwen2", "F16", f32) == 0) {
+  if (synth("qwen2.5-0.5b", "qwen2", "F16", NULL, f32) == 0) {
     static const struct {
       const char *label, *type;
     } nl[] = {{"qwen2.5-0.5b IQ4_XS", "IQ4_XS"}, {"qwen2.5-0.5b IQ4_NL", "IQ4_NL"},
