@@ -153,4 +153,15 @@ static inline size_t model_kv_off(const model_kv *kv, int layer, int seq, int he
   return ((((size_t)layer * kv->n_seq + seq) * kv->n_head_kv + head) * kv->n_ctx + pos) * kv->head_dim;
 }
 
+/* ---- what the architectures' blocks share (arch_common.c) -------------------
+ * The q/k/v and gate/up matmuls of a layer as ops (out pointers into c's
+ * activations; c NULL for sizing and prefetch), the matmul scratch a layer
+ * of this shape needs, and the hint for the weights a layer reads first. */
+void model_qkv_ops(const layer_w *L, model_ctx *c, pw_mm_op o[3]);
+void model_gu_ops(const layer_w *L, model_ctx *c, pw_mm_op o[2]);
+size_t model_layer_scratch_size(const model *m, int il, int max_batch);
+void model_layer_prefetch(model_ctx *c, int il, int n);
+/* Prefetches one weight for a pass of n entries. */
+void model_prefetch_weight(model_ctx *c, const model_weight *w, int n);
+
 #endif
