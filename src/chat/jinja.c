@@ -293,15 +293,38 @@ int jbuf_putc(R *r, jbuf *b, char c) {
 
 int jbuf_puts(R *r, jbuf *b, const char *s) { return jbuf_put(r, b, s, strlen(s)); }
 
+/* Formats into the buffer whatever the length: a short result goes through
+ * a stack buffer, a long one is measured, checked against the limit and
+ * formatted in place (never cut short). */
 int jbuf_printf(R *r, jbuf *b, const char *fmt, ...) {
   char tmp[128];
   va_list ap;
   va_start(ap, fmt);
   int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
   va_end(ap);
-  if (n < 0) n = 0;
-  if ((size_t)n >= sizeof tmp) n = sizeof tmp - 1;
-  return jbuf_put(r, b, tmp, (size_t)n);
+  if (n < 0) return jr_err(r, r->line, PW_ETEMPLATE, "formatting failed");
+  if ((size_t)n < sizeof tmp) return jbuf_put(r, b, tmp, (size_t)n);
+  /* reserve n bytes (checks the limit, grows) with the first part, then
+   * format the whole over it */
+  size_t at = b->n;
+  if (jbuf_put(r, b, tmp, sizeof tmp - 1)) return -1;
+  b->n = at;
+  if ((size_t)n > b->limit || b->n > b->limit - (size_t)n)
+    return jr_err(r, r->line, PW_ELIMIT, "output exceeds %zu bytes", b->limit);
+  if (b->n + (size_t)n + 1 > b->cap) {
+    size_t cap = b->cap;
+    while (cap < b->n + (size_t)n + 1) cap *= 2;
+    char *np = realloc(b->p, cap);
+    if (!np) return jr_nomem(r);
+    b->p = np;
+    b->cap = cap;
+  }
+  va_start(ap, fmt);
+  int m = vsnprintf(b->p + at, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  PW_ASSERT(m == n);
+  b->n = at + (size_t)n;
+  return 0;
 }
 
 void jbuf_init(R *r, jbuf *b) {

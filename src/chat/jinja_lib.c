@@ -139,7 +139,15 @@ bool jv_truthy(jv v) {
 
 static bool is_num(jv v) { return v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL; }
 static bool is_intlike(jv v) { return v.t == JV_INT || v.t == JV_BOOL; }
-static int64_t as_int(jv v) { return v.t == JV_BOOL ? (int64_t)v.u.b : v.t == JV_INT ? v.u.i : (int64_t)v.u.f; }
+/* Floats convert saturating (NaN as 0): a plain cast of one outside the
+ * int64 range is undefined behaviour. */
+static int64_t f_to_i64(double f) {
+  if (f != f) return 0;
+  if (f >= 9223372036854775808.0) return INT64_MAX;
+  if (f < -9223372036854775808.0) return INT64_MIN;
+  return (int64_t)f;
+}
+static int64_t as_int(jv v) { return v.t == JV_BOOL ? (int64_t)v.u.b : v.t == JV_INT ? v.u.i : f_to_i64(v.u.f); }
 static double as_f(jv v) { return v.t == JV_FLOAT ? v.u.f : (double)as_int(v); }
 
 static int too_deep(R *r, int line) {
@@ -926,7 +934,65 @@ int jlib_binop(R *r, int op, jv a, jv b, jv *out, int line) {
   return arith_err(r, op, a, b, line);
 }
 
-/* "fmt" % args: %s %r %d %i %f %x %% with optional width/precision. */
+/* One conversion spec of "fmt" % args after its '%': flags, width and
+ * precision read as numbers, so that both can be bounded by the render's
+ * output limit before anything is formatted (a width or precision handed
+ * straight to vsnprintf once let a template spend seconds and gigabytes). */
+typedef struct {
+  char flags[8]; /* subset of "-+ 0#", NUL-terminated */
+  size_t width;  /* 0 when absent */
+  size_t prec;   /* meaningful when has_prec */
+  bool has_prec;
+} pct_spec;
+
+/* Reads digits at f[*i]; values past `cap` are an error (returns -1). */
+static int pct_num(const char *f, size_t len, size_t *i, size_t cap, size_t *out) {
+  size_t v = 0;
+  while (*i < len && f[*i] >= '0' && f[*i] <= '9') {
+    v = v * 10 + (size_t)(f[*i] - '0');
+    if (v > cap) return -1;
+    (*i)++;
+  }
+  *out = v;
+  return 0;
+}
+
+static int pct_parse(R *r, const char *f, size_t len, size_t *i, pct_spec *sp, int line) {
+  memset(sp, 0, sizeof *sp);
+  size_t nf = 0;
+  while (*i < len && strchr("-+ 0#", f[*i]) && f[*i]) {
+    if (!strchr(sp->flags, f[*i]) && nf < sizeof sp->flags - 1) sp->flags[nf++] = f[*i];
+    (*i)++;
+  }
+  /* Anything wider or more precise than the whole output could hold can
+   * only end in the output limit: refuse it before formatting. */
+  size_t cap = r->max_output;
+  if (pct_num(f, len, i, cap, &sp->width))
+    return jr_err(r, line, PW_ELIMIT, "format width exceeds the output limit of %zu bytes", cap);
+  if (*i < len && f[*i] == '.') {
+    (*i)++;
+    sp->has_prec = true;
+    if (pct_num(f, len, i, cap, &sp->prec))
+      return jr_err(r, line, PW_ELIMIT, "format precision exceeds the output limit of %zu bytes", cap);
+  }
+  if (*i < len && f[*i] == '*') return jr_err(r, line, PW_ETEMPLATE, "'*' width in a format is not supported");
+  return 0;
+}
+
+/* Pads `s` (n bytes, ncp code points) to the spec's width as %s does. */
+static int pct_pad_str(R *r, jbuf *b, const pct_spec *sp, const char *s, size_t n, size_t ncp) {
+  bool left = strchr(sp->flags, '-') != NULL;
+  size_t pad = sp->width > ncp ? sp->width - ncp : 0;
+  int rc = 0;
+  for (size_t k = 0; rc == 0 && !left && k < pad; k++) rc = jbuf_putc(r, b, ' ');
+  if (rc == 0) rc = jbuf_put(r, b, s, n);
+  for (size_t k = 0; rc == 0 && left && k < pad; k++) rc = jbuf_putc(r, b, ' ');
+  return rc;
+}
+
+/* "fmt" % args: %s %r %d %i %o %x %X %e %E %f %F %g %G %% with flags, width
+ * and precision; the output counts against the render's output limit and is
+ * never cut short. */
 static int percent_format(R *r, jv fmt, jv args, jv *out, int line) {
   jstr *f = JV_STRP(fmt);
   jbuf b;
@@ -939,11 +1005,12 @@ static int percent_format(R *r, jv fmt, jv args, jv *out, int line) {
       rc = jbuf_putc(r, &b, f->s[i]);
       continue;
     }
-    char spec[32];
-    size_t k = 0;
-    spec[k++] = '%';
     i++;
-    while (i < f->len && k < 20 && strchr("-+ 0#.0123456789", f->s[i])) spec[k++] = f->s[i++];
+    pct_spec sp;
+    if (pct_parse(r, f->s, f->len, &i, &sp, line)) {
+      rc = -1;
+      break;
+    }
     if (i >= f->len) {
       rc = jr_err(r, line, PW_ETEMPLATE, "incomplete format");
       break;
@@ -967,6 +1034,12 @@ static int percent_format(R *r, jv fmt, jv args, jv *out, int line) {
       }
       a = args;
     }
+    /* The C spec rebuilt from parsed numbers; both are at most the output
+     * limit, so they fit an int. */
+    char spec[48];
+    int sl = snprintf(spec, sizeof spec, "%%%s", sp.flags);
+    if (sp.width) sl += snprintf(spec + sl, sizeof spec - (size_t)sl, "%zu", sp.width);
+    if (sp.has_prec) sl += snprintf(spec + sl, sizeof spec - (size_t)sl, ".%zu", sp.prec);
     switch (c) {
     case 's':
     case 'r': {
@@ -974,23 +1047,18 @@ static int percent_format(R *r, jv fmt, jv args, jv *out, int line) {
       jbuf_init(r, &t);
       rc = c == 's' ? str_d(r, &t, a, 0) : repr_d(r, &t, a, 0);
       if (rc == 0) {
-        spec[k++] = '*';
-        spec[k - 1] = 's';
-        spec[k] = 0;
-        /* width only; precision truncates bytes */
-        char tmp[64];
-        if (k == 2) {
-          rc = jbuf_put(r, &b, t.p ? t.p : "", t.n);
-        } else {
-          int w = atoi(spec + 1 + (spec[1] == '-'));
-          bool left = spec[1] == '-';
-          size_t pad = (size_t)w > t.n ? (size_t)w - t.n : 0;
-          memset(tmp, ' ', sizeof tmp);
-          if (pad > sizeof tmp) pad = sizeof tmp;
-          if (!left) rc = jbuf_put(r, &b, tmp, pad);
-          if (rc == 0) rc = jbuf_put(r, &b, t.p ? t.p : "", t.n);
-          if (rc == 0 && left) rc = jbuf_put(r, &b, tmp, pad);
+        const char *p = t.p ? t.p : "";
+        size_t n = t.n, ncp = 0;
+        /* precision keeps that many code points, as Python's does */
+        for (size_t k = 0; k < t.n;) {
+          if (sp.has_prec && ncp == sp.prec) {
+            n = k;
+            break;
+          }
+          cp_at(p, t.n, k, &k);
+          ncp++;
         }
+        rc = pct_pad_str(r, &b, &sp, p, n, ncp);
       }
       jbuf_fini(&t);
       break;
@@ -1004,10 +1072,7 @@ static int percent_format(R *r, jv fmt, jv args, jv *out, int line) {
         rc = jr_err(r, line, PW_ETEMPLATE, "%%%c format: a number is required, not %s", c, jv_typename(a));
         break;
       }
-      spec[k++] = 'l';
-      spec[k++] = 'l';
-      spec[k++] = c == 'i' ? 'd' : c;
-      spec[k] = 0;
+      snprintf(spec + sl, sizeof spec - (size_t)sl, "ll%c", c == 'i' ? 'd' : c);
       rc = jbuf_printf(r, &b, spec, (long long)as_int(a));
       break;
     case 'f':
@@ -1020,8 +1085,13 @@ static int percent_format(R *r, jv fmt, jv args, jv *out, int line) {
         rc = jr_err(r, line, PW_ETEMPLATE, "%%%c format: a number is required, not %s", c, jv_typename(a));
         break;
       }
-      spec[k++] = c;
-      spec[k] = 0;
+      /* %f of a large number prints up to 309 integer digits besides the
+       * precision: refuse what cannot fit before formatting it. */
+      if (sp.has_prec && sp.prec > r->max_output - (b.n < r->max_output ? b.n : r->max_output)) {
+        rc = jr_err(r, line, PW_ELIMIT, "output exceeds %zu bytes", r->max_output);
+        break;
+      }
+      snprintf(spec + sl, sizeof spec - (size_t)sl, "%c", c);
       rc = jbuf_printf(r, &b, spec, as_f(a));
       break;
     default: rc = jr_err(r, line, PW_ETEMPLATE, "unsupported format character '%c'", c);

@@ -139,6 +139,8 @@ static const struct {
      "[('a', 2), ('b', 1)] [[1, 2], [3, 4], [5]]"},
     {"{{ \"%5s|%-5s|%05d\" % (\"a\", \"b\", 42) }}",
      "    a|b    |00042"},
+    {"{{ \"%.2s|%-4.1s|%3d|%.3d|%+.1e\" % (\"abc\", \"xyz\", 5, 7, 12345.678) }}",
+     "ab|x   |  5|007|+1.2e+04"},
     {"{{ 'abc' ~ 1.5 ~ [1] }} {{ 1 ~ 2 }}",
      "abc1.5[1] 12"},
     {"{{ -1 ** 2 }} {{ (-1) ** 2 }} {{ 2 ** 3 ** 2 }} {{ not 1 == 2 }} {{ 1 + 2 * 3 - 4 / 2 }}",
@@ -276,6 +278,48 @@ static char *repeat(const char *s, int n, const char *mid, const char *tail, int
   for (int i = 0; i < m; i++, p += c) memcpy(p, tail, c);
   *p = 0;
   return o;
+}
+
+/* % formatting: width and precision are bounded by the output limit, the
+ * output counts against it, and a long field is never cut short. */
+static void test_percent_limits(void) {
+  jinja_limits lim = {0};
+  static const char *const huge_prec = "{{ '%.999999999f' % 1.5 }}", *huge_width = "{{ '%999999999d' % 1 }}",
+                           *huge_s = "{{ '%-999999999s|' % 'a' }}", *huge_g = "{{ '%.99999999999999999999g' % 1.5 }}";
+  expect_error(huge_prec, strlen(huge_prec), &lim, PW_ELIMIT, "format precision exceeds the output limit");
+  expect_error(huge_width, strlen(huge_width), &lim, PW_ELIMIT, "format width exceeds the output limit");
+  expect_error(huge_s, strlen(huge_s), &lim, PW_ELIMIT, "format width exceeds the output limit");
+  expect_error(huge_g, strlen(huge_g), &lim, PW_ELIMIT, "format precision exceeds the output limit");
+  /* within the parse bound but past a small render limit: counted, refused */
+  jinja_limits small = {.max_output = 1000};
+  static const char *const mid_prec = "{{ '%.990f' % 1.5 }}{{ '%.990f' % 1.5 }}", *mid_w = "{{ '%5000s' % 1 }}";
+  expect_error(mid_prec, strlen(mid_prec), &small, PW_ELIMIT, "output exceeds 1000 bytes");
+  expect_error(mid_w, strlen(mid_w), &small, PW_ELIMIT, "width exceeds the output limit");
+  /* fields longer than any internal scratch buffer arrive whole */
+  static const struct {
+    const char *tmpl;
+    size_t len;
+    char first, last;
+  } whole[] = {
+      {"{{ '%200s' % 'x' }}", 200, ' ', 'x'},
+      {"{{ '%-300s' % 'x' }}", 300, 'x', ' '},
+      {"{{ '%.150f' % 1.5 }}", 152, '1', '0'},
+      {"{{ '%0400d' % -7 }}", 400, '-', '7'},
+      {"{{ '%.5000d' % 7 }}", 5000, '0', '7'},
+      {"{{ '%d' % 1e300 }}{{ '%d' % -1e300 }}", 39, '9', '8'}, /* saturated, defined */
+  };
+  for (size_t i = 0; i < sizeof whole / sizeof whole[0]; i++) {
+    char err[PW_ERRMAX] = "", *out = NULL;
+    size_t n = 0;
+    int rc = render(whole[i].tmpl, strlen(whole[i].tmpl), NULL, &lim, &out, &n, err);
+    CHECK_MSG(rc == 0, "%s: rc %d %s", whole[i].tmpl, rc, err);
+    CHECK_MSG(n == whole[i].len, "%s: %zu bytes, want %zu", whole[i].tmpl, n, whole[i].len);
+    if (rc == 0 && n) {
+      CHECK_MSG(out[0] == whole[i].first && out[n - 1] == whole[i].last, "%s: '%c'..'%c'", whole[i].tmpl, out[0],
+                out[n - 1]);
+    }
+    free(out);
+  }
 }
 
 static void test_hostile(void) {
@@ -480,6 +524,7 @@ static void test_speed(void) {
 }
 
 int main(void) {
+  test_percent_limits();
   test_table();
   test_errors();
   test_hostile();
