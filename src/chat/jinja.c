@@ -168,6 +168,7 @@ int jv_mkstr(R *r, const char *s, size_t n, jv *out) {
   jstr *o = (jstr *)jr_obj(r, sizeof(jstr) + n + 1, JV_STR);
   if (!o) return -1;
   o->len = n;
+  o->safe = false;
   if (n) memcpy(o->s, s, n);
   o->s[n] = 0;
   o->ncp = jinja_utf8_count(s, n);
@@ -347,6 +348,9 @@ int jbuf_take(R *r, jbuf *b, jv *out) {
 }
 
 /* ---- JSON to values ---- */
+static int from_json(R *r, const json_t *j, jv *out, int depth);
+int jinja_from_json(R *r, const json_t *j, jv *out) { return from_json(r, j, out, 0); }
+
 static int from_json(R *r, const json_t *j, jv *out, int depth) {
   if (depth > r->max_depth * 4)
     return jr_err(r, 0, PW_ELIMIT, "variables nest deeper than %d levels", r->max_depth * 4);

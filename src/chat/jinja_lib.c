@@ -25,7 +25,8 @@ enum {
   F_ABS, F_CAPITALIZE, F_COUNT, F_DEFAULT, F_DICTSORT, F_ESCAPE, F_FIRST, F_FLOAT, F_FORMAT, F_INDENT,
   F_INT, F_ITEMS, F_JOIN, F_KEYS, F_LAST, F_LENGTH, F_LIST, F_LOWER, F_MAP, F_MAX, F_MIN, F_REJECT,
   F_REJECTATTR, F_REPLACE, F_REVERSE, F_ROUND, F_SAFE, F_SELECT, F_SELECTATTR, F_SORT, F_STRING, F_SUM,
-  F_TITLE, F_TOJSON, F_TRIM, F_UNIQUE, F_UPPER, F_VALUES, F_WORDCOUNT, F_CENTER, F_TRUNCATE, F_BATCH, F_ATTR
+  F_TITLE, F_TOJSON, F_TRIM, F_UNIQUE, F_UPPER, F_VALUES, F_WORDCOUNT, F_CENTER, F_TRUNCATE, F_BATCH, F_ATTR,
+  F_FROM_JSON
 };
 
 static const struct {
@@ -35,7 +36,7 @@ static const struct {
     {"abs", F_ABS},       {"attr", F_ATTR},       {"batch", F_BATCH},         {"capitalize", F_CAPITALIZE},
     {"center", F_CENTER}, {"count", F_COUNT},     {"d", F_DEFAULT},           {"default", F_DEFAULT},
     {"dictsort", F_DICTSORT}, {"e", F_ESCAPE},    {"escape", F_ESCAPE},       {"first", F_FIRST},
-    {"float", F_FLOAT},   {"format", F_FORMAT},   {"indent", F_INDENT},       {"int", F_INT},
+    {"float", F_FLOAT},   {"format", F_FORMAT},   {"from_json", F_FROM_JSON},   {"indent", F_INDENT},       {"int", F_INT},
     {"items", F_ITEMS},   {"join", F_JOIN},       {"keys", F_KEYS},           {"last", F_LAST},
     {"length", F_LENGTH}, {"list", F_LIST},       {"lower", F_LOWER},         {"map", F_MAP},
     {"max", F_MAX},       {"min", F_MIN},         {"reject", F_REJECT},       {"rejectattr", F_REJECTATTR},
@@ -802,6 +803,8 @@ static int arith_err(R *r, int op, jv a, jv b, int line) {
 }
 
 static int percent_format(R *r, jv fmt, jv args, jv *out, int line);
+static int escape_into(R *r, jbuf *b, const jstr *t);
+static int take_safe(R *r, jbuf *b, jv *out);
 
 int jlib_binop(R *r, int op, jv a, jv b, jv *out, int line) {
   switch ((jop)op) {
@@ -915,13 +918,18 @@ int jlib_binop(R *r, int op, jv a, jv b, jv *out, int line) {
   }
   if (op == JOP_ADD) {
     if (a.t == JV_STR && b.t == JV_STR) {
+      jstr *x = JV_STRP(a), *y = JV_STRP(b);
+      bool markup = x->safe || y->safe;
       jbuf bf;
       jbuf_init(r, &bf);
-      if (jbuf_put(r, &bf, JV_STRP(a)->s, JV_STRP(a)->len) || jbuf_put(r, &bf, JV_STRP(b)->s, JV_STRP(b)->len)) {
+      /* Markup + str escapes the str (and str + Markup), as Jinja2 does:
+       * templates such as functionary's build tool lists this way */
+      if ((markup && !x->safe ? escape_into(r, &bf, x) : jbuf_put(r, &bf, x->s, x->len)) ||
+          (markup && !y->safe ? escape_into(r, &bf, y) : jbuf_put(r, &bf, y->s, y->len))) {
         jbuf_fini(&bf);
         return -1;
       }
-      return jbuf_take(r, &bf, out);
+      return markup ? take_safe(r, &bf, out) : jbuf_take(r, &bf, out);
     }
     if (a.t == JV_LIST && b.t == JV_LIST && JV_LISTP(a)->tuple == JV_LISTP(b)->tuple)
       return concat_lists(r, JV_LISTP(a), JV_LISTP(b), out);
@@ -2045,7 +2053,10 @@ static int select_items(R *r, jv seq, jargs *a, bool attr, bool keep, jv *out, i
     an = jargs_get(a, 0, NULL);
     if (need_str(r, an, "attribute name", line)) return -1;
   }
-  if (jlib_iterate(r, seq, &l, line)) return -1;
+  /* Jinja2's select/reject family yields nothing for a false value (None
+   * included) instead of iterating it: functionary's template filters
+   * `tools` after setting it to none. */
+  if (jv_truthy(seq) ? jlib_iterate(r, seq, &l, line) : !(l = jv_mklist(r, 0))) return -1;
   jlist *o = jv_mklist(r, 0);
   int rc = o ? jr_tick(r, l->n, line) : -1;
   const jv *tname = jargs_get(a, attr ? 1 : 0, NULL);
@@ -2115,7 +2126,8 @@ static int map_items(R *r, jv seq, jargs *a, jv *out, int line) {
     return -1;
   }
   jlist *l = NULL;
-  if (jlib_iterate(r, seq, &l, line)) return -1;
+  /* as select: a false value maps to nothing */
+  if (jv_truthy(seq) ? jlib_iterate(r, seq, &l, line) : !(l = jv_mklist(r, 0))) return -1;
   jlist *o = jv_mklist(r, l->n);
   int rc = o ? jr_tick(r, l->n, line) : -1;
   jargs sub;
@@ -2276,29 +2288,57 @@ static int to_float(jv v, const jv *dflt, jv *out) {
   return 0;
 }
 
+/* Appends t with & < > ' " as markupsafe escapes them. */
+static int escape_into(R *r, jbuf *b, const jstr *t) {
+  int rc = 0;
+  for (size_t i = 0; i < t->len && rc == 0; i++) {
+    switch (t->s[i]) {
+    case '&': rc = jbuf_puts(r, b, "&amp;"); break;
+    case '<': rc = jbuf_puts(r, b, "&lt;"); break;
+    case '>': rc = jbuf_puts(r, b, "&gt;"); break;
+    case '\'': rc = jbuf_puts(r, b, "&#39;"); break;
+    case '"': rc = jbuf_puts(r, b, "&#34;"); break;
+    default: rc = jbuf_putc(r, b, t->s[i]);
+    }
+  }
+  return rc;
+}
+
+/* Takes the buffer as a Markup string. */
+static int take_safe(R *r, jbuf *b, jv *out) {
+  if (jbuf_take(r, b, out)) return -1;
+  JV_STRP(*out)->safe = true;
+  return 0;
+}
+
+/* |escape: a Markup string; one that already is stays as it is. */
 static int html_escape(R *r, jv v, jv *out) {
+  if (v.t == JV_STR && JV_STRP(v)->safe) {
+    *out = jv_ref(v);
+    return 0;
+  }
   jv s;
   if (jlib_tostr(r, v, &s)) return -1;
   jbuf b;
   jbuf_init(r, &b);
-  int rc = 0;
-  jstr *t = JV_STRP(s);
-  for (size_t i = 0; i < t->len && rc == 0; i++) {
-    switch (t->s[i]) {
-    case '&': rc = jbuf_puts(r, &b, "&amp;"); break;
-    case '<': rc = jbuf_puts(r, &b, "&lt;"); break;
-    case '>': rc = jbuf_puts(r, &b, "&gt;"); break;
-    case '\'': rc = jbuf_puts(r, &b, "&#39;"); break;
-    case '"': rc = jbuf_puts(r, &b, "&#34;"); break;
-    default: rc = jbuf_putc(r, &b, t->s[i]);
-    }
-  }
+  int rc = escape_into(r, &b, JV_STRP(s));
   jv_unref(r, s);
   if (rc) {
     jbuf_fini(&b);
     return -1;
   }
-  return jbuf_take(r, &b, out);
+  return take_safe(r, &b, out);
+}
+
+/* |safe: strings become Markup; other values pass unchanged. */
+static int mark_safe(R *r, jv v, jv *out) {
+  if (v.t != JV_STR || JV_STRP(v)->safe) {
+    *out = jv_ref(v);
+    return 0;
+  }
+  if (jv_mkstr(r, JV_STRP(v)->s, JV_STRP(v)->len, out)) return -1;
+  JV_STRP(*out)->safe = true;
+  return 0;
 }
 
 static int reverse_v(R *r, jv v, jv *out, int line) {
@@ -2400,12 +2440,27 @@ static int minmax(R *r, jv v, jargs *a, bool max, jv *out, int line) {
   return r->status ? -1 : 0;
 }
 
+/* from_json: not a Jinja2 builtin, but the filter DeepSeek's V3.2/V4
+ * templates call on tool-call arguments given as a JSON string (as OpenAI
+ * clients send them); runtimes serving those templates provide it, with
+ * Python's json.loads as the reference. */
+static int do_from_json(R *r, jv v, jv *out, int line) {
+  if (need_str(r, &v, "from_json input", line)) return -1;
+  json_error_t je;
+  json_t *j = json_loadb(JV_STRP(v)->s, JV_STRP(v)->len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+  if (!j) return jr_err(r, line, PW_ETEMPLATE, "from_json: invalid JSON at offset %d: %s", je.position, je.text);
+  int rc = jinja_from_json(r, j, out); /* its errors (depth, memory) are reported */
+  json_decref(j);
+  return rc ? -1 : 0;
+}
+
 int jlib_filter(R *r, int id, jv v, jargs *a, jv *out, int line) {
   const jv *a0 = jargs_get(a, 0, NULL);
   switch (id) {
-  case F_SAFE: *out = jv_ref(v); return 0;
+  case F_SAFE: return mark_safe(r, v, out);
   case F_STRING: return jlib_tostr(r, v, out);
   case F_TOJSON: return do_tojson(r, v, a, out, line);
+  case F_FROM_JSON: return do_from_json(r, v, out, line);
   case F_LENGTH:
   case F_COUNT: {
     int64_t n;

@@ -139,6 +139,10 @@ static const struct {
      "[('a', 2), ('b', 1)] [[1, 2], [3, 4], [5]]"},
     {"{{ \"%5s|%-5s|%05d\" % (\"a\", \"b\", 42) }}",
      "    a|b    |00042"},
+    {"{{ none | selectattr(\"a\") | list }}|{{ none | map(\"upper\") | list }}|{{ \"\" | reject | list }}|{{ false | select | list }}",
+     "[]|[]|[]|[]"},
+    {"{{ \"<b>\"|safe + \"<i>\" }}|{{ \"a&\" + \"<b>\"|safe }}|{{ (\"x\"|e) ~ \"<\" }}|{{ \"<\"|e|e }}|{{ (\"'\"|safe + '\"') + \"&\" }}",
+     "<b>&lt;i&gt;|a&amp;<b>|x<|&lt;|'&#34;&amp;"},
     {"{{ \"%.2s|%-4.1s|%3d|%.3d|%+.1e\" % (\"abc\", \"xyz\", 5, 7, 12345.678) }}",
      "ab|x   |  5|007|+1.2e+04"},
     {"{{ 'abc' ~ 1.5 ~ [1] }} {{ 1 ~ 2 }}",
@@ -320,6 +324,41 @@ static void test_percent_limits(void) {
     }
     free(out);
   }
+}
+
+/* from_json (the filter DeepSeek V3.2/V4 templates use; Python's json.loads
+ * is the reference): values, key order, and clean errors. */
+static void test_from_json(void) {
+  jinja_limits lim = {0};
+  static const struct {
+    const char *tmpl, *want;
+  } ok[] = {
+      {"{% set a = '{\"b\": 1, \"a\": [true, null, 2.5, \"\\u00e9\"]}' | from_json %}{{ a }}|{{ a.a[3] }}|{{ a.items() | list }}",
+       "{'b': 1, 'a': [True, None, 2.5, '\xc3\xa9']}|\xc3\xa9|[('b', 1), ('a', [True, None, 2.5, '\xc3\xa9'])]"},
+      {"{{ '3' | from_json + 1 }}|{{ '\"s\"' | from_json }}|{{ 'null' | from_json is none }}", "4|s|True"},
+  };
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    char err[PW_ERRMAX] = "", *out = NULL;
+    size_t n = 0;
+    int rc = render(ok[i].tmpl, strlen(ok[i].tmpl), NULL, &lim, &out, &n, err);
+    CHECK_MSG(rc == 0 && n == strlen(ok[i].want) && !memcmp(out, ok[i].want, n), "%s: rc %d %s: %s", ok[i].tmpl, rc,
+              err, out ? out : "");
+    free(out);
+  }
+  static const char *const bad = "{{ '{\"a\": ' | from_json }}", *notstr = "{{ 1 | from_json }}";
+  expect_error(bad, strlen(bad), &lim, PW_ETEMPLATE, "from_json: invalid JSON");
+  expect_error(notstr, strlen(notstr), &lim, PW_ETEMPLATE, "from_json");
+  /* nesting is bounded like the variables' */
+  char *deep = repeat("[", 5000, "", "]", 5000);
+  char *tmpl = malloc(strlen(deep) + 32);
+  sprintf(tmpl, "{{ '%s' | from_json }}", deep);
+  char err[PW_ERRMAX] = "", *out = NULL;
+  size_t n = 0;
+  int rc = render(tmpl, strlen(tmpl), NULL, &lim, &out, &n, err);
+  CHECK_MSG(rc != 0 && out == NULL, "deep from_json rendered (rc %d)", rc);
+  free(out);
+  free(tmpl);
+  free(deep);
 }
 
 static void test_hostile(void) {
@@ -525,6 +564,7 @@ static void test_speed(void) {
 
 int main(void) {
   test_percent_limits();
+  test_from_json();
   test_table();
   test_errors();
   test_hostile();
