@@ -624,6 +624,10 @@ void gguf_kv_format(const gguf_kv *kv, char *buf, size_t cap) {
     return;
   default:
     if (scalar_int(kv->type, kv->value, &iv)) snprintf(buf, cap, "%lld", (long long)iv);
-    else snprintf(buf, cap, "%llu", (unsigned long long)*(const uint64_t *)(const void *)kv->value);
+    else {
+      uint64_t uv; /* values sit at any byte offset: copy, never dereference */
+      memcpy(&uv, kv->value, 8);
+      snprintf(buf, cap, "%llu", (unsigned long long)uv);
+    }
   }
 }

@@ -125,8 +125,12 @@ static int int_value(json_t *v, long long lo, long long hi, long long *out) {
   if (json_is_real(v)) {
     double d = json_real_value(v);
     if (d != floor(d)) return PW_EINVAL;
-    if (!(d >= (double)lo && d <= (double)hi)) return PW_ERANGE;
-    *out = (long long)d;
+    /* (double)LLONG_MAX rounds up to 2^63, which has no long long: refuse
+     * what cannot convert first, then compare exactly as integers */
+    if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) return PW_ERANGE;
+    long long x = (long long)d;
+    if (x < lo || x > hi) return PW_ERANGE;
+    *out = x;
     return 0;
   }
   return PW_EINVAL;
