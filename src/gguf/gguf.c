@@ -596,7 +596,7 @@ int64_t gguf_arr_int(const gguf_arr *a, uint64_t i) {
 }
 
 gguf_arr gguf_arr_sub(const gguf_arr *a, uint64_t i) {
-  PW_ASSERT(a->type == GGUF_T_ARRAY && i < a->n);
+  PW_ASSERT(a->type == GGUF_T_ARRAY && i < a->n && a->index);
   const uint8_t *p = a->data + a->index[i];
   /* The nested array was validated at open. Its own offset index is not
    * kept, so nested arrays of strings or arrays expose no index (index is

@@ -121,7 +121,9 @@ bool gguf_get_cstr(const gguf_file *f, const char *key, char *buf, size_t cap);
 gguf_str gguf_arr_str(const gguf_arr *a, uint64_t i);
 float gguf_arr_f32(const gguf_arr *a, uint64_t i);
 int64_t gguf_arr_int(const gguf_arr *a, uint64_t i); /* any integer/bool element type */
-gguf_arr gguf_arr_sub(const gguf_arr *a, uint64_t i); /* element of an array of arrays */
+/* Element of an array of arrays. A sub-array has no index of its own
+ * (index NULL): its strings or arrays are not reachable. */
+gguf_arr gguf_arr_sub(const gguf_arr *a, uint64_t i);
 
 /* Scalar value of a kv as text (for inspect): writes into buf. */
 void gguf_kv_format(const gguf_kv *kv, char *buf, size_t cap);
