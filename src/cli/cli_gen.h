@@ -5,7 +5,7 @@
 #define PW_CLI_GEN_H
 
 #include "engine/engine.h"
-#include "server/prompt.h"
+#include "chat/prompt.h"
 
 #include <jansson.h>
 #include <signal.h>

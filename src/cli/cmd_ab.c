@@ -71,7 +71,7 @@
 #include "cli/cli.h"
 #include "engine/engine.h"
 #include "model/model.h"
-#include "server/prompt.h"
+#include "chat/prompt.h"
 #include "tok/tok.h"
 
 #include <jansson.h>
@@ -275,7 +275,7 @@ static int request_parse(const prompt_builder *pb, json_t *o, int line, ab_reque
   }
   json_t *prompt = json_object_get(o, "prompt"), *msgs = json_object_get(o, "messages");
   if (!!prompt == !!msgs) return pw_seterr(err, PW_EINVAL, "line %d: give exactly one of prompt and messages", line);
-  oai_error e;
+  prompt_error e;
   memset(&e, 0, sizeof e);
   int rc;
   if (prompt) {
@@ -285,7 +285,7 @@ static int request_parse(const prompt_builder *pb, json_t *o, int line, ab_reque
                          &r->prompt, &r->n_prompt, &e);
   } else {
     if (!json_is_array(msgs)) return pw_seterr(err, PW_EINVAL, "line %d: messages must be an array", line);
-    rc = prompt_chat(pb, msgs, &r->prompt, &r->n_prompt, &e);
+    rc = prompt_chat(pb, msgs, NULL, &r->prompt, &r->n_prompt, &e);
   }
   if (rc) return pw_seterr(err, PW_EINVAL, "line %d: %s", line, e.message);
   if (r->n_prompt < 1) return pw_seterr(err, PW_EINVAL, "line %d: the prompt has no tokens", line);

@@ -440,7 +440,7 @@ static int spec_prompt(const bench_opts *o, engine *e, const model_hparams *hp, 
   prompt_builder pb;
   int rc = prompt_builder_init(&pb, engine_vocab(e), engine_chat_template(e), err);
   if (!rc) {
-    oai_error oe;
+    prompt_error oe;
     if (prompt_tokenize(&pb, text, len, true, false, "prompt", out, n_out, &oe))
       rc = pw_seterr(err, PW_EINVAL, "%s: %s", o->prompt_file, oe.message);
     else if (*n_out < 1)

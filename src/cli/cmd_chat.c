@@ -120,8 +120,8 @@ int cmd_chat(int argc, char **argv) {
     json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", line));
     int32_t *prompt = NULL;
     int n_prompt = 0;
-    oai_error e;
-    if (prompt_chat(&s.pb, msgs, &prompt, &n_prompt, &e)) {
+    prompt_error e;
+    if (prompt_chat(&s.pb, msgs, NULL, &prompt, &n_prompt, &e)) {
       fprintf(stderr, "power chat: %s\n", e.message);
       json_array_remove(msgs, json_array_size(msgs) - 1);
       continue;

@@ -107,7 +107,7 @@ int cmd_run(int argc, char **argv) {
   } else if (text) {
     /* Raw completion: BOS as the vocabulary says, special-token text kept
      * as text (as llama.cpp tokenized the reference prompts). */
-    oai_error e;
+    prompt_error e;
     if (prompt_tokenize(&s.pb, text, strlen(text), true, false, "prompt", &prompt, &n_prompt, &e)) {
       fprintf(stderr, "power run: %s\n", e.message);
       goto done;
@@ -120,8 +120,8 @@ int cmd_run(int argc, char **argv) {
     json_t *msgs = json_array();
     if (system) json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", system));
     json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", chat));
-    oai_error e;
-    int rc = prompt_chat(&s.pb, msgs, &prompt, &n_prompt, &e);
+    prompt_error e;
+    int rc = prompt_chat(&s.pb, msgs, NULL, &prompt, &n_prompt, &e);
     json_decref(msgs);
     if (rc) {
       fprintf(stderr, "power run: %s\n", e.message);

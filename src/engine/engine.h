@@ -250,10 +250,12 @@ int engine_drain(engine *e, int grace_ms);
 /* Model facts for API layers (borrowed, valid for the engine's life). */
 const struct tok_vocab *engine_vocab(const engine *e);
 const char *engine_model_id(const engine *e);     /* file name without .gguf */
-const char *engine_chat_template(const engine *e); /* model's template or ChatML */
+const char *engine_chat_template(const engine *e); /* the model's template; NULL = none (prompt.h
+                                                    * then uses ChatML) */
 int engine_n_ctx(const engine *e);
 int engine_n_embd(const engine *e);
-/* SHA-256 of the model file as hex (computed once at create). */
+/* SHA-256 of the model file as hex: hashed from the mapping on the first
+ * call (which reads the whole file once), then kept. */
 const char *engine_model_sha256(const engine *e);
 
 /* Queues a request. PW_EBUSY when active and queue are full; PW_EINVAL for

@@ -37,6 +37,20 @@ int oai_seterr(oai_error *e, int status, const char *code, const char *param, co
   return PW_EINVAL;
 }
 
+void oai_error_from_prompt(oai_error *e, const prompt_error *pe) {
+  switch (pe->status) {
+  case PW_ENOMEM:
+    oai_seterr(e, 500, "internal_error", NULL, "%s", pe->message);
+    break;
+  case PW_ETEMPLATE:
+    oai_seterr(e, 400, "template_error", pe->param, "%s", pe->message);
+    break;
+  default:
+    oai_seterr(e, 400, "invalid_value", pe->param, "%s", pe->message);
+    break;
+  }
+}
+
 void oai_error_from_status(oai_error *e, int status, const char *message) {
   const char *m = message && *message ? message : pw_strerror(status);
   switch (status) {

@@ -21,6 +21,7 @@
 #ifndef PW_SERVER_OAI_H
 #define PW_SERVER_OAI_H
 
+#include "chat/prompt.h"
 #include "engine/engine.h"
 #include "server/sbuf.h"
 
@@ -56,11 +57,13 @@ int oai_seterr(oai_error *e, int status, const char *code, const char *param, co
 /* Maps an engine status (PW_EBUSY, PW_ETIMEOUT, PW_ECONTEXT, PW_EINVAL, ...)
  * and its message to the API error. */
 void oai_error_from_status(oai_error *e, int status, const char *message);
+/* The API error for a failure of the prompt path (chat/prompt.h). */
+void oai_error_from_prompt(oai_error *e, const prompt_error *pe);
 /* {"error":{"message":...,"type":...,"param":...,"code":...}} */
 void oai_render_error(const oai_error *e, sbuf *out);
 
 #define OAI_MAX_INPUTS 2048 /* embeddings inputs per request, as OpenAI */
-#define OAI_MAX_TOKENS_IN 1048576 /* token ids accepted in one array */
+#define OAI_MAX_TOKENS_IN PROMPT_MAX_TOKENS /* token ids accepted in one array */
 #define OAI_CACHE_KEY_MAX 256     /* bytes of a prompt_cache_key */
 
 /* A validated request. Views point into root and live as long as it. */

@@ -8,7 +8,6 @@
 #include "server/auth.h"
 #include "server/metrics.h"
 #include "server/oai.h"
-#include "server/prompt.h"
 #include "server/sbuf.h"
 #include "tok/tok.h"
 
@@ -468,6 +467,7 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c) {
   oai_kind kind = k->rt == R_CHAT ? OAI_CHAT : OAI_COMPLETION;
   oai_request r;
   oai_error e;
+  prompt_error pe;
   int32_t *prompt = NULL;
   int n_prompt = 0;
   engine_req *req = NULL;
@@ -493,14 +493,14 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c) {
       goto fail;
     }
   if (kind == OAI_CHAT) {
-    if (prompt_chat(&s->pb, r.messages, &prompt, &n_prompt, &e)) goto fail;
+    if (prompt_chat(&s->pb, r.messages, NULL, &prompt, &n_prompt, &pe)) goto prompt_fail;
   } else if (r.tokens) {
-    if (prompt_check_ids(&s->pb, r.tokens, r.n_tokens, "prompt", &e)) goto fail;
+    if (prompt_check_ids(&s->pb, r.tokens, r.n_tokens, "prompt", &pe)) goto prompt_fail;
     prompt = r.tokens;
     n_prompt = r.n_tokens;
     r.tokens = NULL;
-  } else if (prompt_tokenize(&s->pb, r.text, r.text_len, true, true, "prompt", &prompt, &n_prompt, &e)) {
-    goto fail;
+  } else if (prompt_tokenize(&s->pb, r.text, r.text_len, true, true, "prompt", &prompt, &n_prompt, &pe)) {
+    goto prompt_fail;
   }
   if (n_prompt < 1) {
     oai_seterr(&e, 400, "invalid_value", kind == OAI_CHAT ? "messages" : "prompt", "the prompt is empty");
@@ -583,6 +583,8 @@ gone:
   k->log.gone = true;
   res = MHD_NO; /* closes the connection */
   goto done;
+prompt_fail:
+  oai_error_from_prompt(&e, &pe);
 fail:
   res = queue_error(k, c, &e);
 done:
@@ -613,6 +615,7 @@ static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
   server *s = k->s;
   oai_request r;
   oai_error e;
+  prompt_error pe;
   engine_event *ev = NULL;
   engine_req *req = NULL;
   int32_t *ids = NULL;
@@ -642,8 +645,8 @@ static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
   json_array_foreach(r.inputs, i, in) {
     int n = 0;
     if (json_is_string(in)) {
-      if (prompt_tokenize(&s->pb, json_string_value(in), json_string_length(in), true, true, "input", &ids, &n, &e))
-        goto fail;
+      if (prompt_tokenize(&s->pb, json_string_value(in), json_string_length(in), true, true, "input", &ids, &n, &pe))
+        goto prompt_fail;
     } else {
       n = (int)json_array_size(in);
       ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
@@ -652,7 +655,7 @@ static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
         goto fail;
       }
       for (int j = 0; j < n; j++) ids[j] = (int32_t)json_integer_value(json_array_get(in, (size_t)j));
-      if (prompt_check_ids(&s->pb, ids, n, "input", &e)) goto fail;
+      if (prompt_check_ids(&s->pb, ids, n, "input", &pe)) goto prompt_fail;
     }
     if (n < 1) {
       oai_seterr(&e, 400, "invalid_value", "input", "input %zu has no tokens", i);
@@ -709,6 +712,8 @@ static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
   sbuf_printf(&out, ",\"usage\":{\"prompt_tokens\":%lld,\"total_tokens\":%lld}}", total, total);
   res = queue_json(k, c, 200, &out);
   goto done;
+prompt_fail:
+  oai_error_from_prompt(&e, &pe);
 fail:
   res = queue_error(k, c, &e);
 done:
@@ -724,12 +729,14 @@ static enum MHD_Result handle_tokenize(conn *k, struct MHD_Connection *c) {
   server *s = k->s;
   oai_request r;
   oai_error e;
+  prompt_error pe;
   int32_t *ids = NULL;
   int n = 0;
   sbuf out = {0};
   enum MHD_Result res;
   if (oai_parse(OAI_TOKENIZE, k->body.data, k->body.len, &r, &e)) return queue_error(k, c, &e);
-  if (prompt_tokenize(&s->pb, r.text, r.text_len, r.add_special, r.parse_special, "content", &ids, &n, &e)) {
+  if (prompt_tokenize(&s->pb, r.text, r.text_len, r.add_special, r.parse_special, "content", &ids, &n, &pe)) {
+    oai_error_from_prompt(&e, &pe);
     res = queue_error(k, c, &e);
     goto done;
   }
@@ -759,11 +766,12 @@ static enum MHD_Result handle_detokenize(conn *k, struct MHD_Connection *c) {
   server *s = k->s;
   oai_request r;
   oai_error e;
+  prompt_error pe;
   sbuf out = {0};
   char *text = NULL;
   enum MHD_Result res;
   if (oai_parse(OAI_DETOKENIZE, k->body.data, k->body.len, &r, &e)) return queue_error(k, c, &e);
-  if (prompt_check_ids(&s->pb, r.tokens, r.n_tokens, "tokens", &e)) goto fail;
+  if (prompt_check_ids(&s->pb, r.tokens, r.n_tokens, "tokens", &pe)) goto prompt_fail;
   size_t need = 0, cap = (size_t)r.n_tokens * 16 + 16;
   char err[PW_ERRMAX];
   for (int attempt = 0; attempt < 2; attempt++) {
@@ -785,6 +793,8 @@ static enum MHD_Result handle_detokenize(conn *k, struct MHD_Connection *c) {
   sbuf_puts(&out, "}");
   res = queue_json(k, c, 200, &out);
   goto done;
+prompt_fail:
+  oai_error_from_prompt(&e, &pe);
 fail:
   res = queue_error(k, c, &e);
 done:

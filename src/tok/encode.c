@@ -62,7 +62,24 @@ static int frag_push(frag_list *l, int32_t tok, size_t off, size_t len) {
 
 static bool c_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
-static int partition(const tok_vocab *v, const char *text, size_t len, bool parse_special, frag_list *fl) {
+/* Whether [pos, pos + n) overlaps one of the sorted, disjoint spans. */
+static bool in_plain(const tok_range *sp, size_t n_sp, size_t pos, size_t n) {
+  size_t lo = 0, hi = n_sp;
+  while (lo < hi) { /* first span ending after pos */
+    size_t mid = lo + (hi - lo) / 2;
+    if (sp[mid].off + sp[mid].len <= pos)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < n_sp && sp[lo].off < pos + n;
+}
+
+/* Splits text into special-token matches and text fragments. Control and
+ * unknown tokens match only with parse_special, and never where the match
+ * overlaps one of the plain spans. */
+static int partition(const tok_vocab *v, const char *text, size_t len, bool parse_special, const tok_range *plain,
+                     size_t n_plain, frag_list *fl) {
   frag_list other = {0};
   int rc = 0;
   fl->n = 0;
@@ -84,7 +101,8 @@ static int partition(const tok_vocab *v, const char *text, size_t len, bool pars
   for (uint32_t k = 0; k < v->n_specials; k++) {
     int32_t id = v->specials[k];
     uint16_t attr = v->attr[id];
-    if (!parse_special && (attr & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN))) continue;
+    bool gated = attr & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN);
+    if (!parse_special && gated) continue;
     const char *t = v->text[id].ptr;
     size_t tl = v->text[id].len;
     if (tl > len) continue;
@@ -102,12 +120,16 @@ static int partition(const tok_vocab *v, const char *text, size_t len, bool pars
     for (size_t f = 0; f < fl->n; f++) {
       frag fr = fl->a[f];
       if (fr.tok >= 0) {
-        if ((rc = frag_push(&other, fr.tok, 0, 0))) goto out;
+        if ((rc = frag_push(&other, fr.tok, fr.off, fr.len))) goto out;
         continue;
       }
-      size_t off = fr.off, flen = fr.len;
+      size_t off = fr.off, flen = fr.len, from = off;
       while (flen > 0) {
-        const char *m = memmem(text + off, flen, t, tl);
+        const char *m = memmem(text + from, off + flen - from, t, tl);
+        if (m && gated && n_plain && in_plain(plain, n_plain, (size_t)(m - text), tl)) {
+          from = (size_t)(m - text) + 1; /* plain text here: look further */
+          continue;
+        }
         if (!m) {
           if ((rc = frag_push(&other, -1, off, flen))) goto out;
           break;
@@ -117,14 +139,14 @@ static int partition(const tok_vocab *v, const char *text, size_t len, bool pars
         if (attr & TOK_ATTR_LSTRIP)
           while (left > 0 && c_space(text[off + left - 1])) left--;
         if (left > 0 && (rc = frag_push(&other, -1, off, left))) goto out;
-        if ((rc = frag_push(&other, id, 0, 0))) goto out;
+        if ((rc = frag_push(&other, id, mpos, tl))) goto out;
         size_t roff = mpos + tl, rlen = off + flen - roff;
         if (attr & TOK_ATTR_RSTRIP)
           while (rlen > 0 && c_space(text[roff])) {
             roff++;
             rlen--;
           }
-        off = roff;
+        off = from = roff;
         flen = rlen;
       }
     }
@@ -414,10 +436,36 @@ static int bpe_fragment(const tok_vocab *v, const char *text, size_t len, bpe_sc
   return 0;
 }
 
+int tok_control_spans(const tok_vocab *v, const char *text, size_t len, tok_range *out, size_t cap, size_t *n_out,
+                      char *err) {
+  frag_list fl = {0};
+  *n_out = 0;
+  if (len > (1u << 30)) return pw_seterr(err, PW_ELIMIT, "tokenize: input of %zu bytes exceeds 1 GiB", len);
+  int rc = partition(v, text, len, true, NULL, 0, &fl);
+  if (rc) {
+    free(fl.a);
+    return pw_seterr(err, rc, "tokenize: out of memory");
+  }
+  size_t n = 0;
+  for (size_t i = 0; i < fl.n; i++) {
+    if (fl.a[i].tok < 0 || !(v->attr[fl.a[i].tok] & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN))) continue;
+    if (n < cap) out[n] = (tok_range){fl.a[i].off, fl.a[i].len};
+    n++;
+  }
+  free(fl.a);
+  *n_out = n;
+  return n > cap ? pw_seterr(err, PW_ERANGE, "tokenize: %zu control-token matches do not fit in %zu", n, cap) : 0;
+}
+
 /* ---- entry point ------------------------------------------------------------------ */
 
 int tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
                int32_t *out, size_t cap, size_t *n_out, char *err) {
+  return tok_encode_spans(v, text, len, add_special, parse_special, NULL, 0, out, cap, n_out, err);
+}
+
+int tok_encode_spans(const tok_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
+                     const tok_range *plain, size_t n_plain, int32_t *out, size_t cap, size_t *n_out, char *err) {
   sink sk = {out, out ? cap : 0, 0};
   frag_list fl = {0};
   spm_scratch ss = {0};
@@ -426,7 +474,10 @@ int tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_specia
   *n_out = 0;
   if (!text && len) return pw_seterr(err, PW_EINVAL, "tokenize: NULL text");
   if (len > (1u << 30)) return pw_seterr(err, PW_ELIMIT, "tokenize: input of %zu bytes exceeds 1 GiB", len);
-  if ((rc = partition(v, text, len, parse_special, &fl))) goto fail;
+  for (size_t i = 1; i < n_plain; i++)
+    if (plain[i].off < plain[i - 1].off + plain[i - 1].len)
+      return pw_seterr(err, PW_EINVAL, "tokenize: plain spans overlap or are out of order");
+  if ((rc = partition(v, text, len, parse_special, plain, n_plain, &fl))) goto fail;
   if (add_special && v->add_bos) put(&sk, v->bos);
   bool prev_special = true; /* SPM: the first text fragment gets a space prefix */
   for (size_t i = 0; i < fl.n; i++) {

@@ -78,6 +78,23 @@ const char *tok_text(const tok_vocab *v, int32_t id, size_t *len);
 int tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_special,
                bool parse_special, int32_t *out, size_t cap, size_t *n_out, char *err);
 
+/* A byte range of a text. */
+typedef struct tok_range {
+  size_t off, len;
+} tok_range;
+/* tok_encode, except that with parse_special a control token's text that
+ * overlaps one of the plain spans (sorted by offset, disjoint; borrowed)
+ * stays plain text: message content inside a rendered chat prompt cannot
+ * forge the template's markers. Text outside the spans tokenizes exactly as
+ * tok_encode's. */
+int tok_encode_spans(const tok_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
+                     const tok_range *plain, size_t n_plain, int32_t *out, size_t cap, size_t *n_out, char *err);
+/* Where text holds control-token texts that tok_encode with parse_special
+ * would take as those tokens: up to cap spans in order into out, the count
+ * into *n_out (PW_ERANGE when more than cap). */
+int tok_control_spans(const tok_vocab *v, const char *text, size_t len, tok_range *out, size_t cap, size_t *n_out,
+                      char *err);
+
 /* The bytes a token stands for: SPM "▁" -> " " and <0xNN> -> the byte; BPE
  * byte-level code points -> bytes. Control/unknown tokens render their text
  * only when render_special (else empty); user-defined tokens always render.

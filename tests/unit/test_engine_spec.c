@@ -181,6 +181,8 @@ static void exactness(const char *model, int mode, const char *draft, int gen) {
               name, i, i % 2 ? "sampled" : "greedy", N_MAIN, c->ref[i].n_tok, c->got[i].n_tok);
     CHECK_EQ_INT(c->got[i].n_tok, gen + 3 * i);
     check_usage(&c->got[i]);
+    drafted += c->got[i].usage.spec_drafted;
+    accepted += c->got[i].usage.spec_accepted;
   }
   run_many(e, c->var, c->n_var, c->got);
   for (int i = 0; i < c->n_var; i++) {
@@ -189,6 +191,8 @@ static void exactness(const char *model, int mode, const char *draft, int gen) {
               "%s %s variant %d (max_tokens %d, stop \"%s\", eos %d) differs: %d vs %d tokens", model, name, i,
               p->max_tokens, p->n_stop ? p->stop[0] : "", !p->ignore_eos, c->ref_var[i].n_tok, c->got[i].n_tok);
     check_usage(&c->got[i]);
+    drafted += c->got[i].usage.spec_drafted;
+    accepted += c->got[i].usage.spec_accepted;
     if (p->n_stop) CHECK(c->got[i].finish == ENGINE_FINISH_STOP);
     if (p->spec_off) {
       CHECK_EQ_INT(c->got[i].usage.spec_drafted, 0);
@@ -199,6 +203,9 @@ static void exactness(const char *model, int mode, const char *draft, int gen) {
   engine_get_stats(e, &st);
   CHECK_EQ_INT(st.active, 0);
   CHECK(st.spec_accepted_total <= st.spec_drafted_total);
+  /* Every proposal and acceptance belongs to one request's usage. */
+  CHECK_EQ_INT(drafted, st.spec_drafted_total);
+  CHECK_EQ_INT(accepted, st.spec_accepted_total);
   /* Random-weight models seldom repeat their prompt within short outputs:
    * prompt lookup is required to have run on them only at full length. */
   if (strstr(model, "codelm") || mode != ENGINE_SPEC_PROMPT_LOOKUP || GEN >= 48)
@@ -207,8 +214,6 @@ static void exactness(const char *model, int mode, const char *draft, int gen) {
   fprintf(stderr, "  %-24s %-13s rounds %4llu drafted %5llu accepted %5llu; %.2fs\n", base ? base + 1 : model, name,
           (unsigned long long)st.spec_rounds_total, (unsigned long long)st.spec_drafted_total,
           (unsigned long long)st.spec_accepted_total, pw_now_s() - t0);
-  (void)drafted;
-  (void)accepted;
   engine_destroy(e);
 }
 
