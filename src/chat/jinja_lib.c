@@ -998,6 +998,35 @@ static int pct_pad_str(R *r, jbuf *b, const pct_spec *sp, const char *s, size_t 
   return rc;
 }
 
+/* %x %X %o as Python writes them: a negative number is '-' and its
+ * magnitude (C would print the two's complement), '#' gives 0x / 0X / 0o,
+ * and zero padding goes between the sign and prefix and the digits. */
+static int pct_radix(R *r, jbuf *b, const pct_spec *sp, char c, int64_t v) {
+  unsigned long long m = v < 0 ? (unsigned long long)(-(v + 1)) + 1 : (unsigned long long)v;
+  char head[8];
+  size_t hn = 0;
+  if (v < 0) head[hn++] = '-';
+  else if (strchr(sp->flags, '+')) head[hn++] = '+';
+  else if (strchr(sp->flags, ' ')) head[hn++] = ' ';
+  if (strchr(sp->flags, '#')) {
+    head[hn++] = '0';
+    head[hn++] = c == 'o' ? 'o' : c;
+  }
+  jbuf d;
+  jbuf_init(r, &d);
+  char f[8] = {'%', '.', '*', 'l', 'l', c, 0};
+  int rc = jbuf_printf(r, &d, f, sp->has_prec ? (int)sp->prec : 1, m);
+  size_t total = hn + d.n, pad = sp->width > total ? sp->width - total : 0;
+  bool left = strchr(sp->flags, '-') != NULL, zero = !left && strchr(sp->flags, '0') != NULL;
+  for (size_t k = 0; rc == 0 && !left && !zero && k < pad; k++) rc = jbuf_putc(r, b, ' ');
+  if (rc == 0) rc = jbuf_put(r, b, head, hn);
+  for (size_t k = 0; rc == 0 && zero && k < pad; k++) rc = jbuf_putc(r, b, '0');
+  if (rc == 0) rc = jbuf_put(r, b, d.p ? d.p : "", d.n);
+  for (size_t k = 0; rc == 0 && left && k < pad; k++) rc = jbuf_putc(r, b, ' ');
+  jbuf_fini(&d);
+  return rc;
+}
+
 /* "fmt" % args: %s %r %d %i %o %x %X %e %E %f %F %g %G %% with flags, width
  * and precision; the output counts against the render's output limit and is
  * never cut short. */
@@ -1073,6 +1102,13 @@ static int percent_format(R *r, jv fmt, jv args, jv *out, int line) {
     }
     case 'd':
     case 'i':
+      if (!is_num(a)) {
+        rc = jr_err(r, line, PW_ETEMPLATE, "%%%c format: a number is required, not %s", c, jv_typename(a));
+        break;
+      }
+      snprintf(spec + sl, sizeof spec - (size_t)sl, "lld");
+      rc = jbuf_printf(r, &b, spec, (long long)as_int(a));
+      break;
     case 'x':
     case 'X':
     case 'o':
@@ -1080,8 +1116,7 @@ static int percent_format(R *r, jv fmt, jv args, jv *out, int line) {
         rc = jr_err(r, line, PW_ETEMPLATE, "%%%c format: a number is required, not %s", c, jv_typename(a));
         break;
       }
-      snprintf(spec + sl, sizeof spec - (size_t)sl, "ll%c", c == 'i' ? 'd' : c);
-      rc = jbuf_printf(r, &b, spec, (long long)as_int(a));
+      rc = pct_radix(r, &b, &sp, c, as_int(a));
       break;
     case 'f':
     case 'F':
