@@ -601,7 +601,21 @@ static bool norm_index(int64_t *i, size_t n) {
   return *i >= 0 && (uint64_t)*i < n;
 }
 
+static int getitem(R *r, jv obj, jv key, jv *out, int line);
+
+/* obj[key]. An undefined result names the key only when the key outlives
+ * the render (a template constant): a computed key is freed by the caller,
+ * and a name kept from it would dangle (found by fuzzing: an error message
+ * read a freed attribute name in sort(attribute=...)). */
 int jlib_getitem(R *r, jv obj, jv key, jv *out, int line) {
+  int rc = getitem(r, obj, key, out, line);
+  if (rc == 0 && out->t == JV_UNDEF && key.t == JV_STR && !JV_STRP(key)->h.immortal &&
+      out->u.hint == JV_STRP(key)->s)
+    out->u.hint = NULL;
+  return rc;
+}
+
+static int getitem(R *r, jv obj, jv key, jv *out, int line) {
   *out = jv_undef(NULL);
   switch ((jv_type)obj.t) {
   case JV_UNDEF: return undefined_err(r, obj, line);

@@ -259,6 +259,14 @@ static void test_errors(void) {
   expect_error(e3, strlen(e3), &lim, PW_ETEMPLATE, "template line 2: 'x' is undefined");
   expect_error(e4, strlen(e4), &lim, PW_ETEMPLATE, "template line 1");
   expect_error(e5, strlen(e5), &lim, PW_ETEMPLATE, "template line 3: 'x' is undefined");
+  /* an undefined attribute met while sorting: the message must not read the
+   * computed attribute name after it was freed (found by fuzzing; ASan) */
+  static const char *const e6 = "{{ [{'a': 1}, {'a': 2}] | max(attribute='ro' ~ 'de') }}",
+                           *e7 = "{{ [{'a': 1}, {'a': 2}] | sort(attribute='x') | list }}",
+                           *e8 = "{% set k = 'ro' ~ 'de' %}{{ ({'a': 1}[k] ~ 'x') }}{{ [1, 'a'] | sort(attribute=k) }}";
+  expect_error(e6, strlen(e6), &lim, PW_ETEMPLATE, "is undefined");
+  expect_error(e7, strlen(e7), &lim, PW_ETEMPLATE, "is undefined");
+  expect_error(e8, strlen(e8), &lim, PW_ETEMPLATE, "template line 1");
   /* unterminated things */
   static const char *const bad[] = {"{{", "{{ x", "{%", "{% if", "{% if x %}", "{# c", "{{ 'abc }}", "{% raw %}x",
                                     "{% for x in y %}", "{% macro m( %}", "{{ (1 }}", "{{ [1, }}", "{{ {1: }}",
