@@ -8,7 +8,8 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZERS ?= gguf jinja tok oai
 
-.PHONY: all deps node-deps build build-asan build-tsan build-fuzz fuzz serve test test-fast clean
+.PHONY: all deps node-deps build build-asan build-tsan build-fuzz fuzz serve test test-fast install clean
+PREFIX ?= /usr/local
 
 all: build
 
@@ -58,6 +59,11 @@ test: node-deps build build-asan build-tsan
 
 test-fast: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# Installs bin/power and the man page under $(PREFIX) (staged under
+# $(DESTDIR) when set, as packagers do).
+install: build
+	DESTDIR=$(DESTDIR) cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)

@@ -5,6 +5,11 @@
 
 #include <stddef.h>
 
+/* A macro's value as a string literal, for help texts that quote the
+ * engine's defaults (engine.h) instead of repeating them. */
+#define CLI_STR_(x) #x
+#define CLI_STR(x) CLI_STR_(x)
+
 int cmd_run(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_chat(int argc, char **argv);

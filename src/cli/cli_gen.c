@@ -37,7 +37,7 @@ int spec_opts_parse(const char *cmd, spec_opts *s, const char *a, const char *v)
       return -1;
     }
     s->draft_model = v;
-  } else if (cli_parse_long(cmd, a, v, 1, 32, &s->draft_max)) {
+  } else if (cli_parse_long(cmd, a, v, 1, ENGINE_SPEC_MAX_K, &s->draft_max)) {
     return -1;
   }
   return 1;
@@ -66,7 +66,8 @@ void spec_opts_usage(FILE *out) {
           "  --spec MODE           exact speculative decoding: off (default), prompt-lookup,\n"
           "                        ngram, or draft (with --spec-draft-model); output is the same\n"
           "  --spec-draft-model M  draft GGUF for --spec draft (same vocabulary as the model)\n"
-          "  --spec-draft-max K    most tokens proposed per round, 1..32 (default 7)\n");
+          "  --spec-draft-max K    most tokens proposed per round, 1.." CLI_STR(ENGINE_SPEC_MAX_K) " (default " CLI_STR(
+          ENGINE_DEFAULT_SPEC_K) ")\n");
 }
 
 int gen_opts_check(const char *cmd, const gen_opts *o) { return spec_opts_check(cmd, &o->spec); }
@@ -79,8 +80,8 @@ void gen_opts_usage(FILE *out) {
           "  --top-k K, --top-p P, --min-p P, --repeat-penalty R\n"
           "  --seed S              sampling seed (default: random)\n"
           "  --stop TEXT           stop string (repeatable, up to 8)\n"
-          "  --threads N           kernel threads (default 2)\n"
-          "  --ctx N               context size (default: model's, at most 4096)\n"
+          "  --threads N           kernel threads (default " CLI_STR(ENGINE_DEFAULT_THREADS) ")\n"
+          "  --ctx N               context size (default: model's, at most " CLI_STR(ENGINE_DEFAULT_CTX) ")\n"
           "  -v, --verbose         timing, prompt-cache and speculation counts on stderr\n");
   spec_opts_usage(out);
 }
@@ -117,9 +118,9 @@ int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i) 
   else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
     if (cli_parse_long(cmd, a, v, 0, 1 << 20, &o->n_predict)) return -1;
   } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-    if (cli_parse_long(cmd, a, v, 1, 256, &o->threads)) return -1;
+    if (cli_parse_long(cmd, a, v, 1, ENGINE_MAX_THREADS, &o->threads)) return -1;
   } else if (!strcmp(a, "--ctx")) {
-    if (cli_parse_long(cmd, a, v, 16, 1 << 20, &o->n_ctx)) return -1;
+    if (cli_parse_long(cmd, a, v, ENGINE_MIN_CTX, ENGINE_MAX_CTX, &o->n_ctx)) return -1;
   } else if (!strcmp(a, "--temperature") || !strcmp(a, "--temp")) {
     if (cli_parse_double(cmd, a, v, 0, 100, &d)) return -1;
     o->sp.temperature = (float)d;

@@ -119,8 +119,8 @@ static void ab_usage(FILE *out) {
           "      k=N (proposals per round), cache=on|off (prefix cache, default off),\n"
           "      parallel=N (requests in flight, default 1)\n"
           "  --rounds N       rounds, each runs both orders (default 4, at least 2)\n"
-          "  -t, --threads N  kernel threads (default 2)\n"
-          "  --ctx N          context per sequence (default: model's, at most 4096)\n"
+          "  -t, --threads N  kernel threads (default " CLI_STR(ENGINE_DEFAULT_THREADS) ")\n"
+          "  --ctx N          context per sequence (default: model's, at most " CLI_STR(ENGINE_DEFAULT_CTX) ")\n"
           "  -o, --output FMT md (default) or json (one object)\n"
           "  --verify-curve   time one forward pass of 1+K tokens, K = 0..kmax\n"
           "  --kmax N         largest K (default 16)\n"
@@ -1193,9 +1193,9 @@ int cmd_ab(int argc, char **argv) {
     else if (!strcmp(a, "--rounds")) {
       if (cli_parse_long("ab", a, v, 0, AB_MAX_ROUNDS, &o.rounds)) return 2;
     } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-      if (cli_parse_long("ab", a, v, 1, 256, &o.threads)) return 2;
+      if (cli_parse_long("ab", a, v, 1, ENGINE_MAX_THREADS, &o.threads)) return 2;
     } else if (!strcmp(a, "--ctx")) {
-      if (cli_parse_long("ab", a, v, 16, 1 << 20, &o.n_ctx)) return 2;
+      if (cli_parse_long("ab", a, v, ENGINE_MIN_CTX, ENGINE_MAX_CTX, &o.n_ctx)) return 2;
     } else if (!strcmp(a, "--kmax")) {
       if (cli_parse_long("ab", a, v, 0, AB_MAX_KMAX, &o.kmax)) return 2;
     } else if (!strcmp(a, "--reps")) {

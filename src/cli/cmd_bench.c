@@ -38,6 +38,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/membw.h"
 #include "base/mem.h"
 #include "base/pool.h"
 #include "base/rng.h"
@@ -56,10 +57,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define BENCH_X86 1
-#endif
 
 #define BENCH_MAX_CHUNK 512 /* prompt tokens per forward call, as llama.cpp's default n_ubatch */
 #define BENCH_MAX_REPS 1000
@@ -89,7 +86,7 @@ static void bench_usage(FILE *out) {
           "  -p, --n-prompt N      prompt tokens for pp (default 512; 0 = skip)\n"
           "  -n, --n-gen N         generated tokens for tg (default 128; 0 = skip)\n"
           "  -r, --repetitions N   timed repetitions after one warm-up (default 5)\n"
-          "  -t, --threads N       kernel threads (default 2)\n"
+          "  -t, --threads N       kernel threads (default " CLI_STR(ENGINE_DEFAULT_THREADS) ")\n"
           "  -d, --depth D         tokens already in the cache before tg (default 0)\n"
           "  -b, --batch B         also decode B sequences together (batch_tg)\n"
           "  --seed S              seed of the random token ids (default 1)\n"
@@ -121,110 +118,26 @@ static void series_finish(bench_series *s) {
  * matmul paid a futex wake-up that real decoding does not */
 static int32_t argmax(const float *x, int n) { return (int32_t)pw_argmax_f32(x, n); }
 
-/* ---- memory bandwidth probe ---- */
-
-typedef struct bw_job {
-  const uint64_t *buf;
-  long n_words; /* uint64 words in buf, a multiple of 16 */
-  uint64_t sums[256];
-} bw_job;
-
-#ifdef BENCH_X86
-__attribute__((target("avx2"))) static uint64_t bw_sum_avx2(const uint64_t *p, long n) {
-  /* Four independent accumulators keep several loads in flight. */
-  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-  for (long i = 0; i < n; i += 16) {
-    a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(p + i)));
-    a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(p + i + 4)));
-    a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(p + i + 8)));
-    a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 12)));
-  }
-  __m256i s = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
-  uint64_t out[4];
-  _mm256_storeu_si256((__m256i *)out, s);
-  return out[0] + out[1] + out[2] + out[3];
-}
-#endif
-
-static uint64_t bw_sum_scalar(const uint64_t *p, long n) {
-  uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-  for (long i = 0; i < n; i += 4) {
-    a0 += p[i];
-    a1 += p[i + 1];
-    a2 += p[i + 2];
-    a3 += p[i + 3];
-  }
-  return a0 + a1 + a2 + a3;
-}
-
-static int g_have_avx2;
-
-static void bw_read_fn(void *ctx, int ith, int nth) {
-  bw_job *j = ctx;
-  long lo, hi;
-  /* Split in 16-word units so every slice stays 128-byte aligned. */
-  pw_split(j->n_words / 16, ith, nth, &lo, &hi);
-  const uint64_t *p = j->buf + lo * 16;
-  long n = (hi - lo) * 16;
-#ifdef BENCH_X86
-  if (g_have_avx2) {
-    j->sums[ith & 255] = bw_sum_avx2(p, n);
-    return;
-  }
-#endif
-  j->sums[ith & 255] = bw_sum_scalar(p, n);
-}
-
-static void bw_fill_fn(void *ctx, int ith, int nth) {
-  bw_job *j = ctx;
-  long lo, hi;
-  pw_split(j->n_words / 16, ith, nth, &lo, &hi);
-  /* Each thread touches its own slice first, so pages land near it. */
-  uint64_t *p = (uint64_t *)j->buf;
-  for (long i = lo * 16; i < hi * 16; i++) p[i] = (uint64_t)i;
-}
-
-static volatile uint64_t g_bw_sink;
-
 static int run_bandwidth(const bench_opts *o) {
-#ifdef BENCH_X86
-  __builtin_cpu_init();
-  g_have_avx2 = __builtin_cpu_supports("avx2");
-#endif
-  size_t bytes = (size_t)o->bw_mib << 20;
-  /* in 2 MiB pages where the kernel gives them, as the weights are mapped
-   * (gguf_make_resident): the bound is then the same kind of read */
-  uint64_t *buf = pw_alloc_huge(bytes);
-  pw_pool *pool = pw_pool_create((int)o->threads);
-  if (!buf || !pool) {
-    fprintf(stderr, "power bench: cannot allocate the %ld MiB probe buffer\n", o->bw_mib);
-    free(buf);
-    pw_pool_destroy(pool);
+  pw_membw_result r;
+  char err[PW_ERRMAX];
+  if (pw_membw_probe((int)o->threads, (size_t)o->bw_mib, BENCH_BW_PASSES, &r, err)) {
+    fprintf(stderr, "power bench: %s\n", err);
     return 1;
   }
-  bw_job job = {.buf = buf, .n_words = (long)(bytes / 8)};
-  pw_pool_run(pool, bw_fill_fn, &job);
-  double gbs[BENCH_BW_PASSES];
-  uint64_t check = 0;
-  pw_pool_run(pool, bw_read_fn, &job); /* warm-up pass */
-  for (int k = 0; k < BENCH_BW_PASSES; k++) {
-    double t0 = pw_now_s();
-    pw_pool_run(pool, bw_read_fn, &job);
-    double dt = pw_now_s() - t0;
-    gbs[k] = (double)bytes / dt / 1e9;
-    for (int i = 0; i < pw_pool_size(pool) && i < 256; i++) check += job.sums[i];
-  }
+  double *gbs = r.gbs;
+  uint64_t check = r.checksum;
   bench_series s = {gbs, BENCH_BW_PASSES, 0, 0, 0};
   series_finish(&s);
-  /* The sum is used (printed in JSON, kept in a volatile otherwise) so the
-   * reads cannot be optimised away. */
+  /* The probe returns the sum of what it read (so the reads stay); JSON
+   * reports it, the table does not print it as a stray stderr line. */
   if (o->json) {
     json_t *arr = json_array();
     for (int k = 0; k < BENCH_BW_PASSES; k++) json_array_append_new(arr, json_real(gbs[k]));
     json_t *root = json_pack("{s:s, s:I, s:I, s:f, s:f, s:f, s:o, s:s, s:I}", "test", "read_bandwidth", "mib",
                              (json_int_t)o->bw_mib, "threads", (json_int_t)o->threads, "bandwidth_gbs", s.max,
                              "bandwidth_median_gbs", s.med, "bandwidth_min_gbs", s.min, "passes_gbs", arr, "kernel",
-                             g_have_avx2 ? "avx2" : "scalar", "checksum", (json_int_t)(check & 0x7fffffff));
+                             r.kernel, "checksum", (json_int_t)(check & 0x7fffffff));
     char *txt = root ? json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(8)) : NULL;
     if (txt) printf("%s\n", txt);
     free(txt);
@@ -232,12 +145,9 @@ static int run_bandwidth(const bench_opts *o) {
   } else {
     printf("| test | MiB | threads | best GB/s | median GB/s | min GB/s |\n");
     printf("| --- | ---: | ---: | ---: | ---: | ---: |\n");
-    printf("| read bandwidth (%s) | %ld | %ld | %.2f | %.2f | %.2f |\n", g_have_avx2 ? "avx2" : "scalar",
-           o->bw_mib, o->threads, s.max, s.med, s.min);
-    g_bw_sink = check; /* keeps the reads without printing a debug line */
+    printf("| read bandwidth (%s) | %ld | %ld | %.2f | %.2f | %.2f |\n", r.kernel, o->bw_mib, o->threads, s.max, s.med,
+           s.min);
   }
-  free(buf);
-  pw_pool_destroy(pool);
   return 0;
 }
 
@@ -752,7 +662,7 @@ int cmd_bench(int argc, char **argv) {
     } else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) {
       NEED_V if (cli_parse_long("bench", a, v, 1, BENCH_MAX_REPS, &o.r)) return 2;
     } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-      NEED_V if (cli_parse_long("bench", a, v, 1, 256, &o.threads)) return 2;
+      NEED_V if (cli_parse_long("bench", a, v, 1, ENGINE_MAX_THREADS, &o.threads)) return 2;
     } else if (!strcmp(a, "-d") || !strcmp(a, "--depth")) {
       NEED_V if (cli_parse_long("bench", a, v, 0, 1 << 20, &o.depth)) return 2;
     } else if (!strcmp(a, "-b") || !strcmp(a, "--batch")) {

@@ -24,7 +24,7 @@ static const subcommand k_cmds[] = {
     {"bench", cmd_bench, "prompt and generation throughput (-p, -n, -r, --batch, -o json)"},
     {"ab", cmd_ab, "paired two-order A/B of engine configurations, with output parity"},
     {"chat", cmd_chat, "interactive chat with the model's template (/reset, /exit)"},
-    {"inspect", cmd_inspect, "describe a GGUF file (--sha256 for its identity)"},
+    {"inspect", cmd_inspect, "describe a GGUF file (quantization, sizes, tensors; --sha256, -o json)"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server"},
     {"synth", cmd_synth, "write a model with a real model's shapes and dummy weights"},
     {"quantize", cmd_quantize, "convert F32/F16/BF16 weights to a quantized type"},
@@ -37,7 +37,7 @@ static void usage(FILE *out) {
           pw_version());
   for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
     fprintf(out, "  %-10s %s\n", k_cmds[i].name, k_cmds[i].help);
-  fprintf(out, "\nrun 'power <command> --help' for a command's options\n");
+  fprintf(out, "\nrun 'power help <command>' or 'power <command> --help' for a command's options\n");
 }
 
 int main(int argc, char **argv) {
@@ -45,9 +45,18 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || (!strcmp(argv[1], "help") && argc == 2)) {
     usage(stdout);
     return 0;
+  }
+  if (!strcmp(argv[1], "help")) { /* power help CMD = power CMD --help */
+    for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
+      if (!strcmp(argv[2], k_cmds[i].name)) {
+        char *hargv[] = {argv[2], "--help", NULL};
+        return k_cmds[i].fn(2, hargv);
+      }
+    fprintf(stderr, "power: unknown command '%s' (try 'power --help')\n", argv[2]);
+    return 2;
   }
   if (!strcmp(argv[1], "--version")) {
     printf("power %s\n", pw_version());

@@ -82,34 +82,35 @@ const char *engine_spec_name(int mode) {
   return d ? d->name : "unknown";
 }
 
-int engine_create(const engine_opts *opts, engine **out, char *err) {
-  *out = NULL;
-  if (!opts || !opts->model_path || !*opts->model_path) return pw_seterr(err, PW_EINVAL, "engine: no model path");
+/* Fills in the defaults of opts and checks every range; *d gets the
+ * speculation mode's drafter (NULL = off). */
+static int resolve_opts(const engine_opts *opts, engine_opts *out, const drafter_ops **d, char *err) {
   engine_opts o = *opts;
-  if (o.n_threads == 0) o.n_threads = 2;
-  if (o.max_active == 0) o.max_active = 4;
-  if (o.max_queue == 0) o.max_queue = 16;
+  if (o.n_threads == 0) o.n_threads = ENGINE_DEFAULT_THREADS;
+  if (o.max_active == 0) o.max_active = ENGINE_DEFAULT_ACTIVE;
+  if (o.max_queue == 0) o.max_queue = ENGINE_DEFAULT_QUEUE;
   if (o.step_tokens == 0) o.step_tokens = 512;
   if (o.max_events == 0) o.max_events = 256;
   /* 7: a verification pass of 1 + 7 tokens fills the kernels' 8-token
    * groups; a 9th token costs a second pass over the weights (measured
    * 20% more time for that one token on a 0.5B model) */
-  if (o.spec_draft_max == 0) o.spec_draft_max = 7;
+  if (o.spec_draft_max == 0) o.spec_draft_max = ENGINE_DEFAULT_SPEC_K;
   if (o.prompt_cache_entries == 0) o.prompt_cache_entries = 8;
   if (o.prompt_cache_bytes == 0) o.prompt_cache_bytes = (size_t)1 << 30;
   if (o.prompt_cache_ttl_s == 0) o.prompt_cache_ttl_s = 600;
-  if (o.n_threads < 1 || o.n_threads > 512)
-    return pw_seterr(err, PW_EINVAL, "engine: n_threads %d out of range [1, 512]", o.n_threads);
-  if (o.max_active < 1 || o.max_active > 1024)
-    return pw_seterr(err, PW_EINVAL, "engine: max_active %d out of range [1, 1024]", o.max_active);
-  if (o.max_queue < 0 || o.max_queue > 1 << 20)
-    return pw_seterr(err, PW_EINVAL, "engine: max_queue %d out of range", o.max_queue);
-  if (o.n_ctx < 0 || o.n_ctx > 1 << 22) return pw_seterr(err, PW_EINVAL, "engine: n_ctx %d out of range", o.n_ctx);
+  if (o.n_threads < 1 || o.n_threads > ENGINE_MAX_THREADS)
+    return pw_seterr(err, PW_EINVAL, "engine: n_threads %d out of range [1, %d]", o.n_threads, ENGINE_MAX_THREADS);
+  if (o.max_active < 1 || o.max_active > ENGINE_MAX_ACTIVE)
+    return pw_seterr(err, PW_EINVAL, "engine: max_active %d out of range [1, %d]", o.max_active, ENGINE_MAX_ACTIVE);
+  if (o.max_queue < 0 || o.max_queue > ENGINE_MAX_QUEUE)
+    return pw_seterr(err, PW_EINVAL, "engine: max_queue %d out of range [0, %d]", o.max_queue, ENGINE_MAX_QUEUE);
+  if (o.n_ctx != 0 && (o.n_ctx < ENGINE_MIN_CTX || o.n_ctx > ENGINE_MAX_CTX))
+    return pw_seterr(err, PW_EINVAL, "engine: n_ctx %d out of range [%d, %d]", o.n_ctx, ENGINE_MIN_CTX, ENGINE_MAX_CTX);
   if (o.step_tokens < 1 || o.step_tokens > 65536)
     return pw_seterr(err, PW_EINVAL, "engine: step_tokens %d out of range [1, 65536]", o.step_tokens);
   if (o.max_events < 2 || o.max_events > 1 << 20)
     return pw_seterr(err, PW_EINVAL, "engine: max_events %d out of range [2, 1048576]", o.max_events);
-  const drafter_ops *drafter = o.spec_mode == ENGINE_SPEC_OFF ? NULL : eng_drafter(o.spec_mode);
+  const drafter_ops *drafter = *d = o.spec_mode == ENGINE_SPEC_OFF ? NULL : eng_drafter(o.spec_mode);
   if (o.spec_mode != ENGINE_SPEC_OFF && !drafter)
     return pw_seterr(err, PW_EINVAL, "engine: unknown speculation mode %d", o.spec_mode);
   if (o.spec_draft_max < 1 || o.spec_draft_max > SPEC_MAX_K)
@@ -124,20 +125,66 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   /* Every active sequence must fit its decode token into one step. */
   if (o.step_tokens < o.max_active) o.step_tokens = o.max_active;
 
+  *out = o;
+  return 0;
+}
+
+/* The step's batch, logits and text buffers and the cache records, sized
+ * once from the resolved options (nothing is allocated per step). */
+static int alloc_buffers(engine *e, const engine_opts *o, char *err) {
+  /* Logits rows: one per sequence, or up to 1 + K for a speculating one;
+   * never more than the entries of a step. */
+  e->rows_cap = o->max_active;
+  if (o->spec_mode != ENGINE_SPEC_OFF) {
+    long want = (long)o->max_active * (o->spec_draft_max + 1);
+    e->rows_cap = want < o->step_tokens ? (int)want : o->step_tokens;
+  }
+  e->run = calloc((size_t)o->max_active, sizeof *e->run);
+  e->part = calloc((size_t)o->max_active, sizeof *e->part);
+  e->free_slots = calloc((size_t)e->n_slots, sizeof *e->free_slots);
+  e->ents = calloc((size_t)o->step_tokens, sizeof *e->ents);
+  e->eents = calloc((size_t)o->step_tokens, sizeof *e->eents);
+  e->eowner = calloc((size_t)o->step_tokens, sizeof *e->eowner);
+  e->logits = malloc((size_t)e->rows_cap * e->n_vocab * sizeof *e->logits);
+  e->hidden = malloc((size_t)o->step_tokens * e->n_embd * sizeof *e->hidden);
+  e->dbuf_cap = tok_detok_max_out(e->vocab);
+  e->dbuf = malloc(e->dbuf_cap);
+  e->sbuf = malloc(STOP_OUT_CAP(e->dbuf_cap));
+  e->cache = e->n_cache ? calloc((size_t)e->n_cache, sizeof *e->cache) : NULL;
+  if (!e->sbuf || !e->run || !e->part || !e->free_slots || !e->ents || !e->eents || !e->eowner || !e->logits ||
+      !e->hidden || !e->dbuf || (e->n_cache && !e->cache))
+    return pw_seterr(err, PW_ENOMEM, "engine: out of memory for batch buffers");
+  for (int i = 0; i < e->n_cache; i++) {
+    e->cache[i].slot = -1;
+    if (!(e->cache[i].toks = malloc((size_t)e->n_ctx * sizeof *e->cache[i].toks)))
+      return pw_seterr(err, PW_ENOMEM, "engine: out of memory for prompt cache records");
+  }
+  for (int i = 0; i < e->n_slots; i++) e->free_slots[i] = e->n_slots - 1 - i;
+  e->n_free = e->n_slots;
+  return 0;
+}
+
+int engine_create(const engine_opts *opts, engine **out, char *err) {
+  *out = NULL;
+  if (!opts || !opts->model_path || !*opts->model_path) return pw_seterr(err, PW_EINVAL, "engine: no model path");
+  engine_opts o;
+  const drafter_ops *drafter = NULL;
+  int rc = resolve_opts(opts, &o, &drafter, err);
+  if (rc < 0) return rc;
+
   engine *e = calloc(1, sizeof *e);
   if (!e) return pw_seterr(err, PW_ENOMEM, "engine: out of memory");
   pthread_mutex_init(&e->mu, NULL);
   pthread_mutex_init(&e->sha_mu, NULL);
   eng_cond_init_monotonic(&e->work_cv);
   eng_cond_init_monotonic(&e->idle_cv);
-  int rc;
   model_opts mo = {.n_threads = o.n_threads};
   if ((rc = model_load(o.model_path, &mo, &e->m, err)) < 0) goto fail;
   const model_hparams *hp = model_hp(e->m);
   if ((rc = tok_vocab_load(model_gguf(e->m), &e->vocab, err)) < 0) goto fail;
   e->n_vocab = hp->n_vocab;
   e->n_embd = hp->n_embd;
-  e->n_ctx = o.n_ctx ? o.n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+  e->n_ctx = o.n_ctx ? o.n_ctx : (hp->n_ctx_train < ENGINE_DEFAULT_CTX ? hp->n_ctx_train : ENGINE_DEFAULT_CTX);
   o.n_ctx = e->n_ctx;
   e->n_cache = o.prompt_cache_entries > 0 ? o.prompt_cache_entries : 0;
   e->n_slots = o.max_active + e->n_cache;
@@ -149,40 +196,7 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
     if ((rc = drafter->create(e, &o, err)) < 0) goto fail;
   }
   e->drafter = drafter;
-  /* Logits rows: one per sequence, or up to 1 + K for a speculating one;
-   * never more than the entries of a step. */
-  e->rows_cap = o.max_active;
-  if (o.spec_mode != ENGINE_SPEC_OFF) {
-    long want = (long)o.max_active * (o.spec_draft_max + 1);
-    e->rows_cap = want < o.step_tokens ? (int)want : o.step_tokens;
-  }
-  e->run = calloc((size_t)o.max_active, sizeof *e->run);
-  e->part = calloc((size_t)o.max_active, sizeof *e->part);
-  e->free_slots = calloc((size_t)e->n_slots, sizeof *e->free_slots);
-  e->ents = calloc((size_t)o.step_tokens, sizeof *e->ents);
-  e->eents = calloc((size_t)o.step_tokens, sizeof *e->eents);
-  e->eowner = calloc((size_t)o.step_tokens, sizeof *e->eowner);
-  e->logits = malloc((size_t)e->rows_cap * e->n_vocab * sizeof *e->logits);
-  e->hidden = malloc((size_t)o.step_tokens * e->n_embd * sizeof *e->hidden);
-  e->dbuf_cap = tok_detok_max_out(e->vocab);
-  e->dbuf = malloc(e->dbuf_cap);
-  e->sbuf = malloc(STOP_OUT_CAP(e->dbuf_cap));
-  e->cache = e->n_cache ? calloc((size_t)e->n_cache, sizeof *e->cache) : NULL;
-  if (!e->sbuf || !e->run || !e->part || !e->free_slots || !e->ents || !e->eents || !e->eowner || !e->logits ||
-      !e->hidden || !e->dbuf || (e->n_cache && !e->cache)) {
-    rc = pw_seterr(err, PW_ENOMEM, "engine: out of memory for batch buffers");
-    goto fail;
-  }
-  for (int i = 0; i < e->n_cache; i++) {
-    e->cache[i].slot = -1;
-    if (!(e->cache[i].toks = malloc((size_t)e->n_ctx * sizeof *e->cache[i].toks))) {
-      rc = pw_seterr(err, PW_ENOMEM, "engine: out of memory for prompt cache records");
-      goto fail;
-    }
-  }
-  for (int i = 0; i < e->n_slots; i++) e->free_slots[i] = e->n_slots - 1 - i;
-  e->n_free = e->n_slots;
-
+  if ((rc = alloc_buffers(e, &o, err)) < 0) goto fail;
   model_id_from_path(o.model_path, e->model_id, sizeof e->model_id);
   gguf_str tmpl;
   if (gguf_get_str(model_gguf(e->m), "tokenizer.chat_template", &tmpl) && tmpl.len > 0) {

@@ -59,12 +59,27 @@
 typedef struct engine engine;
 typedef struct engine_req engine_req; /* one submitted request (handle) */
 
+/* The ranges and defaults of engine_opts, stated once: the CLI's options
+ * and the server's flags take them from here. */
+#define ENGINE_MAX_THREADS 512
+#define ENGINE_DEFAULT_THREADS 2
+#define ENGINE_MAX_ACTIVE 1024
+#define ENGINE_DEFAULT_ACTIVE 4
+#define ENGINE_MAX_QUEUE (1 << 20)
+#define ENGINE_DEFAULT_QUEUE 16
+#define ENGINE_MIN_CTX 16
+#define ENGINE_MAX_CTX (1 << 22)
+#define ENGINE_DEFAULT_CTX 4096 /* at most; less when the model was trained on less */
+#define ENGINE_SPEC_MAX_K 32
+#define ENGINE_DEFAULT_SPEC_K 7
+
 typedef struct engine_opts {
   const char *model_path; /* GGUF file (required) */
-  int n_threads;          /* kernel threads; 0 = 2 */
-  int max_active;         /* sequences decoding at once (KV slots); 0 = 4 */
-  int max_queue;          /* requests waiting for a slot; 0 = 16 */
-  int n_ctx;              /* context per sequence; 0 = min(model's, 4096) */
+  int n_threads;          /* kernel threads, 1..ENGINE_MAX_THREADS; 0 = ENGINE_DEFAULT_THREADS */
+  int max_active;         /* sequences decoding at once (KV slots), 1..ENGINE_MAX_ACTIVE; 0 = the default */
+  int max_queue;          /* requests waiting for a slot, 0..ENGINE_MAX_QUEUE; 0 = the default */
+  int n_ctx;              /* context per sequence, ENGINE_MIN_CTX..ENGINE_MAX_CTX;
+                           * 0 = min(model's, ENGINE_DEFAULT_CTX) */
   int step_tokens;        /* token budget of one step (decode + prefill chunks); 0 = 512;
                            * raised to max_active if smaller */
   int max_events;         /* undelivered events per request before it is cancelled
@@ -72,7 +87,7 @@ typedef struct engine_opts {
   /* Exact speculative decoding (see "Speculation" below). */
   int spec_mode;                /* engine_spec_mode; 0 = ENGINE_SPEC_OFF */
   const char *spec_draft_model; /* GGUF of the draft model for ENGINE_SPEC_DRAFT */
-  int spec_draft_max;           /* K: most proposals per round; 0 = 7; <= 32 */
+  int spec_draft_max;           /* K: most proposals per round, 1..ENGINE_SPEC_MAX_K; 0 = the default */
   /* Keyed prefix reuse (see "Prefix cache" below). */
   int prompt_cache_entries;     /* most cached sequences; 0 = 8; -1 = disabled */
   size_t prompt_cache_bytes;    /* most KV bytes held by entries; 0 = 1 GiB */

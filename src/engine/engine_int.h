@@ -32,7 +32,7 @@ typedef struct drafter_ops drafter_ops;
 
 #define EV_TEXT_CAP ((int)sizeof(((engine_event *)0)->text))
 
-#define SPEC_MAX_K 32      /* upper bound of spec_draft_max (header: <= 32) */
+#define SPEC_MAX_K ENGINE_SPEC_MAX_K /* upper bound of spec_draft_max */
 #define SPEC_NGRAM_MAX 4   /* lookup tries n-grams of this length down to 1 */
 #define SPEC_WINDOW 8      /* rounds with proposals judged for the fallback */
 #define SPEC_MIN_RATE 0.2  /* acceptance below this over a full window: stop speculating */

@@ -161,22 +161,31 @@ bool eng_seq_emit(engine *e, engine_req *r, const float *row, int32_t *tok_out, 
 
 /* ---- engine thread: one step --------------------------------------------- */
 
-/* One scheduler step over the run list: drop cancelled sequences; plan the
- * batch: one decode entry per generating sequence first, then speculative
- * proposals (at most half the remaining budget while prompts wait, so
- * prefill keeps moving), then prompt chunks oldest first within the step
- * budget; draft if in draft mode; run the batch; verify and sample.
- * Embedding prompts go in a second batch of the same step that asks for
- * hidden states but no logits. */
-static void engine_step(engine *e) {
+/* What one step feeds the model: the generation batch (decode and
+ * verification entries, prompt chunks) and the embedding batch. */
+typedef struct step_plan {
+  int n, ne;   /* entries of e->ents and e->eents */
+  int rows;    /* logits rows wanted */
+  int prefill; /* prompt tokens evaluated */
+} step_plan;
+
+/* Drops cancelled sequences; false when nothing is left to run. */
+static bool step_reap(engine *e) {
   for (int i = 0; i < e->n_run;) {
     if (atomic_load(&e->run[i]->cancel))
       eng_run_end_req(e, e->run[i], ENGINE_FINISH_CANCEL, 0, NULL);
     else
       i++;
   }
-  if (e->n_run == 0) return;
+  return e->n_run > 0;
+}
 
+/* Plans the batch: one decode entry per generating sequence first, then
+ * speculative proposals (at most half the remaining budget while prompts
+ * wait, so prefill keeps moving), then prompt chunks oldest first within
+ * the step budget. */
+static step_plan step_plan_batch(engine *e) {
+  step_plan sp = {0};
   int budget = e->o.step_tokens;
   int n_dec = 0;
   bool waiting = false;
@@ -193,17 +202,17 @@ static void engine_step(engine *e) {
   int extra = waiting ? budget / 2 : budget;
   if (e->drafter) eng_spec_plan(e, extra);
 
-  int n = 0, ne = 0, rows = 0, n_prefill_tokens = 0;
   e->n_part = 0;
   for (int i = 0; i < e->n_run; i++) {
     engine_req *r = e->run[i];
     if (r->embedding || r->n_fed < r->n_prompt) continue;
-    r->step_row = rows;
+    r->step_row = sp.rows;
     r->step_n = r->step_rows = 1 + r->n_prop;
-    rows += r->step_rows;
-    e->ents[n++] = (model_entry){.seq = r->slot, .pos = r->n_fed, .token = r->last, .want_logits = true};
+    sp.rows += r->step_rows;
+    e->ents[sp.n++] = (model_entry){.seq = r->slot, .pos = r->n_fed, .token = r->last, .want_logits = true};
     for (int j = 0; j < r->n_prop; j++)
-      e->ents[n++] = (model_entry){.seq = r->slot, .pos = r->n_fed + 1 + j, .token = r->prop[j], .want_logits = true};
+      e->ents[sp.n++] =
+          (model_entry){.seq = r->slot, .pos = r->n_fed + 1 + j, .token = r->prop[j], .want_logits = true};
     budget -= r->n_prop;
     e->part[e->n_part++] = r;
   }
@@ -214,13 +223,13 @@ static void engine_step(engine *e) {
     int c = r->n_prompt - r->n_fed;
     if (c > budget) c = budget;
     budget -= c;
-    n_prefill_tokens += c;
+    sp.prefill += c;
     bool last_chunk = r->n_fed + c == r->n_prompt;
     if (!r->embedding) {
       r->step_n = c;
       r->step_rows = last_chunk ? 1 : 0;
-      r->step_row = rows;
-      rows += r->step_rows;
+      r->step_row = sp.rows;
+      sp.rows += r->step_rows;
       e->part[e->n_part++] = r;
     }
     for (int k = 0; k < c; k++) {
@@ -228,79 +237,93 @@ static void engine_step(engine *e) {
       model_entry en = {.seq = r->slot, .pos = pos, .token = r->prompt[pos],
                         .want_logits = r->embedding || pos == r->n_prompt - 1};
       if (r->embedding) {
-        e->eents[ne] = en;
-        e->eowner[ne++] = r;
+        e->eents[sp.ne] = en;
+        e->eowner[sp.ne++] = r;
       } else {
-        e->ents[n++] = en;
+        e->ents[sp.n++] = en;
       }
     }
   }
-  PW_ASSERT(rows <= e->rows_cap);
-  e->d.prompt_tokens += (uint64_t)n_prefill_tokens;
-  e->d.batch_entries += (uint64_t)(n + ne);
+  PW_ASSERT(sp.rows <= e->rows_cap);
+  return sp;
+}
 
-  int rc = 0;
-  if (n > 0) {
-    e->n_passes++;
-    if (e->o.fail_pass > 0 && e->n_passes == e->o.fail_pass)
-      rc = pw_seterr(e->err, PW_EINTERNAL, "forward pass %ld failed (injected)", e->n_passes);
-    else
-      rc = model_forward(e->ctx, e->kv, e->ents, n, e->logits, NULL, e->err);
-    if (rc < 0) {
-      /* A failed batch fails its sequences (each stays at its last commit
-       * until it ends); the others carry on. */
-      pw_log(PW_LOG_ERROR, "engine: forward failed: %s", e->err);
-      for (int p = 0; p < e->n_part; p++) eng_run_end_req(e, e->part[p], ENGINE_FINISH_NONE, rc, e->err);
+/* Runs the generation batch and hands each sequence its logits rows: a
+ * prompt chunk advances (its last one samples the first token), a decode
+ * round is verified. A failed batch fails its sequences (each stays at its
+ * last commit until it ends); the others carry on. */
+static void step_generate(engine *e, int n) {
+  int rc;
+  e->n_passes++;
+  if (e->o.fail_pass > 0 && e->n_passes == e->o.fail_pass)
+    rc = pw_seterr(e->err, PW_EINTERNAL, "forward pass %ld failed (injected)", e->n_passes);
+  else
+    rc = model_forward(e->ctx, e->kv, e->ents, n, e->logits, NULL, e->err);
+  if (rc < 0) {
+    pw_log(PW_LOG_ERROR, "engine: forward failed: %s", e->err);
+    for (int p = 0; p < e->n_part; p++) eng_run_end_req(e, e->part[p], ENGINE_FINISH_NONE, rc, e->err);
+    return;
+  }
+  for (int p = 0; p < e->n_part; p++) {
+    engine_req *r = e->part[p];
+    const float *lg = e->logits + (size_t)r->step_row * e->n_vocab;
+    engine_finish fin = ENGINE_FINISH_NONE;
+    int st = 0;
+    const char *msg = NULL;
+    bool alive = true;
+    if (r->n_fed < r->n_prompt) { /* a prompt chunk */
+      r->n_fed += r->step_n;
+      if (r->step_rows > 0) {
+        int32_t tok;
+        r->u.target_passes++;
+        if (r->spec) e->d.spec_target_passes++;
+        alive = eng_seq_emit(e, r, lg, &tok, &fin, &st, &msg);
+      }
     } else {
-      for (int p = 0; p < e->n_part; p++) {
-        engine_req *r = e->part[p];
-        const float *lg = e->logits + (size_t)r->step_row * e->n_vocab;
-        engine_finish fin = ENGINE_FINISH_NONE;
-        int st = 0;
-        const char *msg = NULL;
-        bool alive = true;
-        if (r->n_fed < r->n_prompt) { /* a prompt chunk */
-          r->n_fed += r->step_n;
-          if (r->step_rows > 0) {
-            int32_t tok;
-            r->u.target_passes++;
-            if (r->spec) e->d.spec_target_passes++;
-            alive = eng_seq_emit(e, r, lg, &tok, &fin, &st, &msg);
-          }
-        } else {
-          alive = eng_seq_verify(e, r, lg, &fin, &st, &msg);
-        }
-        if (!alive) eng_run_end_req(e, r, fin, st, msg);
-      }
+      alive = eng_seq_verify(e, r, lg, &fin, &st, &msg);
     }
+    if (!alive) eng_run_end_req(e, r, fin, st, msg);
   }
-  if (ne > 0) {
-    rc = model_forward(e->ctx, e->kv, e->eents, ne, NULL, e->hidden, e->err);
-    for (int t = 0; t < ne;) {
-      engine_req *r = e->eowner[t];
-      int c = 0;
-      while (t + c < ne && e->eowner[t + c] == r) c++;
-      if (rc == 0) {
-        eng_embd_accumulate(e, r, e->hidden + (size_t)t * e->n_embd, c);
-        r->n_fed += c;
-      }
-      if (rc < 0 || r->n_fed == r->n_prompt) {
-        if (rc == 0) eng_embd_finish(e, r);
-        eng_run_end_req(e, r, ENGINE_FINISH_STOP, rc, rc < 0 ? e->err : NULL);
-      }
-      t += c;
+}
+
+/* Runs the embedding batch: hidden states, no logits. */
+static void step_embed(engine *e, int ne) {
+  int rc = model_forward(e->ctx, e->kv, e->eents, ne, NULL, e->hidden, e->err);
+  for (int t = 0; t < ne;) {
+    engine_req *r = e->eowner[t];
+    int c = 0;
+    while (t + c < ne && e->eowner[t + c] == r) c++;
+    if (rc == 0) {
+      eng_embd_accumulate(e, r, e->hidden + (size_t)t * e->n_embd, c);
+      r->n_fed += c;
     }
+    if (rc < 0 || r->n_fed == r->n_prompt) {
+      if (rc == 0) eng_embd_finish(e, r);
+      eng_run_end_req(e, r, ENGINE_FINISH_STOP, rc, rc < 0 ? e->err : NULL);
+    }
+    t += c;
   }
+}
+
+/* One scheduler step over the run list: reap, plan, draft (inside the
+ * plan), run the generation batch and verify or sample, run the embedding
+ * batch, count. */
+static void engine_step(engine *e) {
+  if (!step_reap(e)) return;
+  step_plan sp = step_plan_batch(e);
+  e->d.prompt_tokens += (uint64_t)sp.prefill;
+  e->d.batch_entries += (uint64_t)(sp.n + sp.ne);
+  if (sp.n > 0) step_generate(e, sp.n);
+  if (sp.ne > 0) step_embed(e, sp.ne);
 
   pthread_mutex_lock(&e->mu);
   e->st.steps_total++;
   int bk = 0;
-  while (bk < ENGINE_BATCH_BUCKETS && n + ne > engine_batch_le[bk]) bk++;
+  while (bk < ENGINE_BATCH_BUCKETS && sp.n + sp.ne > engine_batch_le[bk]) bk++;
   e->st.batch_steps_by_size[bk]++;
   eng_stats_flush_locked(e);
   pthread_mutex_unlock(&e->mu);
 }
-
 
 /* ---- engine thread: admission and the loop ------------------------------- */
 

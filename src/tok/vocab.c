@@ -241,29 +241,21 @@ size_t tok_pow2_at_least(uint64_t x, size_t max) {
 
 /* ---- load ------------------------------------------------------------------ */
 
-int tok_vocab_load(const gguf_file *f, tok_vocab **out, char *err) {
-  int rc = PW_ENOMEM;
-  tok_vocab *v = NULL;
-  gguf_str model, pre_s;
-  gguf_arr toks, scores, types, merges;
-  bool has_scores, has_types;
-  *out = NULL;
+/* The loader's phases, in order; each returns 0 or a PW_E* status with err
+ * set, and leaves what it allocated in v (tok_vocab_destroy frees it). */
 
-  if (!gguf_get_str(f, "tokenizer.ggml.model", &model))
-    return pw_seterr(err, PW_EFORMAT, "tokenizer: no tokenizer.ggml.model string in the file");
-  v = calloc(1, sizeof *v);
-  if (!v) return pw_seterr(err, PW_ENOMEM, "tokenizer: out of memory");
+/* The tokenizer family and, for BPE, its pre-tokenizer. */
+static int load_kind(const gguf_file *f, tok_vocab *v, gguf_str model, char *err) {
+  gguf_str pre_s;
   if (gguf_str_eq(model, "llama")) {
     v->kind = TOK_KIND_SPM;
   } else if (gguf_str_eq(model, "gpt2")) {
     v->kind = TOK_KIND_BPE;
   } else {
-    rc = pw_seterr(err, PW_EUNSUPPORTED, "tokenizer: model type '%.*s' is not supported (llama, gpt2)",
+    return pw_seterr(err, PW_EUNSUPPORTED, "tokenizer: model type '%.*s' is not supported (llama, gpt2)",
                    (int)(model.len > 64 ? 64 : model.len), model.ptr);
-    goto fail;
   }
 
-  /* pre-tokenizer */
   if (v->kind == TOK_KIND_BPE) {
     if (!gguf_get_str(f, "tokenizer.ggml.pre", &pre_s) || pre_s.len == 0) {
       pre_s.ptr = "default";
@@ -271,46 +263,46 @@ int tok_vocab_load(const gguf_file *f, tok_vocab **out, char *err) {
     }
     v->pre = tok_pre_lookup(pre_s.ptr, pre_s.len);
     if (!v->pre) {
-      rc = pw_seterr(err, PW_EUNSUPPORTED, "tokenizer: pre-tokenizer '%.*s' is not supported (supported: %s)",
+      return pw_seterr(err, PW_EUNSUPPORTED, "tokenizer: pre-tokenizer '%.*s' is not supported (supported: %s)",
                      (int)(pre_s.len > 64 ? 64 : pre_s.len), pre_s.ptr, tok_pre_supported());
-      goto fail;
     }
     snprintf(v->pre_name, sizeof v->pre_name, "%.*s", (int)(pre_s.len > 47 ? 47 : pre_s.len), pre_s.ptr);
   } else {
     snprintf(v->pre_name, sizeof v->pre_name, "default");
   }
+  return 0;
+}
 
-  /* tokens, scores, types */
+/* Token texts, scores and types. */
+static int load_tokens(const gguf_file *f, tok_vocab *v, char *err) {
+  gguf_arr toks, scores, types;
+  bool has_scores, has_types;
   if (!gguf_get_arr(f, "tokenizer.ggml.tokens", &toks) || toks.type != GGUF_T_STRING) {
-    rc = pw_seterr(err, PW_EFORMAT, "tokenizer: tokenizer.ggml.tokens is missing or not an array of strings");
-    goto fail;
+    return pw_seterr(err, PW_EFORMAT, "tokenizer: tokenizer.ggml.tokens is missing or not an array of strings");
   }
   if (toks.n == 0 || toks.n > (1u << 30)) {
-    rc = pw_seterr(err, PW_EFORMAT, "tokenizer: tokenizer.ggml.tokens has %" PRIu64 " entries", toks.n);
-    goto fail;
+    return pw_seterr(err, PW_EFORMAT, "tokenizer: tokenizer.ggml.tokens has %" PRIu64 " entries", toks.n);
   }
   v->n = (int32_t)toks.n;
   has_scores = gguf_get_arr(f, "tokenizer.ggml.scores", &scores);
   if (has_scores && ((scores.type != GGUF_T_FLOAT32 && scores.type != GGUF_T_INT32) || scores.n != toks.n)) {
-    rc = pw_seterr(err, PW_EFORMAT,
+    return pw_seterr(err, PW_EFORMAT,
                    "tokenizer: tokenizer.ggml.scores has %" PRIu64 " entries of type %s for %d tokens", scores.n,
                    gguf_vtype_name(scores.type), v->n);
-    goto fail;
   }
   has_types = gguf_get_arr(f, "tokenizer.ggml.token_type", &types);
   if (has_types && (types.type == GGUF_T_STRING || types.type == GGUF_T_ARRAY || types.type == GGUF_T_FLOAT32 ||
                     types.type == GGUF_T_FLOAT64 || types.n != toks.n)) {
-    rc = pw_seterr(err, PW_EFORMAT,
+    return pw_seterr(err, PW_EFORMAT,
                    "tokenizer: tokenizer.ggml.token_type has %" PRIu64 " entries of type %s for %d tokens", types.n,
                    gguf_vtype_name(types.type), v->n);
-    goto fail;
   }
 
   v->text = calloc((size_t)v->n, sizeof *v->text);
   v->score = calloc((size_t)v->n, sizeof *v->score);
   v->attr = calloc((size_t)v->n, sizeof *v->attr);
   v->eog = calloc((size_t)v->n, 1);
-  if (!v->text || !v->score || !v->attr || !v->eog) goto nomem;
+  if (!v->text || !v->score || !v->attr || !v->eog) return pw_seterr(err, PW_ENOMEM, "tokenizer: out of memory");
 
   {
     size_t n_empty = 0;
@@ -318,8 +310,7 @@ int tok_vocab_load(const gguf_file *f, tok_vocab **out, char *err) {
       gguf_str s = gguf_arr_str(&toks, (uint64_t)i);
       if (s.len == 0) n_empty++;
       if (s.len > (1u << 20)) {
-        rc = pw_seterr(err, PW_EFORMAT, "tokenizer: token %d is %" PRIu64 " bytes long", i, s.len);
-        goto fail;
+        return pw_seterr(err, PW_EFORMAT, "tokenizer: token %d is %" PRIu64 " bytes long", i, s.len);
       }
       v->text[i].ptr = s.ptr;
       v->text[i].len = (uint32_t)s.len;
@@ -328,7 +319,7 @@ int tok_vocab_load(const gguf_file *f, tok_vocab **out, char *err) {
       /* llama.cpp renames empty tokens "[EMPTY_<id>]" so that every token
        * has a distinct, non-empty text. */
       char *p = v->extra = malloc(n_empty * 24);
-      if (!p) goto nomem;
+      if (!p) return pw_seterr(err, PW_ENOMEM, "tokenizer: out of memory");
       for (int32_t i = 0; i < v->n; i++) {
         if (v->text[i].len) continue;
         int k = snprintf(p, 24, "[EMPTY_%d]", i);
@@ -354,99 +345,102 @@ int tok_vocab_load(const gguf_file *f, tok_vocab **out, char *err) {
       default: v->attr[i] = 0; break; /* undefined */
     }
   }
+  return 0;
+}
 
-  /* text -> id */
-  {
-    /* hmask is 32 bits: at most 2^31 slots (2^30 tokens fit) */
-    size_t cap = tok_pow2_at_least((uint64_t)v->n * 2, (size_t)1 << 31);
-    if (!cap) {
-      rc = pw_seterr(err, PW_EFORMAT, "tokenizer: %d tokens are too many for the lookup table", v->n);
-      goto fail;
-    }
-    v->hmask = (uint32_t)(cap - 1);
-    v->hslot = malloc((size_t)cap * sizeof *v->hslot);
-    if (!v->hslot) goto nomem;
-    memset(v->hslot, 0xFF, (size_t)cap * sizeof *v->hslot);
-    for (int32_t i = 0; i < v->n; i++) {
-      tok_span s = v->text[i];
-      uint32_t h = tok_hash(s.ptr, s.len) & v->hmask;
-      for (;; h = (h + 1) & v->hmask) {
-        int32_t o = v->hslot[h];
-        if (o < 0) {
-          v->hslot[h] = i;
-          break;
-        }
-        if (v->text[o].len == s.len && memcmp(v->text[o].ptr, s.ptr, s.len) == 0) {
-          rc = pw_seterr(err, PW_EFORMAT, "tokenizer: duplicate token text '%.*s' at ids %d and %d",
-                         (int)(s.len > 40 ? 40 : s.len), s.ptr, o, i);
-          goto fail;
-        }
+/* The text -> id hash table. */
+static int build_lookup(tok_vocab *v, char *err) {
+  /* hmask is 32 bits: at most 2^31 slots (2^30 tokens fit) */
+  size_t cap = tok_pow2_at_least((uint64_t)v->n * 2, (size_t)1 << 31);
+  if (!cap) return pw_seterr(err, PW_EFORMAT, "tokenizer: %d tokens are too many for the lookup table", v->n);
+  v->hmask = (uint32_t)(cap - 1);
+  v->hslot = malloc((size_t)cap * sizeof *v->hslot);
+  if (!v->hslot) return pw_seterr(err, PW_ENOMEM, "tokenizer: out of memory");
+  memset(v->hslot, 0xFF, (size_t)cap * sizeof *v->hslot);
+  for (int32_t i = 0; i < v->n; i++) {
+    tok_span s = v->text[i];
+    uint32_t h = tok_hash(s.ptr, s.len) & v->hmask;
+    for (;; h = (h + 1) & v->hmask) {
+      int32_t o = v->hslot[h];
+      if (o < 0) {
+        v->hslot[h] = i;
+        break;
+      }
+      if (v->text[o].len == s.len && memcmp(v->text[o].ptr, s.ptr, s.len) == 0) {
+        return pw_seterr(err, PW_EFORMAT, "tokenizer: duplicate token text '%.*s' at ids %d and %d",
+                       (int)(s.len > 40 ? 40 : s.len), s.ptr, o, i);
       }
     }
   }
+  return 0;
+}
 
-  /* merges */
-  if (v->kind == TOK_KIND_BPE) {
-    if (!gguf_get_arr(f, "tokenizer.ggml.merges", &merges) || merges.type != GGUF_T_STRING) {
-      rc = pw_seterr(err, PW_EFORMAT, "tokenizer: BPE vocabulary without tokenizer.ggml.merges (array of strings)");
-      goto fail;
-    }
-    if (merges.n > (1u << 30)) {
-      rc = pw_seterr(err, PW_EFORMAT, "tokenizer: %" PRIu64 " merges", merges.n);
-      goto fail;
-    }
-    v->n_merges = merges.n;
-    size_t cap = tok_pow2_at_least(merges.n * 2 + 1, SIZE_MAX / sizeof *v->mkey);
-    if (!cap) {
-      rc = pw_seterr(err, PW_EFORMAT, "tokenizer: %" PRIu64 " merges are too many for the merge table", merges.n);
-      goto fail;
-    }
-    v->mmask = cap - 1;
-    v->mkey = malloc(cap * sizeof *v->mkey);
-    v->mrank = malloc(cap * sizeof *v->mrank);
-    v->mres = malloc(cap * sizeof *v->mres);
-    char *cat = malloc((size_t)v->max_len * 2 + 2);
-    if (!v->mkey || !v->mrank || !v->mres || !cat) {
-      free(cat);
-      goto nomem;
-    }
-    memset(v->mkey, 0xFF, cap * sizeof *v->mkey);
-    for (uint64_t m = 0; m < merges.n; m++) {
-      gguf_str s = gguf_arr_str(&merges, m);
-      const char *sp = s.len > 1 ? memchr(s.ptr + 1, ' ', s.len - 1) : NULL;
-      if (!sp) {
-        rc = pw_seterr(err, PW_EFORMAT, "tokenizer: merge %" PRIu64 " ('%.*s') has no space separator", m,
-                       (int)(s.len > 40 ? 40 : s.len), s.ptr);
-        free(cat);
-        goto fail;
-      }
-      size_t la = (size_t)(sp - s.ptr), lb = s.len - la - 1;
-      int32_t a = tok_lookup(v, s.ptr, la), b = tok_lookup(v, sp + 1, lb);
-      if (a < 0 || b < 0) {
-        rc = pw_seterr(err, PW_EFORMAT, "tokenizer: merge %" PRIu64 " ('%.*s') names unknown piece '%.*s'", m,
-                       (int)(s.len > 40 ? 40 : s.len), s.ptr, (int)(a < 0 ? (la > 40 ? 40 : la) : (lb > 40 ? 40 : lb)),
-                       a < 0 ? s.ptr : sp + 1);
-        free(cat);
-        goto fail;
-      }
-      memcpy(cat, s.ptr, la);
-      memcpy(cat + la, sp + 1, lb);
-      int32_t r = tok_lookup(v, cat, la + lb);
-      uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
-      for (uint64_t i = merge_hash(key) & v->mmask;; i = (i + 1) & v->mmask) {
-        if (v->mkey[i] == key) break; /* the first (lowest) rank wins */
-        if (v->mkey[i] == UINT64_MAX) {
-          v->mkey[i] = key;
-          v->mrank[i] = (int32_t)m;
-          v->mres[i] = r;
-          break;
-        }
-      }
-    }
+/* BPE merges: (left, right) -> rank and result, the lowest rank winning. */
+static int load_merges(const gguf_file *f, tok_vocab *v, char *err) {
+  gguf_arr merges;
+  if (v->kind != TOK_KIND_BPE) return 0;
+  if (!gguf_get_arr(f, "tokenizer.ggml.merges", &merges) || merges.type != GGUF_T_STRING) {
+    return pw_seterr(err, PW_EFORMAT, "tokenizer: BPE vocabulary without tokenizer.ggml.merges (array of strings)");
+  }
+  if (merges.n > (1u << 30)) {
+    return pw_seterr(err, PW_EFORMAT, "tokenizer: %" PRIu64 " merges", merges.n);
+  }
+  v->n_merges = merges.n;
+  size_t cap = tok_pow2_at_least(merges.n * 2 + 1, SIZE_MAX / sizeof *v->mkey);
+  if (!cap)
+    return pw_seterr(err, PW_EFORMAT, "tokenizer: %" PRIu64 " merges are too many for the merge table", merges.n);
+  v->mmask = cap - 1;
+  v->mkey = malloc(cap * sizeof *v->mkey);
+  v->mrank = malloc(cap * sizeof *v->mrank);
+  v->mres = malloc(cap * sizeof *v->mres);
+  char *cat = malloc((size_t)v->max_len * 2 + 2);
+  if (!v->mkey || !v->mrank || !v->mres || !cat) {
     free(cat);
+    return pw_seterr(err, PW_ENOMEM, "tokenizer: out of memory");
   }
+  memset(v->mkey, 0xFF, cap * sizeof *v->mkey);
+  for (uint64_t m = 0; m < merges.n; m++) {
+    gguf_str s = gguf_arr_str(&merges, m);
+    const char *sp = s.len > 1 ? memchr(s.ptr + 1, ' ', s.len - 1) : NULL;
+    if (!sp) {
+      free(cat);
+      return pw_seterr(err, PW_EFORMAT, "tokenizer: merge %" PRIu64 " ('%.*s') has no space separator", m,
+                     (int)(s.len > 40 ? 40 : s.len), s.ptr);
+    }
+    size_t la = (size_t)(sp - s.ptr), lb = s.len - la - 1;
+    int32_t a = tok_lookup(v, s.ptr, la), b = tok_lookup(v, sp + 1, lb);
+    if (a < 0 || b < 0) {
+      free(cat);
+      return pw_seterr(err, PW_EFORMAT, "tokenizer: merge %" PRIu64 " ('%.*s') names unknown piece '%.*s'", m,
+                     (int)(s.len > 40 ? 40 : s.len), s.ptr, (int)(a < 0 ? (la > 40 ? 40 : la) : (lb > 40 ? 40 : lb)),
+                     a < 0 ? s.ptr : sp + 1);
+    }
+    memcpy(cat, s.ptr, la);
+    memcpy(cat + la, sp + 1, lb);
+    int32_t r = tok_lookup(v, cat, la + lb);
+    uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
+    for (uint64_t i = merge_hash(key) & v->mmask;; i = (i + 1) & v->mmask) {
+      if (v->mkey[i] == key) break; /* the first (lowest) rank wins */
+      if (v->mkey[i] == UINT64_MAX) {
+        v->mkey[i] = key;
+        v->mrank[i] = (int32_t)m;
+        v->mres[i] = r;
+        break;
+      }
+    }
+  }
+  free(cat);
+  return 0;
+}
 
-  /* flags and special ids: llama.cpp's defaults, then the metadata */
+/* Token ids that are not in the metadata as ids (FIM and the like). */
+typedef struct fim_ids {
+  int32_t pre, suf, mid, pad, rep, sep;
+} fim_ids;
+
+/* Flags and special ids: llama.cpp's defaults, then the metadata. */
+static int load_special_ids(const gguf_file *f, tok_vocab *v, fim_ids *fi, char *err) {
+  int rc;
   if (v->kind == TOK_KIND_SPM) {
     v->bos = 1;
     v->eos = 2;
@@ -466,7 +460,7 @@ int tok_vocab_load(const gguf_file *f, tok_vocab **out, char *err) {
   if (v->eos >= v->n) v->eos = -1;
   if (v->unk >= v->n) v->unk = -1;
   read_bool(f, "tokenizer.ggml.add_space_prefix", &v->add_space_prefix);
-  int32_t fim_pre = -1, fim_suf = -1, fim_mid = -1, fim_pad = -1, fim_rep = -1, fim_sep = -1;
+  fi->pre = fi->suf = fi->mid = fi->pad = fi->rep = fi->sep = -1;
   {
     struct {
       const char *key;
@@ -477,34 +471,36 @@ int tok_vocab_load(const gguf_file *f, tok_vocab **out, char *err) {
         {"tokenizer.ggml.eot_token_id", &v->eot, true},      {"tokenizer.ggml.eom_token_id", &v->eom, true},
         {"tokenizer.ggml.unknown_token_id", &v->unk, true},  {"tokenizer.ggml.seperator_token_id", &v->sep, false},
         {"tokenizer.ggml.padding_token_id", &v->pad, false}, {"tokenizer.ggml.mask_token_id", &v->mask, false},
-        {"tokenizer.ggml.fim_pre_token_id", &fim_pre, false}, {"tokenizer.ggml.fim_suf_token_id", &fim_suf, false},
-        {"tokenizer.ggml.fim_mid_token_id", &fim_mid, false}, {"tokenizer.ggml.fim_pad_token_id", &fim_pad, false},
-        {"tokenizer.ggml.fim_rep_token_id", &fim_rep, false}, {"tokenizer.ggml.fim_sep_token_id", &fim_sep, false},
-        {"tokenizer.ggml.prefix_token_id", &fim_pre, false},  {"tokenizer.ggml.suffix_token_id", &fim_suf, false},
-        {"tokenizer.ggml.middle_token_id", &fim_mid, false},
+        {"tokenizer.ggml.fim_pre_token_id", &fi->pre, false}, {"tokenizer.ggml.fim_suf_token_id", &fi->suf, false},
+        {"tokenizer.ggml.fim_mid_token_id", &fi->mid, false}, {"tokenizer.ggml.fim_pad_token_id", &fi->pad, false},
+        {"tokenizer.ggml.fim_rep_token_id", &fi->rep, false}, {"tokenizer.ggml.fim_sep_token_id", &fi->sep, false},
+        {"tokenizer.ggml.prefix_token_id", &fi->pre, false},  {"tokenizer.ggml.suffix_token_id", &fi->suf, false},
+        {"tokenizer.ggml.middle_token_id", &fi->mid, false},
     };
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
-      if ((rc = read_id(f, v, ids[i].key, ids[i].id, ids[i].strict, err)) < 0) goto fail;
+      if ((rc = read_id(f, v, ids[i].key, ids[i].id, ids[i].strict, err)) < 0) return rc;
   }
   read_bool(f, "tokenizer.ggml.add_bos_token", &v->add_bos);
   read_bool(f, "tokenizer.ggml.add_eos_token", &v->add_eos);
   if (v->add_bos && v->bos < 0) {
-    rc = pw_seterr(err, PW_EFORMAT, "tokenizer: add_bos_token is true but there is no valid bos_token_id");
-    goto fail;
+    return pw_seterr(err, PW_EFORMAT, "tokenizer: add_bos_token is true but there is no valid bos_token_id");
   }
   if (v->add_eos && v->eos < 0) {
-    rc = pw_seterr(err, PW_EFORMAT, "tokenizer: add_eos_token is true but there is no valid eos_token_id");
-    goto fail;
+    return pw_seterr(err, PW_EFORMAT, "tokenizer: add_eos_token is true but there is no valid eos_token_id");
   }
+  return 0;
+}
 
-  /* tokens recognised by their text; llama.cpp forces them to control */
+/* Tokens recognised by their text (llama.cpp forces them to control) and
+ * the end-of-generation set. */
+static void mark_eog(tok_vocab *v, fim_ids *fi) {
   {
     struct {
       int32_t *id;
       const char *const *texts;
-    } auto_ids[] = {{&v->eot, k_eot_texts},       {&v->eom, k_eom_texts},       {&fim_pre, k_fim_pre_texts},
-                    {&fim_suf, k_fim_suf_texts}, {&fim_mid, k_fim_mid_texts}, {&fim_pad, k_fim_pad_texts},
-                    {&fim_rep, k_fim_rep_texts}, {&fim_sep, k_fim_sep_texts}};
+    } auto_ids[] = {{&v->eot, k_eot_texts},       {&v->eom, k_eom_texts},       {&fi->pre, k_fim_pre_texts},
+                    {&fi->suf, k_fim_suf_texts}, {&fi->mid, k_fim_mid_texts}, {&fi->pad, k_fim_pad_texts},
+                    {&fi->rep, k_fim_rep_texts}, {&fi->sep, k_fim_sep_texts}};
     for (size_t i = 0; i < sizeof auto_ids / sizeof auto_ids[0]; i++) {
       if (*auto_ids[i].id >= 0) continue;
       int32_t id = find_first(v, auto_ids[i].texts);
@@ -515,9 +511,9 @@ int tok_vocab_load(const gguf_file *f, tok_vocab **out, char *err) {
     }
   }
   /* end of generation */
-  if (fim_pad >= 0) v->eog[fim_pad] = 1;
-  if (fim_rep >= 0) v->eog[fim_rep] = 1;
-  if (fim_sep >= 0) v->eog[fim_sep] = 1;
+  if (fi->pad >= 0) v->eog[fi->pad] = 1;
+  if (fi->rep >= 0) v->eog[fi->rep] = 1;
+  if (fi->sep >= 0) v->eog[fi->sep] = 1;
   for (int i = 0; k_eog_texts[i]; i++) {
     int32_t id = find_c(v, k_eog_texts[i]);
     if (id < 0) continue;
@@ -554,41 +550,43 @@ int tok_vocab_load(const gguf_file *f, tok_vocab **out, char *err) {
     }
   }
 
-  /* special tokens in matching order */
-  if ((rc = build_specials(v)) < 0) goto nomem;
+}
+
+/* Special tokens in matching order, and every token's rendered piece. */
+static int build_pieces(tok_vocab *v, char *err) {
+  int rc;
+  if ((rc = build_specials(v)) < 0) return pw_seterr(err, PW_ENOMEM, "tokenizer: out of memory");
   {
     int32_t *tmp = malloc((v->n_specials ? v->n_specials : 1) * sizeof *tmp);
-    if (!tmp) goto nomem;
+    if (!tmp) return pw_seterr(err, PW_ENOMEM, "tokenizer: out of memory");
     sort_specials(v, v->specials, tmp, v->n_specials);
     free(tmp);
   }
 
-  /* pieces */
   {
     uint64_t total = 0;
     v->piece_off = malloc(((size_t)v->n + 1) * sizeof *v->piece_off);
-    if (!v->piece_off) goto nomem;
+    if (!v->piece_off) return pw_seterr(err, PW_ENOMEM, "tokenizer: out of memory");
     for (int32_t i = 0; i < v->n; i++) {
       int64_t l = render_piece(v, i, NULL, err);
-      if (l < 0) {
-        rc = (int)l;
-        goto fail;
-      }
+      if (l < 0) return (int)l;
       v->piece_off[i] = (uint32_t)total;
       total += (uint64_t)l;
       if ((uint64_t)l > v->max_piece) v->max_piece = (uint32_t)l;
       if (total > UINT32_MAX) {
-        rc = pw_seterr(err, PW_EFORMAT, "tokenizer: token texts too large");
-        goto fail;
+        return pw_seterr(err, PW_EFORMAT, "tokenizer: token texts too large");
       }
     }
     v->piece_off[v->n] = (uint32_t)total;
     v->piece_blob = malloc(total ? total : 1);
-    if (!v->piece_blob) goto nomem;
+    if (!v->piece_blob) return pw_seterr(err, PW_ENOMEM, "tokenizer: out of memory");
     for (int32_t i = 0; i < v->n; i++) render_piece(v, i, v->piece_blob + v->piece_off[i], err);
   }
+  return 0;
+}
 
-  /* per-model token attributes (llama.cpp keys them on general.name) */
+/* Per-model token attributes (llama.cpp keys them on general.name). */
+static void name_attrs(const gguf_file *f, tok_vocab *v) {
   {
     char name[128];
     if (gguf_get_cstr(f, "general.name", name, sizeof name)) {
@@ -604,7 +602,10 @@ int tok_vocab_load(const gguf_file *f, tok_vocab **out, char *err) {
     }
   }
 
-  /* byte tokens */
+}
+
+/* The token of each byte (SPM <0xNN> pieces, BPE byte-level code points). */
+static void byte_tokens(tok_vocab *v) {
   for (int b = 0; b < 256; b++) {
     if (v->kind == TOK_KIND_SPM) {
       char buf[8];
@@ -622,13 +623,31 @@ int tok_vocab_load(const gguf_file *f, tok_vocab **out, char *err) {
     }
   }
 
+}
+
+int tok_vocab_load(const gguf_file *f, tok_vocab **out, char *err) {
+  gguf_str model;
+  fim_ids fi;
+  int rc;
+  *out = NULL;
+  if (!gguf_get_str(f, "tokenizer.ggml.model", &model))
+    return pw_seterr(err, PW_EFORMAT, "tokenizer: no tokenizer.ggml.model string in the file");
+  tok_vocab *v = calloc(1, sizeof *v);
+  if (!v) return pw_seterr(err, PW_ENOMEM, "tokenizer: out of memory");
+  if ((rc = load_kind(f, v, model, err)) || (rc = load_tokens(f, v, err)) || (rc = build_lookup(v, err)) ||
+      (rc = load_merges(f, v, err)) || (rc = load_special_ids(f, v, &fi, err))) {
+    tok_vocab_destroy(v);
+    return rc;
+  }
+  mark_eog(v, &fi);
+  if ((rc = build_pieces(v, err))) {
+    tok_vocab_destroy(v);
+    return rc;
+  }
+  name_attrs(f, v);
+  byte_tokens(v);
   *out = v;
   return 0;
-nomem:
-  rc = pw_seterr(err, PW_ENOMEM, "tokenizer: out of memory");
-fail:
-  tok_vocab_destroy(v);
-  return rc;
 }
 
 /* ---- accessors --------------------------------------------------------------- */

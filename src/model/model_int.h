@@ -1,0 +1,141 @@
+/* model_int.h - what the model's files share: the structs, the table of
+ * architectures and the op interface their layers are composed from. Not
+ * part of the API (model.h is).
+ *
+ * The model's files:
+ *   model.c        loading (hyperparameters, output and embedding
+ *                  weights), the KV cache, batch scratch and the forward
+ *                  pass's frame: embed, run each layer, norm, logits
+ *   arch_llama.c   the llama-family block (llama, qwen2, qwen3): its
+ *                  weights and its layer function
+ *   backend_cpu.c  the op interface on the CPU kernels of tensor/
+ *
+ * A new architecture is one arch_*.c file (its hyperparameters, weight
+ * binding and layer function, written over model_backend's ops) and a row
+ * of model_archs; a second backend is one file implementing model_backend.
+ */
+#ifndef PW_MODEL_MODEL_INT_H
+#define PW_MODEL_MODEL_INT_H
+
+#include "model/model.h"
+
+#include "tensor/matmul.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct model_arch_ops model_arch_ops;
+typedef struct model_backend model_backend;
+
+typedef struct layer_w {
+  const float *attn_norm; /* [n_embd] */
+  model_weight wq, wk, wv, wo;
+  const float *bq, *bk, *bv; /* biases or NULL */
+  const float *q_norm, *k_norm; /* [head_dim] or NULL */
+  const float *ffn_norm;
+  model_weight w_gate, w_up, w_down;
+} layer_w;
+
+struct model {
+  gguf_file *f;
+  model_hparams hp;
+  const model_arch_ops *ad; /* the architecture's row of model_archs */
+  const model_backend *be;  /* the ops its layers run on */
+  model_weight tok_embd; /* n_vocab rows of n_embd */
+  model_weight output;   /* n_vocab rows of n_embd (tied: = tok_embd) */
+  const float *output_norm;
+  const float *rope_freqs; /* [head_dim/2] or NULL */
+  layer_w *layers;
+  pw_pool *pool;
+  bool pool_borrowed;    /* opts->pool: not ours to destroy */
+  unsigned mm_hints;     /* PW_MM_RESIDENT for files that fit in cache */
+  gguf_residency res;    /* how the weights are mapped */
+};
+
+struct model_kv {
+  int n_layer, n_seq, n_ctx, n_head_kv, head_dim;
+  /* [n_layer][n_seq][n_head_kv][n_ctx][head_dim] F16: each KV head's rows
+   * are contiguous, one stream for the thread that attends over them */
+  uint16_t *k, *v;
+  int *len;        /* [n_seq] */
+};
+
+struct model_ctx {
+  const model *m;
+  int max_batch, max_ctx;
+  float *x, *xn, *q, *k, *v, *att, *gate, *up; /* [max_batch][...] */
+  float *rows;          /* [max_batch][n_embd] gathered rows for logits */
+  float *rope_cos, *rope_sin; /* [max_batch][head_dim/2] */
+  int *att_groups;      /* [max_batch] first entry of each attention group */
+  int n_att_groups;     /* groups of the current pass */
+  void *mm_scratch;
+};
+
+/* ---- the op interface ------------------------------------------------------
+ * What a layer function may do; one implementation per backend. Buffers are
+ * the context's activations ([n][dim] rows, entry order). Every op gives the
+ * same bits whatever the batch's other entries and the thread count. */
+struct model_backend {
+  const char *name;
+  /* Once per forward pass, before the layers: per-entry tables (RoPE
+   * angles) and the attention work split for this batch. */
+  void (*begin)(model_ctx *c, const model_entry *e, int n);
+  /* ops[i].out[n][ops[i].n_out] = x[n][n_in] W_i^T, x quantized once. */
+  void (*matmul_multi)(model_ctx *c, const pw_mm_op *ops, int n_ops, int64_t n_in, const float *x, int n);
+  /* y[n][w->n_out] = x[n][w->n_in] W^T */
+  void (*matmul)(model_ctx *c, const model_weight *w, const float *x, int n, float *y);
+  /* rows of dim: y = x / sqrt(mean(x^2) + eps) * w (y may be x) */
+  void (*rmsnorm)(model_ctx *c, float *y, const float *x, const float *w, int rows, int dim, float eps);
+  /* rows of dim: y += b (b may be NULL: nothing to add) */
+  void (*add_rows)(model_ctx *c, float *y, const float *b, int rows, int dim);
+  /* y = a + b over n elements */
+  void (*add)(model_ctx *c, float *y, const float *a, const float *b, int64_t n);
+  /* RoPE in place on [n][n_heads][head_dim] with begin's angles */
+  void (*rope)(model_ctx *c, float *v, int n, int n_heads);
+  /* c->k and c->v of the entries into layer `layer` of the cache */
+  void (*kv_store)(model_ctx *c, model_kv *kv, const model_entry *e, int n, int layer);
+  /* c->att = softmax(q K^T / sqrt(d)) V per query head, each entry over
+   * its sequence up to and including its position */
+  void (*attention)(model_ctx *c, model_kv *kv, const model_entry *e, int n, int layer);
+  /* g = silu(g) * u over n elements */
+  void (*swiglu)(model_ctx *c, float *g, const float *u, int64_t n);
+  /* Hints, no-ops where meaningless: the weights of the next matmul of a
+   * pass of n entries, and a small vector needed soon. */
+  void (*prefetch_weights)(model_ctx *c, const pw_mm_op *ops, int n_ops, int64_t n_in, int n);
+  void (*prefetch_vec)(const float *v, int n);
+};
+
+extern const model_backend model_backend_cpu;
+
+/* ---- architectures ---------------------------------------------------------- */
+struct model_arch_ops {
+  const char *name; /* general.architecture */
+  model_arch arch;
+  bool rope_neox;   /* rotate halves instead of adjacent pairs */
+  bool qkv_bias;    /* attn_{q,k,v}.bias present (required) */
+  bool qk_norm;     /* per-head attn_{q,k}_norm (required) */
+  /* Binds layer il's weights into m->layers[il]. */
+  int (*bind_layer)(model *m, int il, char *err);
+  /* Bytes of matmul scratch layer il needs for a pass of max_batch. */
+  size_t (*scratch_size)(const model *m, int il, int max_batch);
+  /* Runs layer il over the pass: c->x in, c->x out. */
+  void (*layer)(model_ctx *c, model_kv *kv, const model_entry *e, int n, int il);
+  /* Hints the weights layer il reads first (the next pass's start). */
+  void (*prefetch_layer)(model_ctx *c, int il, int n);
+};
+
+/* NULL-terminated rows (model.c). */
+extern const model_arch_ops *const model_archs[];
+extern const model_arch_ops model_arch_llama, model_arch_qwen2, model_arch_qwen3;
+
+/* model.c: binding helpers for the architectures' files */
+int model_bind_weight(const gguf_file *f, const char *name, int64_t n_in, int64_t n_out, model_weight *w,
+                      bool required, char *err);
+int model_bind_vec(const gguf_file *f, const char *name, int64_t n, const float **out, bool required, char *err);
+/* element offset of (layer, seq, KV head, position) in the cache */
+static inline size_t model_kv_off(const model_kv *kv, int layer, int seq, int head, int pos) {
+  return ((((size_t)layer * kv->n_seq + seq) * kv->n_head_kv + head) * kv->n_ctx + pos) * kv->head_dim;
+}
+
+#endif
