@@ -4,9 +4,11 @@
 #include "cli/cmd_ab.h"
 #include "cli/cmd_bench.h"
 #include "cli/cmd_serve.h"
+#include "cli/cmd_store.h"
 #include "cli/cmd_synth.h"
 #include "cli/cmd_template.h"
 #include "cli/cmd_tokenize.h"
+#include "cli/cmd_verify.h"
 
 #include "power.h"
 
@@ -30,6 +32,14 @@ static const subcommand k_cmds[] = {
     {"quantize", cmd_quantize, "convert F32/F16/BF16 weights to a quantized type"},
     {"template", cmd_template, "render a chat template (--model M | --template F.jinja) --vars V.json"},
     {"tokenize", cmd_tokenize, "text to token ids and pieces (--ids, --raw, --file)"},
+    {"pull", cmd_pull, "download a GGUF into the model store (URL or hf.co/ORG/REPO[:QUANT])"},
+    {"list", cmd_list, "models in the store ($POWER_HOME, default ~/.power)"},
+    {"show", cmd_show, "a stored model's digest, source, metadata and template"},
+    {"rm", cmd_rm, "remove a name from the store (and its blob when unused)"},
+    {"cp", cmd_cp, "give a stored model a second name"},
+    {"import", cmd_import, "put a local GGUF into the store (--name NAME)"},
+    {"verify", cmd_verify, "check a receipt (digests, signature, --replay) or an ab report (--ab)"},
+    {"keygen", cmd_keygen, "make an Ed25519 key pair for signing receipts"},
 };
 
 static void usage(FILE *out) {
