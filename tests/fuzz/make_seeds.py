@@ -138,6 +138,15 @@ O = {
     "completion_ids": (COMPL, {"prompt": [1, 2, 3, 32000], "max_tokens": 1}),
     "embedding": (EMB, {"input": ["a", "b", [1, 2]], "encoding_format": "base64"}),
     "tokenize": (TOK, {"content": "hello", "add_special": True, "with_pieces": True}),
+    # constrained output: the GBNF parser and the JSON Schema compiler sit
+    # behind the request mapping
+    "grammar": (COMPL, {"prompt": "x", "grammar": "root ::= item (\",\" item)*\nitem ::= [a-z]+ | \"(\" root \")\"\n"}),
+    "json_schema": (CHAT, {"messages": [{"role": "user", "content": "x"}], "response_format": {
+        "type": "json_schema", "json_schema": {"name": "s", "strict": True, "schema": {
+            "type": "object", "properties": {"a": {"type": "integer", "minimum": 0}, "b": {"type": "array",
+            "items": {"enum": ["x", "y", 1, None]}, "maxItems": 3}, "c": {"anyOf": [{"type": "string",
+            "pattern": "^[a-z]{2,4}$"}, {"type": "number"}]}}, "required": ["a"], "additionalProperties": False}}}}),
+    "json_object": (CHAT, {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}}),
     "detokenize": (DETOK, {"tokens": [1, 2, 3]}),
 }
 for k, (b, body) in O.items():
