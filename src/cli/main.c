@@ -28,7 +28,7 @@ static const subcommand k_cmds[] = {
     {"bench", cmd_bench, "prompt and generation throughput (-p, -n, -r, --batch, -o json)"},
     {"ab", cmd_ab, "paired two-order A/B of engine configurations, with output parity"},
     {"chat", cmd_chat, "interactive chat with the model's template (/reset, /exit)"},
-    {"inspect", cmd_inspect, "describe a GGUF file (--sha256 for its identity)"},
+    {"inspect", cmd_inspect, "describe a GGUF file (quantization, sizes, tensors; --sha256, -o json)"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server"},
     {"synth", cmd_synth, "write a model with a real model's shapes and dummy weights"},
     {"quantize", cmd_quantize, "convert F32/F16/BF16 weights to a quantized type"},
