@@ -70,6 +70,7 @@ static void serve_usage(FILE *out) {
           "                         prompt or output text; never the prompt_cache_key\n"
           "  --receipt-key KEY.pem  sign every receipt with this Ed25519 key (power keygen)\n"
           "  --no-request-log       no per-request line on stderr\n");
+  cli_weights_usage(out);
   spec_opts_usage(out);
 }
 
@@ -100,6 +101,7 @@ int cmd_serve(int argc, char **argv) {
   size_t cache_bytes = 0;
   double cache_ttl = 0;
   spec_opts spec = {0};
+  cli_weights wts = {0};
   const char *lv = getenv("POWER_LOG");
   int log_requests = lv && !strcmp(lv, "debug") ? 2 : 1;
   bool log_text = false, no_log = false;
@@ -119,6 +121,7 @@ int cmd_serve(int argc, char **argv) {
       continue;
     }
     int sc = spec_opts_parse("serve", &spec, a, v);
+    if (!sc) sc = cli_weights_parse("serve", &wts, a, v);
     if (sc < 0) return 2;
     if (sc > 0) {
       i++;
@@ -151,7 +154,7 @@ int cmd_serve(int argc, char **argv) {
     }
     if (bad) return 2;
   }
-  if (spec_opts_check("serve", &spec)) return 2;
+  if (spec_opts_check("serve", &spec) || cli_weights_finish("serve", &wts)) return 2;
   if (log_text) log_requests = 2;
   if (no_log) log_requests = 0;
   char err[PW_ERRMAX] = "";
@@ -186,6 +189,7 @@ int cmd_serve(int argc, char **argv) {
   eo.max_queue = (int)queue;
   eo.n_ctx = (int)ctx;
   spec_opts_apply(&spec, &eo);
+  cli_weights_apply(&wts, &eo);
   eo.prompt_cache_entries = (int)cache_entries;
   eo.prompt_cache_bytes = cache_bytes;
   eo.prompt_cache_ttl_s = cache_ttl;
