@@ -196,9 +196,9 @@ int model_load(const char *path, const model_opts *opts, model **out, char *err)
            weights_io_name(wi->io), wi->encrypted ? ", decrypted" : "", wi->read_s, m->res.huge_bytes / 1048576.0,
            m->res.refreshed ? " (page cache re-read to get them)" : "");
   if (wi->encrypted)
-    pw_log(PW_LOG_INFO, "model %s: decrypted %.1f MiB in %.3f s on %d threads (%.2f GB/s)%s", path,
+    pw_log(PW_LOG_INFO, "model %s: decrypted %.1f MiB in %.3f s on %d threads (AES-GCM %.2f GB/s per core)%s", path,
            wi->bytes / 1048576.0, wi->decrypt_s, wi->decrypt_threads,
-           wi->decrypt_s > 0 ? wi->bytes / wi->decrypt_s / 1e9 : 0.0, wi->locked ? ", locked in memory" : "");
+           wi->decrypt_core_s > 0 ? wi->bytes / wi->decrypt_core_s / 1e9 : 0.0, wi->locked ? ", locked in memory" : "");
   /* a file this small stays in the caches between tokens (the L2s and a
    * share of L3 of a small CPU): decode is compute-bound, not streaming */
   if (gguf_size(m->f) <= MODEL_RESIDENT_BYTES) m->mm_hints = PW_MM_RESIDENT;

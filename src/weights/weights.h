@@ -52,7 +52,10 @@ typedef struct weights_info {
   uint64_t file_bytes;   /* bytes on disk */
   uint64_t bytes;        /* plaintext (GGUF) bytes */
   double read_s;         /* wall time of the whole open (read, decrypt) */
-  double decrypt_s;      /* of it, the time spent decrypting (0 when plain) */
+  double decrypt_s;      /* of it, wall time of the decryption passes (with
+                          * pread: the threads' reads too); 0 when plain */
+  double decrypt_core_s; /* thread-seconds inside AES-GCM alone: bytes /
+                          * decrypt_core_s is the rate per core */
   int decrypt_threads;
 } weights_info;
 
