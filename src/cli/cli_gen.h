@@ -4,6 +4,7 @@
 #ifndef PW_CLI_GEN_H
 #define PW_CLI_GEN_H
 
+#include "cli/cli.h"
 #include "engine/engine.h"
 #include "chat/prompt.h"
 
@@ -19,6 +20,7 @@ typedef struct spec_opts {
   int mode;                /* engine_spec_mode */
   const char *draft_model; /* borrowed from argv; NULL = none */
   long draft_max;          /* 0 = the engine's default */
+  unsigned given;          /* options seen (bits in option order): each may appear once */
 } spec_opts;
 
 /* Returns 1 when a (with its value v, which may be NULL) is a speculation
@@ -50,6 +52,7 @@ void cli_weights_apply(const cli_weights *w, engine_opts *eo);
 void cli_weights_usage(FILE *out);
 
 typedef struct gen_opts {
+  cli_seen seen; /* single-valued options given so far */
   const char *model;
   spec_opts spec;
   cli_weights weights;
@@ -81,6 +84,9 @@ typedef struct gen_session {
    * engine's only tenant, so no scoping is needed. */
   bool has_cache_key;
   uint8_t cache_key[32];
+  /* When set (borrowed), gen_stream feeds the generation's receipt: the
+   * decoding settings at submit, each token and its text, the usage. */
+  struct ev_gen *rec;
 } gen_session;
 
 /* Starts an engine for one interactive/CLI user. Prints errors. */
