@@ -41,7 +41,8 @@ typedef struct layer_w {
 } layer_w;
 
 struct model {
-  gguf_file *f;
+  gguf_file *f;          /* weights_gguf(w): owned by w */
+  weights *w;            /* where the weight bytes come from (owned) */
   model_hparams hp;
   const model_arch_ops *ad; /* the architecture's row of model_archs */
   const model_backend *be;  /* the ops its layers run on */
@@ -54,7 +55,7 @@ struct model {
   pw_pool *pool;
   bool pool_borrowed;    /* opts->pool: not ours to destroy */
   unsigned mm_hints;     /* PW_MM_RESIDENT for files that fit in cache */
-  gguf_residency res;    /* how the weights are mapped */
+  gguf_residency res;    /* how the weights are held (weights_residency) */
 };
 
 struct model_kv {
