@@ -78,6 +78,10 @@ typedef struct engine_opts {
   const char *model_path; /* GGUF file (required) */
   const char *model_id;   /* id reported to clients (a store name); NULL: the file name without .gguf */
   int n_threads;          /* kernel threads, 1..ENGINE_MAX_THREADS; 0 = ENGINE_DEFAULT_THREADS */
+  /* Where the weights come from (weights/weights.h), for the model and a
+   * draft model alike. */
+  int weights_io;               /* weights_io: 0 = mmap, 1 = pread, 2 = direct */
+  const char *weights_key_file; /* key of encrypted containers; NULL = plain files */
   int max_active;         /* sequences decoding at once (KV slots), 1..ENGINE_MAX_ACTIVE; 0 = the default */
   int max_queue;          /* requests waiting for a slot, 0..ENGINE_MAX_QUEUE; 0 = the default */
   int n_ctx;              /* context per sequence, ENGINE_MIN_CTX..ENGINE_MAX_CTX;
@@ -94,6 +98,9 @@ typedef struct engine_opts {
   int prompt_cache_entries;     /* most cached sequences; 0 = 8; -1 = disabled */
   size_t prompt_cache_bytes;    /* most KV bytes held by entries; 0 = 1 GiB */
   double prompt_cache_ttl_s;    /* idle time before an entry expires; 0 = 600 */
+  int prompt_cache_owner_entries;   /* most entries one owner (engine_params.cache_owner) holds;
+                                     * 0 = no bound of its own (the global bounds apply) */
+  size_t prompt_cache_owner_bytes;  /* most KV bytes one owner's entries hold; 0 = no bound of its own */
   /* Testing: target forward pass number fail_pass (1 = the first) fails as
    * if the model had (PW_EINTERNAL), so tests can check what a failed
    * batch leaves behind. 0 = never. */
@@ -166,6 +173,12 @@ typedef struct engine_params {
    * max_active ones, so caching never lowers the running capacity. */
   bool has_cache_key;
   uint8_t cache_key[32];
+  /* Who the entry counts against (the server: the tenant's API key
+   * digest; all zero = the anonymous owner). An owner at its quota
+   * (prompt_cache_owner_entries / _bytes) evicts its own least recently
+   * used entries, never another owner's; the global bounds still apply
+   * to all entries together. */
+  uint8_t cache_owner[32];
   /* Constrained decoding: the generated text follows this grammar (NULL =
    * none). Before the sampler chain runs, every token the grammar does not
    * allow next gets logit -inf (logprobs still describe the model's raw
