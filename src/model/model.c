@@ -322,6 +322,10 @@ void model_kv_truncate(model_kv *kv, int seq, int len) {
   }
 }
 
+bool model_kv_seq_exact(const model_kv *kv, int seq) {
+  return kv->n_rs_layer == 0 || kv->rs_len[seq] == kv->len[seq];
+}
+
 size_t model_kv_state_bytes(const model_kv *kv) {
   return kv->n_rs_layer ? sizeof(int64_t) + seq_state_floats(kv) * sizeof(float) : 0;
 }

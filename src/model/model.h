@@ -120,6 +120,9 @@ size_t model_kv_bytes(const model_kv *kv);
  * cuts its KV length back to the snapshot's length, which must not exceed
  * the current one (PW_EINVAL otherwise): exact rollback. */
 size_t model_kv_state_bytes(const model_kv *kv);
+/* False when seq's recurrent state does not hold its current length (it
+ * was cut back without a snapshot): it must be restored or restarted. */
+bool model_kv_seq_exact(const model_kv *kv, int seq);
 void model_kv_state_save(const model_kv *kv, int seq, void *buf);
 int model_kv_state_restore(model_kv *kv, int seq, const void *buf, char *err);
 
