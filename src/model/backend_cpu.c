@@ -87,10 +87,13 @@ static void cpu_prefetch_vec(const float *v, int n) {
 }
 
 /* cos/sin of each rotation angle for every entry, as ggml's rope cache:
- * theta starts at pos and is multiplied by base^(-2/n_rot) per pair. With
- * M-RoPE sections and text-only input, the temporal, height and width
- * positions all equal pos and the fourth is 0: pairs of the fourth section
- * do not rotate. */
+ * theta starts at pos and is multiplied by base^(-2/n_rot) per pair, divided
+ * by the pair's frequency factor; YaRN (ext != 0) mixes the scaled
+ * (interpolated) and unscaled angles along a ramp over the pairs and
+ * corrects the magnitude. Without YaRN and with attn 1 these are the plain
+ * cosf/sinf of the scaled angle. With M-RoPE sections and text-only input,
+ * the temporal, height and width positions all equal pos and the fourth is
+ * 0: pairs of the fourth section do not rotate. */
 static bool mrope_extra_pair(const model_hparams *hp, int i) {
   const int *sc = hp->rope_sections;
   const int dims = sc[0] + sc[1] + sc[2] + sc[3];
@@ -103,17 +106,24 @@ static bool mrope_extra_pair(const model_hparams *hp, int i) {
 }
 
 static void rope_table(const model_ctx *c, const model_entry *e, int n, float base, float scale, const float *freqs,
-                       float *cos_out, float *sin_out) {
+                       float ext, float attn, float *cos_out, float *sin_out) {
   const model_hparams *hp = &c->m->hp;
   int half = hp->n_rot / 2;
   float theta_scale = powf(base, -2.0f / (float)hp->n_rot);
+  const float lo = hp->rope_corr[0], hi = hp->rope_corr[1];
   for (int t = 0; t < n; t++) {
     float theta = (float)e[t].pos;
     for (int i = 0; i < half; i++) {
       float ff = freqs ? freqs[i] : 1.0f;
-      float th = mrope_extra_pair(hp, i) ? 0.0f : scale * (theta / ff);
-      cos_out[(size_t)t * half + i] = cosf(th);
-      sin_out[(size_t)t * half + i] = sinf(th);
+      float extrap = mrope_extra_pair(hp, i) ? 0.0f : theta / ff, th = scale * extrap, ms = attn;
+      if (ext != 0.0f) {
+        float y = ((float)i - lo) / (hi - lo > 0.001f ? hi - lo : 0.001f);
+        float ramp = (1 - (y < 0 ? 0 : y > 1 ? 1 : y)) * ext;
+        th = th * (1 - ramp) + extrap * ramp;
+        ms *= 1.0f + 0.1f * logf(1.0f / scale);
+      }
+      cos_out[(size_t)t * half + i] = cosf(th) * ms;
+      sin_out[(size_t)t * half + i] = sinf(th) * ms;
       theta *= theta_scale;
     }
   }
@@ -123,8 +133,14 @@ static void rope_table(const model_ctx *c, const model_entry *e, int n, float ba
  * scaling or factors, as llama.cpp's defaults) when there are any. */
 static void rope_tables(model_ctx *c, const model_entry *e, int n) {
   const model_hparams *hp = &c->m->hp;
-  rope_table(c, e, n, hp->rope_base, hp->rope_scale, c->m->rope_freqs, c->rope_cos, c->rope_sin);
-  if (c->rope_cos_swa) rope_table(c, e, n, hp->rope_base_swa, 1.0f, NULL, c->rope_cos_swa, c->rope_sin_swa);
+  /* LongRoPE: the long factors when the context exceeds the original one
+   * (as llama.cpp chooses them, by the context size, not the position) */
+  const float *freqs = c->m->rope_freqs;
+  if (c->m->rope_long) freqs = c->max_ctx > hp->n_ctx_orig ? c->m->rope_long : c->m->rope_short;
+  rope_table(c, e, n, hp->rope_base, hp->rope_scale, freqs, hp->rope_ext_factor, hp->rope_attn_factor, c->rope_cos,
+             c->rope_sin);
+  if (c->rope_cos_swa)
+    rope_table(c, e, n, hp->rope_base_swa, 1.0f, NULL, 0.0f, hp->rope_attn_factor, c->rope_cos_swa, c->rope_sin_swa);
 }
 
 static void cpu_rope(model_ctx *c, float *v, int n_tok, int n_heads, bool swa) {

@@ -5,7 +5,8 @@
  * architectures `llama`, `qwen2` (QKV biases), `qwen3` (per-head Q/K
  * RMSNorm), all with a SwiGLU MLP, and `gemma3` (scaled embeddings,
  * sandwich norms, Q/K norm, sliding-window layers between global ones, a
- * GeGLU MLP). Weights are views into the GGUF mapping (never copied).
+ * GeGLU MLP) and `phi3` (fused QKV and gate/up projections, LongRoPE).
+ * Weights are views into the GGUF mapping (never copied).
  *
  * The forward pass takes a batch of (sequence, position, token) entries from
  * several sequences and returns logits for the entries that ask for them.
@@ -29,6 +30,7 @@ typedef enum model_arch {
   MODEL_ARCH_QWEN2,
   MODEL_ARCH_QWEN3,
   MODEL_ARCH_GEMMA3,
+  MODEL_ARCH_PHI3,
   MODEL_ARCH_QWEN35
 } model_arch;
 
@@ -44,7 +46,11 @@ typedef struct model_hparams {
   int32_t n_ff;      /* MLP hidden size */
   int32_t n_ctx_train;
   float rope_base;
-  float rope_scale;  /* linear position scale (1 = none) */
+  float rope_scale;  /* position scale, 1/factor (1 = none): linear and YaRN */
+  float rope_ext_factor;  /* YaRN: extrapolation mix (1 with YaRN, 0 = none) */
+  float rope_attn_factor; /* magnitude of cos/sin (1 = none; YaRN's mscale) */
+  float rope_corr[2];     /* YaRN: first and last dimension pair of the ramp */
+  int32_t n_ctx_orig;     /* YaRN: the context the model was trained for before scaling */
   float rms_eps;
   bool rope_neox;    /* true: rotate halves (qwen); false: adjacent pairs (llama) */
   /* Architecture extras (0 = none) */

@@ -9,6 +9,7 @@
  *   arch_llama.c   the llama-family block (llama, qwen2, qwen3): its
  *                  weights and its layer function
  *   arch_gemma3.c  Gemma 3's block
+ *   arch_phi3.c    Phi-3's block (fused QKV and gate/up, LongRoPE)
  *   arch_qwen35.c  Qwen3.5's hybrid block: gated DeltaNet layers with a
  *                  recurrent state, and gated full-attention layers
  *   backend_cpu.c  the op interface on the CPU kernels of tensor/
@@ -74,6 +75,7 @@ struct model {
   model_weight output;   /* n_vocab rows of n_embd (tied: = tok_embd) */
   const float *output_norm;
   const float *rope_freqs; /* [head_dim/2] or NULL */
+  const float *rope_long, *rope_short; /* [head_dim/2] LongRoPE factors (phi3), or NULL */
   layer_w *layers;
   int n_kv_layers;       /* layers with a KV cache slot */
   int n_rs_layers;       /* layers with a recurrent state */
@@ -206,7 +208,7 @@ struct model_arch_ops {
 /* NULL-terminated rows (model.c). */
 extern const model_arch_ops *const model_archs[];
 extern const model_arch_ops model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma3,
-    model_arch_qwen35;
+    model_arch_phi3, model_arch_qwen35;
 
 /* model.c: binding helpers for the architectures' files */
 int model_bind_weight(const gguf_file *f, const char *name, int64_t n_in, int64_t n_out, model_weight *w,
