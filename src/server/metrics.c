@@ -1,6 +1,7 @@
 /* metrics.c - counters and Prometheus text rendering. See metrics.h. */
 #include "server/metrics.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const int k_status[METRICS_N_STATUS - 1] = {200, 400, 401, 404, 405, 408, 413, 415, 429, 500, 503};
@@ -43,6 +44,8 @@ static void add(uint64_t *p, uint64_t v) { __atomic_fetch_add(p, v, __ATOMIC_REL
 static uint64_t get(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
 
 void metrics_init(metrics *m) { memset(m, 0, sizeof *m); }
+
+void metrics_set_replica(metrics *m, const char *id) { snprintf(m->replica, sizeof m->replica, "%s", id ? id : ""); }
 
 void metrics_request(metrics *m, metrics_endpoint ep, int http_status) {
   if ((unsigned)ep >= MEP_COUNT) ep = MEP_OTHER;
@@ -119,6 +122,10 @@ static void gauge_f(sbuf *out, const char *name, const char *help, double v) {
 }
 
 void metrics_render(const metrics *m, const engine_stats *st, sbuf *out) {
+  if (m->replica[0]) {
+    header(out, "power_replica_info", "gauge", "Always 1; its label names the replica (power serve --replica-id).");
+    sbuf_printf(out, "power_replica_info{replica=\"%s\"} 1\n", m->replica);
+  }
   header(out, "power_http_requests_total", "counter", "HTTP requests answered, by endpoint and status.");
   for (int e = 0; e < MEP_COUNT; e++)
     for (int s = 0; s < METRICS_N_STATUS; s++) {

@@ -59,10 +59,15 @@ typedef struct metrics {
   uint64_t disconnects; /* clients gone before their response ended */
   uint64_t streamed_tokens; /* tokens sent to clients (streamed or not) */
   uint64_t refusals[MREF_COUNT];
+  char replica[128]; /* power_replica_info's label value; "" = series omitted */
 } metrics;
 
 /* Zeroes m. */
 void metrics_init(metrics *m);
+/* Names the replica in power_replica_info{replica="..."} 1, the series that
+ * tells a scraper behind a load balancer which replica answered. id must
+ * need no escaping (the server checks it); longer than 127 bytes is cut. */
+void metrics_set_replica(metrics *m, const char *id);
 /* Counts one answered request. Thread-safe. */
 void metrics_request(metrics *m, metrics_endpoint ep, int http_status);
 void metrics_ttft(metrics *m, uint64_t ns);

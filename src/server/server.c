@@ -45,9 +45,10 @@ struct server {
   FILE *log_out;         /* borrowed */
   pthread_mutex_t log_mu; /* one request line at a time */
   int port;
-  int quiesced_fd;   /* listen socket handed back by MHD_quiesce_daemon; -1 = none */
   int stopping;      /* atomic flag: server_stop in progress */
   int quiescing;     /* atomic flag: not accepting any more */
+  int draining;      /* atomic flag: /health says "draining" (server_drain_notice) */
+  char replica[SERVER_REPLICA_ID_MAX + 1]; /* X-Power-Replica */
   int inflight;      /* atomic: requests between arrival and completion */
   long long started; /* Unix seconds, the model's "created" */
 };
@@ -174,6 +175,7 @@ static enum MHD_Result queue(conn *k, struct MHD_Connection *c, int status, cons
   MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
   if (hname) MHD_add_response_header(r, hname, hval);
   MHD_add_response_header(r, "X-Request-Id", k->log.id);
+  MHD_add_response_header(r, "X-Power-Replica", k->s->replica);
   enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
   MHD_destroy_response(r);
   k->answered = true;
@@ -425,6 +427,7 @@ static enum MHD_Result start_stream(conn *k, struct MHD_Connection *c, engine_re
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
   MHD_add_response_header(resp, "X-Accel-Buffering", "no");
   MHD_add_response_header(resp, "X-Request-Id", st->log.id);
+  MHD_add_response_header(resp, "X-Power-Replica", st->s->replica);
   st->log.status = 200;
   enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, resp);
   MHD_destroy_response(resp);
@@ -817,6 +820,10 @@ static enum MHD_Result handle_get(conn *k, struct MHD_Connection *c, const char 
       sbuf_puts(&out, "{\"status\":\"shutting_down\"}");
       return queue_json(k, c, 503, &out);
     }
+    if (flag(&s->draining)) {
+      sbuf_puts(&out, "{\"status\":\"draining\"}");
+      return queue_json(k, c, 503, &out);
+    }
     sbuf_puts(&out, "{\"status\":\"ok\"}");
     return queue_json(k, c, 200, &out);
   case R_METRICS: {
@@ -1009,12 +1016,33 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
 
 /* ---- lifecycle --------------------------------------------------------- */
 
+/* The replica's name: the given one when it is a valid header value and
+ * Prometheus label (a short token, nothing to escape), else the host name
+ * and port. out holds SERVER_REPLICA_ID_MAX + 1 bytes. */
+static int replica_name(const char *want, int port, char *out, char *err) {
+  static const char ok[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:@/+-";
+  if (want) {
+    size_t n = strlen(want);
+    if (n < 1 || n > SERVER_REPLICA_ID_MAX || strspn(want, ok) != n)
+      return pw_seterr(err, PW_EINVAL, "invalid replica id '%.120s' (1..%d characters of A-Z a-z 0-9 . _ : @ / + -)",
+                       want, SERVER_REPLICA_ID_MAX);
+    memcpy(out, want, n + 1);
+    return 0;
+  }
+  char host[256] = "";
+  if (gethostname(host, sizeof host - 1)) host[0] = 0;
+  size_t n = strspn(host, ok); /* a host name is a token already; keep its valid start */
+  if (n > SERVER_REPLICA_ID_MAX - 6) n = SERVER_REPLICA_ID_MAX - 6;
+  if (!n) snprintf(out, SERVER_REPLICA_ID_MAX + 1, "localhost:%d", port);
+  else snprintf(out, SERVER_REPLICA_ID_MAX + 1, "%.*s:%d", (int)n, host, port);
+  return 0;
+}
+
 int server_start(const server_opts *o, engine *e, server **out, char *err) {
   *out = NULL;
   server *s = calloc(1, sizeof *s);
   if (!s) return pw_seterr(err, PW_ENOMEM, "out of memory");
   s->e = e;
-  s->quiesced_fd = -1;
   s->max_body = o->max_body ? o->max_body : SERVER_DEFAULT_MAX_BODY;
   s->timeout_s = o->request_timeout_s > 0 ? o->request_timeout_s : 0;
   s->keepalive_ms = o->keepalive_ms > 0 ? o->keepalive_ms : 15000;
@@ -1073,6 +1101,8 @@ int server_start(const server_opts *o, engine *e, server **out, char *err) {
   }
   s->port = bound.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&bound)->sin6_port)
                                         : ntohs(((struct sockaddr_in *)&bound)->sin_port);
+  if ((rc = replica_name(o->replica_id, s->port, s->replica, err))) goto fail;
+  metrics_set_replica(&s->m, s->replica);
   *out = s;
   return 0;
 fail:
@@ -1086,10 +1116,18 @@ fail:
 
 int server_port(const server *s) { return s->port; }
 
+void server_drain_notice(server *s) {
+  if (s) __atomic_store_n(&s->draining, 1, __ATOMIC_RELEASE);
+}
+
 void server_quiesce(server *s) {
   if (!s || __atomic_exchange_n(&s->quiescing, 1, __ATOMIC_ACQ_REL)) return;
+  /* Closed now, not at server_stop: an open socket that no longer accepts
+   * would let the kernel complete handshakes that nobody answers until exit,
+   * and with SO_REUSEPORT a successor bound to the same port would share
+   * connections with it. */
   MHD_socket fd = MHD_quiesce_daemon(s->d);
-  s->quiesced_fd = fd == MHD_INVALID_SOCKET ? -1 : fd;
+  if (fd != MHD_INVALID_SOCKET) close(fd);
 }
 
 int server_drain(server *s, int grace_ms) {
@@ -1107,8 +1145,6 @@ void server_stop(server *s) {
   __atomic_store_n(&s->stopping, 1, __ATOMIC_RELEASE);
   server_quiesce(s);
   MHD_stop_daemon(s->d);
-  /* After quiesce the listen socket is ours to close. */
-  if (s->quiesced_fd >= 0) close(s->quiesced_fd);
   prompt_builder_free(&s->pb);
   auth_keys_destroy(s->keys);
   pthread_mutex_destroy(&s->log_mu);
