@@ -19,6 +19,7 @@
 // caller's timeout too. Prints the figures it measured.
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -76,6 +77,22 @@ async function waitGone(pid, ms, what) {
   throw new Error(`${what} (pid ${pid}) still running after ${ms} ms`);
 }
 
+/** Waits until nothing accepts connections on port (a process being killed
+ * shows as a zombie before its last thread has closed its sockets). */
+async function waitRefused(port, ms) {
+  const t0 = Date.now();
+  for (let i = 0; i < 100000 && Date.now() - t0 < ms; i++) {
+    const refused = await new Promise((resolve) => {
+      const s = net.connect(port, '127.0.0.1');
+      s.once('connect', () => { s.destroy(); resolve(false); });
+      s.once('error', () => resolve(true));
+    });
+    if (refused) return;
+    await sleep(20);
+  }
+  throw new Error(`port ${port} still accepts connections after ${ms} ms`);
+}
+
 /** Free TCP ports base..base+count-1 on 127.0.0.1 (bounded tries). */
 async function freePorts(count) {
   const tryPort = (p) => new Promise((resolve) => {
@@ -112,7 +129,12 @@ async function startCluster(balance) {
     child.stderr.on('data', on);
     exited.then((r) => reject(new Error(`run-local exited (${JSON.stringify(r)}): ${out}`)));
   });
-  await withTimeout(ready, 240000, 'run-local to start 3 replicas and HAProxy');
+  try {
+    await withTimeout(ready, 240000, 'run-local to start 3 replicas and HAProxy');
+  } catch (e) {
+    child.kill('SIGTERM');
+    throw new Error(`${e.message}; run-local said: ${out.trim()} (run folder ${dir})`);
+  }
   const replicas = [];
   for (let k = 1; k <= N_REPLICAS; k++) replicas.push({ name: `r${k}`, k, url: `http://127.0.0.1:${lbPort + k}` });
   const cluster = {
@@ -126,7 +148,9 @@ async function startCluster(balance) {
         for (const r of replicas) {
           try { process.kill(cluster.pid(r.k), 'SIGKILL'); } catch { /* gone */ }
         }
-        rmSync(dir, { recursive: true, force: true });
+        // Logs stay for a failed run (HAProxy's and each replica's).
+        if (failures) console.log(`logs of the ${balance} run kept in ${dir}`);
+        else rmSync(dir, { recursive: true, force: true });
       }
     },
   };
@@ -202,65 +226,76 @@ async function metrics(url) {
 }
 
 /**
- * A streamed chat completion. Resolves to {status, replica, text, usage,
- * ttftMs, ms, error}; error is set when the request failed (status not 200,
- * a cut stream, an error event or the timeout).
+ * A chat completion (streamed when body.stream) on its own TCP connection,
+ * so that a failure belongs to this request and not to a reused keep-alive
+ * connection. Resolves to {status, replica, text, usage, ttftMs, ms, error};
+ * error is set when the request failed (status not 200, a cut stream, an
+ * error event, a socket error or the timeout).
  */
-async function chat(baseUrl, body, { headers = {}, timeoutMs = REQ_TIMEOUT_MS, onHeaders } = {}) {
+function chat(baseUrl, body, { headers = {}, timeoutMs = REQ_TIMEOUT_MS, onHeaders } = {}) {
   const t0 = performance.now();
   const res = { status: 0, replica: null, text: '', usage: null, ttftMs: null, ms: 0, error: null };
-  try {
-    const r = await fetch(`${baseUrl}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', ...headers },
-      body: JSON.stringify(body),
-      signal: AbortSignal.timeout(timeoutMs),
+  const payload = Buffer.from(JSON.stringify(body));
+  return new Promise((resolve) => {
+    let settled = false;
+    const finish = (err) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      if (err && !res.error) res.error = err;
+      res.ms = performance.now() - t0;
+      resolve(res);
+    };
+    const req = http.request(`${baseUrl}/v1/chat/completions`, {
+      method: 'POST', agent: false,
+      headers: { 'content-type': 'application/json', 'content-length': payload.length, ...headers },
     });
-    res.status = r.status;
-    res.replica = r.headers.get('x-power-replica');
-    if (onHeaders) onHeaders(res);
-    if (r.status !== 200 || !body.stream) {
-      const text = await r.text();
-      if (r.status !== 200) res.error = `HTTP ${r.status}: ${text.slice(0, 200)}`;
-      else {
-        const j = JSON.parse(text);
-        res.text = j.choices[0].message.content;
-        res.usage = j.usage;
-      }
-      return res;
-    }
-    const reader = r.body.getReader();
-    const dec = new TextDecoder();
-    let buf = '';
-    let done = false;
-    for (let i = 0; i < 100000 && !done; i++) {
-      const { value, done: end } = await reader.read();
-      if (end) break;
-      buf += dec.decode(value, { stream: true });
-      let cut;
-      while ((cut = buf.indexOf('\n\n')) >= 0) {
-        const ev = buf.slice(0, cut);
-        buf = buf.slice(cut + 2);
-        for (const line of ev.split('\n')) {
-          if (!line.startsWith('data: ')) continue;
-          const d = line.slice(6);
-          if (d === '[DONE]') { done = true; continue; }
-          const j = JSON.parse(d);
-          if (j.error) { res.error = `stream error: ${j.error.message}`; continue; }
-          if (res.ttftMs === null) res.ttftMs = performance.now() - t0;
-          if (j.usage) res.usage = j.usage;
-          const c = j.choices?.[0];
-          if (c?.delta?.content) res.text += c.delta.content;
+    const timer = setTimeout(() => { req.destroy(); finish(`timed out after ${timeoutMs} ms`); }, timeoutMs);
+    req.on('error', (e) => finish(`${e.code ?? e.name}: ${e.message}`));
+    req.on('response', (r) => {
+      res.status = r.statusCode;
+      res.replica = r.headers['x-power-replica'] ?? null;
+      if (onHeaders) onHeaders(res);
+      let buf = '';
+      let done = false;
+      r.setEncoding('utf8');
+      r.on('data', (d) => {
+        buf += d;
+        if (r.statusCode !== 200 || !body.stream) return;
+        let cut;
+        while ((cut = buf.indexOf('\n\n')) >= 0) {
+          const ev = buf.slice(0, cut);
+          buf = buf.slice(cut + 2);
+          for (const line of ev.split('\n')) {
+            if (!line.startsWith('data: ')) continue;
+            const d2 = line.slice(6);
+            if (d2 === '[DONE]') { done = true; continue; }
+            const j = JSON.parse(d2);
+            if (j.error) { res.error = `stream error: ${j.error.message}`; continue; }
+            if (res.ttftMs === null) res.ttftMs = performance.now() - t0;
+            if (j.usage) res.usage = j.usage;
+            const c = j.choices?.[0];
+            if (c?.delta?.content) res.text += c.delta.content;
+          }
         }
-      }
-    }
-    if (!done && !res.error) res.error = 'stream ended without [DONE]';
-  } catch (e) {
-    res.error = `${e.name}: ${e.message}${e.cause ? ` (${e.cause.code ?? e.cause.message})` : ''}`;
-  } finally {
-    res.ms = performance.now() - t0;
-  }
-  return res;
+      });
+      r.on('error', (e) => finish(`response ${e.code ?? e.name}: ${e.message}`));
+      r.on('close', () => {
+        if (!r.complete) return finish('the answer was cut off');
+        if (r.statusCode !== 200) return finish(`HTTP ${r.statusCode}: ${buf.slice(0, 200)}`);
+        if (body.stream) return finish(done ? null : 'stream ended without [DONE]');
+        try {
+          const j = JSON.parse(buf);
+          res.text = j.choices[0].message.content;
+          res.usage = j.usage;
+          finish(null);
+        } catch (e) {
+          finish(`bad JSON answer: ${e.message}`);
+        }
+      });
+    });
+    req.end(payload);
+  });
 }
 
 const SYSTEM = (c) => `You are assistant number ${c} of the scale-out test. ` +
@@ -386,6 +421,7 @@ async function testKill(cluster, keys) {
   const pid = cluster.pid(vk);
   process.kill(pid, 'SIGKILL');
   await waitGone(pid, 10000, `replica ${victim}`);
+  await waitRefused(Number(new URL(cluster.replicas[vk - 1].url).port), 10000);
   const killedAt = Date.now();
   await sleep(3000); // load carries on while HAProxy notices
   await l.stop();
@@ -516,6 +552,9 @@ async function main() {
   let cluster = await startCluster('roundrobin');
   try {
     rr = await conversations(cluster, 'rr');
+  } catch (e) {
+    failures++;
+    throw e;
   } finally {
     await cluster.stop();
   }
@@ -547,6 +586,9 @@ async function main() {
     await testKill(cluster, keys);
     await testRolling(cluster, keys);
     await testOverload(cluster, keys);
+  } catch (e) {
+    failures++;
+    throw e;
   } finally {
     await cluster.stop();
   }
