@@ -45,6 +45,7 @@ struct server {
   FILE *log_out;         /* borrowed */
   pthread_mutex_t log_mu; /* one request line at a time */
   int port;
+  int quiesced_fd;   /* listen socket handed back by MHD_quiesce_daemon; -1 = none */
   int stopping;      /* atomic flag: server_stop in progress */
   int quiescing;     /* atomic flag: not accepting any more */
   int draining;      /* atomic flag: /health says "draining" (server_drain_notice) */
@@ -1043,6 +1044,7 @@ int server_start(const server_opts *o, engine *e, server **out, char *err) {
   server *s = calloc(1, sizeof *s);
   if (!s) return pw_seterr(err, PW_ENOMEM, "out of memory");
   s->e = e;
+  s->quiesced_fd = -1;
   s->max_body = o->max_body ? o->max_body : SERVER_DEFAULT_MAX_BODY;
   s->timeout_s = o->request_timeout_s > 0 ? o->request_timeout_s : 0;
   s->keepalive_ms = o->keepalive_ms > 0 ? o->keepalive_ms : 15000;
@@ -1122,12 +1124,13 @@ void server_drain_notice(server *s) {
 
 void server_quiesce(server *s) {
   if (!s || __atomic_exchange_n(&s->quiescing, 1, __ATOMIC_ACQ_REL)) return;
-  /* Closed now, not at server_stop: an open socket that no longer accepts
-   * would let the kernel complete handshakes that nobody answers until exit,
-   * and with SO_REUSEPORT a successor bound to the same port would share
-   * connections with it. */
   MHD_socket fd = MHD_quiesce_daemon(s->d);
-  if (fd != MHD_INVALID_SOCKET) close(fd);
+  s->quiesced_fd = fd == MHD_INVALID_SOCKET ? -1 : fd;
+  /* Stop listening now (shutdown takes effect at once; close would wait
+   * for the HTTP thread to leave its poll): otherwise the kernel completes
+   * handshakes that nobody answers until exit, and with SO_REUSEPORT a
+   * successor bound to the same port would share connections with us. */
+  if (s->quiesced_fd >= 0) shutdown(s->quiesced_fd, SHUT_RDWR);
 }
 
 int server_drain(server *s, int grace_ms) {
@@ -1145,6 +1148,8 @@ void server_stop(server *s) {
   __atomic_store_n(&s->stopping, 1, __ATOMIC_RELEASE);
   server_quiesce(s);
   MHD_stop_daemon(s->d);
+  /* After quiesce the listen socket is ours to close. */
+  if (s->quiesced_fd >= 0) close(s->quiesced_fd);
   prompt_builder_free(&s->pb);
   auth_keys_destroy(s->keys);
   pthread_mutex_destroy(&s->log_mu);

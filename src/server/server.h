@@ -74,10 +74,10 @@ int server_port(const server *s);
  * "draining" from now on, so the balancer's health check takes this replica
  * out of the pool, while every request is still served as before. */
 void server_drain_notice(server *s);
-/* Stops accepting new connections: the listening socket is closed, so a new
- * connection is refused at once (a balancer retries it elsewhere) rather
- * than waiting unanswered in the kernel's backlog. Requests in flight carry
- * on. /health answers 503 "shutting_down" on connections still open. */
+/* Stops accepting new connections: the socket stops listening at once, so
+ * a new connection is refused (a balancer retries it elsewhere) rather than
+ * waiting unanswered in the kernel's backlog. Requests in flight carry on.
+ * /health answers 503 "shutting_down" on connections still open. */
 void server_quiesce(server *s);
 /* Waits up to grace_ms for the requests in flight to be answered to the
  * end (responses fully sent, e.g. after engine_drain let them finish).

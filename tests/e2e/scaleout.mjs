@@ -358,6 +358,7 @@ function summarize(label, run) {
   note(`${label.padEnd(12)} requests=${all.length} failed=${failed.length} keyed=${run.requests} ` +
     `hits=${run.hits}/${N_CONV * (N_TURNS - 1)} (turns 2-4) hit_rate=${(100 * hitRate).toFixed(1)}% ` +
     `(responses with cached_tokens>0: ${respHits}) reused_tokens=${run.reused} evaluated_tokens=${run.evaluated} ` +
+    `(${(100 * run.reused / Math.max(1, run.reused + run.evaluated)).toFixed(0)}% of keyed prompt tokens reused) ` +
     `ttft_median_turn1=${ttft1.toFixed(0)}ms ttft_median_turns2-4=${ttft.toFixed(0)}ms`);
   if (failed.length) console.log(`  first failure: ${failed[0]?.error}`);
   return { hitRate, failed: failed.length };
@@ -419,6 +420,7 @@ async function testKill(cluster, keys) {
   }
   const onVictim = [...l.inflight].filter((r) => r.replica === victim);
   const pid = cluster.pid(vk);
+  const killSentAt = Date.now();
   process.kill(pid, 'SIGKILL');
   await waitGone(pid, 10000, `replica ${victim}`);
   await waitRefused(Number(new URL(cluster.replicas[vk - 1].url).port), 10000);
@@ -428,10 +430,12 @@ async function testKill(cluster, keys) {
   const cut = l.done.filter((r) => onVictim.some((v) => v.id === r.id));
   const after = l.done.filter((r) => r.sentAt > killedAt);
   const afterFailed = after.filter((r) => r.error);
-  const slowest = Math.max(0, ...cut.map((r) => r.endAt - killedAt));
+  const slowest = Math.max(0, ...cut.map((r) => r.endAt - killSentAt));
+  const queuedThere = l.done.filter((r) => r.sentAt < killSentAt && !r.replica && r.error);
   note(`kill: SIGKILL ${victim} with ${onVictim.length} of its streams in flight: ` +
     `${cut.filter((r) => r.error).length}/${cut.length} failed with an error, the last ${slowest} ms after the kill ` +
-    `(first: ${cut[0]?.error ?? '-'}); requests sent after the kill: ${after.length}, failed ${afterFailed.length}`);
+    `(first: ${cut[0]?.error ?? '-'}); requests waiting there that failed before an answer started: ${queuedThere.length} ` +
+    `(first: ${queuedThere[0]?.error.slice(0, 40) ?? '-'}); requests sent after it had died: ${after.length}, failed ${afterFailed.length}`);
   check(onVictim.length >= 1, 'a stream was in flight on the killed replica');
   check(cut.length === onVictim.length && cut.every((r) => r.error), 'its in-flight streams ended with an error');
   check(slowest < REQ_TIMEOUT_MS, 'none of them hung until the request timeout');
