@@ -5,7 +5,8 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 
-.PHONY: all deps node-deps build build-asan build-tsan serve test test-fast clean
+.PHONY: all deps node-deps build build-asan build-tsan serve test test-fast install clean
+PREFIX ?= /usr/local
 
 all: build
 
@@ -38,6 +39,11 @@ test: node-deps build build-asan build-tsan
 
 test-fast: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# Installs bin/power and the man page under $(PREFIX) (staged under
+# $(DESTDIR) when set, as packagers do).
+install: build
+	DESTDIR=$(DESTDIR) cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)

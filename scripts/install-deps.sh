@@ -2,7 +2,9 @@
 # Installs the Debian packages Power needs to build and test, when missing.
 # Safe to run repeatedly: it only calls apt-get when something is absent.
 set -eu
-PKGS="build-essential cmake pkg-config libjansson-dev libssl-dev libmicrohttpd-dev libcurl4-openssl-dev unicode-data curl haproxy"
+# python3-jsonschema: the independent validator of the grammar property test;
+# haproxy: the scale-out recipe (deploy/) and its test.
+PKGS="build-essential cmake pkg-config libjansson-dev libssl-dev libmicrohttpd-dev libcurl4-openssl-dev unicode-data curl python3-jsonschema haproxy"
 # Node.js runs the end-to-end client tests and the llama.cpp peer; a machine
 # that already has node and npm keeps its own.
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then

@@ -16,9 +16,10 @@ int cmd_chat(int argc, char **argv);
 
 /* Resolves the model path: explicit (may be NULL), else $POWER_MODEL, else
  * the default model in ../shared/models (relative to the working directory
- * or the executable). Writes a one-line error naming how to give a model
- * and returns NULL when none is found. Returned string is static or the
- * argument itself. */
+ * or the executable). explicit and $POWER_MODEL may be a file or a name in
+ * the model store ($POWER_HOME). Writes a one-line error naming how to give
+ * a model and returns NULL when none is found. Returned string is static
+ * (one of four rotating buffers) or the argument itself. */
 const char *cli_resolve_model(const char *explicit_path, char *err, size_t errlen);
 
 /* Parses a non-negative integer / a float option value; returns 0 or -1

@@ -3,6 +3,7 @@
 #include "cli/cli.h"
 
 #include "base/error.h"
+#include "store/store.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -10,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* The default model, tried in this order inside a ../shared/models folder. */
@@ -25,10 +28,46 @@ static const char *try_dir(const char *dir) {
   return NULL;
 }
 
+/* A --model value: an existing file wins; else a store name (its blob);
+ * else the value itself when it looks like a path, for the loader to name
+ * what is wrong with it. Blob paths live in a small ring of static buffers
+ * so a command may hold a few (model and draft model) at once. */
+static const char *resolve_ref(const char *ref, char *err, size_t errlen) {
+  struct stat st;
+  if (stat(ref, &st) == 0) return ref;
+  static char ring[4][STORE_PATH_MAX];
+  static int next;
+  char e[PW_ERRMAX], norm[STORE_NAME_MAX + 1];
+  int looks_like_path = strchr(ref, '/') || (strlen(ref) > 5 && !strcasecmp(ref + strlen(ref) - 5, ".gguf"));
+  if (store_name_check(ref, norm, e)) {
+    if (looks_like_path) return ref;
+    snprintf(err, errlen, "model '%s': no such file, and %s", ref, e);
+    return NULL;
+  }
+  store *s = NULL;
+  int rc = store_open(NULL, 0, &s, e);
+  char *out = ring[next];
+  if (!rc) rc = store_resolve(s, norm, out, e);
+  const char *home = s ? store_home(s) : getenv("POWER_HOME");
+  if (rc == PW_ENOTFOUND && looks_like_path) {
+    store_destroy(s);
+    return ref;
+  }
+  if (rc == PW_ENOTFOUND)
+    snprintf(err, errlen, "model '%s': no such file, and no such name in the model store%s%s (see power list)", ref,
+             home ? " at " : "", home ? home : "");
+  else if (rc)
+    snprintf(err, errlen, "%s", e);
+  store_destroy(s);
+  if (rc) return NULL;
+  next = (next + 1) % 4;
+  return out;
+}
+
 const char *cli_resolve_model(const char *explicit_path, char *err, size_t errlen) {
-  if (explicit_path && *explicit_path) return explicit_path;
+  if (explicit_path && *explicit_path) return resolve_ref(explicit_path, err, errlen);
   const char *env = getenv("POWER_MODEL");
-  if (env && *env) return env;
+  if (env && *env) return resolve_ref(env, err, errlen);
   const char *p = try_dir("../shared/models");
   if (p) return p;
   /* Relative to the executable: <repo>/build/power -> <repo>/../shared/models. */

@@ -36,7 +36,12 @@ int spec_opts_parse(const char *cmd, spec_opts *s, const char *a, const char *v)
       fprintf(stderr, "power %s: --spec-draft-model needs a GGUF file\n", cmd);
       return -1;
     }
-    s->draft_model = v;
+    char err[PW_ERRMAX];
+    s->draft_model = cli_resolve_model(v, err, sizeof err);
+    if (!s->draft_model) {
+      fprintf(stderr, "power %s: --spec-draft-model: %s\n", cmd, err);
+      return -1;
+    }
   } else if (cli_parse_long(cmd, a, v, 1, ENGINE_SPEC_MAX_K, &s->draft_max)) {
     return -1;
   }

@@ -60,6 +60,12 @@
  * interleaved within each rep, one uncounted warm-up rep), and prints
  * cost(K)/cost(0): how much verifying K proposals costs over plain decode.
  *
+ * The statistics and the JSON report are computed in evidence/abstat.c from
+ * the raw samples the report carries (per request: timings, counts and the
+ * output's token-id digest), so `power verify --ab REPORT.json` recomputes
+ * every figure, the parity and the report's own digest without a model.
+ * This file runs the workload and prints.
+ *
  * Not here: HTTP load (the server has its own tests), model throughput
  * without the engine (`power bench`). */
 #include "cli/cmd_ab.h"
@@ -70,6 +76,8 @@
 #include "base/sha256.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
+#include "evidence/abstat.h"
+#include "evidence/digest.h"
 #include "model/model.h"
 #include "chat/prompt.h"
 #include "tok/tok.h"
@@ -351,22 +359,14 @@ fail:
 
 /* ---- runs ---- */
 
-typedef struct ab_result { /* one request in one run */
-  int32_t *ids;            /* owned, [cap]: ids of TOKEN events */
-  int n_ids, cap;
-  engine_finish finish;
-  engine_usage usage;
-  double t_submit, t_first, t_done; /* pw_now_s */
-} ab_result;
+typedef struct ab_ids { /* one request's emitted ids in one run */
+  int32_t *ids;         /* owned, [cap] */
+  int n, cap;
+} ab_ids;
 
 typedef struct ab_run {
-  int cfg;   /* 0 baseline, 1 candidate */
-  int round; /* 0-based */
-  int order; /* 0 = baseline-first round half, 1 = candidate-first */
-  int seq;   /* position of this run among its configuration's runs, in time order */
-  ab_result *res; /* owned, [n requests] */
-  double wall_s, decode_tok_s, e2e_tok_s;
-  long tokens;
+  ab_run_sample s;      /* s.req: owned, [n requests]; times from the run's start */
+  ab_ids *ids;          /* owned, [n requests] */
 } ab_run;
 
 typedef struct ab_exec { /* one run being executed */
@@ -388,10 +388,19 @@ static void exec_fail(ab_exec *x, const char *id, const char *msg) {
   pthread_mutex_unlock(&x->mu);
 }
 
-/* Runs request i to completion, recording its clock readings and ids. */
+static int finish_code(engine_finish f) {
+  return f == ENGINE_FINISH_STOP     ? AB_FINISH_STOP
+         : f == ENGINE_FINISH_LENGTH ? AB_FINISH_LENGTH
+         : f == ENGINE_FINISH_CANCEL ? AB_FINISH_CANCEL
+                                     : AB_FINISH_NONE;
+}
+
+/* Runs request i to completion, recording its clock readings (absolute,
+ * pw_now_s) and ids. */
 static int exec_one(ab_exec *x, int i) {
   const ab_request *q = &x->w->req[i];
-  ab_result *res = &x->run->res[i];
+  ab_req_sample *res = &x->run->s.req[i];
+  ab_ids *ids = &x->run->ids[i];
   engine_params p;
   memset(&p, 0, sizeof p);
   p.prompt = q->prompt;
@@ -408,7 +417,7 @@ static int exec_one(ab_exec *x, int i) {
   engine_event ev;
   char err[PW_ERRMAX];
   engine_req *r;
-  res->n_ids = 0;
+  ids->n = 0;
   res->t_first = 0;
   res->t_submit = pw_now_s();
   int rc = engine_submit(x->eng, &p, &r, err);
@@ -423,13 +432,20 @@ static int exec_one(ab_exec *x, int i) {
       break;
     }
     if (ev.type == ENGINE_EV_TOKEN) {
-      if (!res->n_ids) res->t_first = ev.time_s;
-      if (res->n_ids < res->cap) res->ids[res->n_ids++] = ev.token;
+      if (!ids->n) res->t_first = ev.time_s;
+      if (ids->n < ids->cap) ids->ids[ids->n++] = ev.token;
     } else if (ev.type == ENGINE_EV_DONE) {
       res->t_done = ev.time_s;
       if (!res->t_first) res->t_first = res->t_done; /* ended before any emitted token */
-      res->finish = ev.finish;
-      res->usage = ev.usage;
+      res->finish = finish_code(ev.finish);
+      const engine_usage *u = &ev.usage;
+      res->prompt_tokens = u->prompt_tokens;
+      res->completion_tokens = u->completion_tokens;
+      res->cached_tokens = u->cached_tokens;
+      res->drafted = u->spec_drafted;
+      res->accepted = u->spec_accepted;
+      res->emitted = u->spec_emitted;
+      res->target_passes = u->target_passes;
       break;
     } else {
       exec_fail(x, q->id, ev.message);
@@ -452,7 +468,9 @@ static void *exec_worker(void *arg) {
   return NULL;
 }
 
-/* Runs the whole workload once on eng. 0 or -1 with err set. */
+/* Runs the whole workload once on eng; afterwards the request times count
+ * from the run's start and each request has its output digest. 0 or -1
+ * with err set. */
 static int run_workload(engine *eng, const ab_config *cfg, const ab_workload *w, ab_run *run, uint32_t salt,
                         char *err) {
   ab_exec x;
@@ -478,229 +496,35 @@ static int run_workload(engine *eng, const ab_config *cfg, const ab_workload *w,
       }
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
   }
-  run->wall_s = pw_now_s() - t0;
+  run->s.wall_s = pw_now_s() - t0;
   pthread_mutex_destroy(&x.mu);
   if (atomic_load(&x.failed)) {
     snprintf(err, PW_ERRMAX, "%s", x.err);
     return -1;
   }
-  long tokens = 0, dec_tokens = 0;
-  double dec_s = 0;
   for (int i = 0; i < w->n; i++) {
-    const ab_result *r = &run->res[i];
-    tokens += r->usage.completion_tokens;
-    if (r->usage.completion_tokens >= 2) {
-      dec_tokens += r->usage.completion_tokens - 1;
-      dec_s += r->t_done - r->t_first;
+    ab_req_sample *r = &run->s.req[i];
+    r->t_submit -= t0;
+    r->t_first -= t0;
+    r->t_done -= t0;
+    r->ids = run->ids[i].ids;
+    r->n_ids = run->ids[i].n;
+    if (ev_token_ids_sha256(r->ids, (size_t)r->n_ids, r->output_sha256)) {
+      snprintf(err, PW_ERRMAX, "out of memory");
+      return -1;
     }
   }
-  run->tokens = tokens;
-  run->decode_tok_s = dec_s > 0 ? (double)dec_tokens / dec_s : NAN;
-  run->e2e_tok_s = run->wall_s > 0 ? (double)tokens / run->wall_s : NAN;
+  abstat_run_rates(&run->s, w->n);
   return 0;
-}
-
-/* ---- statistics ---- */
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* Median of the finite values of v[0..n) (v is reordered); NAN if none. */
-/* sorts the finite values of v to its front; returns their count */
-static int sort_finite(double *v, int n) {
-  int m = 0;
-  for (int i = 0; i < n; i++)
-    if (isfinite(v[i])) v[m++] = v[i];
-  qsort(v, (size_t)m, sizeof *v, cmp_double);
-  return m;
-}
-
-static double median(double *v, int n) {
-  const int m = sort_finite(v, n);
-  if (!m) return NAN;
-  return m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
-}
-
-/* the p-th percentile, nearest rank: the smallest value with at least p%
- * of the values at or below it */
-static double percentile(double *v, int n, double p) {
-  const int m = sort_finite(v, n);
-  if (!m) return NAN;
-  int k = (int)ceil(p / 100.0 * m);
-  return v[k < 1 ? 0 : k > m ? m - 1 : k - 1];
-}
-
-static double ratio(double num, double den) { return isfinite(num) && isfinite(den) && den > 0 ? num / den : NAN; }
-
-enum { AB_DECODE = 0, AB_E2E = 1 };
-
-static double run_metric(const ab_run *r, int metric) { return metric == AB_DECODE ? r->decode_tok_s : r->e2e_tok_s; }
-
-/* Median of a metric over the runs of configuration cfg; order -1 = both
- * orders; half -1 = all runs, 0 = the earlier half, 1 = the later half of
- * that configuration's runs in time order. */
-static double runs_median(const ab_run *runs, int n_runs, int cfg, int order, int half, int metric) {
-  double *v = malloc((size_t)n_runs * sizeof *v);
-  if (!v) return NAN;
-  int n_cfg = n_runs / 2, m = 0;
-  for (int i = 0; i < n_runs; i++) {
-    const ab_run *r = &runs[i];
-    if (r->cfg != cfg || (order >= 0 && r->order != order)) continue;
-    if (half >= 0 && (r->seq < n_cfg / 2) != (half == 0)) continue;
-    v[m++] = run_metric(r, metric);
-  }
-  double med = median(v, m);
-  free(v);
-  return med;
-}
-
-/* Median over adjacent (baseline, candidate) pairs of candidate/baseline:
- * each pair ran back to back, so it shares the machine's state. */
-static double paired_ratio(const ab_run *runs, int n_runs, int metric) {
-  double *v = malloc((size_t)n_runs * sizeof *v);
-  if (!v) return NAN;
-  int m = 0;
-  for (int i = 0; i + 1 < n_runs; i += 2) {
-    const ab_run *b = runs[i].cfg == 0 ? &runs[i] : &runs[i + 1];
-    const ab_run *c = runs[i].cfg == 0 ? &runs[i + 1] : &runs[i];
-    v[m++] = ratio(run_metric(c, metric), run_metric(b, metric));
-  }
-  double med = median(v, m);
-  free(v);
-  return med;
-}
-
-typedef struct ab_sums { /* per configuration, over all its runs */
-  long completion, prompt, cached, drafted, accepted, emitted, passes;
-  int n_runs;
-  double ttft_ms, ttft_cold_ms, ttft_warm_ms; /* medians */
-  double ttft_p99_ms, latency_ms, latency_p99_ms; /* latency: submit to done */
-  int n_cold, n_warm;
-} ab_sums;
-
-static void config_sums(const ab_run *runs, int n_runs, int cfg, int n_req, ab_sums *s) {
-  memset(s, 0, sizeof *s);
-  size_t cap = (size_t)n_runs * (size_t)n_req;
-  double *all = malloc(cap * sizeof *all), *cold = malloc(cap * sizeof *cold), *warm = malloc(cap * sizeof *warm);
-  double *lat = malloc(cap * sizeof *lat);
-  int n_all = 0;
-  for (int i = 0; all && cold && warm && lat && i < n_runs; i++) {
-    if (runs[i].cfg != cfg) continue;
-    s->n_runs++;
-    for (int j = 0; j < n_req; j++) {
-      const ab_result *r = &runs[i].res[j];
-      const engine_usage *u = &r->usage;
-      s->completion += u->completion_tokens;
-      s->prompt += u->prompt_tokens;
-      s->cached += u->cached_tokens;
-      s->drafted += u->spec_drafted;
-      s->accepted += u->spec_accepted;
-      s->emitted += u->spec_emitted;
-      s->passes += u->target_passes;
-      double ms = (r->t_first - r->t_submit) * 1e3;
-      lat[n_all] = (r->t_done - r->t_submit) * 1e3;
-      all[n_all++] = ms;
-      if (u->cached_tokens > 0) warm[s->n_warm++] = ms;
-      else cold[s->n_cold++] = ms;
-    }
-  }
-  s->ttft_ms = all ? median(all, n_all) : NAN;
-  s->ttft_p99_ms = all ? percentile(all, n_all, 99) : NAN;
-  s->latency_ms = lat ? median(lat, n_all) : NAN;
-  s->latency_p99_ms = lat ? percentile(lat, n_all, 99) : NAN;
-  free(lat);
-  s->ttft_cold_ms = cold ? median(cold, s->n_cold) : NAN;
-  s->ttft_warm_ms = warm ? median(warm, s->n_warm) : NAN;
-  free(all);
-  free(cold);
-  free(warm);
-}
-
-static double tokens_per_pass(const ab_sums *s) { return s->passes > 0 ? (double)s->completion / s->passes : NAN; }
-static double acceptance(const ab_sums *s) { return s->drafted > 0 ? (double)s->accepted / s->drafted : NAN; }
-
-/* Parity against the reference run; counts mismatching (run, request)
- * pairs and describes the first one. */
-typedef struct ab_parity {
-  long mismatches;
-  char first[256];
-} ab_parity;
-
-static void check_parity(const ab_run *runs, int n_runs, const ab_workload *w, ab_parity *p) {
-  memset(p, 0, sizeof *p);
-  const ab_run *ref = NULL;
-  for (int i = 0; i < n_runs && !ref; i++)
-    if (runs[i].cfg == 0) ref = &runs[i];
-  for (int i = 0; i < n_runs; i++) {
-    if (&runs[i] == ref) continue;
-    for (int j = 0; j < w->n; j++) {
-      const ab_result *a = &ref->res[j], *b = &runs[i].res[j];
-      int pos = 0;
-      int n = a->n_ids < b->n_ids ? a->n_ids : b->n_ids;
-      while (pos < n && a->ids[pos] == b->ids[pos]) pos++;
-      if (pos == n && a->n_ids == b->n_ids && a->finish == b->finish) continue;
-      if (!p->mismatches++)
-        snprintf(p->first, sizeof p->first,
-                 "request %s, %s run %d (round %d): first difference at token %d (%d vs %d tokens)", w->req[j].id,
-                 runs[i].cfg ? "candidate" : "baseline", runs[i].seq + 1, runs[i].round + 1, pos, a->n_ids,
-                 b->n_ids);
-    }
-  }
 }
 
 /* ---- report ---- */
 
 static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 
-static json_t *trio(double b, double c) {
-  json_t *o = json_object();
-  json_object_set_new(o, "baseline", jnum(b));
-  json_object_set_new(o, "candidate", jnum(c));
-  json_object_set_new(o, "ratio", jnum(ratio(c, b)));
-  return o;
-}
-
-static json_t *pair(double b, double c) {
-  json_t *o = json_object();
-  json_object_set_new(o, "baseline", jnum(b));
-  json_object_set_new(o, "candidate", jnum(c));
-  return o;
-}
-
 static const char *base_name(const char *path) {
   const char *s = strrchr(path, '/');
   return s ? s + 1 : path;
-}
-
-typedef struct ab_report {
-  const ab_opts *o;
-  const char *model_path;
-  const char *model_sha256, *workload_sha256; /* hex */
-  const ab_workload *w;
-  const ab_run *runs;
-  int n_runs;
-  ab_sums sums[2];
-  ab_parity parity;
-  engine_stats stats[2]; /* deltas over the timed runs */
-} ab_report;
-
-static double med_of(const ab_report *rp, int cfg, int order, int half, int metric) {
-  return runs_median(rp->runs, rp->n_runs, cfg, order, half, metric);
-}
-
-/* The reported gain: the lower of the two order-specific candidate/baseline
- * ratios of the median decode throughput, so a drift that favours whichever
- * configuration runs second cannot make it. */
-static double ab_gain(const ab_report *rp) {
-  double g[2];
-  for (int ord = 0; ord < 2; ord++) g[ord] = ratio(med_of(rp, 1, ord, -1, AB_DECODE), med_of(rp, 0, ord, -1, AB_DECODE));
-  return isfinite(g[0]) && isfinite(g[1]) ? (g[0] < g[1] ? g[0] : g[1]) : NAN;
-}
-
-static json_t *metric_json(const ab_report *rp, int order, int metric) {
-  return trio(med_of(rp, 0, order, -1, metric), med_of(rp, 1, order, -1, metric));
 }
 
 static json_t *stats_json(const engine_stats *s) {
@@ -715,110 +539,6 @@ static json_t *stats_json(const engine_stats *s) {
   return o;
 }
 
-static void print_json(const ab_report *rp) {
-  const ab_opts *o = rp->o;
-  const ab_sums *b = &rp->sums[0], *c = &rp->sums[1];
-  json_t *root = json_object();
-  json_object_set_new(root, "model", json_string(base_name(rp->model_path)));
-  json_object_set_new(root, "model_sha256", json_string(rp->model_sha256));
-  json_object_set_new(root, "workload", json_string(base_name(o->workload)));
-  json_object_set_new(root, "workload_sha256", json_string(rp->workload_sha256));
-  json_object_set_new(root, "requests", json_integer(rp->w->n));
-  json_object_set_new(root, "rounds", json_integer(o->rounds));
-  json_object_set_new(root, "threads", json_integer(o->threads));
-  json_object_set_new(root, "baseline", json_string(o->cfg[0].text));
-  json_object_set_new(root, "candidate", json_string(o->cfg[1].text));
-  json_object_set_new(root, "gain", jnum(ab_gain(rp)));
-  json_object_set_new(root, "parity", json_boolean(rp->parity.mismatches == 0));
-  json_object_set_new(root, "parity_mismatches", json_integer(rp->parity.mismatches));
-  if (rp->parity.mismatches) json_object_set_new(root, "parity_first_mismatch", json_string(rp->parity.first));
-  json_object_set_new(root, "tokens_per_target_pass", pair(tokens_per_pass(b), tokens_per_pass(c)));
-  json_object_set_new(root, "acceptance", pair(acceptance(b), acceptance(c)));
-  json_object_set_new(root, "decode_tok_s", metric_json(rp, -1, AB_DECODE));
-  json_object_set_new(root, "e2e_tok_s", metric_json(rp, -1, AB_E2E));
-  json_t *paired = json_object();
-  json_object_set_new(paired, "decode", jnum(paired_ratio(rp->runs, rp->n_runs, AB_DECODE)));
-  json_object_set_new(paired, "e2e", jnum(paired_ratio(rp->runs, rp->n_runs, AB_E2E)));
-  json_object_set_new(root, "paired_ratio", paired);
-  json_t *po = json_object();
-  static const char *order_names[2] = {"baseline_first", "candidate_first"};
-  for (int ord = 0; ord < 2; ord++) {
-    json_t *x = json_object();
-    json_object_set_new(x, "decode_tok_s", metric_json(rp, ord, AB_DECODE));
-    json_object_set_new(x, "e2e_tok_s", metric_json(rp, ord, AB_E2E));
-    json_object_set_new(po, order_names[ord], x);
-  }
-  json_object_set_new(root, "per_order", po);
-  json_t *self = json_object();
-  static const char *cfg_names[2] = {"baseline", "candidate"};
-  for (int k = 0; k < 2; k++) {
-    json_t *x = json_object();
-    json_object_set_new(x, "decode", jnum(ratio(med_of(rp, k, -1, 1, AB_DECODE), med_of(rp, k, -1, 0, AB_DECODE))));
-    json_object_set_new(x, "e2e", jnum(ratio(med_of(rp, k, -1, 1, AB_E2E), med_of(rp, k, -1, 0, AB_E2E))));
-    json_object_set_new(self, cfg_names[k], x);
-  }
-  json_object_set_new(root, "self_ratio", self);
-  json_t *ttft = json_object(), *tok = json_object(), *spec = json_object(), *st = json_object();
-  for (int k = 0; k < 2; k++) {
-    const ab_sums *s = &rp->sums[k];
-    json_t *x = json_object();
-    json_object_set_new(x, "median", jnum(s->ttft_ms));
-    json_object_set_new(x, "p99", jnum(s->ttft_p99_ms));
-    json_object_set_new(x, "cold", jnum(s->ttft_cold_ms));
-    json_object_set_new(x, "warm", jnum(s->ttft_warm_ms));
-    json_object_set_new(x, "n_cold", json_integer(s->n_cold));
-    json_object_set_new(x, "n_warm", json_integer(s->n_warm));
-    json_object_set_new(x, "warm_over_cold", jnum(ratio(s->ttft_warm_ms, s->ttft_cold_ms)));
-    json_object_set_new(ttft, cfg_names[k], x);
-    /* Token counts per run: every run does the same work. */
-    int nr = s->n_runs ? s->n_runs : 1;
-    json_t *t = json_object();
-    json_object_set_new(t, "prompt", json_integer(s->prompt / nr));
-    json_object_set_new(t, "cached", json_integer(s->cached / nr));
-    json_object_set_new(t, "completion", json_integer(s->completion / nr));
-    json_object_set_new(tok, cfg_names[k], t);
-    json_t *sp = json_object();
-    json_object_set_new(sp, "drafted", json_integer(s->drafted / nr));
-    json_object_set_new(sp, "accepted", json_integer(s->accepted / nr));
-    json_object_set_new(sp, "emitted", json_integer(s->emitted / nr));
-    json_object_set_new(sp, "target_passes", json_integer(s->passes / nr));
-    json_object_set_new(spec, cfg_names[k], sp);
-    json_object_set_new(st, cfg_names[k], stats_json(&rp->stats[k]));
-  }
-  json_object_set_new(root, "ttft_ms", ttft);
-  json_t *lat = json_object();
-  for (int k = 0; k < 2; k++) {
-    json_t *x = json_object();
-    json_object_set_new(x, "median", jnum(rp->sums[k].latency_ms));
-    json_object_set_new(x, "p99", jnum(rp->sums[k].latency_p99_ms));
-    json_object_set_new(lat, cfg_names[k], x);
-  }
-  json_object_set_new(root, "latency_ms", lat);
-  json_object_set_new(root, "cached_tokens", pair((double)b->cached / (b->n_runs ? b->n_runs : 1),
-                                                  (double)c->cached / (c->n_runs ? c->n_runs : 1)));
-  json_object_set_new(root, "tokens_per_run", tok);
-  json_object_set_new(root, "spec_per_run", spec);
-  json_object_set_new(root, "engine_stats", st);
-  json_t *arr = json_array();
-  for (int i = 0; i < rp->n_runs; i++) {
-    const ab_run *r = &rp->runs[i];
-    json_t *x = json_object();
-    json_object_set_new(x, "config", json_string(cfg_names[r->cfg]));
-    json_object_set_new(x, "round", json_integer(r->round + 1));
-    json_object_set_new(x, "order", json_string(order_names[r->order]));
-    json_object_set_new(x, "decode_tok_s", jnum(r->decode_tok_s));
-    json_object_set_new(x, "e2e_tok_s", jnum(r->e2e_tok_s));
-    json_object_set_new(x, "wall_s", jnum(r->wall_s));
-    json_object_set_new(x, "tokens", json_integer(r->tokens));
-    json_array_append_new(arr, x);
-  }
-  json_object_set_new(root, "samples", arr);
-  char *txt = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(6));
-  if (txt) printf("%s\n", txt);
-  free(txt);
-  json_decref(root);
-}
-
 /* "%.2f" or "-" for a missing figure. */
 static const char *fmt(char *buf, size_t n, double x, const char *f) {
   if (isfinite(x)) snprintf(buf, n, f, x);
@@ -829,14 +549,27 @@ static const char *fmt(char *buf, size_t n, double x, const char *f) {
 static void md_row(const char *metric, const char *order, double b, double c, bool with_ratio) {
   char x[32], y[32], z[32];
   printf("| %s | %s | %s | %s | %s |\n", metric, order, fmt(x, sizeof x, b, "%.2f"), fmt(y, sizeof y, c, "%.2f"),
-         with_ratio ? fmt(z, sizeof z, ratio(c, b), "%.3fx") : "");
+         with_ratio ? fmt(z, sizeof z, abstat_ratio(c, b), "%.3fx") : "");
 }
 
-static void print_md(const ab_report *rp) {
+typedef struct ab_md {
+  const ab_opts *o;
+  const char *model_path, *model_sha256, *workload_sha256;
+  int n_req;
+  const ab_run_sample *runs;
+  int n_runs;
+  const ab_parity *parity;
+} ab_md;
+
+static void print_md(const ab_md *rp) {
   const ab_opts *o = rp->o;
-  const ab_sums *b = &rp->sums[0], *c = &rp->sums[1];
-  printf("power ab: %s, workload %s (%d requests), %ld rounds x 2 orders, %ld threads\n",
-         base_name(rp->model_path), base_name(o->workload), rp->w->n, o->rounds, o->threads);
+  const ab_run_sample *runs = rp->runs;
+  const int nr = rp->n_runs;
+  ab_sums sums[2];
+  for (int k = 0; k < 2; k++) abstat_sums(runs, nr, k, rp->n_req, &sums[k]);
+  const ab_sums *b = &sums[0], *c = &sums[1];
+  printf("power ab: %s, workload %s (%d requests), %ld rounds x 2 orders, %ld threads\n", base_name(rp->model_path),
+         base_name(o->workload), rp->n_req, o->rounds, o->threads);
   printf("baseline:  %s\ncandidate: %s\n\n", o->cfg[0].text, o->cfg[1].text);
   printf("| metric | runs | baseline | candidate | candidate/baseline |\n");
   printf("| --- | --- | ---: | ---: | ---: |\n");
@@ -844,37 +577,43 @@ static void print_md(const ab_report *rp) {
   static const char *metric_names[2] = {"decode tok/s", "e2e tok/s"};
   for (int m = 0; m < 2; m++) {
     for (int ord = 0; ord < 2; ord++)
-      md_row(metric_names[m], order_names[ord], med_of(rp, 0, ord, -1, m), med_of(rp, 1, ord, -1, m), true);
-    md_row(metric_names[m], "pooled", med_of(rp, 0, -1, -1, m), med_of(rp, 1, -1, -1, m), true);
+      md_row(metric_names[m], order_names[ord], abstat_runs_median(runs, nr, 0, ord, -1, m),
+             abstat_runs_median(runs, nr, 1, ord, -1, m), true);
+    md_row(metric_names[m], "pooled", abstat_runs_median(runs, nr, 0, -1, -1, m),
+           abstat_runs_median(runs, nr, 1, -1, -1, m), true);
   }
   char x[32], y[32];
   for (int m = 0; m < 2; m++)
-    printf("| %s | paired | | | %s |\n", metric_names[m],
-           fmt(x, sizeof x, paired_ratio(rp->runs, rp->n_runs, m), "%.3fx"));
+    printf("| %s | paired | | | %s |\n", metric_names[m], fmt(x, sizeof x, abstat_paired_ratio(runs, nr, m), "%.3fx"));
   for (int m = 0; m < 2; m++)
     printf("| %s self ratio | later/earlier half | %s | %s | |\n", metric_names[m],
-           fmt(x, sizeof x, ratio(med_of(rp, 0, -1, 1, m), med_of(rp, 0, -1, 0, m)), "%.3fx"),
-           fmt(y, sizeof y, ratio(med_of(rp, 1, -1, 1, m), med_of(rp, 1, -1, 0, m)), "%.3fx"));
+           fmt(x, sizeof x,
+               abstat_ratio(abstat_runs_median(runs, nr, 0, -1, 1, m), abstat_runs_median(runs, nr, 0, -1, 0, m)),
+               "%.3fx"),
+           fmt(y, sizeof y,
+               abstat_ratio(abstat_runs_median(runs, nr, 1, -1, 1, m), abstat_runs_median(runs, nr, 1, -1, 0, m)),
+               "%.3fx"));
   md_row("TTFT ms", "all requests", b->ttft_ms, c->ttft_ms, true);
   md_row("TTFT ms p99", "all requests", b->ttft_p99_ms, c->ttft_p99_ms, true);
   md_row("request latency ms", "all requests", b->latency_ms, c->latency_ms, true);
   md_row("request latency ms p99", "all requests", b->latency_p99_ms, c->latency_p99_ms, true);
   md_row("TTFT ms", "cold (nothing cached)", b->ttft_cold_ms, c->ttft_cold_ms, false);
   md_row("TTFT ms", "warm (prefix reused)", b->ttft_warm_ms, c->ttft_warm_ms, false);
-  md_row("TTFT warm/cold", "medians", ratio(b->ttft_warm_ms, b->ttft_cold_ms), ratio(c->ttft_warm_ms, c->ttft_cold_ms),
-         false);
-  md_row("tokens per target pass", "all", tokens_per_pass(b), tokens_per_pass(c), false);
-  md_row("acceptance", "all", acceptance(b), acceptance(c), false);
+  md_row("TTFT warm/cold", "medians", abstat_ratio(b->ttft_warm_ms, b->ttft_cold_ms),
+         abstat_ratio(c->ttft_warm_ms, c->ttft_cold_ms), false);
+  md_row("tokens per target pass", "all", abstat_tokens_per_pass(b), abstat_tokens_per_pass(c), false);
+  md_row("acceptance", "all", abstat_acceptance(b), abstat_acceptance(c), false);
   int nb = b->n_runs ? b->n_runs : 1, nc = c->n_runs ? c->n_runs : 1;
   md_row("cached tokens", "per run", (double)b->cached / nb, (double)c->cached / nc, false);
   md_row("prompt tokens", "per run", (double)b->prompt / nb, (double)c->prompt / nc, false);
   md_row("completion tokens", "per run", (double)b->completion / nb, (double)c->completion / nc, false);
   printf("\ngain: %s (decode tok/s, the lower of the two order-specific ratios)\n",
-         fmt(x, sizeof x, ab_gain(rp), "%.3fx"));
+         fmt(x, sizeof x, abstat_gain(runs, nr), "%.3fx"));
   printf("model sha256: %s\nworkload sha256: %s\n", rp->model_sha256, rp->workload_sha256);
-  printf("parity: %s", rp->parity.mismatches ? "false" : "true");
-  if (rp->parity.mismatches) printf(" (%ld mismatching request runs; first: %s)", rp->parity.mismatches, rp->parity.first);
-  else printf(" (every request's tokens identical in all %d runs)", rp->n_runs);
+  printf("parity: %s", rp->parity->mismatches ? "false" : "true");
+  if (rp->parity->mismatches)
+    printf(" (%ld mismatching request runs; first: %s)", rp->parity->mismatches, rp->parity->first);
+  else printf(" (every request's tokens identical in all %d runs)", nr);
   printf("\n");
 }
 
@@ -908,6 +647,17 @@ static int engine_for(const ab_opts *o, const char *model_path, const ab_config 
   return engine_create(&eo, out, err);
 }
 
+static void runs_free(ab_run *runs, int n_runs, int n_req) {
+  if (!runs) return;
+  for (int i = 0; i < n_runs; i++) {
+    if (runs[i].ids)
+      for (int j = 0; j < n_req; j++) free(runs[i].ids[j].ids);
+    free(runs[i].ids);
+    free(runs[i].s.req);
+  }
+  free(runs);
+}
+
 static int run_ab(const ab_opts *o) {
   char err[PW_ERRMAX];
   const char *path = cli_resolve_model(o->model, err, sizeof err);
@@ -920,6 +670,8 @@ static int run_ab(const ab_opts *o) {
   bool have_pb = false;
   ab_workload w = {0};
   ab_run *runs = NULL;
+  ab_run_sample *samples = NULL;
+  const char **names = NULL;
   int n_runs = (int)o->rounds * 4, status = 1;
   for (int k = 0; k < 2; k++)
     if (engine_for(o, path, &o->cfg[k], &eng[k], err)) {
@@ -938,16 +690,20 @@ static int run_ab(const ab_opts *o) {
     goto fail;
   }
   runs = calloc((size_t)n_runs, sizeof *runs);
-  if (!runs) goto oom;
+  samples = calloc((size_t)n_runs, sizeof *samples);
+  names = calloc((size_t)w.n, sizeof *names);
+  if (!runs || !samples || !names) goto oom;
+  for (int j = 0; j < w.n; j++) names[j] = w.req[j].id;
   /* All result buffers exist before the first timed run. */
   for (int i = 0; i < n_runs; i++) {
-    runs[i].res = calloc((size_t)w.n, sizeof *runs[i].res);
-    if (!runs[i].res) goto oom;
+    runs[i].s.req = calloc((size_t)w.n, sizeof *runs[i].s.req);
+    runs[i].ids = calloc((size_t)w.n, sizeof *runs[i].ids);
+    if (!runs[i].s.req || !runs[i].ids) goto oom;
     for (int j = 0; j < w.n; j++) {
       int cap = w.req[j].max_tokens < n_ctx ? w.req[j].max_tokens : n_ctx;
-      runs[i].res[j].ids = malloc((size_t)cap * sizeof(int32_t));
-      if (!runs[i].res[j].ids) goto oom;
-      runs[i].res[j].cap = cap;
+      runs[i].ids[j].ids = malloc((size_t)cap * sizeof(int32_t));
+      if (!runs[i].ids[j].ids) goto oom;
+      runs[i].ids[j].cap = cap;
     }
   }
   /* Warm-up: the first request, shortened, once per engine (faults in the
@@ -957,19 +713,17 @@ static int run_ab(const ab_opts *o) {
     ab_request warm = w.req[0];
     warm.max_tokens = warm.max_tokens < 8 ? warm.max_tokens : 8;
     one.req = &warm;
-    ab_run wr = {0};
-    ab_result res = {0};
+    ab_req_sample res = {0};
     int32_t ids[8];
-    res.ids = ids;
-    res.cap = 8;
-    wr.res = &res;
+    ab_ids wi = {ids, 0, 8};
+    ab_run wr = {.s = {.req = &res}, .ids = &wi};
     for (int k = 0; k < 2; k++)
       if (run_workload(eng[k], &o->cfg[k], &one, &wr, 0xffffffffu - (uint32_t)k, err)) {
         fprintf(stderr, "power ab: warm-up (%s): %s\n", k ? "candidate" : "baseline", err);
         goto fail;
       }
   }
-  engine_stats before[2], after;
+  engine_stats before[2], after, delta[2];
   for (int k = 0; k < 2; k++) engine_get_stats(eng[k], &before[k]);
   int seq[2] = {0, 0};
   for (int round = 0; round < o->rounds; round++) {
@@ -977,53 +731,61 @@ static int run_ab(const ab_opts *o) {
       for (int pos = 0; pos < 2; pos++) {
         int idx = round * 4 + ord * 2 + pos;
         int cfg = ord == 0 ? pos : 1 - pos;
-        ab_run *r = &runs[idx];
+        ab_run_sample *r = &runs[idx].s;
         r->cfg = cfg;
         r->round = round;
         r->order = ord;
         r->seq = seq[cfg]++;
-        if (run_workload(eng[cfg], &o->cfg[cfg], &w, r, (uint32_t)idx, err)) {
+        if (run_workload(eng[cfg], &o->cfg[cfg], &w, &runs[idx], (uint32_t)idx, err)) {
           fprintf(stderr, "power ab: round %d, %s: %s\n", round + 1, cfg ? "candidate" : "baseline", err);
           goto fail;
         }
       }
-      const ab_run *rb = &runs[round * 4 + ord * 2 + (ord == 0 ? 0 : 1)];
-      const ab_run *rc = &runs[round * 4 + ord * 2 + (ord == 0 ? 1 : 0)];
+      const ab_run_sample *rb = &runs[round * 4 + ord * 2 + (ord == 0 ? 0 : 1)].s;
+      const ab_run_sample *rc = &runs[round * 4 + ord * 2 + (ord == 0 ? 1 : 0)].s;
       fprintf(stderr, "power ab: round %d/%ld %s first: decode %.2f vs %.2f tok/s, e2e %.2f vs %.2f tok/s\n",
               round + 1, o->rounds, ord ? "candidate" : "baseline", rb->decode_tok_s, rc->decode_tok_s,
               rb->e2e_tok_s, rc->e2e_tok_s);
     }
   }
-  ab_report rp;
-  memset(&rp, 0, sizeof rp);
-  rp.o = o;
-  rp.model_path = path;
-  rp.model_sha256 = engine_model_sha256(eng[0]);
-  rp.workload_sha256 = w.sha256;
-  rp.w = &w;
-  rp.runs = runs;
-  rp.n_runs = n_runs;
   for (int k = 0; k < 2; k++) {
     engine_get_stats(eng[k], &after);
-    stats_delta(&before[k], &after, &rp.stats[k]);
-    config_sums(runs, n_runs, k, w.n, &rp.sums[k]);
+    stats_delta(&before[k], &after, &delta[k]);
   }
-  check_parity(runs, n_runs, &w, &rp.parity);
-  if (o->json) print_json(&rp);
-  else print_md(&rp);
-  status = rp.parity.mismatches ? 1 : 0;
-  if (rp.parity.mismatches) fprintf(stderr, "power ab: parity broken: %s\n", rp.parity.first);
+  for (int i = 0; i < n_runs; i++) samples[i] = runs[i].s;
+  ab_parity parity;
+  abstat_parity(samples, n_runs, w.n, names, true, &parity);
+  if (o->json) {
+    ab_report_head h = {base_name(path), engine_model_sha256(eng[0]), base_name(o->workload), w.sha256,
+                        o->rounds,       o->threads,                  o->cfg[0].text,         o->cfg[1].text,
+                        names,           w.n};
+    json_t *st = json_object();
+    json_object_set_new(st, "baseline", stats_json(&delta[0]));
+    json_object_set_new(st, "candidate", stats_json(&delta[1]));
+    json_t *root = abstat_report(&h, samples, n_runs, st, err);
+    if (!root) {
+      fprintf(stderr, "power ab: report: %s\n", err);
+      goto fail;
+    }
+    /* Full precision: `power verify --ab` recomputes every figure from the
+     * printed samples. */
+    char *txt = json_dumps(root, JSON_COMPACT);
+    if (txt) printf("%s\n", txt);
+    free(txt);
+    json_decref(root);
+  } else {
+    ab_md md = {o, path, engine_model_sha256(eng[0]), w.sha256, w.n, samples, n_runs, &parity};
+    print_md(&md);
+  }
+  status = parity.mismatches ? 1 : 0;
+  if (parity.mismatches) fprintf(stderr, "power ab: parity broken: %s\n", parity.first);
   goto fail;
 oom:
   fprintf(stderr, "power ab: out of memory\n");
 fail:
-  if (runs)
-    for (int i = 0; i < n_runs; i++) {
-      if (runs[i].res)
-        for (int j = 0; j < w.n; j++) free(runs[i].res[j].ids);
-      free(runs[i].res);
-    }
-  free(runs);
+  runs_free(runs, n_runs, w.n);
+  free(samples);
+  free(names);
   workload_free(&w);
   if (have_pb) prompt_builder_free(&pb);
   engine_destroy(eng[0]);
@@ -1110,7 +872,7 @@ static int run_curve(const ab_opts *o) {
   double *mn = med + kmax + 1;
   for (int k = 0; k <= kmax; k++) {
     memcpy(tmp, ms + (size_t)k * (size_t)reps, (size_t)reps * sizeof *tmp);
-    med[k] = median(tmp, reps);
+    med[k] = abstat_median(tmp, reps);
     mn[k] = tmp[0]; /* median() sorted tmp */
   }
   if (o->json) {
@@ -1124,15 +886,15 @@ static int run_curve(const ab_opts *o) {
       json_t *x = json_object();
       json_object_set_new(x, "k", json_integer(k));
       json_object_set_new(x, "ms", jnum(med[k]));
-      json_object_set_new(x, "ratio", jnum(ratio(med[k], med[0])));
+      json_object_set_new(x, "ratio", jnum(abstat_ratio(med[k], med[0])));
       json_object_set_new(x, "min_ms", jnum(mn[k]));
-      json_object_set_new(x, "min_ratio", jnum(ratio(mn[k], mn[0])));
+      json_object_set_new(x, "min_ratio", jnum(abstat_ratio(mn[k], mn[0])));
       json_array_append_new(arr, x);
     }
     json_object_set_new(root, "curve", arr);
     if (kmax >= 8) {
-      json_object_set_new(root, "ratio_k8", jnum(ratio(med[8], med[0])));
-      json_object_set_new(root, "min_ratio_k8", jnum(ratio(mn[8], mn[0])));
+      json_object_set_new(root, "ratio_k8", jnum(abstat_ratio(med[8], med[0])));
+      json_object_set_new(root, "min_ratio_k8", jnum(abstat_ratio(mn[8], mn[0])));
     }
     char *txt = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(6));
     if (txt) printf("%s\n", txt);
@@ -1144,8 +906,8 @@ static int run_curve(const ab_opts *o) {
     printf("| K | tokens in pass | ms (median) | cost(K)/cost(0) | ms (min) | min ratio |\n"
            "| ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (int k = 0; k <= kmax; k++)
-      printf("| %d | %d | %.3f | %.3f | %.3f | %.3f |\n", k, k + 1, med[k], ratio(med[k], med[0]), mn[k],
-             ratio(mn[k], mn[0]));
+      printf("| %d | %d | %.3f | %.3f | %.3f | %.3f |\n", k, k + 1, med[k], abstat_ratio(med[k], med[0]), mn[k],
+             abstat_ratio(mn[k], mn[0]));
   }
   free(med);
   status = 0;

@@ -12,6 +12,7 @@
 #include "cli/cli_gen.h"
 #include "engine/engine.h"
 #include "server/server.h"
+#include "store/store.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -72,8 +73,10 @@ static void serve_usage(FILE *out) {
           "  --prompt-cache-bytes BYTES  KV bytes the entries may hold (default 1 GiB;\n"
           "                         suffixes K, M, G)\n"
           "  --prompt-cache-ttl S   idle seconds before an entry expires (default 600)\n"
-          "  --log-text             put prompt and output text in the request log (also\n"
-          "                         POWER_LOG=debug); never the prompt_cache_key\n"
+          "  --log-content          put prompt and output text in the request log (also\n"
+          "                         --log-text, POWER_LOG=debug); without it logs never hold\n"
+          "                         prompt or output text; never the prompt_cache_key\n"
+          "  --receipt-key KEY.pem  sign every receipt with this Ed25519 key (power keygen)\n"
           "  --no-request-log       no per-request line on stderr\n");
   spec_opts_usage(out);
 }
@@ -98,7 +101,7 @@ static int parse_bytes(const char *opt, const char *v, size_t *out) {
 }
 
 int cmd_serve(int argc, char **argv) {
-  const char *model = NULL, *host = "127.0.0.1", *key_file = NULL;
+  const char *model = NULL, *host = "127.0.0.1", *key_file = NULL, *receipt_key = NULL;
   long port = 11434, threads = 2, parallel = 4, queue = 16, ctx = 0, max_body = (long)SERVER_DEFAULT_MAX_BODY;
   double timeout_s = 0, drain_s = SERVE_DRAIN_MS / 1000.0, drain_delay_s = 0;
   const char *replica_id = NULL;
@@ -116,7 +119,7 @@ int cmd_serve(int argc, char **argv) {
       serve_usage(stdout);
       return 0;
     }
-    if (!strcmp(a, "--log-text")) {
+    if (!strcmp(a, "--log-text") || !strcmp(a, "--log-content")) {
       log_text = true;
       continue;
     }
@@ -144,6 +147,7 @@ int cmd_serve(int argc, char **argv) {
     else if (!strcmp(a, "--queue")) bad = cli_parse_long("serve", a, v, 1, 1 << 20, &queue);
     else if (!strcmp(a, "--ctx")) bad = cli_parse_long("serve", a, v, 0, 1 << 24, &ctx);
     else if (!strcmp(a, "--api-key-file")) key_file = v;
+    else if (!strcmp(a, "--receipt-key")) receipt_key = v;
     else if (!strcmp(a, "--request-timeout") || !strcmp(a, "--timeout")) bad = cli_parse_double("serve", a, v, 0, 86400, &timeout_s);
     else if (!strcmp(a, "--max-body")) bad = cli_parse_long("serve", a, v, 1024, 1L << 30, &max_body);
     else if (!strcmp(a, "--drain-timeout")) bad = cli_parse_double("serve", a, v, 0, 3600, &drain_s);
@@ -185,6 +189,9 @@ int cmd_serve(int argc, char **argv) {
 
   engine_opts eo = {0};
   eo.model_path = path;
+  /* A store name (the path is its blob): clients see the name. */
+  char name[STORE_NAME_MAX + 1], e2[PW_ERRMAX];
+  if (model && path != model && !store_name_check(model, name, e2)) eo.model_id = name;
   eo.n_threads = (int)threads;
   eo.max_active = (int)parallel;
   eo.max_queue = (int)queue;
@@ -211,6 +218,7 @@ int cmd_serve(int argc, char **argv) {
   so.spec_mode = engine_spec_name(spec.mode);
   so.log_requests = log_requests;
   so.replica_id = replica_id;
+  so.receipt_key_path = receipt_key;
   server *s = NULL;
   if (server_start(&so, e, &s, err)) {
     fprintf(stderr, "power serve: %s\n", err);

@@ -40,19 +40,24 @@ typedef struct synth_model {
   /* llama3 rope scaling (factor 0 = none) */
   float rs_factor, rs_low, rs_high;
   int rs_orig_ctx;
+  /* gemma3: sandwich norms and a sliding window (0 = none) */
+  bool post_norms;
+  int n_swa;
 } synth_model;
 
 static const synth_model k_models[] = {
     {"qwen2.5-0.5b", "qwen2", "Qwen2.5 0.5B", 896, 24, 14, 2, 64, 4864, 32768, 1e6f, 1e-6f, true, false, true, 0, 0,
-     0, 0},
+     0, 0, false, 0},
     {"qwen2.5-1.5b", "qwen2", "Qwen2.5 1.5B", 1536, 28, 12, 2, 128, 8960, 32768, 1e6f, 1e-6f, true, false, true, 0,
-     0, 0, 0},
+     0, 0, 0, false, 0},
     {"qwen3-0.6b", "qwen3", "Qwen3 0.6B", 1024, 28, 16, 8, 128, 3072, 40960, 1e6f, 1e-6f, false, true, true, 0, 0,
-     0, 0},
+     0, 0, false, 0},
     {"llama-3.2-1b", "llama", "Llama 3.2 1B", 2048, 16, 32, 8, 64, 8192, 131072, 5e5f, 1e-5f, false, false, true,
-     32.0f, 1.0f, 4.0f, 8192},
+     32.0f, 1.0f, 4.0f, 8192, false, 0},
     {"llama-3.1-8b", "llama", "Llama 3.1 8B", 4096, 32, 32, 8, 128, 14336, 131072, 5e5f, 1e-5f, false, false, false,
-     8.0f, 1.0f, 4.0f, 8192},
+     8.0f, 1.0f, 4.0f, 8192, false, 0},
+    {"gemma-3-1b", "gemma3", "Gemma 3 1B", 1152, 26, 4, 1, 256, 6912, 32768, 1e6f, 1e-6f, false, true, true, 0, 0, 0,
+     0, true, 512},
 };
 
 typedef enum sy_kind { SY_MATRIX, SY_NORM, SY_BIAS, SY_ROPE } sy_kind;
@@ -131,6 +136,10 @@ static int sy_build(sy_ctx *c, int n_layer, int64_t n_vocab) {
     if (m->qk_norm) {
       ADD("attn_q_norm.weight", 1, m->head_dim, 1, SY_NORM, 0.02f);
       ADD("attn_k_norm.weight", 1, m->head_dim, 1, SY_NORM, 0.02f);
+    }
+    if (m->post_norms) {
+      ADD("post_attention_norm.weight", 1, e, 1, SY_NORM, 0.02f);
+      ADD("post_ffw_norm.weight", 1, e, 1, SY_NORM, 0.02f);
     }
     ADD("ffn_norm.weight", 1, e, 1, SY_NORM, 0.02f);
     ADD("ffn_gate.weight", 2, e, m->n_ff, SY_MATRIX, 0.02f);
@@ -213,6 +222,7 @@ static void synth_usage(FILE *out) {
           "  --type T        weight type with llama.cpp's mix (default F16): %s\n"
           "  --seed S        weight seed (default 1)\n"
           "  --layers N      override the layer count (quick tests)\n"
+          "  --window N      override the sliding window of models that have one (quick tests)\n"
           "  --threads N     generation threads (default 2; the output is the same for any N)\n"
           "  --quiet         no progress on stderr\n",
           quant_ftype_names());
@@ -220,7 +230,7 @@ static void synth_usage(FILE *out) {
 
 int cmd_synth(int argc, char **argv) {
   const char *arch = NULL, *vocab = NULL, *outp = NULL, *type = "F16";
-  long seed = 1, layers = 0, threads = 2;
+  long seed = 1, layers = 0, threads = 2, window = 0;
   int quiet = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -234,7 +244,7 @@ int cmd_synth(int argc, char **argv) {
       continue;
     }
     bool known = !strcmp(a, "--arch") || !strcmp(a, "--vocab") || !strcmp(a, "--out") || !strcmp(a, "-o") ||
-                 !strcmp(a, "--type") || !strcmp(a, "--seed") || !strcmp(a, "--layers") ||
+                 !strcmp(a, "--type") || !strcmp(a, "--seed") || !strcmp(a, "--layers") || !strcmp(a, "--window") ||
                  !strcmp(a, "--threads") || !strcmp(a, "-t");
     if (!known) {
       fprintf(stderr, "power synth: unknown argument %s (try --help)\n", a);
@@ -253,6 +263,8 @@ int cmd_synth(int argc, char **argv) {
       if (cli_parse_long("synth", a, v, 0, 0x7fffffffL, &seed)) return 2;
     } else if (!strcmp(a, "--layers")) {
       if (cli_parse_long("synth", a, v, 1, 1024, &layers)) return 2;
+    } else if (!strcmp(a, "--window")) {
+      if (cli_parse_long("synth", a, v, 1, 1 << 20, &window)) return 2;
     } else if (cli_parse_long("synth", a, v, 1, 256, &threads)) return 2;
   }
   if (!arch || !vocab || !outp) {
@@ -266,6 +278,10 @@ int cmd_synth(int argc, char **argv) {
     fprintf(stderr, "power synth: unknown --arch '%s' (known:", arch);
     for (size_t i = 0; i < sizeof k_models / sizeof k_models[0]; i++) fprintf(stderr, " %s", k_models[i].id);
     fprintf(stderr, ")\n");
+    return 2;
+  }
+  if (window > 0 && m->n_swa == 0) {
+    fprintf(stderr, "power synth: --window: %s has no sliding window\n", m->id);
     return 2;
   }
   const quant_ftype *q = quant_ftype_find(type);
@@ -313,8 +329,8 @@ int cmd_synth(int argc, char **argv) {
   }
   /* Metadata in the order llama.cpp's converter writes it. */
   char title[96];
-  snprintf(title, sizeof title, "%s (synthetic weights, seed %ld%s)", m->title, seed,
-           n_layer != m->n_layer ? ", fewer layers" : "");
+  snprintf(title, sizeof title, "%s (synthetic weights, seed %ld%s%s)", m->title, seed,
+           n_layer != m->n_layer ? ", fewer layers" : "", window > 0 ? ", another window" : "");
   const char *a = m->arch;
 #define KEY(s) (snprintf(key, sizeof key, "%s.%s", a, s), key)
   if (gguf_writer_set_str(w, "general.architecture", a, err) || gguf_writer_set_str(w, "general.type", "model", err) ||
@@ -331,6 +347,9 @@ int cmd_synth(int argc, char **argv) {
   if (m->head_dim != m->n_embd / m->n_head &&
       (gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)m->head_dim, err) ||
        gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)m->head_dim, err)))
+    goto fail;
+  if (m->n_swa > 0 &&
+      gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)(window > 0 ? window : m->n_swa), err))
     goto fail;
   if (!strcmp(a, "llama") && (gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)toks.n, err) ||
                               gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)m->head_dim, err)))

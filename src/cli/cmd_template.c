@@ -90,6 +90,10 @@ int cmd_template(int argc, char **argv) {
     opts.now = timegm(&tm);
   }
   char err[PW_ERRMAX] = "";
+  if (model && !(model = cli_resolve_model(model, err, sizeof err))) {
+    fprintf(stderr, "power template: %s\n", err);
+    return 1;
+  }
   size_t tl = 0;
   char *tmpl = model ? model_template(model, &tl, err) : cli_slurp(tmpl_path, TEMPLATE_MAX_FILE, &tl, err);
   if (!tmpl) {

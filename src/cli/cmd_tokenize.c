@@ -137,8 +137,8 @@ int cmd_tokenize(int argc, char **argv) {
     fprintf(stderr, "power tokenize: give either TEXT or --file F (try --help)\n");
     return 1;
   }
-  if (!model) {
-    model = cli_resolve_model(NULL, err, sizeof err);
+  {
+    model = cli_resolve_model(model, err, sizeof err);
     if (!model) {
       fprintf(stderr, "power tokenize: %s\n", err);
       return 1;

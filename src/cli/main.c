@@ -4,9 +4,11 @@
 #include "cli/cmd_ab.h"
 #include "cli/cmd_bench.h"
 #include "cli/cmd_serve.h"
+#include "cli/cmd_store.h"
 #include "cli/cmd_synth.h"
 #include "cli/cmd_template.h"
 #include "cli/cmd_tokenize.h"
+#include "cli/cmd_verify.h"
 
 #include "power.h"
 
@@ -30,6 +32,14 @@ static const subcommand k_cmds[] = {
     {"quantize", cmd_quantize, "convert F32/F16/BF16 weights to a quantized type"},
     {"template", cmd_template, "render a chat template (--model M | --template F.jinja) --vars V.json"},
     {"tokenize", cmd_tokenize, "text to token ids and pieces (--ids, --raw, --file)"},
+    {"pull", cmd_pull, "download a GGUF into the model store (URL or hf.co/ORG/REPO[:QUANT])"},
+    {"list", cmd_list, "models in the store ($POWER_HOME, default ~/.power)"},
+    {"show", cmd_show, "a stored model's digest, source, metadata and template"},
+    {"rm", cmd_rm, "remove a name from the store (and its blob when unused)"},
+    {"cp", cmd_cp, "give a stored model a second name"},
+    {"import", cmd_import, "put a local GGUF into the store (--name NAME)"},
+    {"verify", cmd_verify, "check a receipt (digests, signature, --replay) or an ab report (--ab)"},
+    {"keygen", cmd_keygen, "make an Ed25519 key pair for signing receipts"},
 };
 
 static void usage(FILE *out) {
@@ -37,7 +47,7 @@ static void usage(FILE *out) {
           pw_version());
   for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
     fprintf(out, "  %-10s %s\n", k_cmds[i].name, k_cmds[i].help);
-  fprintf(out, "\nrun 'power <command> --help' for a command's options\n");
+  fprintf(out, "\nrun 'power help <command>' or 'power <command> --help' for a command's options\n");
 }
 
 int main(int argc, char **argv) {
@@ -45,9 +55,18 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || (!strcmp(argv[1], "help") && argc == 2)) {
     usage(stdout);
     return 0;
+  }
+  if (!strcmp(argv[1], "help")) { /* power help CMD = power CMD --help */
+    for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
+      if (!strcmp(argv[2], k_cmds[i].name)) {
+        char *hargv[] = {argv[2], "--help", NULL};
+        return k_cmds[i].fn(2, hargv);
+      }
+    fprintf(stderr, "power: unknown command '%s' (try 'power --help')\n", argv[2]);
+    return 2;
   }
   if (!strcmp(argv[1], "--version")) {
     printf("power %s\n", pw_version());

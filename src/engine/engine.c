@@ -51,6 +51,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/sha256.h"
+#include "tensor/traits.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,8 +151,9 @@ static int alloc_buffers(engine *e, const engine_opts *o, char *err) {
   e->dbuf_cap = tok_detok_max_out(e->vocab);
   e->dbuf = malloc(e->dbuf_cap);
   e->sbuf = malloc(STOP_OUT_CAP(e->dbuf_cap));
+  e->grow = malloc((size_t)e->n_vocab * sizeof *e->grow);
   e->cache = e->n_cache ? calloc((size_t)e->n_cache, sizeof *e->cache) : NULL;
-  if (!e->sbuf || !e->run || !e->part || !e->free_slots || !e->ents || !e->eents || !e->eowner || !e->logits ||
+  if (!e->sbuf || !e->grow || !e->run || !e->part || !e->free_slots || !e->ents || !e->eents || !e->eowner || !e->logits ||
       !e->hidden || !e->dbuf || (e->n_cache && !e->cache))
     return pw_seterr(err, PW_ENOMEM, "engine: out of memory for batch buffers");
   for (int i = 0; i < e->n_cache; i++) {
@@ -176,6 +178,7 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   if (!e) return pw_seterr(err, PW_ENOMEM, "engine: out of memory");
   pthread_mutex_init(&e->mu, NULL);
   pthread_mutex_init(&e->sha_mu, NULL);
+  pthread_mutex_init(&e->gv_mu, NULL);
   eng_cond_init_monotonic(&e->work_cv);
   eng_cond_init_monotonic(&e->idle_cv);
   model_opts mo = {.n_threads = o.n_threads};
@@ -197,7 +200,9 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   }
   e->drafter = drafter;
   if ((rc = alloc_buffers(e, &o, err)) < 0) goto fail;
-  model_id_from_path(o.model_path, e->model_id, sizeof e->model_id);
+  if (o.model_id && *o.model_id) snprintf(e->model_id, sizeof e->model_id, "%s", o.model_id);
+  else model_id_from_path(o.model_path, e->model_id, sizeof e->model_id);
+  e->have_file_id = pw_file_id_of(o.model_path, &e->file_id, NULL) == 0;
   gguf_str tmpl;
   if (gguf_get_str(model_gguf(e->m), "tokenizer.chat_template", &tmpl) && tmpl.len > 0) {
     e->chat_template = malloc(tmpl.len + 1);
@@ -253,10 +258,13 @@ void engine_destroy(engine *e) {
   free(e->dbuf);
   free(e->sbuf);
   free(e->chat_template);
+  grammar_vocab_destroy(e->gv);
+  free(e->grow);
   pthread_cond_destroy(&e->work_cv);
   pthread_cond_destroy(&e->idle_cv);
   pthread_mutex_destroy(&e->mu);
   pthread_mutex_destroy(&e->sha_mu);
+  pthread_mutex_destroy(&e->gv_mu);
   free(e);
 }
 
@@ -294,18 +302,26 @@ int engine_n_ctx(const engine *e) { return e->n_ctx; }
 int engine_n_embd(const engine *e) { return e->n_embd; }
 /* The identity is the SHA-256 of the file bytes, hashed from the mapping
  * (the same bytes) on first use, so commands that never ask don't pay for
- * reading a multi-GB file at start-up. */
+ * reading a multi-GB file at start-up; and once per file identity (device,
+ * inode, size, mtime) in the process, so a second engine on the same file
+ * (power ab, replays) does not read it again. */
 const char *engine_model_sha256(const engine *ce) {
   engine *e = (engine *)(uintptr_t)ce;
   pthread_mutex_lock(&e->sha_mu);
   if (!e->sha_done) {
-    const gguf_file *f = model_gguf(e->m);
     uint8_t dig[32];
-    pw_sha256(gguf_base(f), (size_t)gguf_size(f), dig);
+    if (!e->have_file_id || !pw_sha256_cache_get(&e->file_id, dig)) {
+      const gguf_file *f = model_gguf(e->m);
+      pw_sha256(gguf_base(f), (size_t)gguf_size(f), dig);
+      if (e->have_file_id && e->file_id.size == (uint64_t)gguf_size(f)) pw_sha256_cache_put(&e->file_id, dig);
+    }
     pw_hex(dig, 32, e->sha256);
     e->sha_done = true;
   }
   pthread_mutex_unlock(&e->sha_mu);
   return e->sha256;
 }
+
+uint64_t engine_model_size(const engine *e) { return (uint64_t)gguf_size(model_gguf(e->m)); }
+const char *engine_kernels(void) { return pw_tensor_kernels(); }
 

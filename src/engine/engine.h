@@ -49,6 +49,7 @@
 #ifndef PW_ENGINE_ENGINE_H
 #define PW_ENGINE_ENGINE_H
 
+#include "grammar/grammar.h"
 #include "power.h"
 #include "sample/sample.h"
 
@@ -75,6 +76,7 @@ typedef struct engine_req engine_req; /* one submitted request (handle) */
 
 typedef struct engine_opts {
   const char *model_path; /* GGUF file (required) */
+  const char *model_id;   /* id reported to clients (a store name); NULL: the file name without .gguf */
   int n_threads;          /* kernel threads, 1..ENGINE_MAX_THREADS; 0 = ENGINE_DEFAULT_THREADS */
   int max_active;         /* sequences decoding at once (KV slots), 1..ENGINE_MAX_ACTIVE; 0 = the default */
   int max_queue;          /* requests waiting for a slot, 0..ENGINE_MAX_QUEUE; 0 = the default */
@@ -164,6 +166,23 @@ typedef struct engine_params {
    * max_active ones, so caching never lowers the running capacity. */
   bool has_cache_key;
   uint8_t cache_key[32];
+  /* Constrained decoding: the generated text follows this grammar (NULL =
+   * none). Before the sampler chain runs, every token the grammar does not
+   * allow next gets logit -inf (logprobs still describe the model's raw
+   * logits); end-of-generation tokens are allowed only where the grammar
+   * can end (never with ignore_eos). The request ends with STOP as soon as
+   * the grammar is complete and nothing can follow, at an allowed
+   * end-of-generation token, or with LENGTH at max_tokens (the text is
+   * then a prefix of a valid document). Speculative proposals are cut at
+   * the first token the grammar refuses; the output stays identical to
+   * non-speculative decoding under the same grammar. Stop strings still
+   * apply and may end the text early.
+   * Ownership: borrowed during engine_submit, which takes its own
+   * reference (grammar_ref) for the request and drops it when the request
+   * is freed; the caller may destroy its reference as soon as
+   * engine_submit returns. The first request with a grammar builds the
+   * vocabulary's token trie (once per engine). */
+  grammar *grammar;
 } engine_params;
 /* Notes: sampling.seed is used as given. Penalties (repeat/frequency/
  * presence) also count the last repeat_last_n prompt tokens, as llama.cpp
@@ -264,14 +283,20 @@ int engine_drain(engine *e, int grace_ms);
 
 /* Model facts for API layers (borrowed, valid for the engine's life). */
 const struct tok_vocab *engine_vocab(const engine *e);
-const char *engine_model_id(const engine *e);     /* file name without .gguf */
+const char *engine_model_id(const engine *e);     /* opts.model_id, else the file name without .gguf */
 const char *engine_chat_template(const engine *e); /* the model's template; NULL = none (prompt.h
                                                     * then uses ChatML) */
 int engine_n_ctx(const engine *e);
 int engine_n_embd(const engine *e);
-/* SHA-256 of the model file as hex: hashed from the mapping on the first
- * call (which reads the whole file once), then kept. */
+/* SHA-256 of the model file as hex: computed on the first call (one read
+ * of the mapping, or none when this process already hashed the same file,
+ * see pw_sha256_cache_get), then kept. */
 const char *engine_model_sha256(const engine *e);
+/* Size of the model file in bytes. */
+uint64_t engine_model_size(const engine *e);
+/* The kernel level in use ("scalar", "avx2", "avx512", "avx512-vbmi"):
+ * receipts name it, since bits may differ across levels. Static string. */
+const char *engine_kernels(void);
 
 /* Queues a request. PW_EBUSY when active and queue are full; PW_EINVAL for
  * bad parameters; PW_ECONTEXT when the prompt does not fit the context (the

@@ -16,8 +16,10 @@
 #define PW_ENGINE_ENGINE_INT_H
 
 #include "engine/engine.h"
+#include "base/sha256.h"
 
 #include "chat/stop.h"
+#include "grammar/grammar.h"
 #include "model/model.h"
 #include "tok/tok.h"
 
@@ -89,6 +91,8 @@ struct engine_req {
   int n_gen;         /* tokens sampled */
   int32_t last;      /* last sampled token, fed by the next decode entry (= toks[n_fed]) */
   pw_sampler *smp;   /* owned; NULL for embeddings */
+  grammar_matcher *gm; /* owned; NULL without a grammar */
+  grammar *g_ref;    /* the request's reference to its grammar (grammar_ref), or NULL */
   tok_detok dt;      /* streaming detokenizer state */
   bool has_stop;     /* sm is in use */
   stop_matcher sm;   /* stop strings and their held-back prefix */
@@ -133,7 +137,14 @@ struct engine {
   char sha256[65];     /* hex SHA-256 of the model file, computed on first use */
   bool sha_done;
   pthread_mutex_t sha_mu;
+  bool have_file_id;   /* file_id was read at create */
+  pw_file_id file_id;  /* the model file's identity, key of the digest cache */
   char *chat_template; /* owned copy of the model's template; NULL = none */
+  /* constrained decoding: the vocabulary's token trie, built by the first
+   * request with a grammar (under gv_mu), then read-only */
+  grammar_vocab *gv;
+  pthread_mutex_t gv_mu;
+  float *grow;         /* [n_vocab] engine thread: a logits row with the grammar's mask applied */
   const drafter_ops *drafter; /* the speculation mode's drafter; NULL = off */
   void *dstate;        /* the drafter's own state (owned by the drafter) */
 

@@ -38,6 +38,8 @@ struct timespec eng_abs_after_ns(uint64_t ns) {
 
 void eng_req_free(engine_req *r) {
   pw_sampler_destroy(r->smp);
+  grammar_matcher_destroy(r->gm);
+  grammar_destroy(r->g_ref);
   free(r->toks);
   free(r->ring);
   free(r->txt);
@@ -148,9 +150,38 @@ bool eng_txt_feed(engine *e, engine_req *r, const char *s, size_t n) {
 
 /* ---- requests ------------------------------------------------------------------ */
 
+/* The vocabulary's token trie for grammars, built on first use. */
+static int grammar_vocab_get(engine *e, grammar_vocab **out, char *err) {
+  int rc = 0;
+  pthread_mutex_lock(&e->gv_mu);
+  if (!e->gv) {
+    const char **pieces = malloc((size_t)e->n_vocab * sizeof *pieces);
+    size_t *lens = malloc((size_t)e->n_vocab * sizeof *lens);
+    bool *eog = malloc((size_t)e->n_vocab * sizeof *eog);
+    if (!pieces || !lens || !eog) {
+      rc = pw_seterr(err, PW_ENOMEM, "engine: out of memory for the grammar vocabulary");
+    } else {
+      /* The bytes the streaming detokenizer emits for each token (flags 0):
+       * what the grammar sees is what the client gets. */
+      for (int32_t i = 0; i < e->n_vocab; i++) {
+        lens[i] = tok_piece_ref(e->vocab, i, false, &pieces[i]);
+        eog[i] = tok_is_eog(e->vocab, i);
+      }
+      rc = grammar_vocab_create(e->n_vocab, pieces, lens, eog, &e->gv, err);
+    }
+    free(pieces);
+    free(lens);
+    free(eog);
+  }
+  *out = e->gv;
+  pthread_mutex_unlock(&e->gv_mu);
+  return rc;
+}
+
 static int validate_params(const engine *e, const engine_params *p, char *err) {
   if (!p) return pw_seterr(err, PW_EINVAL, "no request parameters");
   if (!p->prompt || p->n_prompt < 1) return pw_seterr(err, PW_EINVAL, "the prompt is empty");
+  if (p->grammar && p->embedding) return pw_seterr(err, PW_EINVAL, "an embedding request cannot carry a grammar");
   for (int i = 0; i < p->n_prompt; i++)
     if (p->prompt[i] < 0 || p->prompt[i] >= e->n_vocab)
       return pw_seterr(err, PW_EINVAL, "prompt token %d at position %d is outside the vocabulary of %d",
@@ -248,6 +279,14 @@ int engine_submit(engine *e, const engine_params *p, engine_req **out, char *err
         return rc;
       }
       r->has_stop = true;
+    }
+    if (p->grammar) {
+      grammar_vocab *gv;
+      r->g_ref = grammar_ref(p->grammar);
+      if ((rc = grammar_vocab_get(e, &gv, err)) < 0 || (rc = grammar_matcher_create(p->grammar, gv, &r->gm, err)) < 0) {
+        eng_req_free(r);
+        return rc;
+      }
     }
   }
   r->refs = 2;

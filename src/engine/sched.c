@@ -115,11 +115,29 @@ void eng_run_end_req(engine *e, engine_req *r, engine_finish finish, int status,
  * removes it). */
 bool eng_seq_emit(engine *e, engine_req *r, const float *row, int32_t *tok_out, engine_finish *finish,
                      int *status, const char **msg) {
-  int32_t tok = pw_sampler_sample(r->smp, row);
+  const float *srow = row;
+  *tok_out = -1;
+  if (r->gm) { /* the grammar's mask goes before the whole sampler chain */
+    memcpy(e->grow, row, (size_t)e->n_vocab * sizeof *row);
+    int na = grammar_matcher_apply(r->gm, e->grow, !r->ignore_eos);
+    if (na <= 0) {
+      *status = na < 0 ? na : PW_ERANGE;
+      *msg = na < 0 ? "grammar: out of memory" : "the grammar allows no token here";
+      return false;
+    }
+    srow = e->grow;
+  }
+  int32_t tok = pw_sampler_sample(r->smp, srow);
   *tok_out = tok;
   if (tok < 0) {
     *status = PW_ERANGE;
-    *msg = "sampling failed: logit_bias and penalties left no token to choose";
+    *msg = r->gm ? "sampling failed: the grammar, logit_bias and penalties left no token to choose"
+                 : "sampling failed: logit_bias and penalties left no token to choose";
+    return false;
+  }
+  if (r->gm && grammar_matcher_accept_token(r->gm, tok) < 0) {
+    *status = PW_EINTERNAL;
+    *msg = "grammar: a sampled token was not accepted by the grammar";
     return false;
   }
   engine_event *ev = &e->ev;
@@ -147,7 +165,7 @@ bool eng_seq_emit(engine *e, engine_req *r, const float *row, int32_t *tok_out, 
     *msg = "the client fell too far behind the generated events; request cancelled";
     return false;
   }
-  if (matched) {
+  if (matched || (r->gm && grammar_matcher_done(r->gm))) {
     *finish = ENGINE_FINISH_STOP;
     return false;
   }

@@ -117,4 +117,8 @@ void eng_spec_plan(engine *e, int extra) {
     extra -= k;
   }
   if (d->propose_batch) d->propose_batch(e);
+  /* Proposals the grammar refuses would be rejected anyway: cut them. */
+  for (int i = 0; i < e->n_run; i++)
+    if (e->run[i]->gm && e->run[i]->n_prop > 0)
+      e->run[i]->n_prop = grammar_matcher_prefix(e->run[i]->gm, e->run[i]->prop, e->run[i]->n_prop);
 }

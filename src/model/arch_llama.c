@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 
+#include <math.h>
 #include <stdio.h>
 
 /* a layer's q, k and v, and its gate and up, as matmul ops */
@@ -102,11 +103,11 @@ static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int i
     be->rmsnorm(c, c->q, c->q, L->q_norm, n * hp->n_head, hd, hp->rms_eps);
     be->rmsnorm(c, c->k, c->k, L->k_norm, n * hp->n_head_kv, hd, hp->rms_eps);
   }
-  be->rope(c, c->q, n, hp->n_head);
-  be->rope(c, c->k, n, hp->n_head_kv);
+  be->rope(c, c->q, n, hp->n_head, false);
+  be->rope(c, c->k, n, hp->n_head_kv, false);
   be->kv_store(c, kv, e, n, il);
   prefetch_w(c, &L->wo, n);
-  be->attention(c, kv, e, n, il);
+  be->attention(c, kv, e, n, il, 1.0f / sqrtf((float)hd), 0);
   be->prefetch_vec(L->ffn_norm, E);
   be->prefetch_weights(c, gu, 2, E, n);
   be->matmul(c, &L->wo, c->att, n, c->xn);
@@ -126,7 +127,7 @@ static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int i
   be->add(c, c->x, c->x, c->xn, (int64_t)n * E);
 }
 
-#define LLAMA_FAMILY .bind_layer = bind_layer, .scratch_size = scratch_size, .layer = layer, .prefetch_layer = prefetch_layer
+#define LLAMA_FAMILY .load_hparams = NULL, .bind_layer = bind_layer, .scratch_size = scratch_size, .layer = layer, .prefetch_layer = prefetch_layer
 
 const model_arch_ops model_arch_llama = {"llama", MODEL_ARCH_LLAMA, false, false, false, LLAMA_FAMILY};
 const model_arch_ops model_arch_qwen2 = {"qwen2", MODEL_ARCH_QWEN2, true, true, false, LLAMA_FAMILY};

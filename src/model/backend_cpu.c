@@ -34,6 +34,16 @@ static void cpu_prefetch_weights(model_ctx *c, const pw_mm_op *ops, int n_ops, i
   }
 }
 
+static void cpu_geglu(model_ctx *c, float *g, const float *u, int64_t n) {
+  (void)c;
+  pw_geglu(g, g, u, n);
+}
+
+static void cpu_scale(model_ctx *c, float *y, const float *x, float s, int64_t n) {
+  (void)c;
+  pw_scale(y, x, s, n);
+}
+
 static void cpu_matmul_multi(model_ctx *c, const pw_mm_op *ops, int n_ops, int64_t n_in, const float *x, int n) {
   pw_matmul_multi_ex(c->m->pool, ops, n_ops, n_in, x, n, c->mm_scratch, c->m->mm_hints);
 }
@@ -72,27 +82,37 @@ static void cpu_prefetch_vec(const float *v, int n) {
 
 /* cos/sin of each rotation angle for every entry, as ggml's rope cache:
  * theta starts at pos and is multiplied by base^(-2/d) per pair. */
-static void rope_tables(model_ctx *c, const model_entry *e, int n) {
+static void rope_table(const model_ctx *c, const model_entry *e, int n, float base, float scale, const float *freqs,
+                       float *cos_out, float *sin_out) {
   const model_hparams *hp = &c->m->hp;
   int half = hp->head_dim / 2;
-  float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->head_dim);
+  float theta_scale = powf(base, -2.0f / (float)hp->head_dim);
   for (int t = 0; t < n; t++) {
     float theta = (float)e[t].pos;
     for (int i = 0; i < half; i++) {
-      float ff = c->m->rope_freqs ? c->m->rope_freqs[i] : 1.0f;
-      float th = hp->rope_scale * (theta / ff);
-      c->rope_cos[(size_t)t * half + i] = cosf(th);
-      c->rope_sin[(size_t)t * half + i] = sinf(th);
+      float ff = freqs ? freqs[i] : 1.0f;
+      float th = scale * (theta / ff);
+      cos_out[(size_t)t * half + i] = cosf(th);
+      sin_out[(size_t)t * half + i] = sinf(th);
       theta *= theta_scale;
     }
   }
 }
 
-static void cpu_rope(model_ctx *c, float *v, int n_tok, int n_heads) {
+/* The global layers' table, and the local layers' (their own base, no
+ * scaling or factors, as llama.cpp's defaults) when there are any. */
+static void rope_tables(model_ctx *c, const model_entry *e, int n) {
+  const model_hparams *hp = &c->m->hp;
+  rope_table(c, e, n, hp->rope_base, hp->rope_scale, c->m->rope_freqs, c->rope_cos, c->rope_sin);
+  if (c->rope_cos_swa) rope_table(c, e, n, hp->rope_base_swa, 1.0f, NULL, c->rope_cos_swa, c->rope_sin_swa);
+}
+
+static void cpu_rope(model_ctx *c, float *v, int n_tok, int n_heads, bool swa) {
   const model_hparams *hp = &c->m->hp;
   int hd = hp->head_dim, half = hd / 2;
+  const float *tc = swa ? c->rope_cos_swa : c->rope_cos, *ts = swa ? c->rope_sin_swa : c->rope_sin;
   for (int t = 0; t < n_tok; t++) {
-    const float *cs = c->rope_cos + (size_t)t * half, *sn = c->rope_sin + (size_t)t * half;
+    const float *cs = tc + (size_t)t * half, *sn = ts + (size_t)t * half;
     for (int h = 0; h < n_heads; h++) {
       float *x = v + ((size_t)t * n_heads + h) * hd;
       for (int i = 0; i < half; i++) {
@@ -124,6 +144,8 @@ typedef struct attn_job {
   int n_groups; /* runs of consecutive entries of one sequence: c->att_groups */
   int heads;    /* query heads per work item: the GQA group, or 1 */
   pw_attn_multi_fn attn;
+  float scale;  /* of q K^T */
+  int window;   /* > 0: each query sees at most the last `window` positions */
   _Atomic long next; /* next work item */
 } attn_job;
 
@@ -169,7 +191,7 @@ static void attn_worker(void *ctx, int ith, int nth) {
   model_kv *kv = j->kv;
   const int hd = hp->head_dim, gqa = hp->n_head / hp->n_head_kv;
   const int per_group = hp->n_head / j->heads;
-  const float scale = 1.0f / sqrtf((float)hd);
+  const float scale = j->scale;
   (void)ith;
   (void)nth;
   const long items = (long)j->n_groups * per_group;
@@ -184,6 +206,21 @@ static void attn_worker(void *ctx, int ith, int nth) {
     const float *qp[PW_ATTN_GROUP_MAX];
     float *op[PW_ATTN_GROUP_MAX];
     int np[PW_ATTN_GROUP_MAX], nq = 0;
+    if (j->window > 0) {
+      /* A sliding window: each token's keys start at its own position, so
+       * its query heads go through the kernel on their own. */
+      for (int t = t0; t < t1; t++) {
+        const int start = j->e[t].pos + 1 > j->window ? j->e[t].pos + 1 - j->window : 0;
+        for (int h = h0; h < h0 + j->heads; h++) {
+          qp[nq] = c->q + ((size_t)t * hp->n_head + h) * hd;
+          op[nq] = c->att + ((size_t)t * hp->n_head + h) * hd;
+          np[nq++] = j->e[t].pos + 1 - start;
+        }
+        j->attn(qp, np, nq, k0 + (size_t)start * hd, v0 + (size_t)start * hd, (size_t)hd, hd, scale, op);
+        nq = 0;
+      }
+      continue;
+    }
     for (int t = t0; t < t1; t++)
       for (int h = h0; h < h0 + j->heads; h++) {
         qp[nq] = c->q + ((size_t)t * hp->n_head + h) * hd;
@@ -197,13 +234,14 @@ static void attn_worker(void *ctx, int ith, int nth) {
   }
 }
 
-static void cpu_attention(model_ctx *c, model_kv *kv, const model_entry *e, int n, int il) {
+static void cpu_attention(model_ctx *c, model_kv *kv, const model_entry *e, int n, int il, float scale,
+                          int window) {
   (void)n;
   const model *m = c->m;
   const model_hparams *hp = &m->hp;
   attn_job job = {c, kv, e, il, c->n_att_groups,
                   c->n_att_groups * hp->n_head_kv >= pw_pool_size(m->pool) ? hp->n_head / hp->n_head_kv : 1,
-                  pw_attn_multi_get(), 0};
+                  pw_attn_multi_get(), scale, window, 0};
   pw_pool_run(m->pool, attn_worker, &job);
 }
 
@@ -249,6 +287,8 @@ const model_backend model_backend_cpu = {
     .kv_store = cpu_kv_store,
     .attention = cpu_attention,
     .swiglu = cpu_swiglu,
+    .geglu = cpu_geglu,
+    .scale = cpu_scale,
     .prefetch_weights = cpu_prefetch_weights,
     .prefetch_vec = cpu_prefetch_vec,
 };

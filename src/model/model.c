@@ -11,11 +11,13 @@
 #include "tensor/dtype.h"
 #include "tensor/traits.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-const model_arch_ops *const model_archs[] = {&model_arch_llama, &model_arch_qwen2, &model_arch_qwen3, NULL};
+const model_arch_ops *const model_archs[] = {&model_arch_llama, &model_arch_qwen2, &model_arch_qwen3, &model_arch_gemma3,
+                                             NULL};
 
 /* ---- loading ---------------------------------------------------------- */
 
@@ -136,7 +138,7 @@ static int load_hparams(model *m, char *err) {
   if (!(hp->rope_base > 0) || !(hp->rms_eps >= 0))
     return pw_seterr(err, PW_EFORMAT, "invalid rope base %g or rms epsilon %g", (double)hp->rope_base,
                      (double)hp->rms_eps);
-  return 0;
+  return m->ad->load_hparams ? m->ad->load_hparams(m, err) : 0;
 }
 
 static int bind_weights(model *m, char *err) {
@@ -302,6 +304,10 @@ int model_ctx_create(const model *m, int max_batch, int max_ctx, model_ctx **out
   c->rows = alloc_lines(B * hp->n_embd * sizeof(float));
   c->rope_cos = malloc(B * hp->head_dim / 2 * sizeof(float));
   c->rope_sin = malloc(B * hp->head_dim / 2 * sizeof(float));
+  if (hp->n_swa > 0) {
+    c->rope_cos_swa = malloc(B * hp->head_dim / 2 * sizeof(float));
+    c->rope_sin_swa = malloc(B * hp->head_dim / 2 * sizeof(float));
+  }
   c->att_groups = malloc((B + 1) * sizeof(int));
   /* Scratch for the largest activation quantization of any matmul. */
   size_t mm = 0;
@@ -313,7 +319,8 @@ int model_ctx_create(const model *m, int max_batch, int max_ctx, model_ctx **out
   if (so > mm) mm = so;
   c->mm_scratch = alloc_lines(mm ? mm : 1);
   if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->rows ||
-      !c->rope_cos || !c->rope_sin || !c->att_groups || !c->mm_scratch) {
+      !c->rope_cos || !c->rope_sin || !c->att_groups || !c->mm_scratch ||
+      (hp->n_swa > 0 && (!c->rope_cos_swa || !c->rope_sin_swa))) {
     model_ctx_destroy(c);
     return pw_seterr(err, PW_ENOMEM, "out of memory for batch scratch");
   }
@@ -334,6 +341,8 @@ void model_ctx_destroy(model_ctx *c) {
   free(c->rows);
   free(c->rope_cos);
   free(c->rope_sin);
+  free(c->rope_cos_swa);
+  free(c->rope_sin_swa);
   free(c->att_groups);
   free(c->mm_scratch);
   free(c);
@@ -364,6 +373,7 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
   const int E = hp->n_embd;
   const model_backend *be = m->be;
   for (int t = 0; t < n; t++) pw_get_row(m->tok_embd.type, m->tok_embd.data, E, e[t].token, c->x + (size_t)t * E);
+  if (hp->emb_scale != 0) be->scale(c, c->x, c->x, hp->emb_scale, (int64_t)n * E);
   be->begin(c, e, n);
   for (int il = 0; il < hp->n_layer; il++) m->ad->layer(c, kv, e, n, il);
   for (int t = 0; t < n; t++) kv->len[e[t].seq] = e[t].pos + 1 > kv->len[e[t].seq] ? e[t].pos + 1 : kv->len[e[t].seq];
@@ -379,6 +389,10 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
     /* the next step starts with layer 0's q, k and v */
     m->ad->prefetch_layer(c, 0, nw);
     be->matmul(c, &m->output, c->rows, nw, logits);
+    if (hp->logit_softcap > 0) { /* cap * tanh(logits / cap), as llama.cpp's scale, tanh, scale */
+      const float cap = hp->logit_softcap;
+      for (size_t i = 0; i < (size_t)nw * hp->n_vocab; i++) logits[i] = tanhf(logits[i] * (1.0f / cap)) * cap;
+    }
   }
   return 0;
 }

@@ -1,9 +1,11 @@
 /* model.h - a GGUF transformer bound to its weights, its KV cache, and the
  * batched forward pass.
  *
- * The model is decoder-only with RMSNorm, RoPE, GQA attention and a SwiGLU
- * MLP: architectures `llama`, `qwen2` (QKV biases), `qwen3` (per-head Q/K
- * RMSNorm). Weights are views into the GGUF mapping (never copied).
+ * The model is decoder-only with RMSNorm, RoPE and GQA attention:
+ * architectures `llama`, `qwen2` (QKV biases), `qwen3` (per-head Q/K
+ * RMSNorm), all with a SwiGLU MLP, and `gemma3` (scaled embeddings,
+ * sandwich norms, Q/K norm, sliding-window layers between global ones, a
+ * GeGLU MLP). Weights are views into the GGUF mapping (never copied).
  *
  * The forward pass takes a batch of (sequence, position, token) entries from
  * several sequences and returns logits for the entries that ask for them.
@@ -22,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3 } model_arch;
+typedef enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3, MODEL_ARCH_GEMMA3 } model_arch;
 
 typedef struct model_hparams {
   model_arch arch;
@@ -39,6 +41,13 @@ typedef struct model_hparams {
   float rope_scale;  /* linear position scale (1 = none) */
   float rms_eps;
   bool rope_neox;    /* true: rotate halves (qwen); false: adjacent pairs (llama) */
+  /* Architecture extras (0 = none) */
+  float attn_scale;    /* query scale before attention; 0 = 1/sqrt(head_dim) inside it */
+  float emb_scale;     /* token embeddings are multiplied by this (gemma: sqrt(n_embd)) */
+  float logit_softcap; /* final logits = cap * tanh(logits / cap) */
+  int32_t n_swa;       /* sliding window of the local layers, in positions */
+  int32_t swa_period;  /* every swa_period-th layer is global, the others local */
+  float rope_base_swa; /* RoPE base of the local layers */
 } model_hparams;
 
 /* A weight matrix: n_out rows of n_in elements of `type` (view). */

@@ -8,6 +8,7 @@
  *                  pass's frame: embed, run each layer, norm, logits
  *   arch_llama.c   the llama-family block (llama, qwen2, qwen3): its
  *                  weights and its layer function
+ *   arch_gemma3.c  Gemma 3's block
  *   backend_cpu.c  the op interface on the CPU kernels of tensor/
  *
  * A new architecture is one arch_*.c file (its hyperparameters, weight
@@ -35,6 +36,7 @@ typedef struct layer_w {
   const float *q_norm, *k_norm; /* [head_dim] or NULL */
   const float *ffn_norm;
   model_weight w_gate, w_up, w_down;
+  const float *attn_post_norm, *ffn_post_norm; /* [n_embd], gemma's sandwich norms, or NULL */
 } layer_w;
 
 struct model {
@@ -67,6 +69,7 @@ struct model_ctx {
   float *x, *xn, *q, *k, *v, *att, *gate, *up; /* [max_batch][...] */
   float *rows;          /* [max_batch][n_embd] gathered rows for logits */
   float *rope_cos, *rope_sin; /* [max_batch][head_dim/2] */
+  float *rope_cos_swa, *rope_sin_swa; /* the same with the local layers' base, or NULL */
   int *att_groups;      /* [max_batch] first entry of each attention group */
   int n_att_groups;     /* groups of the current pass */
   void *mm_scratch;
@@ -91,15 +94,21 @@ struct model_backend {
   void (*add_rows)(model_ctx *c, float *y, const float *b, int rows, int dim);
   /* y = a + b over n elements */
   void (*add)(model_ctx *c, float *y, const float *a, const float *b, int64_t n);
-  /* RoPE in place on [n][n_heads][head_dim] with begin's angles */
-  void (*rope)(model_ctx *c, float *v, int n, int n_heads);
+  /* RoPE in place on [n][n_heads][head_dim] with begin's angles (swa: the
+   * local layers' base) */
+  void (*rope)(model_ctx *c, float *v, int n, int n_heads, bool swa);
   /* c->k and c->v of the entries into layer `layer` of the cache */
   void (*kv_store)(model_ctx *c, model_kv *kv, const model_entry *e, int n, int layer);
-  /* c->att = softmax(q K^T / sqrt(d)) V per query head, each entry over
-   * its sequence up to and including its position */
-  void (*attention)(model_ctx *c, model_kv *kv, const model_entry *e, int n, int layer);
+  /* c->att = softmax(scale q K^T) V per query head, each entry over its
+   * sequence up to and including its position, and over at most the last
+   * window positions when window > 0 */
+  void (*attention)(model_ctx *c, model_kv *kv, const model_entry *e, int n, int layer, float scale, int window);
   /* g = silu(g) * u over n elements */
   void (*swiglu)(model_ctx *c, float *g, const float *u, int64_t n);
+  /* g = gelu(g) * u over n elements (tanh form, as ggml's table) */
+  void (*geglu)(model_ctx *c, float *g, const float *u, int64_t n);
+  /* y = x * s over n elements */
+  void (*scale)(model_ctx *c, float *y, const float *x, float s, int64_t n);
   /* Hints, no-ops where meaningless: the weights of the next matmul of a
    * pass of n entries, and a small vector needed soon. */
   void (*prefetch_weights)(model_ctx *c, const pw_mm_op *ops, int n_ops, int64_t n_in, int n);
@@ -115,6 +124,9 @@ struct model_arch_ops {
   bool rope_neox;   /* rotate halves instead of adjacent pairs */
   bool qkv_bias;    /* attn_{q,k,v}.bias present (required) */
   bool qk_norm;     /* per-head attn_{q,k}_norm (required) */
+  /* Reads the architecture's own hyperparameters after the common ones
+   * (may be NULL). */
+  int (*load_hparams)(model *m, char *err);
   /* Binds layer il's weights into m->layers[il]. */
   int (*bind_layer)(model *m, int il, char *err);
   /* Bytes of matmul scratch layer il needs for a pass of max_batch. */
@@ -127,7 +139,7 @@ struct model_arch_ops {
 
 /* NULL-terminated rows (model.c). */
 extern const model_arch_ops *const model_archs[];
-extern const model_arch_ops model_arch_llama, model_arch_qwen2, model_arch_qwen3;
+extern const model_arch_ops model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma3;
 
 /* model.c: binding helpers for the architectures' files */
 int model_bind_weight(const gguf_file *f, const char *name, int64_t n_in, int64_t n_out, model_weight *w,

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <math.h>
 #include <openssl/evp.h>
+#include <openssl/rand.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -189,12 +190,6 @@ static int check_common_unsupported(oai_kind kind, json_t *root, oai_error *e) {
     if (fc && !(json_is_string(fc) && (!strcmp(json_string_value(fc), "none") ||
                                       !strcmp(json_string_value(fc), "auto"))))
       return unsupported(e, "function_call", " (no function calling)");
-    json_t *rf = field(root, "response_format");
-    if (rf) {
-      json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
-      if (!json_is_string(t) || strcmp(json_string_value(t), "text"))
-        return unsupported(e, "response_format", " (only {\"type\": \"text\"})");
-    }
   } else if (kind == OAI_COMPLETION) {
     json_t *s = field(root, "suffix");
     if (s && !(json_is_string(s) && json_string_length(s) == 0)) return unsupported(e, "suffix", "");
@@ -415,9 +410,12 @@ static int parse_logit_bias(json_t *root, oai_request *r, oai_error *e) {
   return 0;
 }
 
+/* Seeds of requests without one come from OpenSSL's CSPRNG (the receipt
+ * records them, so the answer can still be replayed); getrandom and then
+ * the clock only if it fails. */
 static uint64_t random_u64(void) {
   uint64_t x = 0;
-  if (getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x) {
+  if (RAND_bytes((unsigned char *)&x, sizeof x) != 1 && getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     x = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec;
@@ -470,6 +468,63 @@ static int parse_cache_key(json_t *root, oai_request *r, oai_error *e) {
   if (is_uspace(cp)) return oai_seterr(e, 400, code, k, "'%s' must not start or end with white space", k);
   r->cache_key = (const char *)s;
   r->cache_key_len = n;
+  return 0;
+}
+
+/* Constrained output: response_format {type: text | json_object |
+ * json_schema} or llama.cpp's `grammar` (GBNF text), compiled here so a
+ * bad schema or grammar is a 400 naming the problem. */
+static int parse_constraint(json_t *root, oai_request *r, oai_error *e) {
+  json_t *rf = field(root, "response_format"), *gr = field(root, "grammar");
+  char err[PW_ERRMAX];
+  if (gr) {
+    if (!json_is_string(gr)) return oai_seterr(e, 400, "invalid_type", "grammar", "'grammar' must be a string (GBNF)");
+    if (rf && !(json_is_object(rf) && json_is_string(json_object_get(rf, "type")) &&
+                !strcmp(json_string_value(json_object_get(rf, "type")), "text")))
+      return oai_seterr(e, 400, "invalid_value", "grammar", "'grammar' and 'response_format' cannot both constrain the output");
+    if (json_string_length(gr) == 0) return 0; /* llama.cpp: empty = none */
+    if (grammar_parse(json_string_value(gr), json_string_length(gr), &r->grammar, err) < 0)
+      return oai_seterr(e, 400, "invalid_grammar", "grammar", "%s", err);
+    return 0;
+  }
+  if (!rf) return 0;
+  if (!json_is_object(rf)) return oai_seterr(e, 400, "invalid_type", "response_format", "'response_format' must be an object");
+  json_t *t = json_object_get(rf, "type");
+  if (!json_is_string(t))
+    return oai_seterr(e, 400, "invalid_type", "response_format.type", "'response_format.type' must be a string");
+  const char *ts = json_string_value(t);
+  if (!strcmp(ts, "text")) return 0;
+  if (!strcmp(ts, "json_object")) {
+    const char *g = grammar_json_object_gbnf();
+    if (grammar_parse(g, strlen(g), &r->grammar, err) < 0) return oai_seterr(e, 500, "internal_error", NULL, "%s", err);
+    return 0;
+  }
+  if (strcmp(ts, "json_schema"))
+    return oai_seterr(e, 400, "invalid_value", "response_format.type",
+                      "'response_format.type' must be text, json_object or json_schema");
+  json_t *js = json_object_get(rf, "json_schema");
+  if (!json_is_object(js))
+    return oai_seterr(e, 400, "missing_field", "response_format.json_schema",
+                      "'response_format.json_schema' must be an object with a 'schema'");
+  json_t *name = json_object_get(js, "name"), *strict = json_object_get(js, "strict");
+  if (name && !json_is_string(name))
+    return oai_seterr(e, 400, "invalid_type", "response_format.json_schema.name", "'response_format.json_schema.name' must be a string");
+  if (strict && !json_is_boolean(strict) && !json_is_null(strict))
+    return oai_seterr(e, 400, "invalid_type", "response_format.json_schema.strict", "'response_format.json_schema.strict' must be a boolean");
+  json_t *schema = json_object_get(js, "schema");
+  /* Whether strict or not, the output follows the schema exactly. */
+  if (!schema) schema = json_object(); /* OpenAI: no schema = any JSON value */
+  else json_incref(schema);
+  char *txt = schema ? json_dumps(schema, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+  json_decref(schema);
+  if (!txt) return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
+  char bad[64];
+  int rc = grammar_from_schema(txt, strlen(txt), &r->grammar, bad, err);
+  free(txt);
+  if (rc == PW_EUNSUPPORTED && bad[0])
+    return oai_seterr(e, 400, "unsupported_schema_keyword", "response_format.json_schema.schema", "%s", err);
+  if (rc < 0)
+    return oai_seterr(e, 400, "invalid_schema", "response_format.json_schema.schema", "%s", err);
   return 0;
 }
 
@@ -543,6 +598,7 @@ static int parse_generation(oai_kind kind, json_t *root, oai_request *r, oai_err
   if (parse_stop(root, r, e)) return PW_EINVAL;
   if (parse_logit_bias(root, r, e)) return PW_EINVAL;
   if (parse_cache_key(root, r, e)) return PW_EINVAL;
+  if (parse_constraint(root, r, e)) return PW_EINVAL;
   return 0;
 }
 
@@ -684,6 +740,7 @@ void oai_request_free(oai_request *r) {
   json_decref(r->root);
   json_decref(r->messages);
   json_decref(r->inputs);
+  grammar_destroy(r->grammar);
   free(r->tokens);
   free(r->logit_bias);
   memset(r, 0, sizeof *r);
@@ -700,6 +757,7 @@ void oai_engine_params(const oai_request *r, const int32_t *prompt, int n_prompt
   p->want_logprobs = r->logprobs;
   p->n_logprobs = r->logprobs ? r->top_logprobs : 0;
   p->embedding = r->kind == OAI_EMBEDDING;
+  p->grammar = r->grammar; /* engine_submit takes its own reference */
 }
 
 int oai_digest_parts(const oai_part *parts, int n, uint8_t out[32]) {
@@ -798,6 +856,18 @@ static void put_speculation(const oai_resp *o, const engine_usage *u, sbuf *out)
   oai_render_speculation(o->spec_mode, u, out);
 }
 
+void oai_put_receipt(const oai_resp *o, sbuf *out) {
+  if (!o->receipt) return;
+  sbuf_puts(out, ",\"receipt\":");
+  sbuf_puts(out, o->receipt);
+  sbuf_puts(out, ",\"receipt_sha256\":");
+  sbuf_json_str(out, o->receipt_sha256, strlen(o->receipt_sha256));
+  if (o->timings) {
+    sbuf_puts(out, ",\"timings\":");
+    sbuf_puts(out, o->timings);
+  }
+}
+
 void oai_sse_role(const oai_resp *o, sbuf *out) {
   sbuf_puts(out, "data: ");
   head(o, true, out);
@@ -837,7 +907,9 @@ void oai_sse_finish(const oai_resp *o, engine_finish f, sbuf *out) {
   head(o, true, out);
   if (o->kind == OAI_CHAT) sbuf_puts(out, ",\"choices\":[{\"index\":0,\"delta\":{},");
   else sbuf_puts(out, ",\"choices\":[{\"index\":0,\"text\":\"\",");
-  sbuf_printf(out, "\"logprobs\":null,\"finish_reason\":\"%s\"}]}\n\n", oai_finish_str(f));
+  sbuf_printf(out, "\"logprobs\":null,\"finish_reason\":\"%s\"}]", oai_finish_str(f));
+  oai_put_receipt(o, out);
+  sbuf_puts(out, "}\n\n");
 }
 
 void oai_sse_usage(const oai_resp *o, const engine_usage *u, sbuf *out) {
@@ -846,6 +918,7 @@ void oai_sse_usage(const oai_resp *o, const engine_usage *u, sbuf *out) {
   sbuf_puts(out, ",\"choices\":[],\"usage\":");
   oai_render_usage(u, out);
   put_speculation(o, u, out);
+  oai_put_receipt(o, out);
   sbuf_puts(out, "}\n\n");
 }
 
@@ -866,6 +939,7 @@ void oai_render_completion(const oai_resp *o, const char *text, size_t n, const 
   sbuf_printf(out, ",\"finish_reason\":\"%s\"}],\"usage\":", oai_finish_str(f));
   oai_render_usage(u, out);
   put_speculation(o, u, out);
+  oai_put_receipt(o, out);
   sbuf_puts(out, "}");
 }
 

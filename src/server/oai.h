@@ -23,6 +23,7 @@
 
 #include "chat/prompt.h"
 #include "engine/engine.h"
+#include "grammar/grammar.h"
 #include "server/sbuf.h"
 
 #include "power.h"
@@ -95,6 +96,8 @@ typedef struct oai_request {
   const char *cache_key;      /* view: chat/completions prompt_cache_key (validated); NULL = none.
                                * Secret-like: never log or store it; hash it (oai_cache_scope) */
   size_t cache_key_len;       /* bytes, 1..OAI_CACHE_KEY_MAX */
+  grammar *grammar;           /* owned (one reference): the output's grammar from response_format
+                               * (json_object, json_schema) or the llama.cpp `grammar` field; NULL = free text */
 } oai_request;
 
 /* Parses and validates a body of len bytes for the endpoint kind. On error
@@ -136,6 +139,12 @@ typedef struct oai_resp {
   const char *model;    /* borrowed */
   char fingerprint[24]; /* fp_<first 10 hex digits of the model's SHA-256> */
   const char *spec_mode; /* borrowed: speculation mode name; NULL = off (no "speculation" object) */
+  /* Evidence (see evidence/receipt.h), rendered after "usage" (and
+   * "speculation") by the renderer of the final object or chunk when set:
+   * "receipt" (canonical JSON), "receipt_sha256", and "timings" beside it. */
+  const char *receipt;        /* borrowed: the receipt's JSON text; NULL = none */
+  const char *receipt_sha256; /* borrowed: 64 hex digits */
+  const char *timings;        /* borrowed: a JSON object's text; NULL = none */
 } oai_resp;
 
 /* Fills a new random id, the creation time and the fingerprint.
@@ -176,7 +185,9 @@ const char *oai_finish_str(engine_finish f);
 void oai_sse_role(const oai_resp *o, sbuf *out); /* chat only: delta {role, content ""} */
 /* A content delta; lp may be NULL (then "logprobs": null). */
 void oai_sse_delta(const oai_resp *o, const char *text, size_t n, const oai_logprobs *lp, sbuf *out);
-void oai_sse_finish(const oai_resp *o, engine_finish f, sbuf *out); /* empty delta + finish_reason */
+/* empty delta + finish_reason (+ the receipt when o->receipt is set: the
+ * server sets it on this chunk when no usage chunk follows) */
+void oai_sse_finish(const oai_resp *o, engine_finish f, sbuf *out);
 /* choices: [], usage, and "speculation" when o->spec_mode is set. */
 void oai_sse_usage(const oai_resp *o, const engine_usage *u, sbuf *out);
 void oai_sse_error(const oai_error *e, sbuf *out);
@@ -197,6 +208,8 @@ void oai_render_usage(const engine_usage *u, sbuf *out);
  * emitted = tokens produced by speculative rounds, target_passes = target
  * forward passes that produced this response's tokens. */
 void oai_render_speculation(const char *mode, const engine_usage *u, sbuf *out);
+/* The evidence members (',"receipt":...') when o->receipt is set. */
+void oai_put_receipt(const oai_resp *o, sbuf *out);
 /* One model object of /v1/models. */
 void oai_render_model(const char *id, long long created, sbuf *out);
 

@@ -8,6 +8,7 @@
 #include "server/auth.h"
 #include "server/metrics.h"
 #include "server/oai.h"
+#include "server/receipts.h"
 #include "server/sbuf.h"
 #include "tok/tok.h"
 
@@ -52,6 +53,8 @@ struct server {
   char replica[SERVER_REPLICA_ID_MAX + 1]; /* X-Power-Replica */
   int inflight;      /* atomic: requests between arrival and completion */
   long long started; /* Unix seconds, the model's "created" */
+  ev_model_info evm; /* the model facts every receipt names */
+  ev_key *receipt_key; /* owned; NULL = receipts unsigned */
 };
 
 typedef enum route {
@@ -64,7 +67,8 @@ typedef enum route {
   R_MODELS,
   R_MODEL,
   R_HEALTH,
-  R_METRICS
+  R_METRICS,
+  R_RECEIPT_KEY
 } route;
 
 /* What the request log says about one request. Owned by the conn, then
@@ -283,6 +287,7 @@ typedef struct stream {
   sbuf out;
   size_t out_pos;
   req_log log;    /* moved from the conn; written by stream_free */
+  srv_receipt rcpt; /* moved from handle_generate */
   engine_event ev;
 } stream;
 
@@ -313,6 +318,7 @@ static void stream_render(stream *st) {
       oai_logprobs_add(&st->lp, prompt_piece, &st->s->pb, ev->token, ev->logprob, ev->top, ev->n_top,
                        (size_t)ev->text_len);
     }
+    ev_gen_token(&st->rcpt.gen, ev->token, ev->text, (size_t)ev->text_len);
     if (ev->text_len > 0 || st->want_lp)
       oai_sse_delta(&st->o, ev->text, (size_t)ev->text_len, st->want_lp ? &st->lp : NULL, &st->out);
   } else if (ev->type == ENGINE_EV_DONE) {
@@ -323,7 +329,14 @@ static void stream_render(stream *st) {
     st->log.usage = ev->usage;
     st->log.finish = ev->finish;
     metrics_tokens(&st->s->m, (uint64_t)ev->usage.completion_tokens);
-    oai_sse_finish(&st->o, ev->finish, &st->out);
+    /* The receipt rides on the final chunk: the usage chunk when asked for. */
+    ev_gen_text(&st->rcpt.gen, ev->text, (size_t)ev->text_len);
+    oai_error re;
+    if (srv_receipt_end(&st->rcpt, ev, st->s->receipt_key, st->t0, st->log.t_first, pw_now_ns(), &st->o, &re))
+      fprintf(st->s->log_out ? st->s->log_out : stderr, "power: request id=%s: %s\n", st->log.id, re.message);
+    oai_resp fin = st->o;
+    if (st->include_usage) fin.receipt = NULL;
+    oai_sse_finish(&fin, ev->finish, &st->out);
     if (st->include_usage) oai_sse_usage(&st->o, &ev->usage, &st->out);
     oai_sse_done(&st->out);
     st->finished = true;
@@ -386,15 +399,18 @@ static void stream_free(void *cls) {
   st->log.gone = st->gone || !st->finished;
   log_emit(st->s, &st->log);
   engine_release(st->req); /* cancels a sequence still running */
+  srv_receipt_free(&st->rcpt);
   oai_logprobs_free(&st->lp);
   sbuf_free(&st->out);
   free(st);
 }
 
 static enum MHD_Result start_stream(conn *k, struct MHD_Connection *c, engine_req *req, const oai_request *r,
-                                    const oai_resp *o, const engine_event *first, bool have_first) {
+                                    const oai_resp *o, const engine_event *first, bool have_first,
+                                    srv_receipt *rcpt) {
   stream *st = calloc(1, sizeof *st);
   if (!st) {
+    srv_receipt_free(rcpt);
     engine_release(req);
     oai_error e;
     oai_seterr(&e, 500, "internal_error", NULL, "out of memory");
@@ -404,6 +420,8 @@ static enum MHD_Result start_stream(conn *k, struct MHD_Connection *c, engine_re
   st->req = req;
   st->fd = conn_fd(c);
   st->o = *o;
+  st->rcpt = *rcpt; /* moved: the stream frees it */
+  memset(rcpt, 0, sizeof *rcpt);
   st->include_usage = r->include_usage;
   st->want_lp = r->logprobs;
   st->t0 = k->t0;
@@ -479,6 +497,9 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c) {
   engine_event *ev = NULL;
   sbuf text = {0}, out = {0};
   oai_logprobs lp = {0};
+  srv_receipt rcpt = {0};
+  char *ptext = NULL; /* chat: the rendered template */
+  size_t plen = 0;
   oai_resp o;
   oai_resp_init(&o, kind, engine_model_id(s->e), engine_model_sha256(s->e));
   o.spec_mode = s->spec_mode;
@@ -497,7 +518,10 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c) {
       goto fail;
     }
   if (kind == OAI_CHAT) {
-    if (prompt_chat(&s->pb, r.messages, NULL, &prompt, &n_prompt, &pe)) goto prompt_fail;
+    prompt_chat_opts po = {0};
+    po.rendered = &ptext; /* the receipt hashes the rendered text */
+    po.rendered_len = &plen;
+    if (prompt_chat(&s->pb, r.messages, &po, &prompt, &n_prompt, &pe)) goto prompt_fail;
   } else if (r.tokens) {
     if (prompt_check_ids(&s->pb, r.tokens, r.n_tokens, "prompt", &pe)) goto prompt_fail;
     prompt = r.tokens;
@@ -524,6 +548,11 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c) {
     p.has_cache_key = true;
   }
   if (request_deadline(k, c, &p.deadline_ns, &e)) goto fail;
+  srv_caller who = {k->anonymous, k->tenant};
+  if (srv_receipt_begin(&rcpt, &s->evm, kind, k->body.data, k->body.len, &who, &r,
+                        kind == OAI_CHAT ? ptext : r.text, kind == OAI_CHAT ? plen : r.text_len, &p,
+                        engine_n_ctx(s->e), s->spec_mode, &e))
+    goto fail;
   if (submit(s, &p, kind == OAI_CHAT ? "messages" : "prompt", &req, &e)) goto fail;
   free(prompt);
   prompt = NULL;
@@ -546,7 +575,7 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c) {
       oai_error_from_status(&e, ev->status, ev->message);
       goto fail;
     }
-    res = start_stream(k, c, req, &r, &o, ev, rc == 0);
+    res = start_stream(k, c, req, &r, &o, ev, rc == 0, &rcpt);
     req = NULL; /* owned by the stream */
     goto done;
   }
@@ -560,6 +589,7 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c) {
     if (rc) goto gone;
     if (ev->type == ENGINE_EV_TOKEN) {
       note_token(s, &k->log, k->t0, &t_last, &n_tok);
+      ev_gen_token(&rcpt.gen, ev->token, ev->text, (size_t)ev->text_len);
       sbuf_put(&text, ev->text, (size_t)ev->text_len);
       if (r.logprobs)
         oai_logprobs_add(&lp, prompt_piece, &s->pb, ev->token, ev->logprob, ev->top, ev->n_top, (size_t)ev->text_len);
@@ -570,6 +600,7 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c) {
       goto fail;
     }
     sbuf_put(&text, ev->text, (size_t)ev->text_len); /* DONE: last held-back text */
+    ev_gen_text(&rcpt.gen, ev->text, (size_t)ev->text_len);
     break;
   }
   if (cancelled) goto gone;
@@ -578,6 +609,7 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c) {
   k->log.finish = ev->finish;
   if (s->log_requests >= 2) sbuf_put(&k->log.output, text.data ? text.data : "", text.len);
   metrics_tokens(&s->m, (uint64_t)ev->usage.completion_tokens);
+  if (srv_receipt_end(&rcpt, ev, s->receipt_key, k->t0, k->log.t_first, pw_now_ns(), &o, &e)) goto fail;
   oai_render_completion(&o, text.data ? text.data : "", text.len, r.logprobs ? &lp : NULL, ev->finish, &ev->usage, &out);
   res = queue_json(k, c, 200, &out);
   goto done;
@@ -593,6 +625,8 @@ fail:
   res = queue_error(k, c, &e);
 done:
   engine_release(req);
+  srv_receipt_free(&rcpt);
+  free(ptext);
   free(prompt);
   free(ev);
   sbuf_free(&text);
@@ -624,9 +658,12 @@ static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
   engine_req *req = NULL;
   int32_t *ids = NULL;
   sbuf out = {0};
+  srv_receipt rcpt = {0};
   enum MHD_Result res;
   if (oai_parse(OAI_EMBEDDING, k->body.data, k->body.len, &r, &e)) return queue_error(k, c, &e);
   if (check_model(s, &r, &e)) goto fail;
+  srv_caller who = {k->anonymous, k->tenant};
+  if (srv_receipt_begin_embed(&rcpt, &s->evm, k->body.data, k->body.len, &who, &e)) goto fail;
   int n_embd = engine_n_embd(s->e);
   if (r.dimensions && r.dimensions != n_embd) {
     oai_seterr(&e, 400, "unsupported_dimensions", "dimensions",
@@ -673,6 +710,7 @@ static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
     pw_sampler_params_default(&p.sampling);
     p.embedding = true;
     p.deadline_ns = deadline;
+    ev_gen_embedding_input(&rcpt.gen, ids, n);
     if (submit(s, &p, "input", &req, &e)) goto fail;
     free(ids);
     ids = NULL;
@@ -696,6 +734,7 @@ static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
       goto fail;
     }
     total += ev->usage.prompt_tokens ? ev->usage.prompt_tokens : n;
+    ev_gen_vector(&rcpt.gen, vec, n_embd);
     sbuf_printf(&out, "%s{\"object\":\"embedding\",\"index\":%zu,\"embedding\":", i ? "," : "", i);
     if (r.base64) {
       put_base64(&out, (const unsigned char *)vec, (size_t)n_embd * sizeof(float));
@@ -713,7 +752,12 @@ static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
   }
   sbuf_puts(&out, "],\"model\":");
   sbuf_json_str(&out, engine_model_id(s->e), strlen(engine_model_id(s->e)));
-  sbuf_printf(&out, ",\"usage\":{\"prompt_tokens\":%lld,\"total_tokens\":%lld}}", total, total);
+  sbuf_printf(&out, ",\"usage\":{\"prompt_tokens\":%lld,\"total_tokens\":%lld}", total, total);
+  oai_resp ro;
+  memset(&ro, 0, sizeof ro);
+  if (srv_receipt_end(&rcpt, NULL, s->receipt_key, k->t0, 0, pw_now_ns(), &ro, &e)) goto fail;
+  oai_put_receipt(&ro, &out);
+  sbuf_put(&out, "}", 1);
   res = queue_json(k, c, 200, &out);
   goto done;
 prompt_fail:
@@ -722,6 +766,7 @@ fail:
   res = queue_error(k, c, &e);
 done:
   engine_release(req);
+  srv_receipt_free(&rcpt);
   free(ids);
   free(ev);
   sbuf_free(&out);
@@ -847,6 +892,23 @@ static enum MHD_Result handle_get(conn *k, struct MHD_Connection *c, const char 
     oai_render_model(id, s->started, &out);
     return queue_json(k, c, 200, &out);
   }
+  case R_RECEIPT_KEY: {
+    char *pem = NULL, fp[65], err[PW_ERRMAX];
+    if (!s->receipt_key) {
+      oai_seterr(&e, 404, "no_receipt_key", NULL, "this server does not sign receipts (start it with --receipt-key)");
+      return queue_error(k, c, &e);
+    }
+    if (ev_key_public_pem(s->receipt_key, &pem, err) || ev_key_fingerprint(s->receipt_key, fp, err)) {
+      free(pem);
+      oai_seterr(&e, 500, "internal_error", NULL, "%s", err);
+      return queue_error(k, c, &e);
+    }
+    sbuf_puts(&out, "{\"alg\":\"ed25519\",\"public_key_pem\":");
+    sbuf_json_str(&out, pem, strlen(pem));
+    sbuf_printf(&out, ",\"key_sha256\":\"%s\"}", fp);
+    free(pem);
+    return queue_json(k, c, 200, &out);
+  }
   default:
     oai_seterr(&e, 500, "internal_error", NULL, "no handler");
     return queue_error(k, c, &e);
@@ -863,6 +925,7 @@ static route find_route(const char *url, metrics_endpoint *ep) {
   if (!strcmp(u, "/completions")) return *ep = MEP_COMPLETIONS, R_COMPLETIONS;
   if (!strcmp(u, "/embeddings")) return *ep = MEP_EMBEDDINGS, R_EMBEDDINGS;
   if (!strcmp(u, "/models")) return *ep = MEP_MODELS, R_MODELS;
+  if (!strcmp(u, "/receipts/key")) return *ep = MEP_OTHER, R_RECEIPT_KEY;
   if (!strncmp(u, "/models/", 8) && u[8]) return *ep = MEP_MODELS, R_MODEL;
   if (!strcmp(url, "/health")) return *ep = MEP_HEALTH, R_HEALTH;
   if (!strcmp(url, "/metrics")) return *ep = MEP_METRICS, R_METRICS;
@@ -871,7 +934,9 @@ static route find_route(const char *url, metrics_endpoint *ep) {
   return R_NONE;
 }
 
-static bool is_get_route(route r) { return r == R_MODELS || r == R_MODEL || r == R_HEALTH || r == R_METRICS; }
+static bool is_get_route(route r) {
+  return r == R_MODELS || r == R_MODEL || r == R_HEALTH || r == R_METRICS || r == R_RECEIPT_KEY;
+}
 
 typedef struct hdr_count {
   int content_length, transfer_encoding, host;
@@ -1059,6 +1124,11 @@ int server_start(const server_opts *o, engine *e, server **out, char *err) {
   if (rc) goto fail;
   rc = prompt_builder_init(&s->pb, engine_vocab(e), engine_chat_template(e), err);
   if (rc) goto fail;
+  const tok_vocab *voc = engine_vocab(e);
+  rc = ev_model_info_init(&s->evm, engine_model_id(e), engine_model_sha256(e), engine_model_size(e),
+                          s->pb.template_src, tok_kind(voc), tok_pre(voc), tok_n_vocab(voc), err);
+  if (rc) goto fail;
+  if (o->receipt_key_path && (rc = ev_key_load_private(o->receipt_key_path, &s->receipt_key, err))) goto fail;
 
   const char *host = o->host && *o->host ? o->host : "127.0.0.1";
   struct sockaddr_storage ss;
@@ -1110,6 +1180,7 @@ int server_start(const server_opts *o, engine *e, server **out, char *err) {
 fail:
   if (s->d) MHD_stop_daemon(s->d);
   prompt_builder_free(&s->pb);
+  ev_key_destroy(s->receipt_key);
   auth_keys_destroy(s->keys);
   pthread_mutex_destroy(&s->log_mu);
   free(s);
@@ -1151,6 +1222,7 @@ void server_stop(server *s) {
   /* After quiesce the listen socket is ours to close. */
   if (s->quiesced_fd >= 0) close(s->quiesced_fd);
   prompt_builder_free(&s->pb);
+  ev_key_destroy(s->receipt_key);
   auth_keys_destroy(s->keys);
   pthread_mutex_destroy(&s->log_mu);
   free(s);

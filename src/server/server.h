@@ -1,7 +1,7 @@
 /* server.h - the OpenAI-compatible HTTP server over one engine.
  *
  * Endpoints: POST /v1/chat/completions, /v1/completions, /v1/embeddings,
- * /tokenize, /detokenize; GET /v1/models, /v1/models/{id}, /health (public),
+ * /tokenize, /detokenize; GET /v1/models, /v1/models/{id}, /v1/receipts/key, /health (public),
  * /metrics (Prometheus text). Paths without the /v1 prefix are accepted
  * too. With API keys configured every endpoint but /health needs
  * "Authorization: Bearer <key>".
@@ -17,6 +17,12 @@
  * (oai.h), then hashed with the caller's tenant (its API key's digest, or
  * "anonymous" without keys), the endpoint and the model into the engine's
  * cache key (oai_cache_scope); the raw key is never logged or kept.
+ *
+ * Receipts: every chat/completions/embeddings answer carries "receipt",
+ * "receipt_sha256" and "timings" (streams: on the final chunk, the usage
+ * chunk when include_usage is set); see evidence/receipt.h. GET
+ * /v1/receipts/key gives the signing key's public half (404 when
+ * receipts are unsigned).
  *
  * Request log: one line per request (see server_opts.log_requests), e.g.
  *   power: request id=chatcmpl-... endpoint=chat_completions status=200
@@ -55,6 +61,9 @@ typedef struct server_opts {
                              * status, token counts, timings; never prompt or output text);
                              * 2 = also the prompt and output text (debugging) */
   FILE *log_out;            /* borrowed: where request lines go; NULL = stderr */
+  const char *receipt_key_path; /* Ed25519 private key (PEM) that signs every receipt;
+                             * NULL = unsigned. Unreadable = server_start fails.
+                             * GET /v1/receipts/key returns its public half */
   const char *replica_id;   /* borrowed: this replica's name behind a load balancer, sent as the
                              * X-Power-Replica header of every response and as the label of
                              * power_replica_info in /metrics; 1..SERVER_REPLICA_ID_MAX bytes of

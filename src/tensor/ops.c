@@ -1,10 +1,12 @@
 /* ops.c - scalar references for the f32 vector ops and the dispatch
  * wrappers. The AVX2 variants are in arch/ops_avx2.c. */
 #include "tensor/ops.h"
+#include "tensor/quants.h"
 
 #include "tensor/traits.h"
 
 #include <math.h>
+#include <pthread.h>
 
 static void r_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
   double sum = 0; /* ggml accumulates in double */
@@ -107,4 +109,31 @@ void pw_axpy(float *y, float a, const float *x, int64_t n) { pw_ops_get()->axpy(
 int64_t pw_argmax_f32(const float *x, int64_t n) { return pw_ops_get()->argmax(x, n); }
 double pw_exp_sum(float *y, const float *x, float mx, float s, int64_t n) {
   return pw_ops_get()->exp_sum(y, x, mx, s, n);
+}
+
+/* ---- GeGLU as ggml's CPU backend computes it --------------------------------- */
+
+float pw_gelu_tanh(float x) {
+  const float a = 0.044715f, s = 0.79788456080286535587989211986876f; /* sqrt(2/pi) */
+  return 0.5f * x * (1.0f + tanhf(s * x * (1.0f + a * x * x)));
+}
+
+static uint16_t g_gelu16[65536]; /* F16 gelu of every F16 input */
+static pthread_once_t g_gelu_once = PTHREAD_ONCE_INIT;
+
+static void gelu_table_init(void) {
+  for (uint32_t i = 0; i < 65536; i++) g_gelu16[i] = pw_fp32_to_fp16(pw_gelu_tanh(pw_fp16_to_fp32((uint16_t)i)));
+}
+
+void pw_geglu(float *out, const float *gate, const float *up, int64_t n) {
+  pthread_once(&g_gelu_once, gelu_table_init);
+  for (int64_t i = 0; i < n; i++) {
+    const float x = gate[i];
+    if (x <= -10.0f)
+      out[i] = 0.0f;
+    else if (x >= 10.0f)
+      out[i] = x * up[i];
+    else
+      out[i] = pw_fp16_to_fp32(g_gelu16[pw_fp32_to_fp16(x)]) * up[i];
+  }
 }

@@ -52,6 +52,13 @@ void pw_axpy(float *y, float a, const float *x, int64_t n);
 int64_t pw_argmax_f32(const float *x, int64_t n);
 double pw_exp_sum(float *y, const float *x, float mx, float s, int64_t n);
 
+/* out = gelu(gate) * up as ggml computes it on the CPU: gate rounded to F16
+ * and looked up in a table of F16 gelu values (tanh form), 0 below -10 and
+ * gate itself above 10. out may be gate. */
+void pw_geglu(float *out, const float *gate, const float *up, int64_t n);
+/* The tanh form of gelu in f32 (ggml's formula; the table's source). */
+float pw_gelu_tanh(float x);
+
 /* Internal: called once by pw_tensor_init. */
 void ops_select(int simd);
 void ops_fill_avx2(pw_ops *t);

@@ -2,7 +2,8 @@
  * what Power computes on them.
  *
  * Writes small models with `power synth` (qwen2 Q8_0 and Q4_K_M, qwen3
- * Q8_0, llama with llama3 rope_freqs Q4_K_M) and `power quantize` (the
+ * Q8_0, llama with llama3 rope_freqs Q4_K_M, gemma3 F16 and Q8_0 with a
+ * short sliding window) and `power quantize` (the
  * trained codelm-py to Q4_K_M), runs llama.cpp on each through
  * tests/peer/llamacpp-logits.mjs (node-llama-cpp's prebuilt release, CPU,
  * 2 threads) and compares its next-token distribution at every position
@@ -147,11 +148,11 @@ static void compare(const char *label, const char *path, const int32_t *ids, int
   model_destroy(m);
 }
 
-static int synth(const char *arch, const char *vocab, const char *type, const char *out) {
+static int synth(const char *arch, const char *vocab, const char *type, const char *shape, const char *out) {
   char cmd[2048];
   snprintf(cmd, sizeof cmd,
-           "'%s' synth --arch %s --vocab '%s/tokenizer/ggml-vocab-%s.gguf' --out '%s' --type %s --layers 2 --quiet",
-           bin(), arch, POWER_SHARED_DIR, vocab, out, type);
+           "'%s' synth --arch %s --vocab '%s/tokenizer/ggml-vocab-%s.gguf' --out '%s' --type %s %s --quiet", bin(),
+           arch, POWER_SHARED_DIR, vocab, out, type, shape ? shape : "--layers 2");
   int rc = sh(cmd);
   CHECK_MSG(rc == 0, "synth %s %s failed", arch, type);
   return rc;
@@ -179,18 +180,24 @@ int main(void) {
   char p[512];
   static const int32_t qids[12] = {785, 3974, 13876, 38835, 34208, 916, 279, 15678, 5562, 13, 151643, 40};
   static const int32_t sids[12] = {1, 450, 4996, 17354, 1701, 432, 17204, 975, 278, 17366, 11203, 29889};
+  /* gemma-3-1b: seven layers (five local, one global, one local) with a
+   * window of 5 over the 12 positions, so the mask and both RoPE bases
+   * are exercised. */
   struct {
-    const char *label, *arch, *vocab, *type;
+    const char *label, *arch, *vocab, *type, *shape;
     const int32_t *ids;
   } cases[] = {
-      {"qwen2.5-0.5b Q8_0", "qwen2.5-0.5b", "qwen2", "Q8_0", qids},
-      {"qwen2.5-0.5b Q4_K_M", "qwen2.5-0.5b", "qwen2", "Q4_K_M", qids},
-      {"qwen3-0.6b Q8_0", "qwen3-0.6b", "llama-spm", "Q8_0", sids},
-      {"llama-3.2-1b Q4_K_M", "llama-3.2-1b", "llama-spm", "Q4_K_M", sids},
+      {"qwen2.5-0.5b Q8_0", "qwen2.5-0.5b", "qwen2", "Q8_0", NULL, qids},
+      {"qwen2.5-0.5b Q4_K_M", "qwen2.5-0.5b", "qwen2", "Q4_K_M", NULL, qids},
+      {"qwen3-0.6b Q8_0", "qwen3-0.6b", "llama-spm", "Q8_0", NULL, sids},
+      {"llama-3.2-1b Q4_K_M", "llama-3.2-1b", "llama-spm", "Q4_K_M", NULL, sids},
+      {"gemma-3-1b F16 window 5", "gemma-3-1b", "llama-spm", "F16", "--layers 7 --window 5", sids},
+      {"gemma-3-1b Q8_0 window 5", "gemma-3-1b", "llama-spm", "Q8_0", "--layers 7 --window 5", sids},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     snprintf(p, sizeof p, "%s/m%zu.gguf", g_tmp, i);
-    if (synth(cases[i].arch, cases[i].vocab, cases[i].type, p) == 0) compare(cases[i].label, p, cases[i].ids, 12);
+    if (synth(cases[i].arch, cases[i].vocab, cases[i].type, cases[i].shape, p) == 0)
+      compare(cases[i].label, p, cases[i].ids, 12);
     unlink(p);
   }
 

@@ -81,6 +81,35 @@ static void test_chat_ok(void) {
     CHECK(r.model == NULL && !r.stream && !r.logprobs && !r.seed_given && r.max_tokens == 0);
     CHECK_NEAR(r.sampling.temperature, 1.0, 1e-6);
     CHECK_EQ_INT(r.n_stop, 1);
+    CHECK(r.grammar == NULL);
+    oai_request_free(&r);
+  }
+
+  /* Constrained output compiles into a grammar the engine parameters carry;
+   * an unsupported schema keyword is named in the message. */
+  static const char *const ok_bodies[] = {
+      "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}",
+      "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\","
+      "\"json_schema\":{\"name\":\"p\",\"strict\":true,\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
+      "\"integer\"}},\"required\":[\"a\"],\"additionalProperties\":false}}}}",
+      "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"grammar\":\"root ::= [a-z]+\"}",
+  };
+  for (int i = 0; i < 3; i++) {
+    rc = parse(OAI_CHAT, ok_bodies[i], &r, &e);
+    CHECK_MSG(rc == 0, "%s", e.message);
+    if (rc) continue;
+    CHECK(r.grammar != NULL);
+    oai_engine_params(&r, prompt, 3, &p);
+    CHECK(p.grammar == r.grammar);
+    oai_request_free(&r);
+  }
+  rc = parse(OAI_COMPLETION, "{\"prompt\":\"x\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":"
+             "{\"type\":\"string\",\"contentEncoding\":\"base64\"}}}}", &r, &e);
+  CHECK(rc != 0 && strstr(e.message, "contentEncoding") != NULL);
+  rc = parse(OAI_COMPLETION, "{\"prompt\":\"x\",\"grammar\":\"root ::= \\\"yes\\\" | \\\"no\\\"\"}", &r, &e);
+  CHECK_MSG(rc == 0, "%s", e.message);
+  if (!rc) {
+    CHECK(r.grammar != NULL);
     oai_request_free(&r);
   }
 }
@@ -98,7 +127,16 @@ static void test_chat_errors(void) {
   E("\"tool_choice\":\"required\"", "unsupported_tool_choice", "tool_choice");
   E("\"functions\":[{\"name\":\"f\"}]", "unsupported_functions", "functions");
   E("\"function_call\":{\"name\":\"f\"}", "unsupported_function_call", "function_call");
-  E("\"response_format\":{\"type\":\"json_object\"}", "unsupported_response_format", "response_format");
+  /* constrained output: bad formats, schemas and grammars */
+  E("\"response_format\":{\"type\":\"xml\"}", "invalid_value", "response_format.type");
+  E("\"response_format\":{\"type\":\"json_schema\"}", "missing_field", "response_format.json_schema");
+  E("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"object\","
+    "\"patternProperties\":{}}}}", "unsupported_schema_keyword", "response_format.json_schema.schema");
+  E("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"strin\"}}}", "invalid_schema",
+    "response_format.json_schema.schema");
+  E("\"grammar\":\"root ::= foo\"", "invalid_grammar", "grammar");
+  E("\"grammar\":7", "invalid_type", "grammar");
+  E("\"grammar\":\"root ::= \\\"a\\\"\",\"response_format\":{\"type\":\"json_object\"}", "invalid_value", "grammar");
   E("\"n\":2", "unsupported_n", "n");
   /* bad types and values */
   E("\"temperature\":\"hot\"", "invalid_type", "temperature");

@@ -1,0 +1,145 @@
+/* arch_gemma3.c - Gemma 3's decoder block, as llama.cpp's `gemma3` graph
+ * computes it: token embeddings scaled by sqrt(n_embd); each layer
+ * RMSNorm -> attention with per-head Q/K RMSNorm, NeoX RoPE and the query
+ * scaled before it -> RMSNorm (post) -> residual, then RMSNorm -> GeGLU MLP
+ * -> RMSNorm (post) -> residual. Layers are local (a sliding window of
+ * n_swa positions, their own RoPE base) except every swa_period-th, which
+ * is global. Norm weights already carry Gemma's +1 (the converter adds it).
+ *
+ * Not here: Gemma 3n/4 (other blocks), vision. */
+#include "model/model_int.h"
+
+#include "base/error.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static bool is_swa(const model_hparams *hp, int il) {
+  return hp->n_swa > 0 && (hp->swa_period == 0 || il % hp->swa_period < hp->swa_period - 1);
+}
+
+static int load_hparams(model *m, char *err) {
+  model_hparams *hp = &m->hp;
+  const gguf_file *f = m->f;
+  uint32_t v;
+  float x;
+  hp->emb_scale = sqrtf((float)hp->n_embd);
+  if (gguf_get_u32(f, "gemma3.attention.sliding_window", &v) && v > 0) {
+    hp->n_swa = (int32_t)v;
+    hp->swa_period = 6;
+    if (gguf_get_u32(f, "gemma3.attention.sliding_window_pattern", &v)) hp->swa_period = (int32_t)v;
+    hp->rope_base_swa = 10000.0f;
+    if (gguf_get_f32(f, "gemma3.rope.freq_base_swa", &x)) hp->rope_base_swa = x;
+    if (hp->n_swa > (1 << 24) || hp->swa_period < 0 || hp->swa_period > 1024 || !(hp->rope_base_swa > 0))
+      return pw_seterr(err, PW_EFORMAT, "gemma3: invalid sliding window %d, pattern %d or base %g", hp->n_swa,
+                       hp->swa_period, (double)hp->rope_base_swa);
+  }
+  if (gguf_get_f32(f, "gemma3.final_logit_softcapping", &x) && x > 0) hp->logit_softcap = x;
+  /* gemma_pytorch: 27B scales queries by 1/sqrt(n_embd / n_head), the
+   * others by 1/sqrt(head_dim) (llama.cpp tells 27B by its 62 layers) */
+  hp->attn_scale = hp->n_layer == 62 ? 1.0f / sqrtf((float)(hp->n_embd / hp->n_head))
+                                     : 1.0f / sqrtf((float)hp->head_dim);
+  if (!hp->rope_neox) return pw_seterr(err, PW_EFORMAT, "gemma3: NeoX RoPE expected");
+  return 0;
+}
+
+static int bind_layer(model *m, int il, char *err) {
+  const gguf_file *f = m->f;
+  const model_hparams *hp = &m->hp;
+  layer_w *L = &m->layers[il];
+  int64_t e = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
+  int rc;
+  char n[96];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", il, s), n)
+  if ((rc = model_bind_vec(f, NAME("attn_norm.weight"), e, &L->attn_norm, true, err))) return rc;
+  if ((rc = model_bind_weight(f, NAME("attn_q.weight"), e, qd, &L->wq, true, err))) return rc;
+  if ((rc = model_bind_weight(f, NAME("attn_k.weight"), e, kvd, &L->wk, true, err))) return rc;
+  if ((rc = model_bind_weight(f, NAME("attn_v.weight"), e, kvd, &L->wv, true, err))) return rc;
+  if ((rc = model_bind_weight(f, NAME("attn_output.weight"), qd, e, &L->wo, true, err))) return rc;
+  if ((rc = model_bind_vec(f, NAME("attn_q_norm.weight"), hp->head_dim, &L->q_norm, true, err))) return rc;
+  if ((rc = model_bind_vec(f, NAME("attn_k_norm.weight"), hp->head_dim, &L->k_norm, true, err))) return rc;
+  if ((rc = model_bind_vec(f, NAME("post_attention_norm.weight"), e, &L->attn_post_norm, true, err))) return rc;
+  if ((rc = model_bind_vec(f, NAME("ffn_norm.weight"), e, &L->ffn_norm, true, err))) return rc;
+  if ((rc = model_bind_weight(f, NAME("ffn_gate.weight"), e, hp->n_ff, &L->w_gate, true, err))) return rc;
+  if ((rc = model_bind_weight(f, NAME("ffn_up.weight"), e, hp->n_ff, &L->w_up, true, err))) return rc;
+  if ((rc = model_bind_weight(f, NAME("ffn_down.weight"), hp->n_ff, e, &L->w_down, true, err))) return rc;
+  if ((rc = model_bind_vec(f, NAME("post_ffw_norm.weight"), e, &L->ffn_post_norm, true, err))) return rc;
+#undef NAME
+  return 0;
+}
+
+static void qkv_ops(const layer_w *L, model_ctx *c, pw_mm_op o[3]) {
+  o[0] = (pw_mm_op){L->wq.type, L->wq.data, L->wq.n_out, c ? c->q : NULL};
+  o[1] = (pw_mm_op){L->wk.type, L->wk.data, L->wk.n_out, c ? c->k : NULL};
+  o[2] = (pw_mm_op){L->wv.type, L->wv.data, L->wv.n_out, c ? c->v : NULL};
+}
+static void gu_ops(const layer_w *L, model_ctx *c, pw_mm_op o[2]) {
+  o[0] = (pw_mm_op){L->w_gate.type, L->w_gate.data, L->w_gate.n_out, c ? c->gate : NULL};
+  o[1] = (pw_mm_op){L->w_up.type, L->w_up.data, L->w_up.n_out, c ? c->up : NULL};
+}
+
+static size_t scratch_size(const model *m, int il, int max_batch) {
+  const layer_w *L = &m->layers[il];
+  pw_mm_op qkv[3], gu[2];
+  qkv_ops(L, NULL, qkv);
+  gu_ops(L, NULL, gu);
+  size_t sz[4] = {pw_matmul_multi_scratch_size(qkv, 3, m->hp.n_embd, max_batch),
+                  pw_matmul_multi_scratch_size(gu, 2, m->hp.n_embd, max_batch),
+                  pw_matmul_scratch_size(L->wo.type, L->wo.n_in, max_batch),
+                  pw_matmul_scratch_size(L->w_down.type, L->w_down.n_in, max_batch)};
+  size_t mm = 0;
+  for (int i = 0; i < 4; i++)
+    if (sz[i] > mm) mm = sz[i];
+  return mm;
+}
+
+static void prefetch_layer(model_ctx *c, int il, int n) {
+  const model *m = c->m;
+  pw_mm_op next[3];
+  qkv_ops(&m->layers[il], NULL, next);
+  m->be->prefetch_weights(c, next, 3, m->hp.n_embd, n);
+}
+
+static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int il) {
+  const model *m = c->m;
+  const model_backend *be = m->be;
+  const model_hparams *hp = &m->hp;
+  const layer_w *L = &m->layers[il];
+  const int E = hp->n_embd, hd = hp->head_dim, qd = hp->n_head * hd;
+  const bool swa = is_swa(hp, il);
+  pw_mm_op qkv[3], gu[2];
+  qkv_ops(L, c, qkv);
+  gu_ops(L, c, gu);
+  be->rmsnorm(c, c->xn, c->x, L->attn_norm, n, E, hp->rms_eps);
+  be->matmul_multi(c, qkv, 3, E, c->xn, n);
+  be->rmsnorm(c, c->q, c->q, L->q_norm, n * hp->n_head, hd, hp->rms_eps);
+  be->rope(c, c->q, n, hp->n_head, swa);
+  be->rmsnorm(c, c->k, c->k, L->k_norm, n * hp->n_head_kv, hd, hp->rms_eps);
+  be->rope(c, c->k, n, hp->n_head_kv, swa);
+  /* llama.cpp scales Q in f32 and attends with scale 1 */
+  be->scale(c, c->q, c->q, hp->attn_scale, (int64_t)n * qd);
+  be->kv_store(c, kv, e, n, il);
+  be->attention(c, kv, e, n, il, 1.0f, swa ? hp->n_swa : 0);
+  be->prefetch_weights(c, gu, 2, E, n);
+  be->matmul(c, &L->wo, c->att, n, c->xn);
+  be->rmsnorm(c, c->xn, c->xn, L->attn_post_norm, n, E, hp->rms_eps);
+  be->add(c, c->x, c->xn, c->x, (int64_t)n * E);
+  be->rmsnorm(c, c->xn, c->x, L->ffn_norm, n, E, hp->rms_eps);
+  be->matmul_multi(c, gu, 2, E, c->xn, n);
+  be->geglu(c, c->gate, c->up, (int64_t)n * hp->n_ff);
+  if (il + 1 < hp->n_layer) prefetch_layer(c, il + 1, n);
+  be->matmul(c, &L->w_down, c->gate, n, c->xn);
+  be->rmsnorm(c, c->xn, c->xn, L->ffn_post_norm, n, E, hp->rms_eps);
+  be->add(c, c->x, c->xn, c->x, (int64_t)n * E);
+}
+
+const model_arch_ops model_arch_gemma3 = {.name = "gemma3",
+                                          .arch = MODEL_ARCH_GEMMA3,
+                                          .rope_neox = true,
+                                          .qk_norm = true,
+                                          .load_hparams = load_hparams,
+                                          .bind_layer = bind_layer,
+                                          .scratch_size = scratch_size,
+                                          .layer = layer,
+                                          .prefetch_layer = prefetch_layer};
