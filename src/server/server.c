@@ -553,6 +553,7 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c) {
                         kind == OAI_CHAT ? ptext : r.text, kind == OAI_CHAT ? plen : r.text_len, &p,
                         engine_n_ctx(s->e), s->spec_mode, &e))
     goto fail;
+  rcpt.gen.replica = s->replica;
   if (submit(s, &p, kind == OAI_CHAT ? "messages" : "prompt", &req, &e)) goto fail;
   free(prompt);
   prompt = NULL;
@@ -664,6 +665,7 @@ static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
   if (check_model(s, &r, &e)) goto fail;
   srv_caller who = {k->anonymous, k->tenant};
   if (srv_receipt_begin_embed(&rcpt, &s->evm, k->body.data, k->body.len, &who, &e)) goto fail;
+  rcpt.gen.replica = s->replica;
   int n_embd = engine_n_embd(s->e);
   if (r.dimensions && r.dimensions != n_embd) {
     oai_seterr(&e, 400, "unsupported_dimensions", "dimensions",

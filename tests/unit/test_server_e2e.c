@@ -469,8 +469,8 @@ static const char *replica_of(const resp *r) {
   return v ? v : "(none)";
 }
 
-/* Behind a load balancer: the replica's name on every response and in
- * /metrics; the drain notice turns /health to 503 while requests are still
+/* Behind a load balancer: the replica's name on every response, in
+ * /metrics and in receipts; the drain notice turns /health to 503 while requests are still
  * served; after quiesce a new connection is refused at once. */
 static void test_replica(engine *e) {
   server_opts so = {0};
@@ -493,6 +493,11 @@ static void test_replica(engine *e) {
   http(port, "POST", "/v1/chat/completions", NULL, chat, &r, 30000);
   CHECK_EQ_INT(r.status, 200);
   CHECK_STR(replica_of(&r), "r1.example:8001");
+  json_t *j = body_json(&r);
+  const char *in_receipt = json_string_value(json_object_get(
+      json_object_get(json_object_get(j, "receipt"), "runtime"), "replica"));
+  CHECK_STR(in_receipt ? in_receipt : "(none)", "r1.example:8001");
+  json_decref(j);
   free(r.body);
   http(port, "POST", "/v1/chat/completions", NULL, stream, &r, 30000);
   CHECK_EQ_INT(r.status, 200);
