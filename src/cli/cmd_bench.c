@@ -7,8 +7,9 @@
  *                [--prompt-file F]]
  *   power bench --bandwidth [--bandwidth-mib 1024] [--threads N] [-o md|json]
  *
- * pp  prompt processing: p seeded random token ids from an empty cache, in
- *     batches of up to 512, logits only for the last one.
+ * pp  prompt processing: p seeded random token ids from an empty cache (with
+ *     --depth D, after D cached tokens: prefill at that context), in batches
+ *     of up to 512, logits only for the last one.
  * tg  generation: after a one-token prompt, n single-token steps with logits
  *     at every step and the argmax fed back; with --depth D, after D cached
  *     tokens instead (filled once, untimed: decode speed at that context).
@@ -87,7 +88,7 @@ static void bench_usage(FILE *out) {
           "  -n, --n-gen N         generated tokens for tg (default 128; 0 = skip)\n"
           "  -r, --repetitions N   timed repetitions after one warm-up (default 5)\n"
           "  -t, --threads N       kernel threads (default " CLI_STR(ENGINE_DEFAULT_THREADS) ")\n"
-          "  -d, --depth D         tokens already in the cache before tg (default 0)\n"
+          "  -d, --depth D         tokens already in the cache before pp and tg (default 0)\n"
           "  -b, --batch B         also decode B sequences together (batch_tg)\n"
           "  --seed S              seed of the random token ids (default 1)\n"
           "  -o, --output FMT      md (default) or json (one object)\n"
@@ -173,13 +174,17 @@ static void fill_tokens(bench_run *b, int n) {
 }
 
 /* Prompt processing from an empty cache; returns tok/s or -1. */
+/* A prompt of p tokens; at depth d > 0 it follows tg's d cached tokens in
+ * sequence 1 (so each chunk attends to the prefix), else it starts
+ * sequence 0. Returns tok/s or -1. */
 static double bench_pp(bench_run *b, int p) {
+  const int d = (int)b->o->depth, seq = d > 0 ? 1 : 0;
   fill_tokens(b, p);
-  model_kv_truncate(b->kv, 0, 0);
+  model_kv_truncate(b->kv, seq, d);
   double t = 0;
   for (int i = 0; i < p; i += BENCH_MAX_CHUNK) {
     int nb = p - i < BENCH_MAX_CHUNK ? p - i : BENCH_MAX_CHUNK;
-    for (int j = 0; j < nb; j++) b->entries[j] = (model_entry){0, i + j, b->tokens[i + j], i + j == p - 1};
+    for (int j = 0; j < nb; j++) b->entries[j] = (model_entry){seq, d + i + j, b->tokens[i + j], i + j == p - 1};
     double t0 = pw_now_s();
     if (model_forward(b->ctx, b->kv, b->entries, nb, b->logits, NULL, b->err)) return -1;
     t += pw_now_s() - t0;
@@ -490,7 +495,10 @@ static void print_md(const bench_run *b, const char *path, const bench_facts *fx
   printf("| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n");
   char name[64], extra[64];
   if (pp->n) {
-    snprintf(name, sizeof name, "pp%ld", b->o->p);
+    if (b->o->depth)
+      snprintf(name, sizeof name, "pp%ld @ d%ld", b->o->p, b->o->depth);
+    else
+      snprintf(name, sizeof name, "pp%ld", b->o->p);
     print_md_row(b, path, fx, name, pp, "");
   }
   if (tg->n) {
@@ -555,7 +563,7 @@ static int run_model(const bench_opts *o) {
   if (chunk < 1) chunk = 1;
   const int d = (int)o->depth;
   if (d > 0 && chunk < (d < BENCH_MAX_CHUNK ? d : BENCH_MAX_CHUNK)) chunk = d < BENCH_MAX_CHUNK ? d : BENCH_MAX_CHUNK;
-  int n_ctx = p > d + n + 1 ? p : d + n + 1;
+  int n_ctx = d + p > d + n + 1 ? d + p : d + n + 1;
   int n_ent = chunk > nb ? chunk : nb;
   int n_tok = p > nb ? p : nb;
   if (d > n_tok) n_tok = d;
@@ -577,7 +585,7 @@ static int run_model(const bench_opts *o) {
   }
   /* Warm-up (not counted): faults the weights in, sizes caches. */
   int n_warm = n < 16 ? n : 16;
-  if ((p > 0 && bench_pp(&b, p) < 0) || (n > 0 && d > 0 && bench_fill_depth(&b, d) < 0) ||
+  if ((d > 0 && (p > 0 || n > 0) && bench_fill_depth(&b, d) < 0) || (p > 0 && bench_pp(&b, p) < 0) ||
       (n > 0 && bench_tg(&b, n_warm) < 0) ||
       (nb > 0 && bench_batch_tg(&b, n_warm) < 0)) {
     fprintf(stderr, "power bench: %s\n", b.err);
@@ -695,10 +703,6 @@ int cmd_bench(int argc, char **argv) {
   if (o.bandwidth) return run_bandwidth(&o);
   if (o.p == 0 && o.n == 0) {
     fprintf(stderr, "power bench: nothing to measure: -p and -n are both 0\n");
-    return 2;
-  }
-  if (o.depth > 0 && o.n == 0) {
-    fprintf(stderr, "power bench: --depth needs generated tokens (-n > 0)\n");
     return 2;
   }
   if (spec_opts_check("bench", &o.spec)) return 2;

@@ -223,6 +223,7 @@ static void synth_usage(FILE *out) {
           "  --seed S        weight seed (default 1)\n"
           "  --layers N      override the layer count (quick tests)\n"
           "  --window N      override the sliding window of models that have one (quick tests)\n"
+          "  --yarn F,CTX    YaRN rope scaling by F over an original context of CTX positions\n"
           "  --threads N     generation threads (default 2; the output is the same for any N)\n"
           "  --quiet         no progress on stderr\n",
           quant_ftype_names());
@@ -230,7 +231,8 @@ static void synth_usage(FILE *out) {
 
 int cmd_synth(int argc, char **argv) {
   const char *arch = NULL, *vocab = NULL, *outp = NULL, *type = "F16";
-  long seed = 1, layers = 0, threads = 2, window = 0;
+  long seed = 1, layers = 0, threads = 2, window = 0, yarn_ctx = 0;
+  double yarn_factor = 0;
   int quiet = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -244,7 +246,7 @@ int cmd_synth(int argc, char **argv) {
       continue;
     }
     bool known = !strcmp(a, "--arch") || !strcmp(a, "--vocab") || !strcmp(a, "--out") || !strcmp(a, "-o") ||
-                 !strcmp(a, "--type") || !strcmp(a, "--seed") || !strcmp(a, "--layers") || !strcmp(a, "--window") ||
+                 !strcmp(a, "--type") || !strcmp(a, "--seed") || !strcmp(a, "--layers") || !strcmp(a, "--window") || !strcmp(a, "--yarn") ||
                  !strcmp(a, "--threads") || !strcmp(a, "-t");
     if (!known) {
       fprintf(stderr, "power synth: unknown argument %s (try --help)\n", a);
@@ -263,6 +265,14 @@ int cmd_synth(int argc, char **argv) {
       if (cli_parse_long("synth", a, v, 0, 0x7fffffffL, &seed)) return 2;
     } else if (!strcmp(a, "--layers")) {
       if (cli_parse_long("synth", a, v, 1, 1024, &layers)) return 2;
+    } else if (!strcmp(a, "--yarn")) {
+      char *end = NULL;
+      yarn_factor = strtod(v, &end);
+      if (!end || *end != ',' || !(yarn_factor > 1 && yarn_factor <= 1024) ||
+          cli_parse_long("synth", a, end + 1, 1, 1 << 24, &yarn_ctx)) {
+        fprintf(stderr, "power synth: --yarn takes FACTOR,CONTEXT (FACTOR in (1, 1024]), not '%s'\n", v);
+        return 2;
+      }
     } else if (!strcmp(a, "--window")) {
       if (cli_parse_long("synth", a, v, 1, 1 << 20, &window)) return 2;
     } else if (cli_parse_long("synth", a, v, 1, 256, &threads)) return 2;
@@ -347,6 +357,11 @@ int cmd_synth(int argc, char **argv) {
   if (m->head_dim != m->n_embd / m->n_head &&
       (gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)m->head_dim, err) ||
        gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)m->head_dim, err)))
+    goto fail;
+  if (yarn_factor > 0 &&
+      (gguf_writer_set_str(w, KEY("rope.scaling.type"), "yarn", err) ||
+       gguf_writer_set_f32(w, KEY("rope.scaling.factor"), (float)yarn_factor, err) ||
+       gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)yarn_ctx, err)))
     goto fail;
   if (m->n_swa > 0 &&
       gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)(window > 0 ? window : m->n_swa), err))

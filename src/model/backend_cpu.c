@@ -81,19 +81,30 @@ static void cpu_prefetch_vec(const float *v, int n) {
 }
 
 /* cos/sin of each rotation angle for every entry, as ggml's rope cache:
- * theta starts at pos and is multiplied by base^(-2/d) per pair. */
+ * theta starts at pos and is multiplied by base^(-2/d) per pair, divided
+ * by the pair's frequency factor; YaRN (ext != 0) mixes the scaled
+ * (interpolated) and unscaled angles along a ramp over the pairs and
+ * corrects the magnitude. Without YaRN and with attn 1 these are the plain
+ * cosf/sinf of the scaled angle. */
 static void rope_table(const model_ctx *c, const model_entry *e, int n, float base, float scale, const float *freqs,
-                       float *cos_out, float *sin_out) {
+                       float ext, float attn, float *cos_out, float *sin_out) {
   const model_hparams *hp = &c->m->hp;
   int half = hp->head_dim / 2;
   float theta_scale = powf(base, -2.0f / (float)hp->head_dim);
+  const float lo = hp->rope_corr[0], hi = hp->rope_corr[1];
   for (int t = 0; t < n; t++) {
     float theta = (float)e[t].pos;
     for (int i = 0; i < half; i++) {
       float ff = freqs ? freqs[i] : 1.0f;
-      float th = scale * (theta / ff);
-      cos_out[(size_t)t * half + i] = cosf(th);
-      sin_out[(size_t)t * half + i] = sinf(th);
+      float extrap = theta / ff, th = scale * extrap, ms = attn;
+      if (ext != 0.0f) {
+        float y = ((float)i - lo) / (hi - lo > 0.001f ? hi - lo : 0.001f);
+        float ramp = (1 - (y < 0 ? 0 : y > 1 ? 1 : y)) * ext;
+        th = th * (1 - ramp) + extrap * ramp;
+        ms *= 1.0f + 0.1f * logf(1.0f / scale);
+      }
+      cos_out[(size_t)t * half + i] = cosf(th) * ms;
+      sin_out[(size_t)t * half + i] = sinf(th) * ms;
       theta *= theta_scale;
     }
   }
@@ -103,8 +114,10 @@ static void rope_table(const model_ctx *c, const model_entry *e, int n, float ba
  * scaling or factors, as llama.cpp's defaults) when there are any. */
 static void rope_tables(model_ctx *c, const model_entry *e, int n) {
   const model_hparams *hp = &c->m->hp;
-  rope_table(c, e, n, hp->rope_base, hp->rope_scale, c->m->rope_freqs, c->rope_cos, c->rope_sin);
-  if (c->rope_cos_swa) rope_table(c, e, n, hp->rope_base_swa, 1.0f, NULL, c->rope_cos_swa, c->rope_sin_swa);
+  rope_table(c, e, n, hp->rope_base, hp->rope_scale, c->m->rope_freqs, hp->rope_ext_factor, hp->rope_attn_factor,
+             c->rope_cos, c->rope_sin);
+  if (c->rope_cos_swa)
+    rope_table(c, e, n, hp->rope_base_swa, 1.0f, NULL, 0.0f, hp->rope_attn_factor, c->rope_cos_swa, c->rope_sin_swa);
 }
 
 static void cpu_rope(model_ctx *c, float *v, int n_tok, int n_heads, bool swa) {

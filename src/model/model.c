@@ -122,16 +122,46 @@ static int load_hparams(model *m, char *err) {
   snprintf(key, sizeof key, "%s.rope.freq_base", a);
   gguf_get_f32(f, key, &hp->rope_base);
   hp->rope_scale = 1.0f;
-  char stype[32] = "";
+  hp->rope_attn_factor = 1.0f;
+  char stype[32] = "linear";
   snprintf(key, sizeof key, "%s.rope.scaling.type", a);
   gguf_get_cstr(f, key, stype, sizeof stype);
   snprintf(key, sizeof key, "%s.rope.scaling.factor", a);
   float factor = 0;
-  if (gguf_get_f32(f, key, &factor) && factor > 0 && strcmp(stype, "none")) {
-    if (*stype && strcmp(stype, "linear"))
-      return pw_seterr(err, PW_EUNSUPPORTED, "rope scaling type '%s' is not supported", stype);
-    hp->rope_scale = 1.0f / factor;
+  gguf_get_f32(f, key, &factor);
+  if (strcmp(stype, "none") && strcmp(stype, "linear") && strcmp(stype, "yarn"))
+    return pw_seterr(err, PW_EUNSUPPORTED, "rope scaling type '%s' is not supported (none, linear, yarn)", stype);
+  if (!(factor >= 0) || factor > 1e6) return pw_seterr(err, PW_EFORMAT, "invalid rope scaling factor %g", (double)factor);
+  /* As llama.cpp: the scale is 1/factor unless the type is none. */
+  if (factor > 0 && strcmp(stype, "none")) hp->rope_scale = 1.0f / factor;
+  float attn = 1.0f;
+  snprintf(key, sizeof key, "%s.rope.scaling.attn_factor", a);
+  gguf_get_f32(f, key, &attn);
+  if (!strcmp(stype, "yarn")) {
+    /* YaRN (llama.cpp's defaults: beta_fast 32, beta_slow 1, the ramp
+     * between the dimension pairs whose wavelengths fit those many
+     * rotations in the original context). The magnitude correction
+     * 1 + 0.1 ln(factor) is applied where the angles are made; llama.cpp
+     * computes it twice, once cancelled, and the float steps are kept. */
+    uint32_t oc = (uint32_t)hp->n_ctx_train;
+    snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", a);
+    gguf_get_u32(f, key, &oc);
+    if (oc == 0 || oc > (1u << 24)) return pw_seterr(err, PW_EFORMAT, "invalid YaRN original context %u", oc);
+    hp->n_ctx_orig = (int32_t)oc;
+    hp->rope_ext_factor = 1.0f;
+    const float fs = 1.0f / hp->rope_scale;
+    float mscale = fs <= 1.0f ? 1.0f : 0.1f * logf(fs) + 1.0f;
+    mscale *= 1.0f / (1.0f + 0.1f * logf(fs));
+    attn *= mscale;
+    const int nd = hp->head_dim;
+    const float beta_fast = 32.0f, beta_slow = 1.0f;
+    float lo = floorf((float)nd * logf((float)oc / (beta_fast * 2 * (float)M_PI)) / (2 * logf(hp->rope_base)));
+    float hi = ceilf((float)nd * logf((float)oc / (beta_slow * 2 * (float)M_PI)) / (2 * logf(hp->rope_base)));
+    hp->rope_corr[0] = lo > 0 ? lo : 0;
+    hp->rope_corr[1] = hi < (float)(nd - 1) ? hi : (float)(nd - 1);
   }
+  if (!(attn > 0) || attn > 1e3) return pw_seterr(err, PW_EFORMAT, "invalid rope attention factor %g", (double)attn);
+  hp->rope_attn_factor = attn;
   hp->rms_eps = 1e-5f;
   snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", a);
   gguf_get_f32(f, key, &hp->rms_eps);

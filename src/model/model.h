@@ -38,7 +38,11 @@ typedef struct model_hparams {
   int32_t n_ff;      /* MLP hidden size */
   int32_t n_ctx_train;
   float rope_base;
-  float rope_scale;  /* linear position scale (1 = none) */
+  float rope_scale;  /* position scale, 1/factor (1 = none): linear and YaRN */
+  float rope_ext_factor;  /* YaRN: extrapolation mix (1 with YaRN, 0 = none) */
+  float rope_attn_factor; /* magnitude of cos/sin (1 = none; YaRN's mscale) */
+  float rope_corr[2];     /* YaRN: first and last dimension pair of the ramp */
+  int32_t n_ctx_orig;     /* YaRN: the context the model was trained for before scaling */
   float rms_eps;
   bool rope_neox;    /* true: rotate halves (qwen); false: adjacent pairs (llama) */
   /* Architecture extras (0 = none) */

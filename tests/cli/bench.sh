@@ -73,8 +73,12 @@ check "bench --depth tg_tok_s > 0" positive "$(field "$tmp/out" tg_tok_s)"
 check "bench --depth is reported" grep -q '"depth":600' "$tmp/out"
 "$bin" bench --model "$model" -p 0 -n 2 -r 1 -d 5 >"$tmp/out" 2>"$tmp/err"
 check "bench md names the depth" grep -q '| tg2 @ d5 |' "$tmp/out"
-"$bin" bench --model "$model" -p 4 -n 0 -d 5 >/dev/null 2>"$tmp/err"
-check "bench --depth without -n exits 2" [ $? -eq 2 ]
+# prefill at depth: the prompt follows the cached tokens
+"$bin" bench --model "$model" -p 4 -n 0 -r 1 -d 5 >"$tmp/out" 2>"$tmp/err"
+check "bench pp at depth exits 0" [ $? -eq 0 ]
+check "bench md names pp at depth" grep -q '| pp4 @ d5 |' "$tmp/out"
+"$bin" bench --model "$qwen" -p 520 -n 0 -r 1 --depth 600 -o json >"$tmp/out" 2>"$tmp/err"
+check "bench pp at depth 600 (two chunks) pp_tok_s > 0" positive "$(field "$tmp/out" pp_tok_s)"
 
 # markdown table
 "$bin" bench --model "$model" -p 8 -n 4 -r 1 --batch 2 >"$tmp/out" 2>"$tmp/err"

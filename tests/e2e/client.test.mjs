@@ -250,7 +250,8 @@ describe('openai client against power serve', () => {
     await bad({ ...base, max_tokens: 0 }, 'invalid_value', 'max_tokens');
     await bad({ ...base, n: 2 }, 'unsupported_n', 'n');
     await bad({ ...base, tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }] }, 'unsupported_tools', 'tools');
-    await bad({ ...base, response_format: { type: 'json_object' } }, 'unsupported_response_format');
+    await bad({ ...base, response_format: { type: 'json_schema', json_schema: { name: 's', schema: { type: 'object', patternProperties: { x: {} } } } } }, 'unsupported_schema_keyword');
+    await bad({ ...base, response_format: { type: 'xml' } }, 'invalid_value');
     await bad({ ...base, top_logprobs: 3 }, 'invalid_value', 'top_logprobs');
     await bad({ max_tokens: 2, messages: [] }, 'invalid_value', 'messages');
     await bad({ max_tokens: 2, messages: [{ role: 'wizard', content: 'x' }] }, 'invalid_value', 'messages[0].role');
@@ -260,6 +261,41 @@ describe('openai client against power serve', () => {
     await bad({ prompt: 'x = 1\n'.repeat(200), max_tokens: 4 }, 'context_length_exceeded', 'prompt', cc.completions);
     await bad({ messages: [{ role: 'user', content: 'x = 1\n'.repeat(200) }], max_tokens: 4 }, 'context_length_exceeded', 'messages', cc.chat.completions);
     await assert.rejects(cc.embeddings.create({ input: 'x = 1\n'.repeat(200) }), (e) => e.status === 400 && e.code === 'context_length_exceeded');
+  });
+
+  it('json_schema and json_object output parses and fits the schema (constrained decoding)', T, async () => {
+    const schema = {
+      type: 'object',
+      properties: { ok: { type: 'boolean' }, n: { type: 'integer', minimum: 0, maximum: 9 }, tag: { enum: ['a', 'b'] } },
+      required: ['ok', 'n', 'tag'],
+      additionalProperties: false,
+    };
+    for (const stream of [false, true]) {
+      const req = {
+        messages: chatMsgs, max_tokens: 96, temperature: 0,
+        response_format: { type: 'json_schema', json_schema: { name: 'answer', strict: true, schema } },
+      };
+      let text = '', finish = null;
+      if (stream) {
+        for await (const ch of await oc.chat.completions.create({ ...req, stream: true })) {
+          text += ch.choices[0]?.delta?.content ?? '';
+          finish = ch.choices[0]?.finish_reason ?? finish;
+        }
+      } else {
+        const r = await oc.chat.completions.create(req);
+        text = r.choices[0].message.content;
+        finish = r.choices[0].finish_reason;
+      }
+      assert.equal(finish, 'stop', `stream=${stream}: ${text}`);
+      const v = JSON.parse(text);
+      assert.deepEqual(Object.keys(v).sort(), ['n', 'ok', 'tag']);
+      assert.equal(typeof v.ok, 'boolean');
+      assert.ok(Number.isInteger(v.n) && v.n >= 0 && v.n <= 9, text);
+      assert.ok(['a', 'b'].includes(v.tag), text);
+    }
+    const r = await oc.chat.completions.create({ messages: chatMsgs, max_tokens: 96, temperature: 0, response_format: { type: 'json_object' } });
+    if (r.choices[0].finish_reason === 'stop') assert.equal(typeof JSON.parse(r.choices[0].message.content), 'object');
+    else assert.equal(r.choices[0].finish_reason, 'length');
   });
 
   it('404 for an unknown model and an unknown URL', T, async () => {

@@ -3,7 +3,7 @@
  *
  * Writes small models with `power synth` (qwen2 Q8_0 and Q4_K_M, qwen3
  * Q8_0, llama with llama3 rope_freqs Q4_K_M, gemma3 F16 and Q8_0 with a
- * short sliding window) and `power quantize` (the
+ * short sliding window, qwen2 F16 with YaRN scaling) and `power quantize` (the
  * trained codelm-py to Q4_K_M), runs llama.cpp on each through
  * tests/peer/llamacpp-logits.mjs (node-llama-cpp's prebuilt release, CPU,
  * 2 threads) and compares its next-token distribution at every position
@@ -200,6 +200,15 @@ int main(void) {
       compare(cases[i].label, p, cases[i].ids, 12);
     unlink(p);
   }
+
+  /* YaRN: a factor of 4 over an original context of 16, judged over 40
+   * positions (most past the original context). */
+  int32_t lids[40];
+  for (int i = 0; i < 40; i++) lids[i] = qids[i % 12] + (i / 12) * 7;
+  snprintf(p, sizeof p, "%s/yarn.gguf", g_tmp);
+  if (synth("qwen2.5-0.5b", "qwen2", "F16", "--layers 2 --yarn 4,16", p) == 0)
+    compare("qwen2.5-0.5b F16 YaRN 4x16", p, lids, 40);
+  unlink(p);
 
   /* The trained model, quantized by Power, over real code. */
   char f32[1024], cmd[3072], err[PW_ERRMAX];
