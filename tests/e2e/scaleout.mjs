@@ -270,7 +270,13 @@ function chat(baseUrl, body, { headers = {}, timeoutMs = REQ_TIMEOUT_MS, onHeade
             if (!line.startsWith('data: ')) continue;
             const d2 = line.slice(6);
             if (d2 === '[DONE]') { done = true; continue; }
-            const j = JSON.parse(d2);
+            let j;
+            try {
+              j = JSON.parse(d2);
+            } catch {
+              res.error = `not JSON in the stream: ${d2.slice(0, 80)}`;
+              continue;
+            }
             if (j.error) { res.error = `stream error: ${j.error.message}`; continue; }
             if (res.ttftMs === null) res.ttftMs = performance.now() - t0;
             if (j.usage) res.usage = j.usage;
