@@ -1,6 +1,8 @@
 /* cli_gen.c - engine-backed generation for the CLI (see cli_gen.h). */
 #include "cli/cli_gen.h"
 
+#include "evidence/receipt.h"
+
 #include "base/clock.h"
 #include "base/error.h"
 #include "cli/cli.h"
@@ -211,6 +213,17 @@ int gen_stream(const char *cmd, gen_session *s, const gen_opts *o, const int32_t
   char err[PW_ERRMAX];
   engine_req *r;
   if (o->n_predict == 0) return 0;
+  if (s->rec) {
+    if (ev_gen_decoding(s->rec, &p.sampling, p.stop, p.n_stop, err)) {
+      fprintf(stderr, "power %s: %s\n", cmd, err);
+      return PW_EINVAL;
+    }
+    int room = engine_n_ctx(s->eng) - n_prompt;
+    s->rec->max_tokens = p.max_tokens > 0 && p.max_tokens < room ? p.max_tokens : room;
+    s->rec->ignore_eos = ignore_eos;
+    s->rec->spec_mode = engine_spec_name(o->spec.mode);
+    s->rec->cache_keyed = p.has_cache_key;
+  }
   int rc = engine_submit(s->eng, &p, &r, err);
   if (rc) {
     fprintf(stderr, "power %s: %s\n", cmd, err);
@@ -240,6 +253,12 @@ int gen_stream(const char *cmd, gen_session *s, const gen_opts *o, const int32_t
     }
     if (ev->type == ENGINE_EV_TOKEN || (ev->type == ENGINE_EV_DONE && ev->text_len > 0 && !print_ids)) {
       /* DONE may carry text held back for a stop string that never came. */
+      if (s->rec) {
+        if (ev->type == ENGINE_EV_TOKEN)
+          ev_gen_token(s->rec, ev->token, ev->text, (size_t)ev->text_len);
+        else
+          ev_gen_text(s->rec, ev->text, (size_t)ev->text_len);
+      }
       if (ev->type == ENGINE_EV_TOKEN) {
         if (!n) t_first = pw_now_s();
         if (print_ids) printf(n ? " %d" : "%d", ev->token);
@@ -258,6 +277,16 @@ int gen_stream(const char *cmd, gen_session *s, const gen_opts *o, const int32_t
       }
     }
     if (ev->type == ENGINE_EV_DONE) {
+      if (s->rec) {
+        const engine_usage *u = &ev->usage;
+        s->rec->cached_tokens = u->cached_tokens;
+        s->rec->drafted = u->spec_drafted;
+        s->rec->accepted = u->spec_accepted;
+        s->rec->emitted = u->spec_emitted;
+        s->rec->target_passes = u->target_passes;
+        s->rec->completion_tokens = u->completion_tokens;
+        s->rec->finish = ev->finish == ENGINE_FINISH_LENGTH ? "length" : ev->finish == ENGINE_FINISH_CANCEL ? "cancel" : "stop";
+      }
       if (usage) *usage = ev->usage;
       if (finish) *finish = ev->finish;
       break;

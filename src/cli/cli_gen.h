@@ -61,6 +61,9 @@ typedef struct gen_session {
    * engine's only tenant, so no scoping is needed. */
   bool has_cache_key;
   uint8_t cache_key[32];
+  /* When set (borrowed), gen_stream feeds the generation's receipt: the
+   * decoding settings at submit, each token and its text, the usage. */
+  struct ev_gen *rec;
 } gen_session;
 
 /* Starts an engine for one interactive/CLI user. Prints errors. */

@@ -17,7 +17,7 @@
 #include <string.h>
 
 const model_arch_ops *const model_archs[] = {&model_arch_llama, &model_arch_qwen2, &model_arch_qwen3, &model_arch_gemma3,
-                                             NULL};
+                                             &model_arch_phi3, NULL};
 
 /* ---- loading ---------------------------------------------------------- */
 
@@ -134,6 +134,11 @@ static int load_hparams(model *m, char *err) {
   if (!(factor >= 0) || factor > 1e6) return pw_seterr(err, PW_EFORMAT, "invalid rope scaling factor %g", (double)factor);
   /* As llama.cpp: the scale is 1/factor unless the type is none. */
   if (factor > 0 && strcmp(stype, "none")) hp->rope_scale = 1.0f / factor;
+  uint32_t oc = (uint32_t)hp->n_ctx_train;
+  snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", a);
+  gguf_get_u32(f, key, &oc);
+  if (oc == 0 || oc > (1u << 24)) return pw_seterr(err, PW_EFORMAT, "invalid original context %u", oc);
+  hp->n_ctx_orig = (int32_t)oc;
   float attn = 1.0f;
   snprintf(key, sizeof key, "%s.rope.scaling.attn_factor", a);
   gguf_get_f32(f, key, &attn);
@@ -143,11 +148,6 @@ static int load_hparams(model *m, char *err) {
      * rotations in the original context). The magnitude correction
      * 1 + 0.1 ln(factor) is applied where the angles are made; llama.cpp
      * computes it twice, once cancelled, and the float steps are kept. */
-    uint32_t oc = (uint32_t)hp->n_ctx_train;
-    snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", a);
-    gguf_get_u32(f, key, &oc);
-    if (oc == 0 || oc > (1u << 24)) return pw_seterr(err, PW_EFORMAT, "invalid YaRN original context %u", oc);
-    hp->n_ctx_orig = (int32_t)oc;
     hp->rope_ext_factor = 1.0f;
     const float fs = 1.0f / hp->rope_scale;
     float mscale = fs <= 1.0f ? 1.0f : 0.1f * logf(fs) + 1.0f;

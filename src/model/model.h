@@ -5,7 +5,8 @@
  * architectures `llama`, `qwen2` (QKV biases), `qwen3` (per-head Q/K
  * RMSNorm), all with a SwiGLU MLP, and `gemma3` (scaled embeddings,
  * sandwich norms, Q/K norm, sliding-window layers between global ones, a
- * GeGLU MLP). Weights are views into the GGUF mapping (never copied).
+ * GeGLU MLP) and `phi3` (fused QKV and gate/up projections, LongRoPE).
+ * Weights are views into the GGUF mapping (never copied).
  *
  * The forward pass takes a batch of (sequence, position, token) entries from
  * several sequences and returns logits for the entries that ask for them.
@@ -24,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3, MODEL_ARCH_GEMMA3 } model_arch;
+typedef enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3, MODEL_ARCH_GEMMA3, MODEL_ARCH_PHI3 } model_arch;
 
 typedef struct model_hparams {
   model_arch arch;

@@ -9,6 +9,7 @@
  *   arch_llama.c   the llama-family block (llama, qwen2, qwen3): its
  *                  weights and its layer function
  *   arch_gemma3.c  Gemma 3's block
+ *   arch_phi3.c    Phi-3's block (fused QKV and gate/up, LongRoPE)
  *   backend_cpu.c  the op interface on the CPU kernels of tensor/
  *
  * A new architecture is one arch_*.c file (its hyperparameters, weight
@@ -48,6 +49,7 @@ struct model {
   model_weight output;   /* n_vocab rows of n_embd (tied: = tok_embd) */
   const float *output_norm;
   const float *rope_freqs; /* [head_dim/2] or NULL */
+  const float *rope_long, *rope_short; /* [head_dim/2] LongRoPE factors (phi3), or NULL */
   layer_w *layers;
   pw_pool *pool;
   bool pool_borrowed;    /* opts->pool: not ours to destroy */
@@ -139,7 +141,8 @@ struct model_arch_ops {
 
 /* NULL-terminated rows (model.c). */
 extern const model_arch_ops *const model_archs[];
-extern const model_arch_ops model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma3;
+extern const model_arch_ops model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma3,
+    model_arch_phi3;
 
 /* model.c: binding helpers for the architectures' files */
 int model_bind_weight(const gguf_file *f, const char *name, int64_t n_in, int64_t n_out, model_weight *w,
