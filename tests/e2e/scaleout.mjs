@@ -18,7 +18,7 @@
 // bounded in time and every loop in count; the whole run is bounded by the
 // caller's timeout too. Prints the figures it measured.
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
@@ -53,7 +53,15 @@ function note(line) {
 // ---- processes --------------------------------------------------------------
 
 const procs = new Set();
+const runDirs = new Set(); // run-local folders whose pid files name live processes
 process.on('exit', () => {
+  for (const dir of runDirs) {
+    let names = [];
+    try { names = readdirSync(dir).filter((f) => f.endsWith('.pid')); } catch { /* removed */ }
+    for (const f of names) {
+      try { procs.add(Number(readFileSync(path.join(dir, f), 'utf8').trim())); } catch { /* gone */ }
+    }
+  }
   for (const p of procs) {
     try { process.kill(p, 'SIGKILL'); } catch { /* gone */ }
   }
@@ -113,6 +121,7 @@ async function freePorts(count) {
 async function startCluster(balance) {
   const lbPort = await freePorts(N_REPLICAS + 1);
   const dir = mkdtempSync(path.join(os.tmpdir(), 'power-scaleout-'));
+  runDirs.add(dir);
   const args = [runLocal, String(N_REPLICAS), '--model', modelPath(MODEL), '--balance', balance, '--port', String(lbPort),
     '--parallel', String(PARALLEL), '--queue', String(QUEUE), '--threads', '1', '--dir', dir, '--ready', '180',
     '--', '--prompt-cache-entries', '32'];
@@ -149,6 +158,7 @@ async function startCluster(balance) {
           try { process.kill(cluster.pid(r.k), 'SIGKILL'); } catch { /* gone */ }
         }
         // Logs stay for a failed run (HAProxy's and each replica's).
+        runDirs.delete(dir);
         if (failures) console.log(`logs of the ${balance} run kept in ${dir}`);
         else rmSync(dir, { recursive: true, force: true });
       }
