@@ -26,6 +26,16 @@ const char *cli_resolve_model(const char *explicit_path, char *err, size_t errle
  * after printing "power <cmd>: invalid value for <opt>: <v>". */
 int cli_parse_long(const char *cmd, const char *opt, const char *v, long lo, long hi, long *out);
 int cli_parse_double(const char *cmd, const char *opt, const char *v, double lo, double hi, double *out);
+/* Single-valued options given twice are an error: the last one silently
+ * winning hides mistakes (`--model A --model B`). cli_once records opt (a
+ * canonical name, static) in seen; 0, or -1 after printing
+ * "power <cmd>: <opt> given more than once". */
+#define CLI_SEEN_MAX 48
+typedef struct cli_seen {
+  const char *name[CLI_SEEN_MAX];
+  int n;
+} cli_seen;
+int cli_once(const char *cmd, cli_seen *seen, const char *opt);
 /* A whole file (at most max bytes) in a malloc'ed NUL-terminated buffer,
  * its length in *len; NULL with err set (PW_EIO, PW_ENOMEM). */
 char *cli_slurp(const char *path, long max, size_t *len, char *err);

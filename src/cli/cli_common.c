@@ -136,3 +136,13 @@ char *cli_slurp(const char *path, long max, size_t *len, char *err) {
   fclose(f);
   return buf;
 }
+
+int cli_once(const char *cmd, cli_seen *seen, const char *opt) {
+  for (int i = 0; i < seen->n; i++)
+    if (!strcmp(seen->name[i], opt)) {
+      fprintf(stderr, "power %s: %s given more than once\n", cmd, opt);
+      return -1;
+    }
+  if (seen->n < CLI_SEEN_MAX) seen->name[seen->n++] = opt;
+  return 0;
+}

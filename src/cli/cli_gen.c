@@ -26,6 +26,12 @@ int spec_opts_parse(const char *cmd, spec_opts *s, const char *a, const char *v)
     fprintf(stderr, "power %s: option %s needs a value\n", cmd, a);
     return -1;
   }
+  unsigned bit = !strcmp(a, "--spec") ? 1u : !strcmp(a, "--spec-draft-model") ? 2u : 4u;
+  if (s->given & bit) {
+    fprintf(stderr, "power %s: %s given more than once\n", cmd, a);
+    return -1;
+  }
+  s->given |= bit;
   if (!strcmp(a, "--spec")) {
     int m = engine_spec_parse(v);
     if (m < 0) {
@@ -121,6 +127,15 @@ int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i) 
     return -1;
   }
   (*i)++;
+  /* --stop repeats by design; every other option here takes one value. */
+  static const char *const canon[][2] = {{"-m", "--model"}, {"-n", "--n-predict"}, {"-t", "--threads"},
+                                         {"--temp", "--temperature"}};
+  const char *name = a;
+  for (size_t k = 0; k < sizeof canon / sizeof canon[0]; k++)
+    if (!strcmp(a, canon[k][0])) name = canon[k][1];
+  for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
+    if (!strcmp(name, with_value[k])) name = with_value[k]; /* a static string */
+  if (strcmp(name, "--stop") && cli_once(cmd, &o->seen, name)) return -1;
   if (!strcmp(a, "--model") || !strcmp(a, "-m")) o->model = v;
   else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
     if (cli_parse_long(cmd, a, v, 0, 1 << 20, &o->n_predict)) return -1;

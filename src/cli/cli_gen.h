@@ -4,6 +4,7 @@
 #ifndef PW_CLI_GEN_H
 #define PW_CLI_GEN_H
 
+#include "cli/cli.h"
 #include "engine/engine.h"
 #include "chat/prompt.h"
 
@@ -19,6 +20,7 @@ typedef struct spec_opts {
   int mode;                /* engine_spec_mode */
   const char *draft_model; /* borrowed from argv; NULL = none */
   long draft_max;          /* 0 = the engine's default */
+  unsigned given;          /* options seen (bits in option order): each may appear once */
 } spec_opts;
 
 /* Returns 1 when a (with its value v, which may be NULL) is a speculation
@@ -32,6 +34,7 @@ void spec_opts_apply(const spec_opts *s, engine_opts *eo);
 void spec_opts_usage(FILE *out);
 
 typedef struct gen_opts {
+  cli_seen seen; /* single-valued options given so far */
   const char *model;
   spec_opts spec;
   long threads, n_ctx, n_predict;

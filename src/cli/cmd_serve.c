@@ -8,6 +8,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "cli/cli.h"
 #include "cli/cli_gen.h"
 #include "engine/engine.h"
@@ -73,11 +74,24 @@ static void serve_usage(FILE *out) {
           "  --prompt-cache-bytes BYTES  KV bytes the entries may hold (default 1 GiB;\n"
           "                         suffixes K, M, G)\n"
           "  --prompt-cache-ttl S   idle seconds before an entry expires (default 600)\n"
-          "  --log-content          put prompt and output text in the request log (also\n"
-          "                         --log-text, POWER_LOG=debug); without it logs never hold\n"
-          "                         prompt or output text; never the prompt_cache_key\n"
+          "  --prompt-cache-tenant-entries N  entries one API key may hold (default: no\n"
+          "                         bound of its own within --prompt-cache-entries)\n"
+          "  --prompt-cache-tenant-bytes BYTES  KV bytes one API key's entries may hold\n"
+          "  --cors ORIGINS         answer browsers from these origins: '*' or a comma-separated\n"
+          "                         list (https://app.example,...); off by default\n"
+          "  --header-timeout S     a request's headers must arrive within S seconds (default 10)\n"
+          "  --body-timeout S       a request's body must arrive within S seconds of its\n"
+          "                         headers (default 60)\n"
+          "  --max-connections N    open connections (default 256)\n"
+          "  --max-per-client N     open connections per client address (default a quarter\n"
+          "                         of --max-connections; behind a proxy, raise it)\n"
+          "  --log-format F         text (default) or json: one object per line\n"
+          "  --log-text, --log-content  put prompt and output text in the request log (also\n"
+          "                         POWER_LOG=debug); never the prompt_cache_key\n"
           "  --receipt-key KEY.pem  sign every receipt with this Ed25519 key (power keygen)\n"
-          "  --no-request-log       no per-request line on stderr\n");
+          "  --no-request-log       no per-request line on stderr\n"
+          "Environment: POWER_API_KEYS (comma-separated keys; set but blank is an error),\n"
+          "POWER_LOG (error|warn|info|debug; anything else is an error).\n");
   spec_opts_usage(out);
 }
 
@@ -108,10 +122,21 @@ int cmd_serve(int argc, char **argv) {
   long cache_entries = 0;
   size_t cache_bytes = 0;
   double cache_ttl = 0;
+  long tenant_entries = 0;
+  size_t tenant_bytes = 0;
   spec_opts spec = {0};
   const char *lv = getenv("POWER_LOG");
+  if (pw_log_check_env()) {
+    fprintf(stderr, "power serve: POWER_LOG='%s' is not a level (error, warn, info or debug)\n", lv);
+    return 2;
+  }
   int log_requests = lv && !strcmp(lv, "debug") ? 2 : 1;
   bool log_text = false, no_log = false;
+  const char *cors = NULL;
+  double header_s = 0, body_s = 0;
+  long max_conn = 0, per_client = 0;
+  int log_json = 0;
+  cli_seen seen = {0};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -139,6 +164,16 @@ int cmd_serve(int argc, char **argv) {
     }
     i++;
     int bad = 0;
+    const char *name = !strcmp(a, "-m") ? "--model" : !strcmp(a, "-t") ? "--threads"
+                       : !strcmp(a, "--request-timeout") ? "--timeout" : a;
+    static const char *const once[] = {"--model", "--host", "--port", "--threads", "--parallel", "--queue", "--ctx",
+                                       "--api-key-file", "--timeout", "--max-body", "--drain-timeout",
+                                       "--prompt-cache-entries", "--prompt-cache-bytes", "--prompt-cache-ttl",
+                                       "--cors", "--header-timeout", "--body-timeout", "--max-connections",
+                                       "--max-per-client", "--log-format", "--prompt-cache-tenant-entries",
+                                       "--prompt-cache-tenant-bytes", "--receipt-key"};
+    for (size_t k = 0; k < sizeof once / sizeof once[0]; k++)
+      if (!strcmp(name, once[k]) && cli_once("serve", &seen, once[k])) return 2;
     if (!strcmp(a, "--model") || !strcmp(a, "-m")) model = v;
     else if (!strcmp(a, "--host")) host = v;
     else if (!strcmp(a, "--port")) bad = cli_parse_long("serve", a, v, 0, 65535, &port);
@@ -156,6 +191,20 @@ int cmd_serve(int argc, char **argv) {
     else if (!strcmp(a, "--prompt-cache-entries")) bad = parse_cache_entries(a, v, &cache_entries);
     else if (!strcmp(a, "--prompt-cache-bytes")) bad = parse_bytes(a, v, &cache_bytes);
     else if (!strcmp(a, "--prompt-cache-ttl")) bad = cli_parse_double("serve", a, v, 0.001, 1e9, &cache_ttl);
+    else if (!strcmp(a, "--prompt-cache-tenant-entries")) bad = cli_parse_long("serve", a, v, 1, 4096, &tenant_entries);
+    else if (!strcmp(a, "--prompt-cache-tenant-bytes")) bad = parse_bytes(a, v, &tenant_bytes);
+    else if (!strcmp(a, "--cors")) cors = v;
+    else if (!strcmp(a, "--header-timeout")) bad = cli_parse_double("serve", a, v, 0.1, 3600, &header_s);
+    else if (!strcmp(a, "--body-timeout")) bad = cli_parse_double("serve", a, v, 0.1, 86400, &body_s);
+    else if (!strcmp(a, "--max-connections")) bad = cli_parse_long("serve", a, v, 1, 65536, &max_conn);
+    else if (!strcmp(a, "--max-per-client")) bad = cli_parse_long("serve", a, v, 1, 65536, &per_client);
+    else if (!strcmp(a, "--log-format")) {
+      if (!strcmp(v, "json")) log_json = 1;
+      else if (strcmp(v, "text")) {
+        fprintf(stderr, "power serve: invalid value for --log-format: '%s' (text or json)\n", v);
+        bad = 1;
+      }
+    }
     else {
       fprintf(stderr, "power serve: unknown option %s (try --help)\n", a);
       return 2;
@@ -163,6 +212,7 @@ int cmd_serve(int argc, char **argv) {
     if (bad) return 2;
   }
   if (spec_opts_check("serve", &spec)) return 2;
+  if (log_json) pw_log_set_format(PW_LOG_JSON);
   if (log_text) log_requests = 2;
   if (no_log) log_requests = 0;
   char err[PW_ERRMAX] = "";
@@ -200,6 +250,8 @@ int cmd_serve(int argc, char **argv) {
   eo.prompt_cache_entries = (int)cache_entries;
   eo.prompt_cache_bytes = cache_bytes;
   eo.prompt_cache_ttl_s = cache_ttl;
+  eo.prompt_cache_owner_entries = (int)tenant_entries;
+  eo.prompt_cache_owner_bytes = tenant_bytes;
   engine *e = NULL;
   if (engine_create(&eo, &e, err)) {
     fprintf(stderr, "power serve: %s\n", err);
@@ -217,6 +269,12 @@ int cmd_serve(int argc, char **argv) {
   so.api_keys = getenv("POWER_API_KEYS");
   so.spec_mode = engine_spec_name(spec.mode);
   so.log_requests = log_requests;
+  so.log_json = log_json;
+  so.cors_origins = cors;
+  so.header_timeout_s = header_s;
+  so.body_timeout_s = body_s;
+  so.max_connections = (int)max_conn;
+  so.max_per_client = (int)per_client;
   so.replica_id = replica_id;
   so.receipt_key_path = receipt_key;
   server *s = NULL;
@@ -225,24 +283,22 @@ int cmd_serve(int argc, char **argv) {
     engine_destroy(e);
     return 1;
   }
-  const char *fmt = strchr(host, ':') ? "power: serving %s on http://[%s]:%d\n" : "power: serving %s on http://%s:%d\n";
-  fprintf(stderr, fmt, engine_model_id(e), host, server_port(s));
+  /* The bound port, also when --port 0 let the system pick one. */
+  const char *fmt = strchr(host, ':') ? "serving %s on http://[%s]:%d" : "serving %s on http://%s:%d";
+  pw_log_notice(fmt, engine_model_id(e), host, server_port(s));
   if (spec.mode != ENGINE_SPEC_OFF)
-    fprintf(stderr, "power: speculation %s%s%s\n", engine_spec_name(spec.mode), spec.draft_model ? " with draft " : "",
-            spec.draft_model ? spec.draft_model : "");
-  fflush(stderr);
+    pw_log_notice("speculation %s%s%s", engine_spec_name(spec.mode), spec.draft_model ? " with draft " : "",
+                  spec.draft_model ? spec.draft_model : "");
 
   unsigned char sig = 0;
   while (read(g_sig_pipe[0], &sig, 1) < 0 && errno == EINTR) {
   }
-  fprintf(stderr, "power: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  pw_log_notice("%s received, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
   if (drain_delay_s > 0) {
     /* Still serving, but out of the balancer's pool once its health check
      * sees the 503; a second signal cuts the delay short. */
     server_drain_notice(s);
-    fprintf(stderr, "power: draining: /health answers 503 for %.1f s before new connections are refused\n",
-            drain_delay_s);
-    fflush(stderr);
+    pw_log_notice("draining: /health answers 503 for %.1f s before new connections are refused", drain_delay_s);
     uint64_t until = pw_now_ns() + (uint64_t)(drain_delay_s * 1e9);
     for (;;) {
       uint64_t now = pw_now_ns();
@@ -263,7 +319,7 @@ int cmd_serve(int argc, char **argv) {
     int left = grace_ms - (int)((pw_now_ns() - t0) / 1000000u);
     rc = server_drain(s, left > 100 ? left : 100);
   }
-  if (rc) fprintf(stderr, "power: requests still running after %.1f s are cancelled\n", drain_s);
+  if (rc) pw_log_notice("requests still running after %.1f s are cancelled", drain_s);
   server_stop(s);
   engine_destroy(e);
   close(g_sig_pipe[0]);

@@ -1,6 +1,7 @@
 /* main.c - the `power` command: dispatches to subcommands. The CLI is the
  * only layer that wires the others together. */
 #include "cli/cli.h"
+#include "base/log.h"
 #include "cli/cmd_ab.h"
 #include "cli/cmd_bench.h"
 #include "cli/cmd_serve.h"
@@ -13,6 +14,7 @@
 #include "power.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct subcommand {
@@ -71,6 +73,10 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "--version")) {
     printf("power %s\n", pw_version());
     return 0;
+  }
+  if (pw_log_check_env()) {
+    fprintf(stderr, "power: POWER_LOG='%s' is not a level (error, warn, info or debug)\n", getenv("POWER_LOG"));
+    return 2;
   }
   for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
     if (!strcmp(argv[1], k_cmds[i].name)) return k_cmds[i].fn(argc - 1, argv + 1);

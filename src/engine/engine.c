@@ -123,6 +123,9 @@ static int resolve_opts(const engine_opts *opts, engine_opts *out, const drafter
                      CACHE_MAX_ENTRIES);
   if (!(o.prompt_cache_ttl_s > 0) || o.prompt_cache_ttl_s > 1e9)
     return pw_seterr(err, PW_EINVAL, "engine: prompt_cache_ttl_s %g out of range", o.prompt_cache_ttl_s);
+  if (o.prompt_cache_owner_entries < 0 || o.prompt_cache_owner_entries > CACHE_MAX_ENTRIES)
+    return pw_seterr(err, PW_EINVAL, "engine: prompt_cache_owner_entries %d out of range [0, %d]",
+                     o.prompt_cache_owner_entries, CACHE_MAX_ENTRIES);
   /* Every active sequence must fit its decode token into one step. */
   if (o.step_tokens < o.max_active) o.step_tokens = o.max_active;
 

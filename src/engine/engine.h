@@ -94,6 +94,9 @@ typedef struct engine_opts {
   int prompt_cache_entries;     /* most cached sequences; 0 = 8; -1 = disabled */
   size_t prompt_cache_bytes;    /* most KV bytes held by entries; 0 = 1 GiB */
   double prompt_cache_ttl_s;    /* idle time before an entry expires; 0 = 600 */
+  int prompt_cache_owner_entries;   /* most entries one owner (engine_params.cache_owner) holds;
+                                     * 0 = no bound of its own (the global bounds apply) */
+  size_t prompt_cache_owner_bytes;  /* most KV bytes one owner's entries hold; 0 = no bound of its own */
   /* Testing: target forward pass number fail_pass (1 = the first) fails as
    * if the model had (PW_EINTERNAL), so tests can check what a failed
    * batch leaves behind. 0 = never. */
@@ -166,6 +169,12 @@ typedef struct engine_params {
    * max_active ones, so caching never lowers the running capacity. */
   bool has_cache_key;
   uint8_t cache_key[32];
+  /* Who the entry counts against (the server: the tenant's API key
+   * digest; all zero = the anonymous owner). An owner at its quota
+   * (prompt_cache_owner_entries / _bytes) evicts its own least recently
+   * used entries, never another owner's; the global bounds still apply
+   * to all entries together. */
+  uint8_t cache_owner[32];
   /* Constrained decoding: the generated text follows this grammar (NULL =
    * none). Before the sampler chain runs, every token the grammar does not
    * allow next gets logit -inf (logprobs still describe the model's raw

@@ -52,6 +52,7 @@ typedef struct cache_ent {
   bool used;        /* the record holds an entry */
   bool busy;        /* taken by a running request */
   uint8_t key[32];
+  uint8_t owner[32]; /* engine_params.cache_owner of the request that stored it */
   int slot;         /* KV slot (the running request's while busy) */
   int n_tok;
   int32_t *toks;    /* [n_ctx], owned */
@@ -70,6 +71,7 @@ struct engine_req {
   int ring_cap; /* events; one slot is kept for the final DONE/ERROR */
   bool has_key;
   uint8_t key[32];
+  uint8_t owner[32]; /* engine_params.cache_owner */
 
   /* ---- shared with callers, guarded by mu ---- */
   pthread_mutex_t mu;

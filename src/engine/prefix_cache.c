@@ -52,6 +52,23 @@ static cache_ent *cache_lru(engine *e) {
   return best;
 }
 
+/* One owner's entries (busy ones included) and the KV bytes of its idle
+ * ones; its least recently used idle entry, other than keep. */
+static int owner_usage(engine *e, const uint8_t owner[32], const cache_ent *keep, size_t *bytes, cache_ent **lru) {
+  int n = 0;
+  *bytes = 0;
+  *lru = NULL;
+  for (int i = 0; i < e->n_cache; i++) {
+    cache_ent *c = &e->cache[i];
+    if (!c->used || memcmp(c->owner, owner, 32)) continue;
+    n++;
+    if (c->busy) continue;
+    *bytes += (size_t)c->n_tok * e->tok_bytes;
+    if (c != keep && (!*lru || c->last_ns < (*lru)->last_ns)) *lru = c;
+  }
+  return n;
+}
+
 /* KV bytes of the idle entries (a busy entry's KV is a running sequence's). */
 size_t eng_cache_bytes(const engine *e) {
   size_t n = 0;
@@ -113,7 +130,8 @@ static void cache_store(engine *e, engine_req *r, int status) {
   int slot = r->slot;
   int n = r->n_fed;
   PW_ASSERT(model_kv_len(e->kv, slot) >= n);
-  bool keep = status == 0 && n > 0 && (size_t)n * e->tok_bytes <= e->o.prompt_cache_bytes;
+  bool keep = status == 0 && n > 0 && (size_t)n * e->tok_bytes <= e->o.prompt_cache_bytes &&
+              (!e->o.prompt_cache_owner_bytes || (size_t)n * e->tok_bytes <= e->o.prompt_cache_owner_bytes);
   cache_ent *ce = r->ent ? r->ent : cache_find(e, r->key);
   r->slot = -1;
   if (ce && ce->busy && ce != r->ent) { /* someone else's running entry */
@@ -139,6 +157,18 @@ static void cache_store(engine *e, engine_req *r, int status) {
       slot_free(e, slot);
       return;
     }
+    /* An owner at its entry quota replaces its own oldest entry. */
+    size_t ob;
+    cache_ent *own = NULL;
+    if (e->o.prompt_cache_owner_entries > 0 &&
+        owner_usage(e, r->owner, NULL, &ob, &own) >= e->o.prompt_cache_owner_entries) {
+      if (!own) { /* all its entries are in use */
+        slot_free(e, slot);
+        return;
+      }
+      cache_drop(e, own, true);
+      ce = own;
+    }
     for (int i = 0; i < e->n_cache && !ce; i++)
       if (!e->cache[i].used) ce = &e->cache[i];
     if (!ce) {
@@ -153,6 +183,7 @@ static void cache_store(engine *e, engine_req *r, int status) {
     ce->used = true;
     ce->busy = false;
     memcpy(ce->key, r->key, 32);
+    memcpy(ce->owner, r->owner, 32);
   }
   ce->slot = slot;
   ce->n_tok = n;
@@ -165,6 +196,14 @@ static void cache_store(engine *e, engine_req *r, int status) {
     cache_ent *old = cache_lru(e);
     if (!old) break;
     cache_drop(e, old, true);
+  }
+  /* The owner's byte quota: its own entries only, oldest first. */
+  for (int guard = 0; e->o.prompt_cache_owner_bytes && guard < e->n_cache; guard++) {
+    size_t ob;
+    cache_ent *own;
+    owner_usage(e, ce->owner, ce, &ob, &own);
+    if (ob <= e->o.prompt_cache_owner_bytes || !own) break;
+    cache_drop(e, own, true);
   }
 }
 

@@ -239,6 +239,7 @@ int engine_submit(engine *e, const engine_params *p, engine_req **out, char *err
   r->n_prompt = p->n_prompt;
   r->has_key = p->has_cache_key;
   if (p->has_cache_key) memcpy(r->key, p->cache_key, sizeof r->key);
+  if (p->has_cache_key) memcpy(r->owner, p->cache_owner, sizeof r->owner);
   r->spec = e->o.spec_mode != ENGINE_SPEC_OFF && !p->spec_off && !p->embedding;
   r->spec_k = e->o.spec_draft_max;
   r->embedding = p->embedding;

@@ -71,6 +71,7 @@ int auth_keys_create(const char *file, const char *list, auth_keys **out, char *
   int rc = 0;
   if (file && (rc = load_file(k, file, err))) goto fail;
   if (list) {
+    int before = k->n;
     const char *s = list;
     while (*s) {
       const char *c = strchr(s, ',');
@@ -78,6 +79,12 @@ int auth_keys_create(const char *file, const char *list, auth_keys **out, char *
       if ((rc = add_trimmed(k, s, n, err))) goto fail;
       s += n;
       if (*s == ',') s++;
+    }
+    /* A key list that is set but holds no key (blank, commas, white space)
+     * is a mistake, not a request for an open server. */
+    if (k->n == before) {
+      rc = pw_seterr(err, PW_EINVAL, "the API key list is set but holds no key (unset it to serve without keys)");
+      goto fail;
     }
   }
   *out = k;

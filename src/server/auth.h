@@ -22,7 +22,8 @@ typedef struct auth_keys auth_keys;
  * starting with '#' ignored; surrounding whitespace trimmed) and/or a
  * comma-separated list (e.g. $POWER_API_KEYS). Either may be NULL. A file
  * that holds no key is an error (PW_EINVAL), as is an unreadable one
- * (PW_EIO). With neither source the set is empty: every request passes.
+ * (PW_EIO), and so is a list that is given (non-NULL) but holds no key
+ * (empty, blank, only commas): that is a misconfiguration, not "open". With neither source the set is empty: every request passes.
  * *out is owned by the caller (auth_keys_destroy). */
 int auth_keys_create(const char *file, const char *list, auth_keys **out, char *err);
 void auth_keys_destroy(auth_keys *k);

@@ -9,10 +9,6 @@ static const int k_status[METRICS_N_STATUS - 1] = {200, 400, 401, 404, 405, 408,
 static const double k_ttft_le[METRICS_N_TTFT - 1] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 static const double k_itl_le[METRICS_N_ITL - 1] = {0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28};
 
-static const char *const k_ep_names[MEP_COUNT] = {
-    "chat_completions", "completions", "embeddings", "models", "health",
-    "metrics",          "tokenize",    "detokenize", "other"};
-
 static const char *const k_refusal_names[MREF_COUNT] = {
     "overloaded", "timeout",  "context",       "invalid",     "unauthorized", "too_large",
     "not_found",  "method",   "shutting_down", "slow_client", "internal"};
@@ -36,19 +32,31 @@ metrics_refusal metrics_refusal_for(int http_status, const char *code) {
   }
 }
 
-const char *metrics_endpoint_name(metrics_endpoint ep) {
-  return (unsigned)ep < MEP_COUNT ? k_ep_names[ep] : "other";
+const char *metrics_endpoint_name(const metrics *m, metrics_endpoint ep) {
+  return ep > 0 && ep < m->n_ep ? m->ep_names[ep] : "other";
 }
 
 static void add(uint64_t *p, uint64_t v) { __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 static uint64_t get(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
 
-void metrics_init(metrics *m) { memset(m, 0, sizeof *m); }
+void metrics_init(metrics *m) {
+  memset(m, 0, sizeof *m);
+  m->ep_names[MEP_OTHER] = "other";
+  m->n_ep = 1;
+}
+
+metrics_endpoint metrics_endpoint_add(metrics *m, const char *name) {
+  for (int i = 0; i < m->n_ep; i++)
+    if (!strcmp(m->ep_names[i], name)) return i;
+  if (m->n_ep >= METRICS_MAX_EP) return MEP_OTHER;
+  m->ep_names[m->n_ep] = name;
+  return m->n_ep++;
+}
 
 void metrics_set_replica(metrics *m, const char *id) { snprintf(m->replica, sizeof m->replica, "%s", id ? id : ""); }
 
 void metrics_request(metrics *m, metrics_endpoint ep, int http_status) {
-  if ((unsigned)ep >= MEP_COUNT) ep = MEP_OTHER;
+  if (ep < 0 || ep >= m->n_ep) ep = MEP_OTHER;
   int s = METRICS_N_STATUS - 1;
   for (int i = 0; i < METRICS_N_STATUS - 1; i++)
     if (k_status[i] == http_status) s = i;
@@ -71,6 +79,9 @@ static void observe(metrics_hist *h, const double *le, int n_le, uint64_t ns) {
 void metrics_ttft(metrics *m, uint64_t ns) { observe(&m->ttft, k_ttft_le, METRICS_N_TTFT - 1, ns); }
 void metrics_itl(metrics *m, uint64_t ns) { observe(&m->itl, k_itl_le, METRICS_N_ITL - 1, ns); }
 void metrics_disconnect(metrics *m) { add(&m->disconnects, 1); }
+void metrics_connections(metrics *m, int delta) { __atomic_fetch_add(&m->connections, (int64_t)delta, __ATOMIC_RELAXED); }
+void metrics_inflight(metrics *m, int delta) { __atomic_fetch_add(&m->inflight, (int64_t)delta, __ATOMIC_RELAXED); }
+void metrics_deadline_cut(metrics *m) { add(&m->deadline_cuts, 1); }
 void metrics_tokens(metrics *m, uint64_t n) { add(&m->streamed_tokens, n); }
 void metrics_refusal_count(metrics *m, metrics_refusal why) {
   if ((unsigned)why >= MREF_COUNT) why = MREF_INTERNAL;
@@ -127,15 +138,15 @@ void metrics_render(const metrics *m, const engine_stats *st, sbuf *out) {
     sbuf_printf(out, "power_replica_info{replica=\"%s\"} 1\n", m->replica);
   }
   header(out, "power_http_requests_total", "counter", "HTTP requests answered, by endpoint and status.");
-  for (int e = 0; e < MEP_COUNT; e++)
-    for (int s = 0; s < METRICS_N_STATUS; s++) {
+  for (int i = 1; i <= m->n_ep; i++) /* "other" last */
+    for (int s = 0, e = i == m->n_ep ? MEP_OTHER : i; s < METRICS_N_STATUS; s++) {
       uint64_t v = get(&m->requests[e][s]);
       if (!v) continue;
       if (s < METRICS_N_STATUS - 1)
-        sbuf_printf(out, "power_http_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", k_ep_names[e],
+        sbuf_printf(out, "power_http_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", m->ep_names[e],
                     k_status[s], (unsigned long long)v);
       else
-        sbuf_printf(out, "power_http_requests_total{endpoint=\"%s\",status=\"other\"} %llu\n", k_ep_names[e],
+        sbuf_printf(out, "power_http_requests_total{endpoint=\"%s\",status=\"other\"} %llu\n", m->ep_names[e],
                     (unsigned long long)v);
     }
   hist(out, "power_time_to_first_token_seconds", "Time from request arrival to the first generated token.",
@@ -144,6 +155,13 @@ void metrics_render(const metrics *m, const engine_stats *st, sbuf *out) {
        &m->itl, k_itl_le, METRICS_N_ITL - 1);
   counter(out, "power_client_disconnects_total", "Clients that went away before their response ended.",
           get(&m->disconnects));
+  gauge(out, "power_http_connections", "Open client TCP connections.",
+        (long long)__atomic_load_n(&m->connections, __ATOMIC_RELAXED));
+  gauge(out, "power_http_requests_in_flight", "Requests received and not yet fully answered.",
+        (long long)__atomic_load_n(&m->inflight, __ATOMIC_RELAXED));
+  counter(out, "power_http_deadline_closes_total",
+          "Connections closed because their headers or body did not arrive within the deadline.",
+          get(&m->deadline_cuts));
   counter(out, "power_response_tokens_total", "Generated tokens delivered to clients.",
           get(&m->streamed_tokens));
   header(out, "power_requests_refused_total", "counter",

@@ -13,18 +13,12 @@
 
 #include <stdint.h>
 
-typedef enum metrics_endpoint {
-  MEP_CHAT = 0,
-  MEP_COMPLETIONS,
-  MEP_EMBEDDINGS,
-  MEP_MODELS,
-  MEP_HEALTH,
-  MEP_METRICS,
-  MEP_TOKENIZE,
-  MEP_DETOKENIZE,
-  MEP_OTHER,
-  MEP_COUNT
-} metrics_endpoint;
+/* An endpoint label: an index into metrics.ep_names. The server registers
+ * one per distinct metrics name of its route table (metrics_endpoint_add);
+ * MEP_OTHER is the label of requests that matched no route. */
+typedef int metrics_endpoint;
+#define MEP_OTHER 0
+#define METRICS_MAX_EP 32 /* endpoint labels, "other" included */
 
 /* Why a request was refused or failed (power_requests_refused_total's
  * "reason" label). */
@@ -54,16 +48,26 @@ typedef struct metrics_hist {
 } metrics_hist;
 
 typedef struct metrics {
-  uint64_t requests[MEP_COUNT][METRICS_N_STATUS];
+  const char *ep_names[METRICS_MAX_EP]; /* borrowed (static strings); [0] = "other" */
+  int n_ep;
+  uint64_t requests[METRICS_MAX_EP][METRICS_N_STATUS];
   metrics_hist ttft, itl;
   uint64_t disconnects; /* clients gone before their response ended */
   uint64_t streamed_tokens; /* tokens sent to clients (streamed or not) */
   uint64_t refusals[MREF_COUNT];
+  int64_t connections;    /* gauge: open TCP connections */
+  int64_t inflight;       /* gauge: requests between their headers and the end of their answer */
+  uint64_t deadline_cuts; /* connections closed because headers or body missed their deadline */
   char replica[128]; /* power_replica_info's label value; "" = series omitted */
 } metrics;
 
-/* Zeroes m. */
+/* Zeroes m and registers the "other" label. */
 void metrics_init(metrics *m);
+/* The label for name (borrowed; must outlive m), registered on first use.
+ * Not thread-safe: register every label before serving. Past
+ * METRICS_MAX_EP labels, MEP_OTHER. */
+metrics_endpoint metrics_endpoint_add(metrics *m, const char *name);
+
 /* Names the replica in power_replica_info{replica="..."} 1, the series that
  * tells a scraper behind a load balancer which replica answered. id must
  * need no escaping (the server checks it); longer than 127 bytes is cut. */
@@ -73,6 +77,9 @@ void metrics_request(metrics *m, metrics_endpoint ep, int http_status);
 void metrics_ttft(metrics *m, uint64_t ns);
 void metrics_itl(metrics *m, uint64_t ns);
 void metrics_disconnect(metrics *m);
+void metrics_connections(metrics *m, int delta);
+void metrics_inflight(metrics *m, int delta);
+void metrics_deadline_cut(metrics *m);
 void metrics_tokens(metrics *m, uint64_t n);
 void metrics_refusal_count(metrics *m, metrics_refusal why);
 /* The reason for an error answer: its HTTP status and API error code
@@ -81,7 +88,7 @@ void metrics_refusal_count(metrics *m, metrics_refusal why);
 metrics_refusal metrics_refusal_for(int http_status, const char *code);
 const char *metrics_refusal_name(metrics_refusal why);
 /* Name of an endpoint label value ("chat_completions", ...). */
-const char *metrics_endpoint_name(metrics_endpoint ep);
+const char *metrics_endpoint_name(const metrics *m, metrics_endpoint ep);
 /* Appends the exposition text. st may be NULL (engine series omitted).
  * Engine series include speculation (power_spec_*), the prefix cache
  * (power_prompt_cache_*), batch size per step and KV bytes in use. */

@@ -140,8 +140,13 @@ static int int_value(json_t *v, long long lo, long long hi, long long *out) {
   if (json_is_real(v)) {
     double d = json_real_value(v);
     if (d != floor(d)) return PW_EINVAL;
-    if (!(d >= (double)lo && d <= (double)hi)) return PW_ERANGE;
-    *out = (long long)d;
+    /* Only [-2^63, 2^63) converts to long long; (double)INT64_MAX rounds
+     * up to 2^63, so comparing against (double)hi would let 2^63 through
+     * into an undefined conversion. Bound first, then compare exactly. */
+    if (!(d >= -0x1p63 && d < 0x1p63)) return PW_ERANGE;
+    long long x = (long long)d;
+    if (x < lo || x > hi) return PW_ERANGE;
+    *out = x;
     return 0;
   }
   return PW_EINVAL;
@@ -174,11 +179,67 @@ static int check_nonempty_array_unsupported(json_t *root, const char *key, oai_e
   return unsupported(e, key, " (no tool or function calling)");
 }
 
+/* Fields llama.cpp's server takes that this server does not implement.
+ * Clients written for it send them; ignoring them would change what the
+ * client gets without telling it, so each is refused by name unless its
+ * value is the neutral one (which asks for nothing). */
+typedef struct foreign_field {
+  const char *name;
+  unsigned kinds;  /* 1 << OAI_CHAT | 1 << OAI_COMPLETION */
+  int neutral;     /* 0: any value is refused; 1: this number is accepted; 2: this boolean */
+  double num;      /* the neutral number, or the neutral boolean (0 / 1) */
+} foreign_field;
+
+#define FF_GEN ((1u << OAI_CHAT) | (1u << OAI_COMPLETION))
+#define FF_CHAT (1u << OAI_CHAT)
+static const foreign_field k_foreign[] = {
+    {"chat_template_kwargs", FF_CHAT, 0, 0}, {"chat_template", FF_CHAT, 0, 0},
+    {"reasoning_effort", FF_CHAT, 0, 0},     {"reasoning_format", FF_CHAT, 0, 0},
+    {"enable_thinking", FF_CHAT, 0, 0},      {"continue_final_message", FF_CHAT, 2, 0},
+    {"add_generation_prompt", FF_CHAT, 2, 1}, {"parse_tool_calls", FF_CHAT, 2, 0},
+    {"modalities", FF_CHAT, 0, 0},           {"audio", FF_CHAT, 0, 0},
+    {"prediction", FF_CHAT, 0, 0},           {"web_search_options", FF_CHAT, 0, 0},
+    {"mirostat", FF_GEN, 1, 0},              {"mirostat_tau", FF_GEN, 0, 0},
+    {"mirostat_eta", FF_GEN, 0, 0},          {"typical_p", FF_GEN, 1, 1},
+    {"tfs_z", FF_GEN, 1, 1},                 {"top_n_sigma", FF_GEN, 1, -1},
+    {"dynatemp_range", FF_GEN, 1, 0},        {"dynatemp_exponent", FF_GEN, 0, 0},
+    {"xtc_probability", FF_GEN, 1, 0},       {"xtc_threshold", FF_GEN, 0, 0},
+    {"dry_multiplier", FF_GEN, 1, 0},        {"dry_base", FF_GEN, 0, 0},
+    {"dry_allowed_length", FF_GEN, 0, 0},    {"dry_penalty_last_n", FF_GEN, 0, 0},
+    {"dry_sequence_breakers", FF_GEN, 0, 0}, {"repeat_last_n", FF_GEN, 0, 0},
+    {"penalty_last_n", FF_GEN, 0, 0},        {"penalize_nl", FF_GEN, 2, 0},
+    {"ignore_eos", FF_GEN, 2, 0},            {"n_probs", FF_GEN, 1, 0},
+    {"n_keep", FF_GEN, 0, 0},                {"min_keep", FF_GEN, 0, 0},
+    {"n_indent", FF_GEN, 0, 0},              {"id_slot", FF_GEN, 1, -1},
+    {"slot_id", FF_GEN, 1, -1},              {"samplers", FF_GEN, 0, 0},
+    {"t_max_predict_ms", FF_GEN, 0, 0},      {"image_data", FF_GEN, 0, 0},
+    {"lora", FF_GEN, 0, 0},                  {"return_tokens", FF_GEN, 2, 0},
+    {"post_sampling_probs", FF_GEN, 2, 0},   {"timings_per_token", FF_GEN, 2, 0},
+    {"response_fields", FF_GEN, 0, 0},       {"json_schema", FF_GEN, 0, 0}, /* response_format is the way */
+};
+
+static int check_foreign_fields(oai_kind kind, json_t *root, oai_error *e) {
+  for (size_t i = 0; i < sizeof k_foreign / sizeof k_foreign[0]; i++) {
+    const foreign_field *f = &k_foreign[i];
+    if (!(f->kinds & (1u << kind))) continue;
+    json_t *v = field(root, f->name);
+    if (!v) continue;
+    if (f->neutral == 1 && json_is_number(v) && json_number_value(v) == f->num) continue;
+    if (f->neutral == 2 && json_is_boolean(v) && json_is_true(v) == (f->num != 0)) continue;
+    return unsupported(e, f->name, " (see the README's list of accepted fields)");
+  }
+  /* llama.cpp's name for max_tokens: honoured (below) when a number; and
+   * cache_prompt, a hint about implicit KV reuse that never changes the
+   * output, accepted as a boolean (reuse here is explicit:
+   * prompt_cache_key). */
+  json_t *cp = field(root, "cache_prompt");
+  if (cp && !json_is_boolean(cp))
+    return oai_seterr(e, 400, "invalid_type", "cache_prompt", "'cache_prompt' must be a boolean");
+  return 0;
+}
+
 static int check_common_unsupported(oai_kind kind, json_t *root, oai_error *e) {
-  long long n = 1;
-  bool given;
-  if (get_int(root, "n", 1, 1LL << 30, &n, &given, e)) return PW_EINVAL;
-  if (n != 1) return unsupported(e, "n", " (only n = 1)");
+  if ((kind == OAI_CHAT || kind == OAI_COMPLETION) && check_foreign_fields(kind, root, e)) return PW_EINVAL;
   if (kind == OAI_CHAT) {
     if (check_nonempty_array_unsupported(root, "tools", e)) return PW_EINVAL;
     if (check_nonempty_array_unsupported(root, "functions", e)) return PW_EINVAL;
@@ -337,8 +398,28 @@ static int parse_prompt(json_t *root, oai_request *r, oai_error *e) {
     return oai_seterr(e, 400, "invalid_type", "prompt", "'prompt' must be a string or an array of token ids");
   if (json_array_size(p) == 0) return oai_seterr(e, 400, "invalid_value", "prompt", "'prompt' must not be empty");
   if (all_ints(p)) return parse_ids(p, "prompt", &r->tokens, &r->n_tokens, e);
-  if (json_array_size(p) > 1)
-    return oai_seterr(e, 400, "unsupported_prompt", "prompt", "several prompts in one request are not supported");
+  if (json_array_size(p) > 1) {
+    /* Several prompts: strings and/or arrays of token ids, one choice (or
+     * n) each; the server tokenizes and checks them one at a time. */
+    if (json_array_size(p) > OAI_MAX_CHOICES)
+      return oai_seterr(e, 400, "invalid_value", "prompt", "'prompt' holds at most %d prompts", OAI_MAX_CHOICES);
+    size_t i;
+    json_t *v;
+    json_array_foreach(p, i, v) {
+      bool ok = (json_is_string(v) && json_string_length(v) > 0) ||
+                (json_is_array(v) && json_array_size(v) > 0 && json_array_size(v) <= OAI_MAX_TOKENS_IN && all_ints(v));
+      if (ok && json_is_array(v)) {
+        size_t j;
+        json_t *t;
+        json_array_foreach(v, j, t) if (json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX) ok = false;
+      }
+      if (!ok)
+        return oai_seterr(e, 400, "invalid_type", "prompt",
+                          "'prompt' items must be non-empty strings or arrays of non-negative token ids");
+    }
+    r->prompts = json_incref(p);
+    return 0;
+  }
   json_t *one = json_array_get(p, 0);
   if (json_is_string(one)) {
     r->text = json_string_value(one);
@@ -558,9 +639,23 @@ static int parse_generation(oai_kind kind, json_t *root, oai_request *r, oai_err
   bool has_mt, has_mct;
   if (get_int(root, "max_tokens", 1, 1 << 30, &mt, &has_mt, e)) return PW_EINVAL;
   if (get_int(root, "max_completion_tokens", 1, 1 << 30, &mct, &has_mct, e)) return PW_EINVAL;
-  r->max_tokens = has_mct ? (int)mct : has_mt ? (int)mt : 0;
+  long long np = 0;
+  bool has_np;
+  /* llama.cpp's n_predict: -1 means "until the context ends", as omitting max_tokens does. */
+  if (get_int(root, "n_predict", -1, 1 << 30, &np, &has_np, e)) return PW_EINVAL;
+  if (has_np && np == 0) return oai_seterr(e, 400, "invalid_value", "n_predict", "'n_predict' must be -1 or positive");
+  r->max_tokens = has_mct ? (int)mct : has_mt ? (int)mt : has_np && np > 0 ? (int)np : 0;
+
+  long long n = 1;
+  size_t n_prompts = r->prompts ? json_array_size(r->prompts) : 1;
+  if (get_int(root, "n", 1, OAI_MAX_CHOICES, &n, NULL, e)) return PW_EINVAL;
+  if ((size_t)n * n_prompts > OAI_MAX_CHOICES)
+    return oai_seterr(e, 400, "invalid_value", "n", "'n' times the number of prompts must be at most %d",
+                      OAI_MAX_CHOICES);
+  r->n_choices = (int)n;
 
   if (get_bool(root, "stream", &r->stream, e)) return PW_EINVAL;
+
   json_t *so = field(root, "stream_options");
   if (so) {
     if (!json_is_object(so))
@@ -740,6 +835,7 @@ void oai_request_free(oai_request *r) {
   json_decref(r->root);
   json_decref(r->messages);
   json_decref(r->inputs);
+  json_decref(r->prompts);
   grammar_destroy(r->grammar);
   free(r->tokens);
   free(r->logit_bias);
@@ -871,16 +967,27 @@ void oai_put_receipt(const oai_resp *o, sbuf *out) {
 void oai_sse_role(const oai_resp *o, sbuf *out) {
   sbuf_puts(out, "data: ");
   head(o, true, out);
-  sbuf_puts(out, ",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
-                 "\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+  sbuf_printf(out,
+              ",\"choices\":[{\"index\":%d,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
+              "\"logprobs\":null,\"finish_reason\":null}]}\n\n",
+              o->index);
 }
 
-/* The opening of choices[0] up to and including its logprobs: chat puts the
+/* The opening of choices[o->index] up to and including its logprobs: chat puts the
  * text in `content` of the object opened by chat_open (delta or message),
  * completions in `text`. */
+static void put_choice_body(const oai_resp *o, const char *chat_open, const char *text, size_t n,
+                            const oai_logprobs *lp, sbuf *out);
+
 static void put_choice_text(const oai_resp *o, const char *chat_open, const char *text, size_t n,
                             const oai_logprobs *lp, sbuf *out) {
-  sbuf_puts(out, ",\"choices\":[{\"index\":0,");
+  sbuf_printf(out, ",\"choices\":[{\"index\":%d,", o->index);
+  put_choice_body(o, chat_open, text, n, lp, out);
+}
+
+/* A choice after its "index": the message (chat) or text, and logprobs. */
+static void put_choice_body(const oai_resp *o, const char *chat_open, const char *text, size_t n,
+                            const oai_logprobs *lp, sbuf *out) {
   if (o->kind == OAI_CHAT) {
     sbuf_puts(out, chat_open);
     sbuf_puts(out, "\"content\":");
@@ -905,8 +1012,8 @@ void oai_sse_delta(const oai_resp *o, const char *text, size_t n, const oai_logp
 void oai_sse_finish(const oai_resp *o, engine_finish f, sbuf *out) {
   sbuf_puts(out, "data: ");
   head(o, true, out);
-  if (o->kind == OAI_CHAT) sbuf_puts(out, ",\"choices\":[{\"index\":0,\"delta\":{},");
-  else sbuf_puts(out, ",\"choices\":[{\"index\":0,\"text\":\"\",");
+  if (o->kind == OAI_CHAT) sbuf_printf(out, ",\"choices\":[{\"index\":%d,\"delta\":{},", o->index);
+  else sbuf_printf(out, ",\"choices\":[{\"index\":%d,\"text\":\"\",", o->index);
   sbuf_printf(out, "\"logprobs\":null,\"finish_reason\":\"%s\"}]", oai_finish_str(f));
   oai_put_receipt(o, out);
   sbuf_puts(out, "}\n\n");
@@ -943,10 +1050,102 @@ void oai_render_completion(const oai_resp *o, const char *text, size_t n, const 
   sbuf_puts(out, "}");
 }
 
+void oai_render_completion_choices(const oai_resp *o, const oai_choice *c, int n, const engine_usage *u,
+                                   sbuf *out) {
+  head(o, false, out);
+  sbuf_puts(out, ",\"choices\":[");
+  for (int i = 0; i < n; i++) {
+    sbuf_printf(out, "%s{\"index\":%d,", i ? "," : "", i);
+    put_choice_body(o, "\"message\":{\"role\":\"assistant\",", c[i].text ? c[i].text : "", c[i].len, c[i].lp, out);
+    sbuf_printf(out, ",\"finish_reason\":\"%s\"}", oai_finish_str(c[i].finish));
+  }
+  sbuf_puts(out, "],\"usage\":");
+  oai_render_usage(u, out);
+  put_speculation(o, u, out);
+  sbuf_puts(out, "}");
+}
+
 void oai_render_model(const char *id, long long created, sbuf *out) {
   sbuf_puts(out, "{\"id\":");
   sbuf_json_str(out, id, strlen(id));
   sbuf_printf(out, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"power\"}", created);
+}
+
+void oai_render_model_list(const char *id, long long created, sbuf *out) {
+  sbuf_puts(out, "{\"object\":\"list\",\"data\":[");
+  oai_render_model(id, created, out);
+  sbuf_puts(out, "]}");
+}
+
+void oai_render_health(bool ok, sbuf *out) {
+  sbuf_puts(out, ok ? "{\"status\":\"ok\"}" : "{\"status\":\"shutting_down\"}");
+}
+
+static void put_base64(sbuf *b, const unsigned char *p, size_t n) {
+  static const char k[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  sbuf_put(b, "\"", 1);
+  for (size_t i = 0; i < n; i += 3) {
+    unsigned v = (unsigned)p[i] << 16 | (i + 1 < n ? (unsigned)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+    char q[4] = {k[v >> 18 & 63], k[v >> 12 & 63], i + 1 < n ? k[v >> 6 & 63] : '=', i + 2 < n ? k[v & 63] : '='};
+    sbuf_put(b, q, 4);
+  }
+  sbuf_put(b, "\"", 1);
+}
+
+void oai_render_embeddings_begin(sbuf *out) { sbuf_puts(out, "{\"object\":\"list\",\"data\":["); }
+
+void oai_render_embedding(size_t index, const float *vec, int n, bool base64, sbuf *out) {
+  sbuf_printf(out, "%s{\"object\":\"embedding\",\"index\":%zu,\"embedding\":", index ? "," : "", index);
+  if (base64) {
+    put_base64(out, (const unsigned char *)vec, (size_t)n * sizeof(float));
+  } else {
+    sbuf_put(out, "[", 1);
+    for (int j = 0; j < n; j++) {
+      if (j) sbuf_put(out, ",", 1);
+      sbuf_json_num(out, vec[j]);
+    }
+    sbuf_put(out, "]", 1);
+  }
+  sbuf_put(out, "}", 1);
+}
+
+void oai_render_embeddings_end(const char *model, long long prompt_tokens, const oai_resp *ro, sbuf *out) {
+  sbuf_puts(out, "],\"model\":");
+  sbuf_json_str(out, model, strlen(model));
+  sbuf_printf(out, ",\"usage\":{\"prompt_tokens\":%lld,\"total_tokens\":%lld}", prompt_tokens, prompt_tokens);
+  if (ro) oai_put_receipt(ro, out);
+  sbuf_put(out, "}", 1);
+}
+
+void oai_render_receipt_key(const char *pem, const char *fingerprint, sbuf *out) {
+  sbuf_puts(out, "{\"alg\":\"ed25519\",\"public_key_pem\":");
+  sbuf_json_str(out, pem, strlen(pem));
+  sbuf_puts(out, ",\"key_sha256\":");
+  sbuf_json_str(out, fingerprint, strlen(fingerprint));
+  sbuf_put(out, "}", 1);
+}
+
+void oai_render_tokens(const int32_t *ids, int n, oai_piece_fn piece, void *ctx, sbuf *out) {
+  sbuf_puts(out, "{\"tokens\":[");
+  for (int i = 0; i < n; i++) {
+    if (i) sbuf_put(out, ",", 1);
+    if (piece) {
+      char buf[256];
+      int pn = piece(ctx, ids[i], buf, (int)sizeof buf);
+      sbuf_printf(out, "{\"id\":%d,\"piece\":", ids[i]);
+      sbuf_json_str(out, buf, (size_t)(pn > 0 ? pn : 0));
+      sbuf_put(out, "}", 1);
+    } else {
+      sbuf_printf(out, "%d", ids[i]);
+    }
+  }
+  sbuf_puts(out, "]}");
+}
+
+void oai_render_content(const char *text, size_t n, sbuf *out) {
+  sbuf_puts(out, "{\"content\":");
+  sbuf_json_str(out, text, n);
+  sbuf_puts(out, "}");
 }
 
 /* ---- logprobs ---------------------------------------------------------- */

@@ -12,9 +12,15 @@
  * Validation policy: malformed JSON, wrong types, out-of-range values and
  * missing required fields are 400 with `param` naming the field. Fields the
  * API defines but this server does not implement (tools, response_format
- * other than text, n != 1, suffix, echo, best_of > 1, dimensions, ...) are
- * 400 with code "unsupported_<field>" and never silently ignored. Fields
- * the API does not define are ignored, as OpenAI clients send extras.
+ * other than text, suffix, echo, best_of > 1, dimensions, ...) are
+ * 400 with code "unsupported_<field>" and never silently ignored; so are
+ * the llama.cpp server's own fields this server does not implement
+ * (chat_template_kwargs, reasoning_effort, mirostat, typical_p, samplers,
+ * ...: the table in oai.c, listed in the README) unless their value is
+ * the neutral one. n_predict is honoured as max_tokens; cache_prompt is
+ * accepted (it never changes the output). Other fields the API does not
+ * define are ignored, as OpenAI clients send extras. Integers given as
+ * reals are range-checked exactly before any conversion.
  * prompt_cache_key (chat and completions) must be 1..256 bytes of UTF-8
  * without control characters or leading/trailing white space; anything else
  * is 400 invalid_prompt_cache_key. */
@@ -66,6 +72,7 @@ void oai_render_error(const oai_error *e, sbuf *out);
 #define OAI_MAX_INPUTS 2048 /* embeddings inputs per request, as OpenAI */
 #define OAI_MAX_TOKENS_IN PROMPT_MAX_TOKENS /* token ids accepted in one array */
 #define OAI_CACHE_KEY_MAX 256     /* bytes of a prompt_cache_key */
+#define OAI_MAX_CHOICES 64        /* choices per request: n times the number of prompts */
 
 /* A validated request. Views point into root and live as long as it. */
 typedef struct oai_request {
@@ -77,6 +84,11 @@ typedef struct oai_request {
   size_t text_len;
   int32_t *tokens;            /* owned: completion prompt ids / detokenize ids; NULL if text */
   int n_tokens;
+  json_t *prompts;            /* owned, completions with several prompts: array of non-empty strings
+                               * and/or arrays of ids (validated); NULL = one prompt (text/tokens) */
+  int n_choices;              /* chat/completions: choices per prompt ("n"), 1..OAI_MAX_CHOICES;
+                               * choice i samples with seed + i. Streamed choices come one after
+                               * the other, each chunk naming its index */
   bool stream;
   bool include_usage;         /* stream_options.include_usage */
   bool logprobs;              /* report the chosen tokens' logprobs */
@@ -139,6 +151,7 @@ typedef struct oai_resp {
   const char *model;    /* borrowed */
   char fingerprint[24]; /* fp_<first 10 hex digits of the model's SHA-256> */
   const char *spec_mode; /* borrowed: speculation mode name; NULL = off (no "speculation" object) */
+  int index;            /* the choice SSE chunks belong to (streams of several choices); 0 at init */
   /* Evidence (see evidence/receipt.h), rendered after "usage" (and
    * "speculation") by the renderer of the final object or chunk when set:
    * "receipt" (canonical JSON), "receipt_sha256", and "timings" beside it. */
@@ -199,6 +212,16 @@ void oai_sse_keepalive(sbuf *out); /* ": keep-alive" comment */
  * o->spec_mode is set. */
 void oai_render_completion(const oai_resp *o, const char *text, size_t n, const oai_logprobs *lp,
                            engine_finish f, const engine_usage *u, sbuf *out);
+/* One choice of a response with several (n > 1, several prompts). */
+typedef struct oai_choice {
+  const char *text; /* borrowed */
+  size_t len;
+  const oai_logprobs *lp; /* borrowed; NULL = "logprobs": null */
+  engine_finish finish;
+} oai_choice;
+/* The whole object with n choices (index 0..n-1) and the summed usage. */
+void oai_render_completion_choices(const oai_resp *o, const oai_choice *c, int n, const engine_usage *u,
+                                   sbuf *out);
 /* "usage" object. */
 void oai_render_usage(const engine_usage *u, sbuf *out);
 /* The per-response speculation extension, rendered next to "usage" when
@@ -212,5 +235,21 @@ void oai_render_speculation(const char *mode, const engine_usage *u, sbuf *out);
 void oai_put_receipt(const oai_resp *o, sbuf *out);
 /* One model object of /v1/models. */
 void oai_render_model(const char *id, long long created, sbuf *out);
+/* The /v1/models list (one model). */
+void oai_render_model_list(const char *id, long long created, sbuf *out);
+/* /health: {"status":"ok"}, or {"status":"shutting_down"} when !ok. */
+void oai_render_health(bool ok, sbuf *out);
+/* The embeddings list: begin, one item per input (vec: n floats, as JSON
+ * numbers or base64 of the little-endian floats), end with the usage and
+ * ro's evidence members (ro may be NULL). */
+void oai_render_embeddings_begin(sbuf *out);
+void oai_render_embedding(size_t index, const float *vec, int n, bool base64, sbuf *out);
+void oai_render_embeddings_end(const char *model, long long prompt_tokens, const oai_resp *ro, sbuf *out);
+/* GET /v1/receipts/key: {"alg":"ed25519","public_key_pem":...,"key_sha256":...}. */
+void oai_render_receipt_key(const char *pem, const char *fingerprint, sbuf *out);
+/* /tokenize: {"tokens":[ids]}, or [{"id":..,"piece":..}] when piece is set. */
+void oai_render_tokens(const int32_t *ids, int n, oai_piece_fn piece, void *ctx, sbuf *out);
+/* /detokenize: {"content":text}. */
+void oai_render_content(const char *text, size_t n, sbuf *out);
 
 #endif

@@ -1,5 +1,7 @@
-/* server.c - libmicrohttpd glue: routing, auth, body limits, and driving
- * engine requests for the OpenAI endpoints. See server.h. */
+/* server.c - libmicrohttpd glue: the route table, auth, connection
+ * deadlines, body limits, CORS, the request log, and driving engine
+ * requests for the OpenAI endpoints. JSON bodies are rendered by oai.c.
+ * See server.h. */
 #include "server/server.h"
 
 #include "base/clock.h"
@@ -14,7 +16,9 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <malloc.h>
 #include <microhttpd.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -30,6 +34,86 @@
 #define WAIT_SLICE_MS 100    /* engine_next wait between hangup/shutdown checks */
 #define STOP_GRACE_MS 5000   /* after a cancel, how long to wait for the engine's last event */
 #define STREAM_BLOCK 16384   /* MHD buffer size for streamed responses */
+#define IDLE_TIMEOUT_S 120   /* MHD's inactivity timeout once a request is being answered */
+#define WATCH_TICK_MS 200    /* how often the deadline watchdog looks */
+#define TRIM_AFTER_BYTES ((size_t)1 << 20) /* bodies this large hand their memory back (malloc_trim) */
+#define MAX_CORS_ORIGINS 16
+
+typedef struct conn conn;
+typedef enum MHD_Result (*route_fn)(conn *k, struct MHD_Connection *c);
+
+enum { RM_GET = 1u, RM_POST = 2u }; /* GET implies HEAD */
+enum { RP_ROOT = 1u, RP_V1 = 2u };  /* where a path is served: /x, /v1/x */
+
+/* One row per endpoint. A new endpoint is one row and one handler: the
+ * dispatch, 404/405, the Allow header, CORS preflights, auth and the
+ * metrics label all come from here. */
+typedef struct route {
+  const char *path;   /* without the /v1 prefix; a trailing "{id}" matches one or more bytes */
+  unsigned prefixes;  /* RP_*: under which prefixes the path is served */
+  unsigned methods;   /* RM_* */
+  const char *metric; /* the endpoint label of power_http_requests_total */
+  bool is_public;     /* answered without an API key */
+  route_fn fn;        /* runs once the body (if any) is in */
+} route;
+
+static enum MHD_Result handle_chat(conn *k, struct MHD_Connection *c);
+static enum MHD_Result handle_completions(conn *k, struct MHD_Connection *c);
+static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c);
+static enum MHD_Result handle_tokenize(conn *k, struct MHD_Connection *c);
+static enum MHD_Result handle_detokenize(conn *k, struct MHD_Connection *c);
+static enum MHD_Result handle_models(conn *k, struct MHD_Connection *c);
+static enum MHD_Result handle_model(conn *k, struct MHD_Connection *c);
+static enum MHD_Result handle_health(conn *k, struct MHD_Connection *c);
+static enum MHD_Result handle_metrics(conn *k, struct MHD_Connection *c);
+static enum MHD_Result handle_receipt_key(conn *k, struct MHD_Connection *c);
+
+static const route k_routes[] = {
+    {"/chat/completions", RP_ROOT | RP_V1, RM_POST, "chat_completions", false, handle_chat},
+    {"/completions", RP_ROOT | RP_V1, RM_POST, "completions", false, handle_completions},
+    {"/embeddings", RP_ROOT | RP_V1, RM_POST, "embeddings", false, handle_embeddings},
+    {"/models", RP_ROOT | RP_V1, RM_GET, "models", false, handle_models},
+    {"/models/{id}", RP_ROOT | RP_V1, RM_GET, "models", false, handle_model},
+    {"/health", RP_ROOT, RM_GET, "health", true, handle_health},
+    {"/metrics", RP_ROOT, RM_GET, "metrics", false, handle_metrics},
+    {"/tokenize", RP_ROOT, RM_POST, "tokenize", false, handle_tokenize},
+    {"/detokenize", RP_ROOT, RM_POST, "detokenize", false, handle_detokenize},
+    {"/receipts/key", RP_ROOT | RP_V1, RM_GET, "receipts_key", false, handle_receipt_key},
+};
+#define N_ROUTES ((int)(sizeof k_routes / sizeof k_routes[0]))
+
+/* Per-TCP-connection state (MHD's socket context): the deadline the
+ * watchdog enforces. Linked in server.watch while the connection lives. */
+typedef enum watch_phase {
+  W_HEADERS = 0, /* waiting for (the rest of) a request's headers, or idle between requests */
+  W_BODY,        /* headers in, body arriving */
+  W_BUSY         /* being answered: no deadline here (admission deadlines, stream keep-alives) */
+} watch_phase;
+
+typedef struct watch {
+  struct watch *prev, *next;
+  int fd;
+  watch_phase phase;
+  uint64_t deadline; /* pw_now_ns by which the phase must end; 0 = none */
+  bool cut;          /* the watchdog shut the socket down */
+  int requests;      /* requests whose headers arrived on this connection */
+} watch;
+
+/* An error answer written straight to the socket, for a request MHD has
+ * not handed to us yet. Best effort: the connection closes anyway. */
+static void send_raw_error(int fd, const char *status, const char *type, const char *code, const char *msg) {
+  char body[256], all[512];
+  int bn = snprintf(body, sizeof body,
+                    "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,\"code\":\"%s\"}}", msg, type,
+                    code);
+  int n = snprintf(all, sizeof all,
+                   "HTTP/1.1 %s\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+                   status, bn, body);
+  if (n > 0 && n < (int)sizeof all) {
+    ssize_t w = send(fd, all, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)w;
+  }
+}
 
 struct server {
   struct MHD_Daemon *d;
@@ -37,15 +121,22 @@ struct server {
   auth_keys *keys;   /* owned */
   prompt_builder pb; /* owned */
   metrics m;
+  metrics_endpoint route_ep[N_ROUTES]; /* each row's metrics label */
   size_t max_body;
   double timeout_s;
   int keepalive_ms;
   int retry_after_s;
+  uint64_t header_ns, body_ns; /* deadlines: headers complete / body complete */
   const char *spec_mode; /* borrowed (server_opts); NULL = speculation off */
   int log_requests;      /* server_opts.log_requests */
-  FILE *log_out;         /* borrowed */
-  pthread_mutex_t log_mu; /* one request line at a time */
+  bool log_json;         /* server_opts.log_json */
+  FILE *log_out;         /* borrowed; NULL = the process log (stderr) */
+  pthread_mutex_t log_mu; /* one request line at a time on log_out */
+  char *cors;            /* owned copy of server_opts.cors_origins; NULL = CORS off */
+  const char *cors_list[MAX_CORS_ORIGINS]; /* views into cors */
+  int n_cors;            /* 0 with cors set = "*" */
   int port;
+  int listen_fd;     /* ours until MHD owns it (MHD_OPTION_LISTEN_SOCKET) */
   int quiesced_fd;   /* listen socket handed back by MHD_quiesce_daemon; -1 = none */
   int stopping;      /* atomic flag: server_stop in progress */
   int quiescing;     /* atomic flag: not accepting any more */
@@ -53,23 +144,15 @@ struct server {
   char replica[SERVER_REPLICA_ID_MAX + 1]; /* X-Power-Replica */
   int inflight;      /* atomic: requests between arrival and completion */
   long long started; /* Unix seconds, the model's "created" */
-  ev_model_info evm; /* the model facts every receipt names */
+  ev_model_info evm;   /* the model facts every receipt names */
   ev_key *receipt_key; /* owned; NULL = receipts unsigned */
+  pthread_mutex_t watch_mu; /* guards the watch list and every watch's fields */
+  pthread_cond_t watch_cv;
+  watch *watch;             /* live connections */
+  pthread_t watchdog;
+  bool watchdog_on;
+  bool watch_stop;          /* under watch_mu */
 };
-
-typedef enum route {
-  R_NONE = 0,
-  R_CHAT,
-  R_COMPLETIONS,
-  R_EMBEDDINGS,
-  R_TOKENIZE,
-  R_DETOKENIZE,
-  R_MODELS,
-  R_MODEL,
-  R_HEALTH,
-  R_METRICS,
-  R_RECEIPT_KEY
-} route;
 
 /* What the request log says about one request. Owned by the conn, then
  * by the stream for streamed answers (which end after the conn's callback
@@ -89,21 +172,109 @@ typedef struct req_log {
 } req_log;
 
 /* Per-request state (MHD's con_cls). */
-typedef struct conn {
+struct conn {
   server *s;
-  route rt;
+  const route *rt;      /* NULL: no route matched */
+  char *arg;            /* owned: the "{id}" part of the path */
   metrics_endpoint ep;
+  watch *w;             /* borrowed: the connection's watch (may be NULL) */
   sbuf body;
+  size_t body_seen;     /* bytes received, kept or not */
   bool too_large;
-  bool answered; /* a response was queued */
-  bool streamed; /* the log record moved to a stream */
+  bool answered;        /* a response was queued */
+  bool streamed;        /* the log record moved to a stream */
   bool anonymous;       /* no API keys configured: tenant "anonymous" */
+  bool has_pending;     /* an error decided at the headers, answered once the (empty) body is in */
+  unsigned preflight;   /* a CORS preflight: the path's RM_* methods; 0 = not one */
+  oai_error pending;
+  const char *origin;   /* the allowed Origin to echo (view, valid during the request); NULL = none */
   uint8_t tenant[32];   /* the caller's API key digest (when !anonymous) */
-  uint64_t t0;   /* pw_now_ns at arrival */
+  uint64_t t0;          /* pw_now_ns at arrival */
   req_log log;
-} conn;
+};
 
 static bool flag(const int *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE) != 0; }
+
+/* ---- connection deadlines ---------------------------------------------- */
+
+/* libmicrohttpd's own timeout is an inactivity timeout that every byte
+ * resets, so a client trickling one header line every few seconds could
+ * hold a connection (and its thread) forever. The watchdog gives the
+ * headers and the body their own absolute deadlines: a connection that
+ * misses one has its socket shut down, which makes MHD close it. */
+
+static void watch_set(server *s, watch *w, watch_phase ph, uint64_t after_ns) {
+  if (!w) return;
+  pthread_mutex_lock(&s->watch_mu);
+  w->phase = ph;
+  w->deadline = after_ns ? pw_now_ns() + after_ns : 0;
+  pthread_mutex_unlock(&s->watch_mu);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+  server *s = cls;
+  if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+    watch *w = calloc(1, sizeof *w);
+    metrics_connections(&s->m, 1);
+    *socket_context = w;
+    if (!w) return; /* no deadline for this one; MHD's timeout still applies */
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    w->fd = ci ? ci->connect_fd : -1;
+    w->phase = W_HEADERS;
+    w->deadline = pw_now_ns() + s->header_ns;
+    pthread_mutex_lock(&s->watch_mu);
+    w->next = s->watch;
+    if (s->watch) s->watch->prev = w;
+    s->watch = w;
+    pthread_mutex_unlock(&s->watch_mu);
+  } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+    /* MHD closes the socket after this returns: unlinking under the lock
+     * keeps the watchdog from shutting down an fd number reused later. */
+    watch *w = *socket_context;
+    metrics_connections(&s->m, -1);
+    *socket_context = NULL;
+    if (!w) return;
+    pthread_mutex_lock(&s->watch_mu);
+    if (w->prev) w->prev->next = w->next;
+    else s->watch = w->next;
+    if (w->next) w->next->prev = w->prev;
+    pthread_mutex_unlock(&s->watch_mu);
+    free(w);
+  }
+}
+
+static void *watchdog_main(void *arg) {
+  server *s = arg;
+  pthread_mutex_lock(&s->watch_mu);
+  while (!s->watch_stop) {
+    uint64_t now = pw_now_ns();
+    for (watch *w = s->watch; w; w = w->next) {
+      if (w->cut || !w->deadline || now < w->deadline || w->fd < 0) continue;
+      /* A request in progress gets a 408; an idle keep-alive connection
+       * is just closed (an unsolicited answer would confuse its client). */
+      if (w->phase == W_BODY || !w->requests)
+        send_raw_error(w->fd, "408 Request Timeout", "timeout_error", "timeout",
+                       w->phase == W_BODY ? "The request body did not arrive within its deadline"
+                                          : "The request headers did not arrive within their deadline");
+      shutdown(w->fd, SHUT_RDWR);
+      w->cut = true;
+      metrics_deadline_cut(&s->m);
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += WATCH_TICK_MS * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&s->watch_cv, &s->watch_mu, &ts);
+  }
+  pthread_mutex_unlock(&s->watch_mu);
+  return NULL;
+}
+
+static watch *conn_watch(struct MHD_Connection *c) {
+  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  return ci ? ci->socket_context : NULL;
+}
 
 /* ---- request log ------------------------------------------------------- */
 
@@ -113,45 +284,78 @@ static void log_free(req_log *l) {
   sbuf_free(&l->output);
 }
 
-/* Writes the request's line (key=value, values without spaces or quoted as
- * JSON strings) and frees the record's texts. Never the prompt_cache_key. */
+/* One field of the request line: key=value in text, "key":value in JSON.
+ * str: value is text (quoted in JSON; in text only when it may hold
+ * spaces, i.e. quoted = true). */
+static void log_field(sbuf *b, bool json, const char *key, const char *val, bool str, bool quoted) {
+  if (json) {
+    sbuf_printf(b, ",\"%s\":", key);
+    if (str) sbuf_json_str(b, val, strlen(val));
+    else sbuf_puts(b, val);
+  } else {
+    sbuf_printf(b, " %s=", key);
+    if (quoted) sbuf_json_str(b, val, strlen(val));
+    else sbuf_puts(b, val);
+  }
+}
+
+static void log_num(sbuf *b, bool json, const char *key, const char *fmt, double v) {
+  char num[48];
+  snprintf(num, sizeof num, fmt, v);
+  log_field(b, json, key, num, false, false);
+}
+
+/* Writes the request's line and frees the record's texts. Never the
+ * prompt_cache_key; prompt and output text only with log_requests >= 2. */
 static void log_emit(server *s, req_log *l) {
   if (s->log_requests <= 0) {
     log_free(l);
     return;
   }
+  bool js = s->log_json;
   uint64_t now = pw_now_ns();
+  char t[40];
+  pw_log_time(t, sizeof t);
   sbuf b = {0};
-  sbuf_printf(&b, "power: request id=%s endpoint=%s status=%d", l->id[0] ? l->id : "-",
-              metrics_endpoint_name(l->ep), l->status);
-  if (l->code[0]) sbuf_printf(&b, " error=%s", l->code);
-  if (l->have_usage)
-    sbuf_printf(&b, " prompt_tokens=%d completion_tokens=%d cached_tokens=%d", l->usage.prompt_tokens,
-                l->usage.completion_tokens, l->usage.cached_tokens);
-  if (l->have_usage && s->spec_mode)
-    sbuf_printf(&b, " spec_drafted=%d spec_accepted=%d target_passes=%d", l->usage.spec_drafted,
-                l->usage.spec_accepted, l->usage.target_passes);
-  if (l->t_first) sbuf_printf(&b, " ttft_ms=%.1f", (double)(l->t_first - l->t0) * 1e-6);
-  sbuf_printf(&b, " total_ms=%.1f", (double)(now - l->t0) * 1e-6);
-  if (l->have_usage) sbuf_printf(&b, " finish=%s", l->finish == ENGINE_FINISH_CANCEL ? "cancel" : oai_finish_str(l->finish));
-  if (l->gone) sbuf_puts(&b, " client_gone=1");
-  if (s->log_requests >= 2) {
-    if (l->prompt) {
-      sbuf_puts(&b, " prompt=");
-      sbuf_json_str(&b, l->prompt, strlen(l->prompt));
-    }
-    if (l->output.len || l->have_usage) {
-      sbuf_puts(&b, " output=");
-      sbuf_json_str(&b, l->output.data ? l->output.data : "", l->output.len);
+  if (js) sbuf_printf(&b, "{\"time\":\"%s\",\"level\":\"info\",\"msg\":\"request\"", t);
+  else sbuf_printf(&b, "%s power: request", t);
+  log_field(&b, js, "id", l->id[0] ? l->id : "-", true, false);
+  log_field(&b, js, "endpoint", metrics_endpoint_name(&s->m, l->ep), true, false);
+  log_num(&b, js, "status", "%.0f", l->status);
+  if (l->code[0]) log_field(&b, js, "error", l->code, true, false);
+  if (l->have_usage) {
+    log_num(&b, js, "prompt_tokens", "%.0f", l->usage.prompt_tokens);
+    log_num(&b, js, "completion_tokens", "%.0f", l->usage.completion_tokens);
+    log_num(&b, js, "cached_tokens", "%.0f", l->usage.cached_tokens);
+    if (s->spec_mode) {
+      log_num(&b, js, "spec_drafted", "%.0f", l->usage.spec_drafted);
+      log_num(&b, js, "spec_accepted", "%.0f", l->usage.spec_accepted);
+      log_num(&b, js, "target_passes", "%.0f", l->usage.target_passes);
     }
   }
+  if (l->t_first) log_num(&b, js, "ttft_ms", "%.1f", (double)(l->t_first - l->t0) * 1e-6);
+  log_num(&b, js, "total_ms", "%.1f", (double)(now - l->t0) * 1e-6);
+  if (l->have_usage)
+    log_field(&b, js, "finish", l->finish == ENGINE_FINISH_CANCEL ? "cancel" : oai_finish_str(l->finish), true, false);
+  if (l->gone) log_field(&b, js, "client_gone", js ? "true" : "1", false, false);
+  if (s->log_requests >= 2) {
+    if (l->prompt) log_field(&b, js, "prompt", l->prompt, true, true);
+    if (l->output.len || l->have_usage) {
+      sbuf_put(&l->output, "", 1); /* NUL-terminate */
+      log_field(&b, js, "output", l->output.data ? l->output.data : "", true, true);
+    }
+  }
+  if (js) sbuf_put(&b, "}", 1);
   sbuf_put(&b, "\n", 1);
   if (!b.oom) {
-    FILE *f = s->log_out ? s->log_out : stderr;
-    pthread_mutex_lock(&s->log_mu);
-    fwrite(b.data, 1, b.len, f);
-    fflush(f);
-    pthread_mutex_unlock(&s->log_mu);
+    if (s->log_out) {
+      pthread_mutex_lock(&s->log_mu);
+      fwrite(b.data, 1, b.len, s->log_out);
+      fflush(s->log_out);
+      pthread_mutex_unlock(&s->log_mu);
+    } else {
+      pw_log_write(b.data, b.len);
+    }
   }
   sbuf_free(&b);
   log_free(l);
@@ -159,14 +363,42 @@ static void log_emit(server *s, req_log *l) {
 
 /* ---- responses --------------------------------------------------------- */
 
+/* The allowed-methods list of every row serving the request's path, e.g.
+ * "GET, HEAD" (the Allow header and the CORS preflight answer). */
+static void methods_str(unsigned m, bool options, char *out, size_t cap) {
+  snprintf(out, cap, "%s%s%s%s", m & RM_GET ? "GET, HEAD" : "", (m & RM_GET) && (m & RM_POST) ? ", " : "",
+           m & RM_POST ? "POST" : "", options ? ", OPTIONS" : "");
+}
+
+static void add_cors(conn *k, struct MHD_Response *r) {
+  if (!k->origin) return;
+  MHD_add_response_header(r, "Access-Control-Allow-Origin", k->origin);
+  MHD_add_response_header(r, "Access-Control-Expose-Headers", "X-Request-Id, X-Power-Replica, Retry-After");
+  if (strcmp(k->origin, "*")) MHD_add_response_header(r, "Vary", "Origin");
+}
+
+static enum MHD_Result queue_resp(conn *k, struct MHD_Connection *c, int status, struct MHD_Response *r) {
+  MHD_add_response_header(r, "X-Request-Id", k->log.id);
+  MHD_add_response_header(r, "X-Power-Replica", k->s->replica);
+  add_cors(k, r);
+  enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
+  MHD_destroy_response(r);
+  k->answered = true;
+  k->log.status = status;
+  metrics_request(&k->s->m, k->ep, status);
+  return ok;
+}
+
 static enum MHD_Result queue(conn *k, struct MHD_Connection *c, int status, const char *ctype, sbuf *b,
                              const char *hname, const char *hval) {
   if (b->oom) {
     sbuf_free(b);
+    oai_error e;
+    oai_seterr(&e, 500, "internal_error", NULL, "out of memory");
+    oai_render_error(&e, b);
     status = 500;
     ctype = "application/json";
-    sbuf_puts(b, "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,"
-                 "\"code\":\"internal_error\"}}");
+    hname = NULL;
   }
   size_t len = b->len;
   char *data = b->data;
@@ -177,39 +409,33 @@ static enum MHD_Result queue(conn *k, struct MHD_Connection *c, int status, cons
     free(data);
     return MHD_NO;
   }
-  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+  if (ctype) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
   if (hname) MHD_add_response_header(r, hname, hval);
-  MHD_add_response_header(r, "X-Request-Id", k->log.id);
-  MHD_add_response_header(r, "X-Power-Replica", k->s->replica);
-  enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
-  MHD_destroy_response(r);
-  k->answered = true;
-  k->log.status = status;
-  metrics_request(&k->s->m, k->ep, status);
-  return ok;
+  return queue_resp(k, c, status, r);
 }
 
 static enum MHD_Result queue_json(conn *k, struct MHD_Connection *c, int status, sbuf *b) {
   return queue(k, c, status, "application/json", b, NULL, NULL);
 }
 
+static unsigned path_methods(const char *url);
+
 static enum MHD_Result queue_error(conn *k, struct MHD_Connection *c, const oai_error *e) {
   sbuf b = {0};
   snprintf(k->log.code, sizeof k->log.code, "%s", e->code);
   metrics_refusal_count(&k->s->m, metrics_refusal_for(e->status, e->code));
   oai_render_error(e, &b);
-  char retry[16];
-  const char *hn = NULL, *hv = NULL;
+  char hv[64];
+  const char *hn = NULL;
   if (e->status == 503) {
-    snprintf(retry, sizeof retry, "%d", k->s->retry_after_s);
+    snprintf(hv, sizeof hv, "%d", k->s->retry_after_s);
     hn = MHD_HTTP_HEADER_RETRY_AFTER;
-    hv = retry;
   } else if (e->status == 401) {
+    snprintf(hv, sizeof hv, "Bearer");
     hn = MHD_HTTP_HEADER_WWW_AUTHENTICATE;
-    hv = "Bearer";
   } else if (e->status == 405) {
+    methods_str(k->rt ? k->rt->methods : 0, k->s->cors != NULL, hv, sizeof hv);
     hn = MHD_HTTP_HEADER_ALLOW;
-    hv = (k->rt == R_MODELS || k->rt == R_MODEL || k->rt == R_HEALTH || k->rt == R_METRICS) ? "GET, HEAD" : "POST";
   }
   return queue(k, c, e->status, "application/json", &b, hn, hv);
 }
@@ -223,7 +449,8 @@ static int conn_fd(struct MHD_Connection *c) {
 
 /* True when the peer has closed or reset the connection. A client that only
  * half-closes its side counts as gone: HTTP clients do not do that while
- * waiting for an answer. */
+ * waiting for an answer. Bytes waiting to be read (a pipelined request)
+ * are not a hangup. */
 static bool client_gone(int fd) {
   if (fd < 0) return false;
   struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
@@ -240,15 +467,18 @@ static bool client_gone(int fd) {
 /* Waits for the request's next event up to wait_ms (-1: until one comes).
  * Returns 0 with ev filled, PW_ETIMEOUT when wait_ms passed, PW_ECANCELED
  * when the client went away (the request has been cancelled) or the server
- * is stopping and the engine did not end the request in time. */
+ * is stopping and the engine did not end the request in time. The client
+ * is checked after every event as well as every WAIT_SLICE_MS of silence,
+ * so a request whose client left stops within a step even while tokens
+ * keep coming (a poll without waiting costs about a microsecond). */
 static int wait_event(server *s, engine_req *req, int fd, engine_event *ev, int wait_ms, bool *cancelled) {
   uint64_t start = pw_now_ns();
   uint64_t cancel_at = 0;
   for (;;) {
     int rc = engine_next(req, ev, WAIT_SLICE_MS);
-    if (rc == 0) return 0;
+    if (rc == 0 && (cancel_at || ev->type != ENGINE_EV_TOKEN || !client_gone(fd))) return 0;
     uint64_t now = pw_now_ns();
-    if (client_gone(fd)) {
+    if (!cancel_at && client_gone(fd)) {
       engine_cancel(req);
       *cancelled = true;
       return PW_ECANCELED;
@@ -269,12 +499,25 @@ static int wait_event(server *s, engine_req *req, int fd, engine_event *ev, int 
 
 /* ---- generation -------------------------------------------------------- */
 
-/* Streaming state, owned by the MHD response (freed by stream_free). */
+static int build_prompt(server *s, oai_kind kind, oai_request *r, size_t pi, int32_t **out, int *n_out,
+                        char **rendered, size_t *rendered_len, oai_error *e);
+static int submit(server *s, const engine_params *p, const char *param, engine_req **req, oai_error *e);
+static void usage_add(engine_usage *sum, const engine_usage *u, bool with_prompt);
+
+/* Streaming state, owned by the MHD response (freed by stream_free).
+ * Several choices stream one after the other: when one ends, the next is
+ * submitted and its chunks carry its index. */
 typedef struct stream {
   server *s;
   engine_req *req;
   int fd;
   oai_resp o;
+  oai_request r;  /* owned: the request (its stop strings, logit bias and grammar back p) */
+  int32_t *prompt; /* owned: the current prompt's ids (p.prompt) */
+  int n_prompt;
+  engine_params p; /* the current choice's parameters */
+  int per, total;  /* choices per prompt, and in all */
+  engine_usage sum; /* usage of the finished choices */
   bool include_usage;
   bool want_lp;
   bool sent_role;
@@ -287,7 +530,7 @@ typedef struct stream {
   sbuf out;
   size_t out_pos;
   req_log log;    /* moved from the conn; written by stream_free */
-  srv_receipt rcpt; /* moved from handle_generate */
+  srv_receipt rcpt; /* moved from handle_generate; used when the stream has one choice */
   engine_event ev;
 } stream;
 
@@ -301,6 +544,27 @@ static void note_token(server *s, req_log *l, uint64_t t0, uint64_t *t_last, int
   }
   *t_last = now;
   (*n_tokens)++;
+}
+
+/* Submits the stream's next choice (a new prompt every `per` choices;
+ * choice j of a prompt samples with seed + j). 0, or PW_EINVAL with e set. */
+static int stream_next(stream *st, oai_error *e) {
+  int idx = st->o.index + 1, choice = idx % st->per;
+  if (choice == 0) {
+    free(st->prompt);
+    st->prompt = NULL;
+    if (build_prompt(st->s, st->o.kind, &st->r, (size_t)(idx / st->per), &st->prompt, &st->n_prompt, NULL, NULL, e))
+      return PW_EINVAL;
+    if (st->n_prompt < 1) return oai_seterr(e, 400, "invalid_value", "prompt", "the prompt is empty");
+    st->p.prompt = st->prompt;
+    st->p.n_prompt = st->n_prompt;
+  }
+  st->p.sampling.seed = st->r.sampling.seed + (uint64_t)choice;
+  engine_release(st->req);
+  st->req = NULL;
+  if (submit(st->s, &st->p, st->o.kind == OAI_CHAT ? "messages" : "prompt", &st->req, e)) return PW_EINVAL;
+  st->o.index = idx;
+  return 0;
 }
 
 /* Renders one event into st->out. */
@@ -318,26 +582,43 @@ static void stream_render(stream *st) {
       oai_logprobs_add(&st->lp, prompt_piece, &st->s->pb, ev->token, ev->logprob, ev->top, ev->n_top,
                        (size_t)ev->text_len);
     }
-    ev_gen_token(&st->rcpt.gen, ev->token, ev->text, (size_t)ev->text_len);
+    if (st->total == 1) ev_gen_token(&st->rcpt.gen, ev->token, ev->text, (size_t)ev->text_len);
     if (ev->text_len > 0 || st->want_lp)
       oai_sse_delta(&st->o, ev->text, (size_t)ev->text_len, st->want_lp ? &st->lp : NULL, &st->out);
   } else if (ev->type == ENGINE_EV_DONE) {
     /* Text held back for a stop string that never completed. */
     if (ev->text_len > 0) oai_sse_delta(&st->o, ev->text, (size_t)ev->text_len, NULL, &st->out);
     if (st->s->log_requests >= 2) sbuf_put(&st->log.output, ev->text, (size_t)ev->text_len);
+    usage_add(&st->sum, &ev->usage, st->o.index % st->per == 0);
     st->log.have_usage = true;
-    st->log.usage = ev->usage;
+    st->log.usage = st->sum;
     st->log.finish = ev->finish;
     metrics_tokens(&st->s->m, (uint64_t)ev->usage.completion_tokens);
-    /* The receipt rides on the final chunk: the usage chunk when asked for. */
-    ev_gen_text(&st->rcpt.gen, ev->text, (size_t)ev->text_len);
-    oai_error re;
-    if (srv_receipt_end(&st->rcpt, ev, st->s->receipt_key, st->t0, st->log.t_first, pw_now_ns(), &st->o, &re))
-      fprintf(st->s->log_out ? st->s->log_out : stderr, "power: request id=%s: %s\n", st->log.id, re.message);
     oai_resp fin = st->o;
-    if (st->include_usage) fin.receipt = NULL;
+    if (st->total == 1) {
+      /* The receipt rides on the final chunk: the usage chunk when asked for. */
+      ev_gen_text(&st->rcpt.gen, ev->text, (size_t)ev->text_len);
+      oai_error re;
+      if (srv_receipt_end(&st->rcpt, ev, st->s->receipt_key, st->t0, st->log.t_first, pw_now_ns(), &st->o, &re))
+        pw_log(PW_LOG_ERROR, "request id=%s: %s", st->log.id, re.message);
+      fin = st->o;
+      if (st->include_usage) fin.receipt = NULL;
+    }
     oai_sse_finish(&fin, ev->finish, &st->out);
-    if (st->include_usage) oai_sse_usage(&st->o, &ev->usage, &st->out);
+    if (st->o.index + 1 < st->total) {
+      oai_error e;
+      if (stream_next(st, &e) == 0) {
+        if (st->o.kind == OAI_CHAT) oai_sse_role(&st->o, &st->out);
+        return;
+      }
+      snprintf(st->log.code, sizeof st->log.code, "%s", e.code);
+      metrics_refusal_count(&st->s->m, metrics_refusal_for(e.status, e.code));
+      oai_sse_error(&e, &st->out);
+      oai_sse_done(&st->out);
+      st->finished = true;
+      return;
+    }
+    if (st->include_usage) oai_sse_usage(&st->o, &st->sum, &st->out);
     oai_sse_done(&st->out);
     st->finished = true;
   } else {
@@ -402,16 +683,23 @@ static void stream_free(void *cls) {
   srv_receipt_free(&st->rcpt);
   oai_logprobs_free(&st->lp);
   sbuf_free(&st->out);
+  free(st->prompt);
+  oai_request_free(&st->r);
   free(st);
 }
 
-static enum MHD_Result start_stream(conn *k, struct MHD_Connection *c, engine_req *req, const oai_request *r,
+/* Starts the SSE answer of req, the first choice. The stream takes req,
+ * the request *r and the receipt *rcpt (moved: left empty), the prompt ids
+ * and p. */
+static enum MHD_Result start_stream(conn *k, struct MHD_Connection *c, engine_req *req, oai_request *r,
+                                    int32_t *prompt, int n_prompt, const engine_params *p, int per, int total,
                                     const oai_resp *o, const engine_event *first, bool have_first,
                                     srv_receipt *rcpt) {
   stream *st = calloc(1, sizeof *st);
   if (!st) {
     srv_receipt_free(rcpt);
     engine_release(req);
+    free(prompt);
     oai_error e;
     oai_seterr(&e, 500, "internal_error", NULL, "out of memory");
     return queue_error(k, c, &e);
@@ -424,6 +712,14 @@ static enum MHD_Result start_stream(conn *k, struct MHD_Connection *c, engine_re
   memset(rcpt, 0, sizeof *rcpt);
   st->include_usage = r->include_usage;
   st->want_lp = r->logprobs;
+  st->r = *r;
+  memset(r, 0, sizeof *r);
+  st->prompt = prompt;
+  st->n_prompt = n_prompt;
+  st->p = *p;
+  st->p.prompt = prompt;
+  st->per = per;
+  st->total = total;
   st->t0 = k->t0;
   /* The log record travels with the stream: MHD may finish the connection
    * before it frees the response. */
@@ -445,14 +741,8 @@ static enum MHD_Result start_stream(conn *k, struct MHD_Connection *c, engine_re
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
   MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-  MHD_add_response_header(resp, "X-Request-Id", st->log.id);
-  MHD_add_response_header(resp, "X-Power-Replica", st->s->replica);
   st->log.status = 200;
-  enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, resp);
-  MHD_destroy_response(resp);
-  k->answered = true;
-  metrics_request(&k->s->m, k->ep, 200);
-  return ok;
+  return queue_resp(k, c, MHD_HTTP_OK, resp);
 }
 
 /* The admission deadline: X-Request-Timeout, else the server default. */
@@ -474,6 +764,32 @@ static int check_model(server *s, const oai_request *r, oai_error *e) {
   return 0;
 }
 
+/* Refuses, before tokenizing, text that cannot fit the context whatever it
+ * tokenizes to. A token stands for at most tok_max_piece bytes of text, so
+ * more than n_ctx * max_piece bytes means more than n_ctx tokens. The
+ * factor 2 is a margin for special tokens that absorb the white space next
+ * to them (lstrip/rstrip), the one way a token covers more bytes than its
+ * piece. Without this bound an 8 MiB body cost seconds of tokenizing and
+ * ~100 MB of scratch before being refused as too long. */
+static int prompt_fits(server *s, size_t bytes, const char *param, oai_error *e) {
+  size_t piece = tok_max_piece(s->pb.vocab);
+  size_t n_ctx = (size_t)engine_n_ctx(s->e);
+  size_t bound = 2 * (n_ctx + 1) * (piece ? piece : 1);
+  if (bytes > bound)
+    return oai_seterr(e, 400, "context_length_exceeded", param,
+                      "the prompt (%zu bytes) cannot fit the context of %zu tokens (at most %zu bytes of text "
+                      "for this vocabulary)",
+                      bytes, n_ctx, bound);
+  return 0;
+}
+
+static size_t messages_bytes(json_t *messages) {
+  size_t total = 0, i;
+  json_t *m;
+  json_array_foreach(messages, i, m) total += json_string_length(json_object_get(m, "content"));
+  return total;
+}
+
 static int submit(server *s, const engine_params *p, const char *param, engine_req **req, oai_error *e) {
   char err[PW_ERRMAX] = "";
   int rc = engine_submit(s->e, p, req, err);
@@ -484,19 +800,144 @@ static int submit(server *s, const engine_params *p, const char *param, engine_r
   return rc;
 }
 
-static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c) {
+/* The prompt ids of prompt number pi of r (chat: its messages), in a
+ * malloc'ed array the caller frees; for chat, when rendered is set, the
+ * rendered template text too (malloc'ed; receipts hash it). 0, or
+ * PW_EINVAL with e set. */
+static int build_prompt(server *s, oai_kind kind, oai_request *r, size_t pi, int32_t **out, int *n_out,
+                        char **rendered, size_t *rendered_len, oai_error *e) {
+  const char *param = kind == OAI_CHAT ? "messages" : "prompt";
+  prompt_error pe;
+  int rc = 0;
+  *out = NULL;
+  *n_out = 0;
+  json_t *item = r->prompts ? json_array_get(r->prompts, pi) : NULL;
+  if (kind == OAI_CHAT) {
+    if (prompt_fits(s, messages_bytes(r->messages), param, e)) return PW_EINVAL;
+    prompt_chat_opts po = {0};
+    po.rendered = rendered;
+    po.rendered_len = rendered_len;
+    rc = prompt_chat(&s->pb, r->messages, &po, out, n_out, &pe);
+  } else if (item && json_is_array(item)) { /* validated by oai_parse */
+    int n = (int)json_array_size(item);
+    int32_t *ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
+    if (!ids) return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
+    for (int j = 0; j < n; j++) ids[j] = (int32_t)json_integer_value(json_array_get(item, (size_t)j));
+    if ((rc = prompt_check_ids(&s->pb, ids, n, param, &pe))) {
+      free(ids);
+    } else {
+      *out = ids;
+      *n_out = n;
+    }
+  } else if (!item && r->tokens) {
+    if (!(rc = prompt_check_ids(&s->pb, r->tokens, r->n_tokens, param, &pe))) {
+      *out = r->tokens;
+      *n_out = r->n_tokens;
+      r->tokens = NULL;
+    }
+  } else {
+    const char *text = item ? json_string_value(item) : r->text;
+    size_t len = item ? json_string_length(item) : r->text_len;
+    if (prompt_fits(s, len, param, e)) return PW_EINVAL;
+    rc = prompt_tokenize(&s->pb, text, len, true, true, param, out, n_out, &pe);
+  }
+  if (rc) {
+    oai_error_from_prompt(e, &pe);
+    return PW_EINVAL;
+  }
+  return 0;
+}
+
+/* Engine parameters for one choice: the request's sampling (seed + choice
+ * for choice > 0), the admission deadline and the scoped cache key. */
+static int choice_params(conn *k, struct MHD_Connection *c, oai_kind kind, const oai_request *r, const int32_t *prompt,
+                         int n_prompt, int choice, engine_params *p, oai_error *e) {
   server *s = k->s;
-  oai_kind kind = k->rt == R_CHAT ? OAI_CHAT : OAI_COMPLETION;
+  oai_engine_params(r, prompt, n_prompt, p);
+  p->sampling.seed = r->sampling.seed + (uint64_t)choice;
+  if (r->cache_key) {
+    /* The engine only ever sees the scoped digest. */
+    const void *tenant = k->anonymous ? (const void *)OAI_TENANT_ANONYMOUS : (const void *)k->tenant;
+    size_t tenant_len = k->anonymous ? strlen(OAI_TENANT_ANONYMOUS) : sizeof k->tenant;
+    if (oai_cache_scope(tenant, tenant_len, kind, engine_model_id(s->e), r->cache_key, r->cache_key_len,
+                        p->cache_key))
+      return oai_seterr(e, 500, "internal_error", NULL, "cannot hash the prompt cache key");
+    p->has_cache_key = true;
+    /* Quotas count per API key; without keys everyone is one owner. */
+    if (!k->anonymous) memcpy(p->cache_owner, k->tenant, sizeof p->cache_owner);
+  }
+  return request_deadline(k, c, &p->deadline_ns, e);
+}
+
+/* One non-streamed choice, collected to its end. */
+typedef struct gen_out {
+  sbuf text;
+  oai_logprobs lp;
+  engine_finish finish;
+  engine_usage usage;
+} gen_out;
+
+/* Waits for req's events to the end into g. 0; PW_ECANCELED when the
+ * client left or the server is stopping; PW_EINVAL with e set for an
+ * error event. */
+static int collect(conn *k, const oai_request *r, engine_req *req, int fd, engine_event *ev, gen_out *g,
+                   ev_gen *gen, uint64_t *t_last, int *n_tok, oai_error *e) {
+  server *s = k->s;
+  bool cancelled = false;
+  oai_logprobs_reset(&g->lp, r->kind);
+  sbuf_reserve(&g->text, 4096);
+  for (;;) {
+    if (wait_event(s, req, fd, ev, -1, &cancelled)) return PW_ECANCELED;
+    if (ev->type == ENGINE_EV_TOKEN) {
+      note_token(s, &k->log, k->t0, t_last, n_tok);
+      if (gen) ev_gen_token(gen, ev->token, ev->text, (size_t)ev->text_len);
+      sbuf_put(&g->text, ev->text, (size_t)ev->text_len);
+      if (r->logprobs)
+        oai_logprobs_add(&g->lp, prompt_piece, &s->pb, ev->token, ev->logprob, ev->top, ev->n_top,
+                         (size_t)ev->text_len);
+      continue;
+    }
+    if (ev->type == ENGINE_EV_ERROR) {
+      oai_error_from_status(e, ev->status, ev->message);
+      return PW_EINVAL;
+    }
+    sbuf_put(&g->text, ev->text, (size_t)ev->text_len); /* DONE: last held-back text */
+    if (gen) ev_gen_text(gen, ev->text, (size_t)ev->text_len);
+    break;
+  }
+  if (cancelled) return PW_ECANCELED;
+  g->finish = ev->finish;
+  g->usage = ev->usage;
+  return 0;
+}
+
+static void usage_add(engine_usage *sum, const engine_usage *u, bool with_prompt) {
+  if (with_prompt) {
+    sum->prompt_tokens += u->prompt_tokens;
+    sum->cached_tokens += u->cached_tokens;
+  }
+  sum->completion_tokens += u->completion_tokens;
+  sum->spec_drafted += u->spec_drafted;
+  sum->spec_accepted += u->spec_accepted;
+  sum->spec_emitted += u->spec_emitted;
+  sum->target_passes += u->target_passes;
+}
+
+/* Chat and completions. Choices (n, several prompts) run one after the
+ * other, so a request never holds more than one slot, streamed or not. */
+static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c, oai_kind kind) {
+  server *s = k->s;
   oai_request r;
   oai_error e;
-  prompt_error pe;
   int32_t *prompt = NULL;
   int n_prompt = 0;
   engine_req *req = NULL;
   enum MHD_Result res;
   engine_event *ev = NULL;
-  sbuf text = {0}, out = {0};
-  oai_logprobs lp = {0};
+  gen_out *gs = NULL;
+  oai_choice *cs = NULL;
+  sbuf out = {0};
+  int n_gs = 0;
   srv_receipt rcpt = {0};
   char *ptext = NULL; /* chat: the rendered template */
   size_t plen = 0;
@@ -509,6 +950,7 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c) {
   if (s->log_requests >= 2) {
     if (kind == OAI_CHAT) k->log.prompt = json_dumps(r.messages, JSON_COMPACT);
     else if (r.text) k->log.prompt = strndup(r.text, r.text_len);
+    else if (r.prompts) k->log.prompt = json_dumps(r.prompts, JSON_COMPACT);
   }
   if (check_model(s, &r, &e)) goto fail;
   for (int i = 0; i < r.sampling.n_logit_bias; i++)
@@ -517,101 +959,82 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c) {
                  r.logit_bias[i].token, tok_n_vocab(s->pb.vocab));
       goto fail;
     }
-  if (kind == OAI_CHAT) {
-    prompt_chat_opts po = {0};
-    po.rendered = &ptext; /* the receipt hashes the rendered text */
-    po.rendered_len = &plen;
-    if (prompt_chat(&s->pb, r.messages, &po, &prompt, &n_prompt, &pe)) goto prompt_fail;
-  } else if (r.tokens) {
-    if (prompt_check_ids(&s->pb, r.tokens, r.n_tokens, "prompt", &pe)) goto prompt_fail;
-    prompt = r.tokens;
-    n_prompt = r.n_tokens;
-    r.tokens = NULL;
-  } else if (prompt_tokenize(&s->pb, r.text, r.text_len, true, true, "prompt", &prompt, &n_prompt, &pe)) {
-    goto prompt_fail;
-  }
-  if (n_prompt < 1) {
-    oai_seterr(&e, 400, "invalid_value", kind == OAI_CHAT ? "messages" : "prompt", "the prompt is empty");
-    goto fail;
-  }
-  engine_params p;
-  oai_engine_params(&r, prompt, n_prompt, &p);
-  if (r.cache_key) {
-    /* The engine only ever sees the scoped digest. */
-    const void *tenant = k->anonymous ? (const void *)OAI_TENANT_ANONYMOUS : (const void *)k->tenant;
-    size_t tenant_len = k->anonymous ? strlen(OAI_TENANT_ANONYMOUS) : sizeof k->tenant;
-    if (oai_cache_scope(tenant, tenant_len, kind, engine_model_id(s->e), r.cache_key, r.cache_key_len,
-                        p.cache_key)) {
-      oai_seterr(&e, 500, "internal_error", NULL, "cannot hash the prompt cache key");
-      goto fail;
-    }
-    p.has_cache_key = true;
-  }
-  if (request_deadline(k, c, &p.deadline_ns, &e)) goto fail;
-  srv_caller who = {k->anonymous, k->tenant};
-  if (srv_receipt_begin(&rcpt, &s->evm, kind, k->body.data, k->body.len, &who, &r,
-                        kind == OAI_CHAT ? ptext : r.text, kind == OAI_CHAT ? plen : r.text_len, &p,
-                        engine_n_ctx(s->e), s->spec_mode, &e))
-    goto fail;
-  rcpt.gen.replica = s->replica;
-  if (submit(s, &p, kind == OAI_CHAT ? "messages" : "prompt", &req, &e)) goto fail;
-  free(prompt);
-  prompt = NULL;
-
-  ev = malloc(sizeof *ev);
-  if (!ev) {
+  size_t n_prompts = r.prompts ? json_array_size(r.prompts) : 1;
+  int per = r.n_choices > 0 ? r.n_choices : 1;
+  n_gs = (int)n_prompts * per;
+  if (!(ev = malloc(sizeof *ev)) || !(gs = calloc((size_t)n_gs, sizeof *gs)) ||
+      !(cs = calloc((size_t)n_gs, sizeof *cs))) {
     oai_seterr(&e, 500, "internal_error", NULL, "out of memory");
     goto fail;
   }
   int fd = conn_fd(c);
-  bool cancelled = false;
-
-  if (r.stream) {
-    /* Wait a little for the first event so that admission failures (deadline)
-     * still get a proper status; past the keep-alive interval the stream
-     * starts anyway and keeps the client informed with comments. */
-    int rc = wait_event(s, req, fd, ev, s->keepalive_ms, &cancelled);
-    if (rc == PW_ECANCELED) goto gone;
-    if (rc == 0 && ev->type == ENGINE_EV_ERROR) {
-      oai_error_from_status(&e, ev->status, ev->message);
-      goto fail;
-    }
-    res = start_stream(k, c, req, &r, &o, ev, rc == 0, &rcpt);
-    req = NULL; /* owned by the stream */
-    goto done;
-  }
-
-  oai_logprobs_reset(&lp, kind);
-  sbuf_reserve(&text, 4096);
   uint64_t t_last = 0;
   int n_tok = 0;
-  for (;;) {
-    int rc = wait_event(s, req, fd, ev, -1, &cancelled);
-    if (rc) goto gone;
-    if (ev->type == ENGINE_EV_TOKEN) {
-      note_token(s, &k->log, k->t0, &t_last, &n_tok);
-      ev_gen_token(&rcpt.gen, ev->token, ev->text, (size_t)ev->text_len);
-      sbuf_put(&text, ev->text, (size_t)ev->text_len);
-      if (r.logprobs)
-        oai_logprobs_add(&lp, prompt_piece, &s->pb, ev->token, ev->logprob, ev->top, ev->n_top, (size_t)ev->text_len);
-      continue;
+  engine_usage total;
+  memset(&total, 0, sizeof total);
+  for (int idx = 0; idx < n_gs; idx++) {
+    int choice = idx % per;
+    if (choice == 0) {
+      free(prompt);
+      if (build_prompt(s, kind, &r, (size_t)(idx / per), &prompt, &n_prompt, n_gs == 1 ? &ptext : NULL,
+                       n_gs == 1 ? &plen : NULL, &e))
+        goto fail;
+      if (n_prompt < 1) {
+        oai_seterr(&e, 400, "invalid_value", kind == OAI_CHAT ? "messages" : "prompt", "the prompt is empty");
+        goto fail;
+      }
     }
-    if (ev->type == ENGINE_EV_ERROR) {
-      oai_error_from_status(&e, ev->status, ev->message);
-      goto fail;
+    engine_params p;
+    if (choice_params(k, c, kind, &r, prompt, n_prompt, choice, &p, &e)) goto fail;
+    if (n_gs == 1) {
+      /* A receipt covers one generation: responses with several choices
+       * carry none (yet). */
+      srv_caller who = {k->anonymous, k->tenant};
+      if (srv_receipt_begin(&rcpt, &s->evm, kind, k->body.data, k->body.len, &who, &r,
+                            kind == OAI_CHAT ? ptext : r.text, kind == OAI_CHAT ? plen : r.text_len, &p,
+                            engine_n_ctx(s->e), s->spec_mode, &e))
+        goto fail;
+      rcpt.gen.replica = s->replica;
     }
-    sbuf_put(&text, ev->text, (size_t)ev->text_len); /* DONE: last held-back text */
-    ev_gen_text(&rcpt.gen, ev->text, (size_t)ev->text_len);
-    break;
+    if (submit(s, &p, kind == OAI_CHAT ? "messages" : "prompt", &req, &e)) goto fail;
+    if (r.stream) {
+      /* Wait a little for the first event so that admission failures
+       * (deadline) still get a proper status; past the keep-alive interval
+       * the stream starts anyway and keeps the client informed with
+       * comments. */
+      bool cancelled = false;
+      int rc = wait_event(s, req, fd, ev, s->keepalive_ms, &cancelled);
+      if (rc == PW_ECANCELED) goto gone;
+      if (rc == 0 && ev->type == ENGINE_EV_ERROR) {
+        oai_error_from_status(&e, ev->status, ev->message);
+        goto fail;
+      }
+      res = start_stream(k, c, req, &r, prompt, n_prompt, &p, per, n_gs, &o, ev, rc == 0, &rcpt);
+      req = NULL; /* owned by the stream, as are r and prompt */
+      prompt = NULL;
+      goto done;
+    }
+    int rc = collect(k, &r, req, fd, ev, &gs[idx], n_gs == 1 ? &rcpt.gen : NULL, &t_last, &n_tok, &e);
+    if (rc == PW_ECANCELED) goto gone;
+    if (rc) goto fail;
+    engine_release(req);
+    req = NULL;
+    usage_add(&total, &gs[idx].usage, choice == 0);
+    if (s->log_requests >= 2) sbuf_put(&k->log.output, gs[idx].text.data ? gs[idx].text.data : "", gs[idx].text.len);
+    cs[idx].text = gs[idx].text.data ? gs[idx].text.data : "";
+    cs[idx].len = gs[idx].text.len;
+    cs[idx].lp = r.logprobs ? &gs[idx].lp : NULL;
+    cs[idx].finish = gs[idx].finish;
   }
-  if (cancelled) goto gone;
   k->log.have_usage = true;
-  k->log.usage = ev->usage;
-  k->log.finish = ev->finish;
-  if (s->log_requests >= 2) sbuf_put(&k->log.output, text.data ? text.data : "", text.len);
-  metrics_tokens(&s->m, (uint64_t)ev->usage.completion_tokens);
-  if (srv_receipt_end(&rcpt, ev, s->receipt_key, k->t0, k->log.t_first, pw_now_ns(), &o, &e)) goto fail;
-  oai_render_completion(&o, text.data ? text.data : "", text.len, r.logprobs ? &lp : NULL, ev->finish, &ev->usage, &out);
+  k->log.usage = total;
+  k->log.finish = gs[n_gs - 1].finish;
+  metrics_tokens(&s->m, (uint64_t)total.completion_tokens);
+  if (n_gs == 1 && srv_receipt_end(&rcpt, ev, s->receipt_key, k->t0, k->log.t_first, pw_now_ns(), &o, &e)) goto fail;
+  if (n_gs == 1)
+    oai_render_completion(&o, cs[0].text, cs[0].len, cs[0].lp, cs[0].finish, &total, &out);
+  else
+    oai_render_completion_choices(&o, cs, n_gs, &total, &out);
   res = queue_json(k, c, 200, &out);
   goto done;
 
@@ -620,8 +1043,6 @@ gone:
   k->log.gone = true;
   res = MHD_NO; /* closes the connection */
   goto done;
-prompt_fail:
-  oai_error_from_prompt(&e, &pe);
 fail:
   res = queue_error(k, c, &e);
 done:
@@ -630,25 +1051,23 @@ done:
   free(ptext);
   free(prompt);
   free(ev);
-  sbuf_free(&text);
+  for (int i = 0; gs && i < n_gs; i++) {
+    sbuf_free(&gs[i].text);
+    oai_logprobs_free(&gs[i].lp);
+  }
+  free(gs);
+  free(cs);
   sbuf_free(&out);
-  oai_logprobs_free(&lp);
   oai_request_free(&r);
   return res;
 }
 
-/* ---- embeddings, tokenize, detokenize ---------------------------------- */
-
-static void put_base64(sbuf *b, const unsigned char *p, size_t n) {
-  static const char k[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  sbuf_put(b, "\"", 1);
-  for (size_t i = 0; i < n; i += 3) {
-    unsigned v = (unsigned)p[i] << 16 | (i + 1 < n ? (unsigned)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
-    char q[4] = {k[v >> 18 & 63], k[v >> 12 & 63], i + 1 < n ? k[v >> 6 & 63] : '=', i + 2 < n ? k[v & 63] : '='};
-    sbuf_put(b, q, 4);
-  }
-  sbuf_put(b, "\"", 1);
+static enum MHD_Result handle_chat(conn *k, struct MHD_Connection *c) { return handle_generate(k, c, OAI_CHAT); }
+static enum MHD_Result handle_completions(conn *k, struct MHD_Connection *c) {
+  return handle_generate(k, c, OAI_COMPLETION);
 }
+
+/* ---- embeddings, tokenize, detokenize ---------------------------------- */
 
 static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
   server *s = k->s;
@@ -668,8 +1087,13 @@ static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
   rcpt.gen.replica = s->replica;
   int n_embd = engine_n_embd(s->e);
   if (r.dimensions && r.dimensions != n_embd) {
+    /* Truncating an embedding is only meaningful for models trained for it
+     * (Matryoshka representation learning), which a GGUF file does not
+     * declare; a cut vector of any other model is not an embedding. */
     oai_seterr(&e, 400, "unsupported_dimensions", "dimensions",
-               "'dimensions' must be omitted or equal the model's embedding size %d", n_embd);
+               "'dimensions' must be omitted or equal the model's embedding size %d: this model does not declare "
+               "embeddings that can be truncated",
+               n_embd);
     goto fail;
   }
   uint64_t deadline;
@@ -680,7 +1104,7 @@ static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
   }
   int fd = conn_fd(c);
   long long total = 0;
-  sbuf_puts(&out, "{\"object\":\"list\",\"data\":[");
+  oai_render_embeddings_begin(&out);
   size_t i;
   json_t *in;
   /* One input at a time: a big batch never crowds out other clients' slots
@@ -688,6 +1112,7 @@ static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
   json_array_foreach(r.inputs, i, in) {
     int n = 0;
     if (json_is_string(in)) {
+      if (prompt_fits(s, json_string_length(in), "input", &e)) goto fail;
       if (prompt_tokenize(&s->pb, json_string_value(in), json_string_length(in), true, true, "input", &ids, &n, &pe))
         goto prompt_fail;
     } else {
@@ -737,29 +1162,14 @@ static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
     }
     total += ev->usage.prompt_tokens ? ev->usage.prompt_tokens : n;
     ev_gen_vector(&rcpt.gen, vec, n_embd);
-    sbuf_printf(&out, "%s{\"object\":\"embedding\",\"index\":%zu,\"embedding\":", i ? "," : "", i);
-    if (r.base64) {
-      put_base64(&out, (const unsigned char *)vec, (size_t)n_embd * sizeof(float));
-    } else {
-      sbuf_put(&out, "[", 1);
-      for (int j = 0; j < n_embd; j++) {
-        if (j) sbuf_put(&out, ",", 1);
-        sbuf_json_num(&out, vec[j]);
-      }
-      sbuf_put(&out, "]", 1);
-    }
-    sbuf_put(&out, "}", 1);
+    oai_render_embedding(i, vec, n_embd, r.base64, &out);
     engine_release(req);
     req = NULL;
   }
-  sbuf_puts(&out, "],\"model\":");
-  sbuf_json_str(&out, engine_model_id(s->e), strlen(engine_model_id(s->e)));
-  sbuf_printf(&out, ",\"usage\":{\"prompt_tokens\":%lld,\"total_tokens\":%lld}", total, total);
   oai_resp ro;
   memset(&ro, 0, sizeof ro);
   if (srv_receipt_end(&rcpt, NULL, s->receipt_key, k->t0, 0, pw_now_ns(), &ro, &e)) goto fail;
-  oai_put_receipt(&ro, &out);
-  sbuf_put(&out, "}", 1);
+  oai_render_embeddings_end(engine_model_id(s->e), total, &ro, &out);
   res = queue_json(k, c, 200, &out);
   goto done;
 prompt_fail:
@@ -791,20 +1201,7 @@ static enum MHD_Result handle_tokenize(conn *k, struct MHD_Connection *c) {
     res = queue_error(k, c, &e);
     goto done;
   }
-  sbuf_puts(&out, "{\"tokens\":[");
-  for (int i = 0; i < n; i++) {
-    if (i) sbuf_put(&out, ",", 1);
-    if (r.with_pieces) {
-      char piece[256];
-      int pn = prompt_piece(&s->pb, ids[i], piece, (int)sizeof piece);
-      sbuf_printf(&out, "{\"id\":%d,\"piece\":", ids[i]);
-      sbuf_json_str(&out, piece, (size_t)pn);
-      sbuf_put(&out, "}", 1);
-    } else {
-      sbuf_printf(&out, "%d", ids[i]);
-    }
-  }
-  sbuf_puts(&out, "]}");
+  oai_render_tokens(ids, n, r.with_pieces ? prompt_piece : NULL, &s->pb, &out);
   res = queue_json(k, c, 200, &out);
 done:
   free(ids);
@@ -839,9 +1236,7 @@ static enum MHD_Result handle_detokenize(conn *k, struct MHD_Connection *c) {
     }
     cap = need + 1;
   }
-  sbuf_puts(&out, "{\"content\":");
-  sbuf_json_str(&out, text, need);
-  sbuf_puts(&out, "}");
+  oai_render_content(text, need, &out);
   res = queue_json(k, c, 200, &out);
   goto done;
 prompt_fail:
@@ -857,87 +1252,102 @@ done:
 
 /* ---- GET endpoints ----------------------------------------------------- */
 
-static enum MHD_Result handle_get(conn *k, struct MHD_Connection *c, const char *url) {
-  server *s = k->s;
+static enum MHD_Result handle_health(conn *k, struct MHD_Connection *c) {
   sbuf out = {0};
+  bool ok = !flag(&k->s->quiescing);
+  if (ok && flag(&k->s->draining)) {
+    /* server_drain_notice: still serving, but leaving a balancer's pool. */
+    sbuf_puts(&out, "{\"status\":\"draining\"}");
+    return queue_json(k, c, 503, &out);
+  }
+  oai_render_health(ok, &out);
+  return queue_json(k, c, ok ? 200 : 503, &out);
+}
+
+static enum MHD_Result handle_metrics(conn *k, struct MHD_Connection *c) {
+  sbuf out = {0};
+  engine_stats st;
+  engine_get_stats(k->s->e, &st);
+  metrics_render(&k->s->m, &st, &out);
+  return queue(k, c, 200, "text/plain; version=0.0.4; charset=utf-8", &out, NULL, NULL);
+}
+
+static enum MHD_Result handle_models(conn *k, struct MHD_Connection *c) {
+  sbuf out = {0};
+  oai_render_model_list(engine_model_id(k->s->e), k->s->started, &out);
+  return queue_json(k, c, 200, &out);
+}
+
+/* The receipt signing key's public half (404 when receipts are unsigned). */
+static enum MHD_Result handle_receipt_key(conn *k, struct MHD_Connection *c) {
+  server *s = k->s;
   oai_error e;
-  const char *id = engine_model_id(s->e);
-  switch (k->rt) {
-  case R_HEALTH:
-    if (flag(&s->quiescing)) {
-      sbuf_puts(&out, "{\"status\":\"shutting_down\"}");
-      return queue_json(k, c, 503, &out);
-    }
-    if (flag(&s->draining)) {
-      sbuf_puts(&out, "{\"status\":\"draining\"}");
-      return queue_json(k, c, 503, &out);
-    }
-    sbuf_puts(&out, "{\"status\":\"ok\"}");
-    return queue_json(k, c, 200, &out);
-  case R_METRICS: {
-    engine_stats st;
-    engine_get_stats(s->e, &st);
-    metrics_render(&s->m, &st, &out);
-    return queue(k, c, 200, "text/plain; version=0.0.4; charset=utf-8", &out, NULL, NULL);
-  }
-  case R_MODELS:
-    sbuf_puts(&out, "{\"object\":\"list\",\"data\":[");
-    oai_render_model(id, s->started, &out);
-    sbuf_puts(&out, "]}");
-    return queue_json(k, c, 200, &out);
-  case R_MODEL: {
-    const char *want = strstr(url, "/models/") + strlen("/models/");
-    if (strcmp(want, id)) {
-      oai_seterr(&e, 404, "model_not_found", "model", "The model '%.100s' does not exist", want);
-      return queue_error(k, c, &e);
-    }
-    oai_render_model(id, s->started, &out);
-    return queue_json(k, c, 200, &out);
-  }
-  case R_RECEIPT_KEY: {
-    char *pem = NULL, fp[65], err[PW_ERRMAX];
-    if (!s->receipt_key) {
-      oai_seterr(&e, 404, "no_receipt_key", NULL, "this server does not sign receipts (start it with --receipt-key)");
-      return queue_error(k, c, &e);
-    }
-    if (ev_key_public_pem(s->receipt_key, &pem, err) || ev_key_fingerprint(s->receipt_key, fp, err)) {
-      free(pem);
-      oai_seterr(&e, 500, "internal_error", NULL, "%s", err);
-      return queue_error(k, c, &e);
-    }
-    sbuf_puts(&out, "{\"alg\":\"ed25519\",\"public_key_pem\":");
-    sbuf_json_str(&out, pem, strlen(pem));
-    sbuf_printf(&out, ",\"key_sha256\":\"%s\"}", fp);
-    free(pem);
-    return queue_json(k, c, 200, &out);
-  }
-  default:
-    oai_seterr(&e, 500, "internal_error", NULL, "no handler");
+  sbuf out = {0};
+  char *pem = NULL, fp[65], err[PW_ERRMAX];
+  if (!s->receipt_key) {
+    oai_seterr(&e, 404, "no_receipt_key", NULL, "this server does not sign receipts (start it with --receipt-key)");
     return queue_error(k, c, &e);
   }
+  if (ev_key_public_pem(s->receipt_key, &pem, err) || ev_key_fingerprint(s->receipt_key, fp, err)) {
+    free(pem);
+    oai_seterr(&e, 500, "internal_error", NULL, "%s", err);
+    return queue_error(k, c, &e);
+  }
+  oai_render_receipt_key(pem, fp, &out);
+  free(pem);
+  return queue_json(k, c, 200, &out);
+}
+
+static enum MHD_Result handle_model(conn *k, struct MHD_Connection *c) {
+  sbuf out = {0};
+  const char *id = engine_model_id(k->s->e);
+  if (strcmp(k->arg, id)) {
+    oai_error e;
+    oai_seterr(&e, 404, "model_not_found", "model", "The model '%.100s' does not exist", k->arg);
+    return queue_error(k, c, &e);
+  }
+  oai_render_model(id, k->s->started, &out);
+  return queue_json(k, c, 200, &out);
 }
 
 /* ---- routing ----------------------------------------------------------- */
 
-static route find_route(const char *url, metrics_endpoint *ep) {
+/* Whether row r serves url (a path: MHD strips the query string); *arg
+ * gets the "{id}" part. */
+static bool route_matches(const route *r, const char *url, const char **arg) {
   const char *u = url;
-  if (!strncmp(u, "/v1/", 4)) u += 3;
-  *ep = MEP_OTHER;
-  if (!strcmp(u, "/chat/completions")) return *ep = MEP_CHAT, R_CHAT;
-  if (!strcmp(u, "/completions")) return *ep = MEP_COMPLETIONS, R_COMPLETIONS;
-  if (!strcmp(u, "/embeddings")) return *ep = MEP_EMBEDDINGS, R_EMBEDDINGS;
-  if (!strcmp(u, "/models")) return *ep = MEP_MODELS, R_MODELS;
-  if (!strcmp(u, "/receipts/key")) return *ep = MEP_OTHER, R_RECEIPT_KEY;
-  if (!strncmp(u, "/models/", 8) && u[8]) return *ep = MEP_MODELS, R_MODEL;
-  if (!strcmp(url, "/health")) return *ep = MEP_HEALTH, R_HEALTH;
-  if (!strcmp(url, "/metrics")) return *ep = MEP_METRICS, R_METRICS;
-  if (!strcmp(url, "/tokenize")) return *ep = MEP_TOKENIZE, R_TOKENIZE;
-  if (!strcmp(url, "/detokenize")) return *ep = MEP_DETOKENIZE, R_DETOKENIZE;
-  return R_NONE;
+  unsigned where = RP_ROOT;
+  if (!strncmp(u, "/v1/", 4)) {
+    u += 3;
+    where = RP_V1;
+  }
+  if (!(r->prefixes & where)) return false;
+  const char *brace = strstr(r->path, "{id}");
+  if (!brace) return !strcmp(u, r->path);
+  size_t n = (size_t)(brace - r->path);
+  if (strncmp(u, r->path, n) || !u[n]) return false;
+  if (arg) *arg = u + n;
+  return true;
 }
 
-static bool is_get_route(route r) {
-  return r == R_MODELS || r == R_MODEL || r == R_HEALTH || r == R_METRICS || r == R_RECEIPT_KEY;
+/* The methods any row serves url with (0: unknown path). */
+static unsigned path_methods(const char *url) {
+  unsigned m = 0;
+  for (int i = 0; i < N_ROUTES; i++)
+    if (route_matches(&k_routes[i], url, NULL)) m |= k_routes[i].methods;
+  return m;
+}
+
+/* The row serving method on url, or NULL; *any_row gets a row serving the
+ * path with another method (for 405 and preflights). */
+static const route *find_route(const char *url, unsigned method, const char **arg, const route **any_row) {
+  *any_row = NULL;
+  for (int i = 0; i < N_ROUTES; i++) {
+    if (!route_matches(&k_routes[i], url, arg)) continue;
+    if (k_routes[i].methods & method) return &k_routes[i];
+    *any_row = &k_routes[i];
+  }
+  return NULL;
 }
 
 typedef struct hdr_count {
@@ -962,8 +1372,109 @@ static const char *bad_framing(struct MHD_Connection *c, const char *version) {
   MHD_get_connection_values(c, MHD_HEADER_KIND, count_header, &h);
   if (h.content_length > 1) return "more than one Content-Length header";
   if (h.content_length && h.transfer_encoding) return "both Content-Length and Transfer-Encoding";
+  if (h.transfer_encoding > 1) return "more than one Transfer-Encoding header";
   if (version && !strcmp(version, MHD_HTTP_VERSION_1_1) && h.host != 1) return "HTTP/1.1 needs exactly one Host header";
   return NULL;
+}
+
+/* The Origin to echo when CORS is on and the request's Origin is allowed. */
+static const char *cors_origin(server *s, struct MHD_Connection *c) {
+  if (!s->cors) return NULL;
+  if (!s->n_cors) return "*";
+  const char *o = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+  if (!o) return NULL;
+  for (int i = 0; i < s->n_cors; i++)
+    if (!strcmp(o, s->cors_list[i])) return o;
+  return NULL;
+}
+
+static enum MHD_Result answer_preflight(conn *k, struct MHD_Connection *c, unsigned methods) {
+  struct MHD_Response *r = MHD_create_response_from_buffer(0, (char *)"", MHD_RESPMEM_PERSISTENT);
+  if (!r) return MHD_NO;
+  char m[64];
+  methods_str(methods, true, m, sizeof m);
+  MHD_add_response_header(r, "Access-Control-Allow-Methods", m);
+  MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type, X-Request-Timeout");
+  MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+  return queue_resp(k, c, 204, r);
+}
+
+/* First call of a request: headers only. Everything that can be decided
+ * without the body is decided here, before any of it is read. An error
+ * for a request without a body is answered after the (empty) body phase,
+ * which keeps the connection alive; with a body on the way it is answered
+ * at once and the connection closes after it. */
+static enum MHD_Result on_headers(server *s, conn *k, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version) {
+  oai_error e;
+  const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+  const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+  bool has_body = te || (cl && strtoull(cl, NULL, 10) > 0);
+  k->origin = cors_origin(s, c);
+  const char *framing = bad_framing(c, version);
+  if (framing) {
+    oai_seterr(&e, 400, "invalid_http", NULL, "Malformed request: %s", framing);
+    return queue_error(k, c, &e);
+  }
+  if (te && strcasecmp(te, "chunked")) {
+    /* Without this the server would wait for a body it cannot frame. */
+    oai_seterr(&e, 501, "unsupported_transfer_encoding", NULL,
+               "Transfer-Encoding '%.40s' is not supported: send the body with Content-Length or chunked", te);
+    return queue_error(k, c, &e);
+  }
+  unsigned m = !strcmp(method, "GET") || !strcmp(method, "HEAD") ? RM_GET : !strcmp(method, "POST") ? RM_POST : 0;
+  const char *arg = NULL;
+  const route *other = NULL;
+  k->rt = find_route(url, m, &arg, &other);
+  if (k->rt) {
+    k->ep = k->log.ep = s->route_ep[k->rt - k_routes];
+    if (arg && !(k->arg = strdup(arg))) return MHD_NO;
+  } else if (other) {
+    k->ep = k->log.ep = s->route_ep[other - k_routes];
+  }
+  if (!k->rt && other && s->cors && !strcmp(method, "OPTIONS")) {
+    k->rt = other;
+    k->preflight = path_methods(url);
+  } else if (!k->rt) {
+    if (other)
+      oai_seterr(&k->pending, 405, "method_not_allowed", NULL, "Method %.16s is not allowed for %.200s", method, url);
+    else
+      oai_seterr(&k->pending, 404, "unknown_url", NULL, "Unknown request URL: %.16s %.200s", method, url);
+    k->rt = other; /* the Allow header of a 405 */
+    k->has_pending = true;
+  } else if (!k->rt->is_public) {
+    auth_result who = auth_identify(
+        s->keys, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION), k->tenant);
+    if (who == AUTH_DENIED) {
+      oai_seterr(&k->pending, 401, "invalid_api_key", NULL,
+                 "Missing or incorrect API key: pass it as 'Authorization: Bearer <key>'");
+      k->has_pending = true;
+    }
+    k->anonymous = who == AUTH_OPEN;
+  }
+  if (k->has_pending && has_body) return queue_error(k, c, &k->pending);
+  if (cl && strtoull(cl, NULL, 10) > s->max_body) {
+    /* A client that sent the body without waiting for 100-continue only
+     * reads our answer after its write completes: drain (and drop) a
+     * moderately oversized body, then answer 413. Absurd sizes, or
+     * clients that wait, get the answer at once. */
+    const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+    unsigned long long want = strtoull(cl, NULL, 10);
+    if (!expect && want <= (unsigned long long)s->max_body * 8) {
+      k->too_large = true;
+      watch_set(s, k->w, W_BODY, s->body_ns);
+      return MHD_YES;
+    }
+    oai_seterr(&e, 413, "request_too_large", NULL, "The request body exceeds the limit of %zu bytes", s->max_body);
+    return queue_error(k, c, &e);
+  }
+  /* The body buffer sized once from Content-Length: growing it by
+   * doubling held two copies at the moment of each copy (large bodies in
+   * parallel peaked far above their size). Pages are only resident once
+   * written, so a declared but unsent body costs address space only. */
+  if (cl && !k->has_pending) sbuf_reserve(&k->body, (size_t)strtoull(cl, NULL, 10) + 1);
+  watch_set(s, k->w, has_body ? W_BODY : W_BUSY, has_body ? s->body_ns : 0);
+  return MHD_YES;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -973,63 +1484,31 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   conn *k = *con_cls;
   oai_error e;
   if (!k) {
-    /* First call: headers only. Everything that can be decided without the
-     * body is decided here, before any of it is read. */
     if (!(k = calloc(1, sizeof *k))) return MHD_NO;
     k->s = s;
     k->t0 = pw_now_ns();
+    k->ep = k->log.ep = MEP_OTHER;
+    k->w = conn_watch(c);
+    if (k->w) {
+      /* The headers are in: no header deadline from here on (an early
+       * answer must never meet a 408 written over it). */
+      pthread_mutex_lock(&s->watch_mu);
+      k->w->requests++;
+      k->w->phase = W_BUSY;
+      k->w->deadline = 0;
+      pthread_mutex_unlock(&s->watch_mu);
+    }
     *con_cls = k;
     __atomic_fetch_add(&s->inflight, 1, __ATOMIC_ACQ_REL);
-    k->rt = find_route(url, &k->ep);
-    k->log.ep = k->ep;
+    metrics_inflight(&s->m, 1);
     k->log.t0 = k->t0;
     oai_new_id("req-", k->log.id, sizeof k->log.id);
-    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-    bool post = !strcmp(method, "POST");
-    const char *framing = bad_framing(c, version);
-    if (framing) {
-      oai_seterr(&e, 400, "invalid_http", NULL, "Malformed request: %s", framing);
-      return queue_error(k, c, &e);
-    }
-    if (k->rt == R_NONE) {
-      oai_seterr(&e, 404, "unknown_url", NULL, "Unknown request URL: %.16s %.200s", method, url);
-      return queue_error(k, c, &e);
-    }
-    if (is_get_route(k->rt) ? !get : !post) {
-      oai_seterr(&e, 405, "method_not_allowed", NULL, "Method %.16s is not allowed for %.200s", method, url);
-      return queue_error(k, c, &e);
-    }
-    if (k->rt != R_HEALTH) {
-      auth_result who = auth_identify(
-          s->keys, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION), k->tenant);
-      if (who == AUTH_DENIED) {
-        oai_seterr(&e, 401, "invalid_api_key", NULL,
-                   "Missing or incorrect API key: pass it as 'Authorization: Bearer <key>'");
-        return queue_error(k, c, &e);
-      }
-      k->anonymous = who == AUTH_OPEN;
-    }
-    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cl && strtoull(cl, NULL, 10) > s->max_body) {
-      /* A client that sent the body without waiting for 100-continue only
-       * reads our answer after its write completes: drain (and drop) a
-       * moderately oversized body, then answer 413. Absurd sizes, or
-       * clients that wait, get the answer at once. */
-      const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
-      unsigned long long want = strtoull(cl, NULL, 10);
-      if (!expect && want <= (unsigned long long)s->max_body * 8) {
-        k->too_large = true;
-        return MHD_YES;
-      }
-      oai_seterr(&e, 413, "request_too_large", NULL, "The request body exceeds the limit of %zu bytes", s->max_body);
-      return queue_error(k, c, &e);
-    }
-    if (get) return handle_get(k, c, url);
-    return MHD_YES;
+    return on_headers(s, k, c, url, method, version);
   }
   if (*upload_data_size) {
     /* Body bytes: kept up to the limit, then dropped (answered with 413). */
-    if (!k->answered && !k->too_large) {
+    k->body_seen += *upload_data_size;
+    if (!k->answered && !k->too_large && !k->has_pending) {
       if (k->body.len + *upload_data_size > s->max_body) {
         k->too_large = true;
         sbuf_free(&k->body);
@@ -1040,7 +1519,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     *upload_data_size = 0;
     return MHD_YES;
   }
+  watch_set(s, k->w, W_BUSY, 0);
   if (k->answered) return MHD_YES;
+  if (k->has_pending) return queue_error(k, c, &k->pending);
+  if (k->preflight) return answer_preflight(k, c, k->preflight);
   if (k->too_large) {
     oai_seterr(&e, 413, "request_too_large", NULL, "The request body exceeds the limit of %zu bytes", s->max_body);
     return queue_error(k, c, &e);
@@ -1049,29 +1531,31 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     oai_seterr(&e, 500, "internal_error", NULL, "out of memory");
     return queue_error(k, c, &e);
   }
-  switch (k->rt) {
-  case R_CHAT:
-  case R_COMPLETIONS: return handle_generate(k, c);
-  case R_EMBEDDINGS: return handle_embeddings(k, c);
-  case R_TOKENIZE: return handle_tokenize(k, c);
-  case R_DETOKENIZE: return handle_detokenize(k, c);
-  default: return handle_get(k, c, url);
-  }
+  return k->rt->fn(k, c);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-  (void)cls;
-  (void)c;
+  server *s = cls;
   conn *k = *con_cls;
   if (!k) return;
   if (!k->streamed) {
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) k->log.gone = true;
-    log_emit(k->s, &k->log);
+    log_emit(s, &k->log);
   }
-  __atomic_fetch_sub(&k->s->inflight, 1, __ATOMIC_ACQ_REL);
+  /* The connection may carry another request: its headers get a fresh
+   * deadline (which also bounds how long an idle keep-alive connection
+   * holds its thread). */
+  watch_set(s, conn_watch(c), W_HEADERS, s->header_ns);
+  bool trim = k->body_seen >= TRIM_AFTER_BYTES;
   sbuf_free(&k->body);
+  free(k->arg);
   free(k);
   *con_cls = NULL;
+  /* Large bodies leave megabytes in this thread's malloc arena; hand them
+   * back so parallel large requests do not ratchet the resident size up. */
+  if (trim) malloc_trim(0);
+  metrics_inflight(&s->m, -1);
+  __atomic_fetch_sub(&s->inflight, 1, __ATOMIC_ACQ_REL);
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -1083,6 +1567,95 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
 }
 
 /* ---- lifecycle --------------------------------------------------------- */
+
+/* Resolves host (a name such as "localhost" or an address literal) and
+ * binds a listening socket. SO_REUSEADDR only lets the port be rebound
+ * while old connections sit in TIME_WAIT; unlike SO_REUSEPORT it never
+ * lets a second server share a port that one is listening on. */
+static int open_listener(const char *host, int port, int *fd_out, bool *v6, char *err) {
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  char ps[16];
+  snprintf(ps, sizeof ps, "%d", port);
+  int g = getaddrinfo(host, ps, &hints, &res);
+  if (g) return pw_seterr(err, PW_EINVAL, "cannot resolve listen address '%s': %s", host, gai_strerror(g));
+  const struct addrinfo *ai = res;
+  for (const struct addrinfo *p = res; p; p = p->ai_next)
+    if (p->ai_family == AF_INET) { /* "localhost": the IPv4 loopback most clients try */
+      ai = p;
+      break;
+    }
+  int rc = 0;
+  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    rc = pw_seterr(err, PW_EIO, "cannot create a socket: %s", strerror(errno));
+    goto done;
+  }
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (bind(fd, ai->ai_addr, ai->ai_addrlen)) {
+    int en = errno;
+    if (en == EADDRINUSE)
+      rc = pw_seterr(err, PW_EIO, "cannot listen on %s port %d: the port is already in use", host, port);
+    else
+      rc = pw_seterr(err, PW_EIO, "cannot listen on %s port %d: %s", host, port, strerror(en));
+    goto done;
+  }
+  if (listen(fd, 256)) {
+    rc = pw_seterr(err, PW_EIO, "cannot listen on %s port %d: %s", host, port, strerror(errno));
+    goto done;
+  }
+  *v6 = ai->ai_family == AF_INET6;
+  *fd_out = fd;
+  fd = -1;
+done:
+  if (fd >= 0) close(fd);
+  freeaddrinfo(res);
+  return rc;
+}
+
+/* Splits "a,b,c" (or "*") into the allowed origins. */
+static int parse_cors(server *s, const char *origins, char *err) {
+  if (!(s->cors = strdup(origins))) return pw_seterr(err, PW_ENOMEM, "out of memory");
+  char *save = NULL;
+  for (char *t = strtok_r(s->cors, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    while (*t == ' ') t++;
+    size_t n = strlen(t);
+    while (n && t[n - 1] == ' ') t[--n] = 0;
+    if (!n) continue;
+    if (!strcmp(t, "*")) {
+      s->n_cors = 0;
+      return 0;
+    }
+    if (strncmp(t, "http://", 7) && strncmp(t, "https://", 8))
+      return pw_seterr(err, PW_EINVAL, "CORS origin '%s' must be '*' or start with http:// or https://", t);
+    if (s->n_cors == MAX_CORS_ORIGINS) return pw_seterr(err, PW_EINVAL, "at most %d CORS origins", MAX_CORS_ORIGINS);
+    s->cors_list[s->n_cors++] = t;
+  }
+  if (!s->n_cors) return pw_seterr(err, PW_EINVAL, "the CORS origin list '%s' names no origin", origins);
+  return 0;
+}
+
+static void server_free(server *s) {
+  if (s->watchdog_on) {
+    pthread_mutex_lock(&s->watch_mu);
+    s->watch_stop = true;
+    pthread_cond_signal(&s->watch_cv);
+    pthread_mutex_unlock(&s->watch_mu);
+    pthread_join(s->watchdog, NULL);
+  }
+  prompt_builder_free(&s->pb);
+  ev_key_destroy(s->receipt_key);
+  auth_keys_destroy(s->keys);
+  pthread_mutex_destroy(&s->log_mu);
+  pthread_mutex_destroy(&s->watch_mu);
+  pthread_cond_destroy(&s->watch_cv);
+  free(s->cors);
+  free(s);
+}
 
 /* The replica's name: the given one when it is a valid header value and
  * Prometheus label (a short token, nothing to escape), else the host name
@@ -1112,67 +1685,72 @@ int server_start(const server_opts *o, engine *e, server **out, char *err) {
   if (!s) return pw_seterr(err, PW_ENOMEM, "out of memory");
   s->e = e;
   s->quiesced_fd = -1;
+  s->listen_fd = -1;
   s->max_body = o->max_body ? o->max_body : SERVER_DEFAULT_MAX_BODY;
   s->timeout_s = o->request_timeout_s > 0 ? o->request_timeout_s : 0;
   s->keepalive_ms = o->keepalive_ms > 0 ? o->keepalive_ms : 15000;
   s->retry_after_s = o->retry_after_s > 0 ? o->retry_after_s : 1;
+  s->header_ns = (uint64_t)((o->header_timeout_s > 0 ? o->header_timeout_s : SERVER_DEFAULT_HEADER_TIMEOUT) * 1e9);
+  s->body_ns = (uint64_t)((o->body_timeout_s > 0 ? o->body_timeout_s : SERVER_DEFAULT_BODY_TIMEOUT) * 1e9);
   s->spec_mode = o->spec_mode && *o->spec_mode && strcmp(o->spec_mode, "off") ? o->spec_mode : NULL;
   s->log_requests = o->log_requests;
+  s->log_json = o->log_json;
   s->log_out = o->log_out;
   pthread_mutex_init(&s->log_mu, NULL);
+  pthread_mutex_init(&s->watch_mu, NULL);
+  pthread_cond_init(&s->watch_cv, NULL);
   s->started = (long long)time(NULL);
   metrics_init(&s->m);
-  int rc = auth_keys_create(o->api_key_file, o->api_keys, &s->keys, err);
-  if (rc) goto fail;
-  rc = prompt_builder_init(&s->pb, engine_vocab(e), engine_chat_template(e), err);
-  if (rc) goto fail;
-  const tok_vocab *voc = engine_vocab(e);
-  rc = ev_model_info_init(&s->evm, engine_model_id(e), engine_model_sha256(e), engine_model_size(e),
-                          s->pb.template_src, tok_kind(voc), tok_pre(voc), tok_n_vocab(voc), err);
-  if (rc) goto fail;
-  if (o->receipt_key_path && (rc = ev_key_load_private(o->receipt_key_path, &s->receipt_key, err))) goto fail;
-
-  const char *host = o->host && *o->host ? o->host : "127.0.0.1";
-  struct sockaddr_storage ss;
-  memset(&ss, 0, sizeof ss);
-  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_POLL |
-                   MHD_USE_ERROR_LOG;
+  for (int i = 0; i < N_ROUTES; i++) s->route_ep[i] = metrics_endpoint_add(&s->m, k_routes[i].metric);
+  int rc = 0;
   if (o->port < 0 || o->port > 65535) {
     rc = pw_seterr(err, PW_EINVAL, "invalid port %d", o->port);
     goto fail;
   }
-  struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
-  struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
-  if (inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
-    a4->sin_family = AF_INET;
-    a4->sin_port = htons((uint16_t)o->port);
-  } else if (inet_pton(AF_INET6, host, &a6->sin6_addr) == 1) {
-    a6->sin6_family = AF_INET6;
-    a6->sin6_port = htons((uint16_t)o->port);
-    flags |= MHD_USE_IPv6;
-  } else {
-    rc = pw_seterr(err, PW_EINVAL, "invalid listen address '%s' (give an IPv4 or IPv6 literal)", host);
+  if (o->cors_origins && (rc = parse_cors(s, o->cors_origins, err))) goto fail;
+  if ((rc = auth_keys_create(o->api_key_file, o->api_keys, &s->keys, err))) goto fail;
+  if ((rc = prompt_builder_init(&s->pb, engine_vocab(e), engine_chat_template(e), err))) goto fail;
+  const tok_vocab *voc = engine_vocab(e);
+  if ((rc = ev_model_info_init(&s->evm, engine_model_id(e), engine_model_sha256(e), engine_model_size(e),
+                               s->pb.template_src, tok_kind(voc), tok_pre(voc), tok_n_vocab(voc), err)))
+    goto fail;
+  if (o->receipt_key_path && (rc = ev_key_load_private(o->receipt_key_path, &s->receipt_key, err))) goto fail;
+  const char *host = o->host && *o->host ? o->host : "127.0.0.1";
+  bool v6 = false;
+  if ((rc = open_listener(host, o->port, &s->listen_fd, &v6, err))) goto fail;
+  if (pthread_create(&s->watchdog, NULL, watchdog_main, s)) {
+    rc = pw_seterr(err, PW_ENOMEM, "cannot start the connection watchdog");
     goto fail;
   }
+  s->watchdog_on = true;
+  /* One thread per connection: request handlers block on their engine
+   * queue, and a stream's content reader blocks for its next token. The
+   * thread count stays bounded by the connection limit, the per-client
+   * limit and the header/body deadlines. */
+  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_POLL |
+                   MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
+  unsigned max_conn = (unsigned)(o->max_connections > 0 ? o->max_connections : 256);
+  unsigned per_client = (unsigned)(o->max_per_client > 0 ? o->max_per_client : (int)(max_conn / 4 ? max_conn / 4 : 1));
   s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s,
-                          MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+                          MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->listen_fd,
                           MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                          MHD_OPTION_CONNECTION_LIMIT, (unsigned)(o->max_connections > 0 ? o->max_connections : 256),
-                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
-                          MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+                          MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                          MHD_OPTION_CONNECTION_LIMIT, max_conn,
+                          MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_client,
+                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
                           MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
                           MHD_OPTION_END);
   if (!s->d) {
-    rc = pw_seterr(err, PW_EIO, "cannot listen on %s:%d (address in use or not permitted)", host, o->port);
+    rc = pw_seterr(err, PW_EIO, "cannot start the HTTP server on %s port %d", host, o->port);
     goto fail;
   }
-  const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_LISTEN_FD);
   struct sockaddr_storage bound;
   socklen_t bl = sizeof bound;
-  if (!di || getsockname(di->listen_fd, (struct sockaddr *)&bound, &bl)) {
+  if (getsockname(s->listen_fd, (struct sockaddr *)&bound, &bl)) {
     rc = pw_seterr(err, PW_EIO, "cannot read the listening port");
     goto fail;
   }
+  s->listen_fd = -1; /* MHD's now */
   s->port = bound.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&bound)->sin6_port)
                                         : ntohs(((struct sockaddr_in *)&bound)->sin_port);
   if ((rc = replica_name(o->replica_id, s->port, s->replica, err))) goto fail;
@@ -1180,12 +1758,9 @@ int server_start(const server_opts *o, engine *e, server **out, char *err) {
   *out = s;
   return 0;
 fail:
-  if (s->d) MHD_stop_daemon(s->d);
-  prompt_builder_free(&s->pb);
-  ev_key_destroy(s->receipt_key);
-  auth_keys_destroy(s->keys);
-  pthread_mutex_destroy(&s->log_mu);
-  free(s);
+  if (s->d) MHD_stop_daemon(s->d); /* closes the listening socket */
+  else if (s->listen_fd >= 0) close(s->listen_fd);
+  server_free(s);
   return rc;
 }
 
@@ -1223,9 +1798,5 @@ void server_stop(server *s) {
   MHD_stop_daemon(s->d);
   /* After quiesce the listen socket is ours to close. */
   if (s->quiesced_fd >= 0) close(s->quiesced_fd);
-  prompt_builder_free(&s->pb);
-  ev_key_destroy(s->receipt_key);
-  auth_keys_destroy(s->keys);
-  pthread_mutex_destroy(&s->log_mu);
-  free(s);
+  server_free(s);
 }

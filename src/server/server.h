@@ -1,17 +1,33 @@
 /* server.h - the OpenAI-compatible HTTP server over one engine.
  *
- * Endpoints: POST /v1/chat/completions, /v1/completions, /v1/embeddings,
- * /tokenize, /detokenize; GET /v1/models, /v1/models/{id}, /v1/receipts/key, /health (public),
- * /metrics (Prometheus text). Paths without the /v1 prefix are accepted
- * too. With API keys configured every endpoint but /health needs
- * "Authorization: Bearer <key>".
+ * Endpoints (one table in server.c): POST /v1/chat/completions,
+ * /v1/completions, /v1/embeddings, /tokenize, /detokenize; GET /v1/models,
+ * /v1/models/{id}, /v1/receipts/key, /health (public), /metrics
+ * (Prometheus text). The /v1
+ * paths are served without the prefix too. With API keys configured every
+ * endpoint but /health needs "Authorization: Bearer <key>". An unknown
+ * path is 404, a known one with another method 405 with an Allow header.
+ *
+ * Connections: HTTP/1.1 keep-alive (pipelined requests are answered in
+ * order). Each connection's headers must arrive within header_timeout_s of
+ * its start (or of the end of its previous request) and a request's body
+ * within body_timeout_s of its headers: these are absolute deadlines that a
+ * client trickling bytes cannot extend. Connections per client address are
+ * limited (max_per_client), as is their total. A Transfer-Encoding other
+ * than chunked is 501 at once.
  *
  * Threads: libmicrohttpd runs one thread per connection; a request thread
  * parses, renders the prompt, submits to the engine and blocks on its event
- * queue (with a bounded wait so it notices client hangups and shutdown).
- * Streaming responses are produced by MHD's content-reader callback on the
- * same thread. A client that goes away has its engine request cancelled and
- * released, so its sequence leaves the batch.
+ * queue, checking after every event (and every 100 ms of silence) whether
+ * the client is still there. Streaming responses are produced by MHD's
+ * content-reader callback on the same thread. A client that goes away has
+ * its engine request cancelled and released, so its sequence leaves the
+ * batch within a step. A watchdog thread enforces the header and body
+ * deadlines.
+ *
+ * CORS (cors_origins; off by default): preflights (OPTIONS on a known
+ * path) are answered 204 without authentication, and every response to an
+ * allowed Origin carries Access-Control-Allow-Origin.
  *
  * Prefix cache: a chat/completions request's prompt_cache_key is validated
  * (oai.h), then hashed with the caller's tenant (its API key's digest, or
@@ -24,11 +40,12 @@
  * /v1/receipts/key gives the signing key's public half (404 when
  * receipts are unsigned).
  *
- * Request log: one line per request (see server_opts.log_requests), e.g.
- *   power: request id=chatcmpl-... endpoint=chat_completions status=200
- *   prompt_tokens=31 completion_tokens=12 cached_tokens=24 ttft_ms=8.1
+ * Request log: one line per request (see server_opts.log_requests), text
+ *   2026-01-02T03:04:05.678Z power: request id=chatcmpl-... endpoint=chat_completions
+ *   status=200 prompt_tokens=31 completion_tokens=12 cached_tokens=24 ttft_ms=8.1
  *   total_ms=95.3 finish=stop
- * (on one line). Every response carries the id as X-Request-Id, and the
+ * (on one line), or the same fields as one JSON object per line
+ * (log_json). Every response carries the id as X-Request-Id, and the
  * replica's name (server_opts.replica_id) as X-Power-Replica.
  *
  * What it is not: TLS (put a proxy in front), multi-model routing, or a
@@ -45,7 +62,8 @@
 typedef struct server server;
 
 typedef struct server_opts {
-  const char *host;         /* bind address, IPv4 or IPv6 literal; NULL = "127.0.0.1" */
+  const char *host;         /* bind address: a name ("localhost") or an IPv4/IPv6 literal;
+                             * NULL = "127.0.0.1" */
   int port;                 /* TCP port; 0 = ephemeral (see server_port) */
   size_t max_body;          /* request body limit in bytes; 0 = 8 MiB */
   double request_timeout_s; /* default admission deadline in seconds; 0 = none */
@@ -53,6 +71,14 @@ typedef struct server_opts {
   const char *api_keys;     /* comma-separated keys (e.g. $POWER_API_KEYS); NULL = none */
   int keepalive_ms;         /* SSE ": keep-alive" after this much silence; 0 = 15000 */
   int max_connections;      /* concurrent connections; 0 = 256 */
+  int max_per_client;       /* concurrent connections per client address; 0 = max_connections / 4 */
+  double header_timeout_s;  /* a request's headers must be in this long after the connection
+                             * opened or its previous request ended; 0 = SERVER_DEFAULT_HEADER_TIMEOUT */
+  double body_timeout_s;    /* a request's body must be in this long after its headers;
+                             * 0 = SERVER_DEFAULT_BODY_TIMEOUT */
+  const char *cors_origins; /* borrowed: "*" or comma-separated origins ("https://app.example");
+                             * NULL = no CORS headers */
+  int log_json;             /* request lines as JSON objects instead of key=value text */
   int retry_after_s;        /* Retry-After of 503 answers; 0 = 1 */
   const char *spec_mode;    /* borrowed: name of the engine's speculation mode (engine_spec_name of
                              * engine_opts.spec_mode); NULL or "off" = off. When on, generation
@@ -60,7 +86,7 @@ typedef struct server_opts {
   int log_requests;         /* 0 = no request log; 1 = one key=value line per request (id, endpoint,
                              * status, token counts, timings; never prompt or output text);
                              * 2 = also the prompt and output text (debugging) */
-  FILE *log_out;            /* borrowed: where request lines go; NULL = stderr */
+  FILE *log_out;            /* borrowed: where request lines go; NULL = the process log (stderr) */
   const char *receipt_key_path; /* Ed25519 private key (PEM) that signs every receipt;
                              * NULL = unsigned. Unreadable = server_start fails.
                              * GET /v1/receipts/key returns its public half */
@@ -71,11 +97,15 @@ typedef struct server_opts {
 } server_opts;
 
 #define SERVER_DEFAULT_MAX_BODY ((size_t)8 << 20)
+#define SERVER_DEFAULT_HEADER_TIMEOUT 10.0 /* seconds */
+#define SERVER_DEFAULT_BODY_TIMEOUT 60.0   /* seconds */
 #define SERVER_REPLICA_ID_MAX 100
 
 /* Starts listening and serving e (borrowed: it must outlive the server).
  * On success *out is owned by the caller (server_stop). On failure returns
- * a PW_E* status with err set (e.g. PW_EIO when the address is taken). */
+ * a PW_E* status with err set: PW_EIO when the port is in use (no two
+ * servers ever share a port), PW_EINVAL for a name that does not resolve,
+ * bad CORS origins or an API key list that holds no key. */
 int server_start(const server_opts *o, engine *e, server **out, char *err);
 /* The bound TCP port (the real one when opts.port was 0). */
 int server_port(const server *s);

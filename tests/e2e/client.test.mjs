@@ -248,10 +248,11 @@ describe('openai client against power serve', () => {
     const base = { messages: chatMsgs, max_tokens: 2 };
     await bad({ ...base, temperature: 5 }, 'invalid_value', 'temperature');
     await bad({ ...base, max_tokens: 0 }, 'invalid_value', 'max_tokens');
-    await bad({ ...base, n: 2 }, 'unsupported_n', 'n');
+    await bad({ ...base, n: 65 }, 'invalid_value', 'n');
+    await bad({ ...base, chat_template_kwargs: { enable_thinking: false } }, 'unsupported_chat_template_kwargs', 'chat_template_kwargs');
     await bad({ ...base, tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }] }, 'unsupported_tools', 'tools');
     await bad({ ...base, response_format: { type: 'json_schema', json_schema: { name: 's', schema: { type: 'object', patternProperties: { x: {} } } } } }, 'unsupported_schema_keyword');
-    await bad({ ...base, response_format: { type: 'xml' } }, 'invalid_value');
+    await bad({ ...base, response_format: { type: 'xml' } }, 'invalid_value', 'response_format.type');
     await bad({ ...base, top_logprobs: 3 }, 'invalid_value', 'top_logprobs');
     await bad({ max_tokens: 2, messages: [] }, 'invalid_value', 'messages');
     await bad({ max_tokens: 2, messages: [{ role: 'wizard', content: 'x' }] }, 'invalid_value', 'messages[0].role');
@@ -342,7 +343,7 @@ describe('API keys', () => {
   before(async () => {
     dir = mkdtempSync(path.join(tmpdir(), 'power-e2e-'));
     writeFileSync(path.join(dir, 'keys'), '# keys\n\n  sk-first  \nsk-second\n');
-    srv = await startServer({ model: 'codelm-py-Q8_0.gguf', args: ['--api-key-file', path.join(dir, 'keys')], env: { POWER_API_KEYS: '' } });
+    srv = await startServer({ model: 'codelm-py-Q8_0.gguf', args: ['--api-key-file', path.join(dir, 'keys')], env: { POWER_API_KEYS: null } });
   });
   after(async () => {
     const r = await srv?.stop();

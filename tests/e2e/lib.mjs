@@ -49,12 +49,16 @@ export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 /**
  * Starts `power serve --model MODEL --host 127.0.0.1 --port 0 ...args` and
  * resolves once it prints its address. The result has url (http://host:port),
- * base (url + '/v1'), port, pid, modelId, stderr() and stop().
+ * base (url + '/v1'), port, pid, modelId, stderr() and stop(). env adds
+ * variables (null removes one).
  */
 export async function startServer({ model, args = [], env: extra = {}, readyMs = 30000 }) {
   const { bin } = env();
   const argv = ['serve', '--model', modelPath(model), '--host', '127.0.0.1', '--port', '0', ...args];
-  const child = spawn(bin, argv, { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...extra } });
+  // A null value in extra removes that variable from the server's environment.
+  const childEnv = { ...process.env, ...extra };
+  for (const [k, v] of Object.entries(extra)) if (v === null) delete childEnv[k];
+  const child = spawn(bin, argv, { stdio: ['ignore', 'ignore', 'pipe'], env: childEnv });
   children.add(child);
   let log = '';
   const exited = new Promise((resolve) => {

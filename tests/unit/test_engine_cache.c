@@ -223,6 +223,69 @@ static void test_eviction(void) {
   engine_destroy(e);
 }
 
+/* Per-owner quotas: an owner at its entry quota evicts its own oldest
+ * entry, never another owner's, within the global bounds. */
+static void test_owner_quota(void) {
+  static int32_t pa[256], pb[256], pc[256];
+  engine_opts o = {.model_path = k_model, .n_threads = 2, .max_active = 2, .max_queue = 8, .n_ctx = 256,
+                   .step_tokens = 64, .prompt_cache_entries = 4, .prompt_cache_owner_entries = 1};
+  engine *e = create_engine(&o);
+  if (!e) return;
+  int na = encode(e, k_turn1, pa, 256), nb = encode(e, k_other, pb, 256), nc = encode(e, k_turn2, pc, 256);
+  engine_params p;
+  static result r;
+  /* Owner 1 stores a; owner 2 stores b then c: c replaces b (owner 2's
+   * quota is one), a stays. */
+  p = params(pa, na, 4, "a", false);
+  p.cache_owner[0] = 1;
+  run1(e, &p, &r);
+  p = params(pb, nb, 4, "b", false);
+  p.cache_owner[0] = 2;
+  run1(e, &p, &r);
+  p = params(pc, nc, 4, "c", false);
+  p.cache_owner[0] = 2;
+  run1(e, &p, &r);
+  engine_stats st;
+  engine_get_stats(e, &st);
+  CHECK_EQ_INT(st.cache_entries, 2);
+  CHECK_EQ_INT(st.cache_evictions_total, 1);
+  p = params(pa, na, 4, "a", false);
+  p.cache_owner[0] = 1;
+  run1(e, &p, &r);
+  CHECK_EQ_INT(r.usage.cached_tokens, na - 1); /* owner 1's entry survived owner 2 */
+  p = params(pb, nb, 4, "b", false);
+  p.cache_owner[0] = 2;
+  run1(e, &p, &r);
+  CHECK_EQ_INT(r.usage.cached_tokens, 0); /* b was owner 2's oldest */
+  CHECK(wait_idle(e));
+  engine_destroy(e);
+  /* Byte quota: room for one of an owner's entries. */
+  e = make(4, 0, 0, ENGINE_SPEC_OFF);
+  if (!e) return;
+  hit(e, pa, na, "a");
+  engine_get_stats(e, &st);
+  size_t per = st.cache_bytes / (size_t)(na + 3);
+  engine_destroy(e);
+  o.prompt_cache_owner_entries = 0;
+  o.prompt_cache_owner_bytes = per * (size_t)(na + 3 + 2);
+  e = create_engine(&o);
+  if (!e) return;
+  p = params(pa, na, 4, "a", false);
+  p.cache_owner[0] = 3;
+  run1(e, &p, &r);
+  p = params(pb, nb, 4, "b", false);
+  p.cache_owner[0] = 3;
+  run1(e, &p, &r); /* evicts a: owner 3 holds only one entry's bytes */
+  p = params(pc, nc, 4, "c", false);
+  p.cache_owner[0] = 4;
+  run1(e, &p, &r); /* another owner: no eviction */
+  engine_get_stats(e, &st);
+  CHECK_EQ_INT(st.cache_entries, 2);
+  CHECK_EQ_INT(st.cache_evictions_total, 1);
+  CHECK(wait_idle(e));
+  engine_destroy(e);
+}
+
 /* A cancelled request keeps what it committed; caching never lowers the
  * number of requests that run at once. */
 static void test_cancel_and_capacity(void) {
@@ -307,6 +370,7 @@ int main(void) {
   fprintf(stderr, "  reuse: %.2fs\n", pw_now_s() - t0);
   test_in_use();
   test_eviction();
+  test_owner_quota();
   test_cancel_and_capacity();
   fprintf(stderr, "total %.2fs\n", pw_now_s() - t0);
   TEST_DONE();

@@ -68,11 +68,12 @@ static int check_format(const char *text) {
 }
 
 static metrics g_m;
+static metrics_endpoint g_chat;
 
 static void *bump(void *arg) {
   (void)arg;
   for (int i = 0; i < 10000; i++) {
-    metrics_request(&g_m, MEP_CHAT, 200);
+    metrics_request(&g_m, g_chat, 200);
     metrics_itl(&g_m, 3000000);
   }
   return NULL;
@@ -80,6 +81,10 @@ static void *bump(void *arg) {
 
 int main(void) {
   metrics_init(&g_m);
+  g_chat = metrics_endpoint_add(&g_m, "chat_completions");
+  metrics_endpoint g_cmpl = metrics_endpoint_add(&g_m, "completions");
+  CHECK_EQ_INT(metrics_endpoint_add(&g_m, "chat_completions"), g_chat); /* one label per name */
+  CHECK(g_chat != MEP_OTHER && g_cmpl != g_chat);
   sbuf b = {0};
   metrics_render(&g_m, NULL, &b);
   CHECK(check_format(b.data) > 0);
@@ -88,7 +93,7 @@ int main(void) {
   pthread_t t[4];
   for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, bump, NULL);
   for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
-  metrics_request(&g_m, MEP_COMPLETIONS, 503);
+  metrics_request(&g_m, g_cmpl, 503);
   metrics_request(&g_m, MEP_OTHER, 418);
   metrics_ttft(&g_m, 30000000);   /* 0.03 s */
   metrics_ttft(&g_m, 99000000000ull); /* beyond the last bucket */

@@ -137,7 +137,7 @@ static void test_chat_errors(void) {
   E("\"grammar\":\"root ::= foo\"", "invalid_grammar", "grammar");
   E("\"grammar\":7", "invalid_type", "grammar");
   E("\"grammar\":\"root ::= \\\"a\\\"\",\"response_format\":{\"type\":\"json_object\"}", "invalid_value", "grammar");
-  E("\"n\":2", "unsupported_n", "n");
+  E("\"n\":65", "invalid_value", "n");
   /* bad types and values */
   E("\"temperature\":\"hot\"", "invalid_type", "temperature");
   E("\"temperature\":3", "invalid_value", "temperature");
@@ -224,12 +224,24 @@ static void test_completion(void) {
   expect_err(OAI_COMPLETION, "{}", "missing_field", "prompt");
   expect_err(OAI_COMPLETION, "{\"prompt\":5}", "invalid_type", "prompt");
   expect_err(OAI_COMPLETION, "{\"prompt\":[]}", "invalid_value", "prompt");
-  expect_err(OAI_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", "unsupported_prompt", "prompt");
+  /* Several prompts, each a choice (or n). */
+  rc = parse(OAI_COMPLETION, "{\"prompt\":[\"a\",[1,2],\"b\"],\"n\":2}", &r, &e);
+  CHECK(rc == 0 && r.prompts && json_array_size(r.prompts) == 3 && r.n_choices == 2);
+  if (!rc) oai_request_free(&r);
+  rc = parse(OAI_COMPLETION, "{\"prompt\":[\"a\",\"b\"],\"stream\":true,\"n\":2}", &r, &e);
+  CHECK(rc == 0 && r.stream && r.n_choices == 2); /* streamed one choice after the other */
+  if (!rc) oai_request_free(&r);
+  expect_err(OAI_COMPLETION, "{\"prompt\":[\"a\",\"b\"],\"n\":33}", "invalid_value", "n");
+  expect_err(OAI_COMPLETION, "{\"prompt\":[\"a\",\"\"]}", "invalid_type", "prompt");
+  expect_err(OAI_COMPLETION, "{\"prompt\":[\"a\",[1,-2]]}", "invalid_type", "prompt");
+  expect_err(OAI_COMPLETION, "{\"prompt\":[\"a\",5]}", "invalid_type", "prompt");
   expect_err(OAI_COMPLETION, "{\"prompt\":[1,-2]}", "invalid_type", "prompt");
   expect_err(OAI_COMPLETION, "{\"prompt\":\"x\",\"suffix\":\"y\"}", "unsupported_suffix", "suffix");
   expect_err(OAI_COMPLETION, "{\"prompt\":\"x\",\"echo\":true}", "unsupported_echo", "echo");
   expect_err(OAI_COMPLETION, "{\"prompt\":\"x\",\"best_of\":3}", "unsupported_best_of", "best_of");
-  expect_err(OAI_COMPLETION, "{\"prompt\":\"x\",\"n\":4}", "unsupported_n", "n");
+  rc = parse(OAI_COMPLETION, "{\"prompt\":\"x\",\"n\":4}", &r, &e);
+  CHECK(rc == 0 && r.n_choices == 4);
+  if (!rc) oai_request_free(&r);
   expect_err(OAI_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":30}", "invalid_value", "logprobs");
   expect_err(OAI_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":\"2\"}", "invalid_type", "logprobs");
 }
@@ -605,7 +617,75 @@ static void test_speculation_render(void) {
   CHECK_EQ_INT(strlen(id), 9);
 }
 
+/* Numbers at the edges of their range: 2^63 as a real used to pass the
+ * range check and reach an undefined float-to-integer conversion. */
+static void test_numeric_ranges(void) {
+  static const char *m = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
+  char body[512];
+  static const char *bad[] = {"9223372036854775808.0", "9.3e18", "-9.3e18", "1e300", "-1e300"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    snprintf(body, sizeof body, "{%s,\"seed\":%s}", m, bad[i]);
+    expect_err(OAI_CHAT, body, "invalid_value", "seed");
+  }
+  /* The largest reals below 2^63 and the integer extremes are seeds. */
+  static const char *good[] = {"9223372036854774784.0", "-9223372036854775808.0", "9223372036854775807",
+                               "-9223372036854775808"};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    snprintf(body, sizeof body, "{%s,\"seed\":%s}", m, good[i]);
+    oai_request r;
+    oai_error e;
+    CHECK_MSG(parse(OAI_CHAT, body, &r, &e) == 0, "%s: %s", body, e.message);
+    oai_request_free(&r);
+  }
+  snprintf(body, sizeof body, "{%s,\"max_tokens\":1073741825.0}", m);
+  expect_err(OAI_CHAT, body, "invalid_value", "max_tokens");
+  snprintf(body, sizeof body, "{%s,\"top_logprobs\":1e20,\"logprobs\":true}", m);
+  expect_err(OAI_CHAT, body, "invalid_value", "top_logprobs");
+}
+
+/* llama.cpp server fields: refused by name unless neutral; n_predict and
+ * cache_prompt honoured. */
+static void test_foreign_fields(void) {
+  static const char *m = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
+  static const char *refused[][2] = {{"chat_template_kwargs", "{\"enable_thinking\":false}"},
+                                     {"reasoning_effort", "\"low\""},
+                                     {"mirostat", "2"},
+                                     {"typical_p", "0.9"},
+                                     {"ignore_eos", "true"},
+                                     {"samplers", "[\"top_k\"]"},
+                                     {"n_probs", "3"},
+                                     {"dry_multiplier", "0.8"},
+                                     {"json_schema", "{\"type\":\"object\"}"}};
+  char body[512];
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    char code[64];
+    snprintf(body, sizeof body, "{%s,\"%s\":%s}", m, refused[i][0], refused[i][1]);
+    snprintf(code, sizeof code, "unsupported_%s", refused[i][0]);
+    expect_err(OAI_CHAT, body, code, refused[i][0]);
+  }
+  snprintf(body, sizeof body, "{\"prompt\":\"x\",\"mirostat\":1}");
+  expect_err(OAI_COMPLETION, body, "unsupported_mirostat", "mirostat");
+  /* chat-only fields are not refused on completions' behalf, and neutral values pass. */
+  oai_request r;
+  oai_error e;
+  snprintf(body, sizeof body,
+           "{%s,\"typical_p\":1,\"mirostat\":0,\"ignore_eos\":false,\"add_generation_prompt\":true,"
+           "\"cache_prompt\":true,\"n_predict\":7}",
+           m);
+  CHECK_MSG(parse(OAI_CHAT, body, &r, &e) == 0, "%s", e.message);
+  CHECK_EQ_INT(r.max_tokens, 7);
+  oai_request_free(&r);
+  snprintf(body, sizeof body, "{%s,\"n_predict\":-1,\"max_tokens\":3}", m);
+  CHECK_MSG(parse(OAI_CHAT, body, &r, &e) == 0, "%s", e.message);
+  CHECK_EQ_INT(r.max_tokens, 3);
+  oai_request_free(&r);
+  snprintf(body, sizeof body, "{%s,\"cache_prompt\":1}", m);
+  expect_err(OAI_CHAT, body, "invalid_type", "cache_prompt");
+}
+
 int main(void) {
+  test_numeric_ranges();
+  test_foreign_fields();
   test_chat_ok();
   test_chat_errors();
   test_completion();
