@@ -85,14 +85,18 @@ static bool ends_with(const char *s, const char *suf) {
   return a >= b && !memcmp(s + a - b, suf, b);
 }
 
-bool quant_mix_converts(const char *name, uint32_t n_dims) { return n_dims >= 2 && ends_with(name, "weight"); }
+/* As llama.cpp: matrices, except the small conv1d kernels of recurrent
+ * layers (their kernel reads F32 taps). */
+bool quant_mix_converts(const char *name, uint32_t n_dims) {
+  return n_dims >= 2 && ends_with(name, "weight") && !strstr(name, "ssm_conv1d");
+}
 
 void quant_mix_init(quant_mix *m, const quant_ftype *q, const char *const *names, int n, int n_gqa) {
   memset(m, 0, sizeof *m);
   m->q = q;
   m->n_gqa = n_gqa > 0 ? n_gqa : 1;
   for (int i = 0; i < n; i++) {
-    if (strstr(names[i], "attn_v.weight")) m->n_attn_v++;
+    if (strstr(names[i], "attn_v.weight") || strstr(names[i], "attn_qkv.weight")) m->n_attn_v++;
     if (strstr(names[i], "ffn_down")) m->n_ffn_down++;
     if (!strcmp(names[i], "output.weight")) m->has_output = true;
   }
@@ -120,7 +124,7 @@ uint32_t quant_mix_type(quant_mix *m, const char *name, const uint64_t *ne) {
     t = ne[2] > 1 ? PW_DT_MXFP4 : PW_DT_Q8_0;
   } else if (!strcmp(name, "token_embd.weight")) {
     /* stays at the base type */
-  } else if (strstr(name, "attn_v.weight")) {
+  } else if (strstr(name, "attn_v.weight") || strstr(name, "attn_qkv.weight")) {
     int i = m->i_attn_v, n = m->n_attn_v;
     if (ft == QF_Q2_K) t = m->n_gqa >= 4 ? PW_DT_Q4_K : PW_DT_Q3_K;
     else if (ft == QF_Q3_K_M) t = i < 2 ? PW_DT_Q5_K : PW_DT_Q4_K;
