@@ -99,6 +99,8 @@ static int resolve_opts(const engine_opts *opts, engine_opts *out, const drafter
   if (o.prompt_cache_entries == 0) o.prompt_cache_entries = 8;
   if (o.prompt_cache_bytes == 0) o.prompt_cache_bytes = (size_t)1 << 30;
   if (o.prompt_cache_ttl_s == 0) o.prompt_cache_ttl_s = 600;
+  if (o.weights_io < 0 || o.weights_io >= WEIGHTS_IO_COUNT)
+    return pw_seterr(err, PW_EINVAL, "engine: unknown weights read strategy %d", o.weights_io);
   if (o.n_threads < 1 || o.n_threads > ENGINE_MAX_THREADS)
     return pw_seterr(err, PW_EINVAL, "engine: n_threads %d out of range [1, %d]", o.n_threads, ENGINE_MAX_THREADS);
   if (o.max_active < 1 || o.max_active > ENGINE_MAX_ACTIVE)
@@ -184,7 +186,7 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   pthread_mutex_init(&e->gv_mu, NULL);
   eng_cond_init_monotonic(&e->work_cv);
   eng_cond_init_monotonic(&e->idle_cv);
-  model_opts mo = {.n_threads = o.n_threads};
+  model_opts mo = {.n_threads = o.n_threads, .weights = {.io = o.weights_io, .key_file = o.weights_key_file}};
   if ((rc = model_load(o.model_path, &mo, &e->m, err)) < 0) goto fail;
   const model_hparams *hp = model_hp(e->m);
   if ((rc = tok_vocab_load(model_gguf(e->m), &e->vocab, err)) < 0) goto fail;
@@ -196,7 +198,21 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   e->n_slots = o.max_active + e->n_cache;
   if ((rc = model_kv_create(e->m, e->n_slots, e->n_ctx, &e->kv, err)) < 0) goto fail;
   if ((rc = model_ctx_create(e->m, o.step_tokens, e->n_ctx, &e->ctx, err)) < 0) goto fail;
-  e->tok_bytes = model_kv_bytes(e->kv) / ((size_t)e->n_slots * e->n_ctx);
+  /* per position: the recurrent state (if any) is a fixed cost per slot */
+  e->tok_bytes = (model_kv_bytes(e->kv) - (size_t)e->n_slots * model_kv_state_bytes(e->kv)) /
+                 ((size_t)e->n_slots * e->n_ctx);
+  if (model_has_recurrent(e->m) && drafter) {
+    /* speculation over a recurrent state: a snapshot per running request
+     * before each verification pass, restored on a rejection */
+    e->snap_bytes = model_kv_state_bytes(e->kv);
+    e->snap = malloc((size_t)o.max_active * e->snap_bytes);
+    e->rents = calloc((size_t)SPEC_MAX_K + 1, sizeof *e->rents);
+    if (!e->snap || !e->rents) {
+      rc = pw_seterr(err, PW_ENOMEM, "engine: out of memory for %d recurrent-state snapshots of %zu MiB",
+                     o.max_active, e->snap_bytes >> 20);
+      goto fail;
+    }
+  }
   if (drafter && drafter->create) {
     e->drafter = drafter; /* set first: destroy undoes a partial create */
     if ((rc = drafter->create(e, &o, err)) < 0) goto fail;
@@ -255,6 +271,8 @@ void engine_destroy(engine *e) {
   free(e->free_slots);
   free(e->ents);
   free(e->eents);
+  free(e->snap);
+  free(e->rents);
   free(e->eowner);
   free(e->logits);
   free(e->hidden);

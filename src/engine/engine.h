@@ -78,6 +78,10 @@ typedef struct engine_opts {
   const char *model_path; /* GGUF file (required) */
   const char *model_id;   /* id reported to clients (a store name); NULL: the file name without .gguf */
   int n_threads;          /* kernel threads, 1..ENGINE_MAX_THREADS; 0 = ENGINE_DEFAULT_THREADS */
+  /* Where the weights come from (weights/weights.h), for the model and a
+   * draft model alike. */
+  int weights_io;               /* weights_io: 0 = mmap, 1 = pread, 2 = direct */
+  const char *weights_key_file; /* key of encrypted containers; NULL = plain files */
   int max_active;         /* sequences decoding at once (KV slots), 1..ENGINE_MAX_ACTIVE; 0 = the default */
   int max_queue;          /* requests waiting for a slot, 0..ENGINE_MAX_QUEUE; 0 = the default */
   int n_ctx;              /* context per sequence, ENGINE_MIN_CTX..ENGINE_MAX_CTX;
@@ -273,6 +277,8 @@ typedef struct engine_stats {
   uint64_t spec_target_passes_total; /* target passes giving tokens to requests still speculating */
   uint64_t spec_rounds_total;        /* rounds with at least one proposal */
   uint64_t spec_fallbacks_total;     /* requests that stopped speculating (low acceptance) */
+  uint64_t spec_rollbacks_total;     /* recurrent-state models: rounds whose state went back to the
+                                      * snapshot before the pass and re-ran the accepted prefix */
   /* prefix cache: requests with a key; hits reuse >= 1 token; reused and
    * evaluated prompt tokens of those requests; entries and bytes held
    * (an entry in use counts as an entry, its KV as a running sequence's) */
