@@ -255,7 +255,7 @@ static const gen_api ol_api = {
     .keepalive = NULL, /* NDJSON has no comment line: silence until the next token */
     .complete = ol_complete,
     .ctx_free = free,
-    .receipt_endpoint = NULL,
+    .receipt_endpoint = "ollama",
 };
 
 /* The answer Ollama gives to a request with nothing to generate: it only
