@@ -4,8 +4,11 @@ JOBS ?= 2
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZERS ?= gguf jinja tok oai
 
-.PHONY: all deps node-deps build build-asan build-tsan serve test test-fast install clean
+.PHONY: all deps node-deps build build-asan build-tsan build-fuzz fuzz serve test test-fast install clean
 PREFIX ?= /usr/local
 
 all: build
@@ -28,6 +31,23 @@ build-tsan: deps
 	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DPOWER_SANITIZE=thread -DPOWER_WERROR=ON >/dev/null
 	cmake --build $(TSAN_BUILD) -j $(JOBS)
 
+# libFuzzer binaries (clang, ASan + UBSan with float-to-integer overflow).
+build-fuzz: deps
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DPOWER_FUZZ=ON -DPOWER_WERROR=ON >/dev/null
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) $(addprefix --target fuzz_,$(FUZZERS))
+
+# Runs each fuzzer for FUZZ_SECONDS, one after the other, starting from the
+# seed corpus; new inputs go to $(FUZZ_BUILD)/corpus/<name> (the seeds in
+# the repository stay as they are), crashes to $(FUZZ_BUILD)/crash-<name>-*.
+fuzz: build-fuzz
+	@for f in $(FUZZERS); do \
+	  mkdir -p $(FUZZ_BUILD)/corpus/$$f; \
+	  echo "fuzz: $$f for $(FUZZ_SECONDS) s"; \
+	  $(FUZZ_BUILD)/fuzz_$$f -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	    -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/crash-$$f- \
+	    $(FUZZ_BUILD)/corpus/$$f tests/fuzz/corpus/$$f || exit 1; \
+	done
+
 serve: build
 	./scripts/serve.sh $(BUILD)/power
 
@@ -46,4 +66,4 @@ install: build
 	DESTDIR=$(DESTDIR) cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)

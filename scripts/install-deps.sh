@@ -3,8 +3,9 @@
 # Safe to run repeatedly: it only calls apt-get when something is absent.
 set -eu
 # python3-jsonschema: the independent validator of the grammar property test.
+# clang and its runtime (libFuzzer, sanitizers) build the fuzz harnesses.
 # chromium: the headless browser of the chat page's end-to-end test.
-PKGS="build-essential cmake pkg-config libjansson-dev libssl-dev libmicrohttpd-dev libcurl4-openssl-dev unicode-data curl python3-jsonschema chromium"
+PKGS="build-essential cmake pkg-config libjansson-dev libssl-dev libmicrohttpd-dev libcurl4-openssl-dev unicode-data curl python3-jsonschema clang libclang-rt-dev chromium"
 # Node.js runs the end-to-end client tests and the llama.cpp peer; a machine
 # that already has node and npm keeps its own.
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then

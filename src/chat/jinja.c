@@ -168,6 +168,7 @@ int jv_mkstr(R *r, const char *s, size_t n, jv *out) {
   jstr *o = (jstr *)jr_obj(r, sizeof(jstr) + n + 1, JV_STR);
   if (!o) return -1;
   o->len = n;
+  o->safe = false;
   if (n) memcpy(o->s, s, n);
   o->s[n] = 0;
   o->ncp = jinja_utf8_count(s, n);
@@ -293,15 +294,38 @@ int jbuf_putc(R *r, jbuf *b, char c) {
 
 int jbuf_puts(R *r, jbuf *b, const char *s) { return jbuf_put(r, b, s, strlen(s)); }
 
+/* Formats into the buffer whatever the length: a short result goes through
+ * a stack buffer, a long one is measured, checked against the limit and
+ * formatted in place (never cut short). */
 int jbuf_printf(R *r, jbuf *b, const char *fmt, ...) {
   char tmp[128];
   va_list ap;
   va_start(ap, fmt);
   int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
   va_end(ap);
-  if (n < 0) n = 0;
-  if ((size_t)n >= sizeof tmp) n = sizeof tmp - 1;
-  return jbuf_put(r, b, tmp, (size_t)n);
+  if (n < 0) return jr_err(r, r->line, PW_ETEMPLATE, "formatting failed");
+  if ((size_t)n < sizeof tmp) return jbuf_put(r, b, tmp, (size_t)n);
+  /* reserve n bytes (checks the limit, grows) with the first part, then
+   * format the whole over it */
+  size_t at = b->n;
+  if (jbuf_put(r, b, tmp, sizeof tmp - 1)) return -1;
+  b->n = at;
+  if ((size_t)n > b->limit || b->n > b->limit - (size_t)n)
+    return jr_err(r, r->line, PW_ELIMIT, "output exceeds %zu bytes", b->limit);
+  if (b->n + (size_t)n + 1 > b->cap) {
+    size_t cap = b->cap;
+    while (cap < b->n + (size_t)n + 1) cap *= 2;
+    char *np = realloc(b->p, cap);
+    if (!np) return jr_nomem(r);
+    b->p = np;
+    b->cap = cap;
+  }
+  va_start(ap, fmt);
+  int m = vsnprintf(b->p + at, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  PW_ASSERT(m == n);
+  b->n = at + (size_t)n;
+  return 0;
 }
 
 void jbuf_init(R *r, jbuf *b) {
@@ -324,6 +348,9 @@ int jbuf_take(R *r, jbuf *b, jv *out) {
 }
 
 /* ---- JSON to values ---- */
+static int from_json(R *r, const json_t *j, jv *out, int depth);
+int jinja_from_json(R *r, const json_t *j, jv *out) { return from_json(r, j, out, 0); }
+
 static int from_json(R *r, const json_t *j, jv *out, int depth) {
   if (depth > r->max_depth * 4)
     return jr_err(r, 0, PW_ELIMIT, "variables nest deeper than %d levels", r->max_depth * 4);

@@ -6,7 +6,10 @@
  * Jinja2 as Hugging Face's apply_chat_template configures it: trim_blocks
  * and lstrip_blocks on, the loopcontrols extension ({% break %},
  * {% continue %}), a tojson filter that keeps non-ASCII text, and the globals
- * raise_exception(msg) and strftime_now(fmt). Values print like Python's
+ * raise_exception(msg) and strftime_now(fmt), and a from_json filter (not
+ * in Jinja2; json.loads, which templates such as DeepSeek's call on tool
+ * arguments). Strings marked |safe or |escape behave as Jinja2's Markup
+ * under '+' (the other operand is HTML-escaped). Values print like Python's
  * str() (None, True, 1.0, ['a', 'b']); undefined names render as "".
  *
  * What it is not: a general Jinja2. There is no file access, no include /

@@ -54,6 +54,8 @@ typedef struct jstr {
   jobj h;
   size_t len; /* bytes */
   size_t ncp; /* code points (invalid UTF-8 bytes count one each) */
+  bool safe;  /* a Markup string (from |safe or |escape): '+' HTML-escapes a
+                 plain operand, as Jinja2's Markup.__add__ does */
   char s[];   /* len bytes + NUL */
 } jstr;
 

@@ -25,7 +25,8 @@ enum {
   F_ABS, F_CAPITALIZE, F_COUNT, F_DEFAULT, F_DICTSORT, F_ESCAPE, F_FIRST, F_FLOAT, F_FORMAT, F_INDENT,
   F_INT, F_ITEMS, F_JOIN, F_KEYS, F_LAST, F_LENGTH, F_LIST, F_LOWER, F_MAP, F_MAX, F_MIN, F_REJECT,
   F_REJECTATTR, F_REPLACE, F_REVERSE, F_ROUND, F_SAFE, F_SELECT, F_SELECTATTR, F_SORT, F_STRING, F_SUM,
-  F_TITLE, F_TOJSON, F_TRIM, F_UNIQUE, F_UPPER, F_VALUES, F_WORDCOUNT, F_CENTER, F_TRUNCATE, F_BATCH, F_ATTR
+  F_TITLE, F_TOJSON, F_TRIM, F_UNIQUE, F_UPPER, F_VALUES, F_WORDCOUNT, F_CENTER, F_TRUNCATE, F_BATCH, F_ATTR,
+  F_FROM_JSON
 };
 
 static const struct {
@@ -35,7 +36,7 @@ static const struct {
     {"abs", F_ABS},       {"attr", F_ATTR},       {"batch", F_BATCH},         {"capitalize", F_CAPITALIZE},
     {"center", F_CENTER}, {"count", F_COUNT},     {"d", F_DEFAULT},           {"default", F_DEFAULT},
     {"dictsort", F_DICTSORT}, {"e", F_ESCAPE},    {"escape", F_ESCAPE},       {"first", F_FIRST},
-    {"float", F_FLOAT},   {"format", F_FORMAT},   {"indent", F_INDENT},       {"int", F_INT},
+    {"float", F_FLOAT},   {"format", F_FORMAT},   {"from_json", F_FROM_JSON},   {"indent", F_INDENT},       {"int", F_INT},
     {"items", F_ITEMS},   {"join", F_JOIN},       {"keys", F_KEYS},           {"last", F_LAST},
     {"length", F_LENGTH}, {"list", F_LIST},       {"lower", F_LOWER},         {"map", F_MAP},
     {"max", F_MAX},       {"min", F_MIN},         {"reject", F_REJECT},       {"rejectattr", F_REJECTATTR},
@@ -139,7 +140,15 @@ bool jv_truthy(jv v) {
 
 static bool is_num(jv v) { return v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL; }
 static bool is_intlike(jv v) { return v.t == JV_INT || v.t == JV_BOOL; }
-static int64_t as_int(jv v) { return v.t == JV_BOOL ? (int64_t)v.u.b : v.t == JV_INT ? v.u.i : (int64_t)v.u.f; }
+/* Floats convert saturating (NaN as 0): a plain cast of one outside the
+ * int64 range is undefined behaviour. */
+static int64_t f_to_i64(double f) {
+  if (f != f) return 0;
+  if (f >= 9223372036854775808.0) return INT64_MAX;
+  if (f < -9223372036854775808.0) return INT64_MIN;
+  return (int64_t)f;
+}
+static int64_t as_int(jv v) { return v.t == JV_BOOL ? (int64_t)v.u.b : v.t == JV_INT ? v.u.i : f_to_i64(v.u.f); }
 static double as_f(jv v) { return v.t == JV_FLOAT ? v.u.f : (double)as_int(v); }
 
 static int too_deep(R *r, int line) {
@@ -592,7 +601,21 @@ static bool norm_index(int64_t *i, size_t n) {
   return *i >= 0 && (uint64_t)*i < n;
 }
 
+static int getitem(R *r, jv obj, jv key, jv *out, int line);
+
+/* obj[key]. An undefined result names the key only when the key outlives
+ * the render (a template constant): a computed key is freed by the caller,
+ * and a name kept from it would dangle (found by fuzzing: an error message
+ * read a freed attribute name in sort(attribute=...)). */
 int jlib_getitem(R *r, jv obj, jv key, jv *out, int line) {
+  int rc = getitem(r, obj, key, out, line);
+  if (rc == 0 && out->t == JV_UNDEF && key.t == JV_STR && !JV_STRP(key)->h.immortal &&
+      out->u.hint == JV_STRP(key)->s)
+    out->u.hint = NULL;
+  return rc;
+}
+
+static int getitem(R *r, jv obj, jv key, jv *out, int line) {
   *out = jv_undef(NULL);
   switch ((jv_type)obj.t) {
   case JV_UNDEF: return undefined_err(r, obj, line);
@@ -794,6 +817,8 @@ static int arith_err(R *r, int op, jv a, jv b, int line) {
 }
 
 static int percent_format(R *r, jv fmt, jv args, jv *out, int line);
+static int escape_into(R *r, jbuf *b, const jstr *t);
+static int take_safe(R *r, jbuf *b, jv *out);
 
 int jlib_binop(R *r, int op, jv a, jv b, jv *out, int line) {
   switch ((jop)op) {
@@ -907,13 +932,18 @@ int jlib_binop(R *r, int op, jv a, jv b, jv *out, int line) {
   }
   if (op == JOP_ADD) {
     if (a.t == JV_STR && b.t == JV_STR) {
+      jstr *x = JV_STRP(a), *y = JV_STRP(b);
+      bool markup = x->safe || y->safe;
       jbuf bf;
       jbuf_init(r, &bf);
-      if (jbuf_put(r, &bf, JV_STRP(a)->s, JV_STRP(a)->len) || jbuf_put(r, &bf, JV_STRP(b)->s, JV_STRP(b)->len)) {
+      /* Markup + str escapes the str (and str + Markup), as Jinja2 does:
+       * templates such as functionary's build tool lists this way */
+      if ((markup && !x->safe ? escape_into(r, &bf, x) : jbuf_put(r, &bf, x->s, x->len)) ||
+          (markup && !y->safe ? escape_into(r, &bf, y) : jbuf_put(r, &bf, y->s, y->len))) {
         jbuf_fini(&bf);
         return -1;
       }
-      return jbuf_take(r, &bf, out);
+      return markup ? take_safe(r, &bf, out) : jbuf_take(r, &bf, out);
     }
     if (a.t == JV_LIST && b.t == JV_LIST && JV_LISTP(a)->tuple == JV_LISTP(b)->tuple)
       return concat_lists(r, JV_LISTP(a), JV_LISTP(b), out);
@@ -926,7 +956,94 @@ int jlib_binop(R *r, int op, jv a, jv b, jv *out, int line) {
   return arith_err(r, op, a, b, line);
 }
 
-/* "fmt" % args: %s %r %d %i %f %x %% with optional width/precision. */
+/* One conversion spec of "fmt" % args after its '%': flags, width and
+ * precision read as numbers, so that both can be bounded by the render's
+ * output limit before anything is formatted (a width or precision handed
+ * straight to vsnprintf once let a template spend seconds and gigabytes). */
+typedef struct {
+  char flags[8]; /* subset of "-+ 0#", NUL-terminated */
+  size_t width;  /* 0 when absent */
+  size_t prec;   /* meaningful when has_prec */
+  bool has_prec;
+} pct_spec;
+
+/* Reads digits at f[*i]; values past `cap` are an error (returns -1). */
+static int pct_num(const char *f, size_t len, size_t *i, size_t cap, size_t *out) {
+  size_t v = 0;
+  while (*i < len && f[*i] >= '0' && f[*i] <= '9') {
+    v = v * 10 + (size_t)(f[*i] - '0');
+    if (v > cap) return -1;
+    (*i)++;
+  }
+  *out = v;
+  return 0;
+}
+
+static int pct_parse(R *r, const char *f, size_t len, size_t *i, pct_spec *sp, int line) {
+  memset(sp, 0, sizeof *sp);
+  size_t nf = 0;
+  while (*i < len && strchr("-+ 0#", f[*i]) && f[*i]) {
+    if (!strchr(sp->flags, f[*i]) && nf < sizeof sp->flags - 1) sp->flags[nf++] = f[*i];
+    (*i)++;
+  }
+  /* Anything wider or more precise than the whole output could hold can
+   * only end in the output limit: refuse it before formatting. */
+  size_t cap = r->max_output;
+  if (pct_num(f, len, i, cap, &sp->width))
+    return jr_err(r, line, PW_ELIMIT, "format width exceeds the output limit of %zu bytes", cap);
+  if (*i < len && f[*i] == '.') {
+    (*i)++;
+    sp->has_prec = true;
+    if (pct_num(f, len, i, cap, &sp->prec))
+      return jr_err(r, line, PW_ELIMIT, "format precision exceeds the output limit of %zu bytes", cap);
+  }
+  if (*i < len && f[*i] == '*') return jr_err(r, line, PW_ETEMPLATE, "'*' width in a format is not supported");
+  return 0;
+}
+
+/* Pads `s` (n bytes, ncp code points) to the spec's width as %s does. */
+static int pct_pad_str(R *r, jbuf *b, const pct_spec *sp, const char *s, size_t n, size_t ncp) {
+  bool left = strchr(sp->flags, '-') != NULL;
+  size_t pad = sp->width > ncp ? sp->width - ncp : 0;
+  int rc = 0;
+  for (size_t k = 0; rc == 0 && !left && k < pad; k++) rc = jbuf_putc(r, b, ' ');
+  if (rc == 0) rc = jbuf_put(r, b, s, n);
+  for (size_t k = 0; rc == 0 && left && k < pad; k++) rc = jbuf_putc(r, b, ' ');
+  return rc;
+}
+
+/* %x %X %o as Python writes them: a negative number is '-' and its
+ * magnitude (C would print the two's complement), '#' gives 0x / 0X / 0o,
+ * and zero padding goes between the sign and prefix and the digits. */
+static int pct_radix(R *r, jbuf *b, const pct_spec *sp, char c, int64_t v) {
+  unsigned long long m = v < 0 ? (unsigned long long)(-(v + 1)) + 1 : (unsigned long long)v;
+  char head[8];
+  size_t hn = 0;
+  if (v < 0) head[hn++] = '-';
+  else if (strchr(sp->flags, '+')) head[hn++] = '+';
+  else if (strchr(sp->flags, ' ')) head[hn++] = ' ';
+  if (strchr(sp->flags, '#')) {
+    head[hn++] = '0';
+    head[hn++] = c == 'o' ? 'o' : c;
+  }
+  jbuf d;
+  jbuf_init(r, &d);
+  char f[8] = {'%', '.', '*', 'l', 'l', c, 0};
+  int rc = jbuf_printf(r, &d, f, sp->has_prec ? (int)sp->prec : 1, m);
+  size_t total = hn + d.n, pad = sp->width > total ? sp->width - total : 0;
+  bool left = strchr(sp->flags, '-') != NULL, zero = !left && strchr(sp->flags, '0') != NULL;
+  for (size_t k = 0; rc == 0 && !left && !zero && k < pad; k++) rc = jbuf_putc(r, b, ' ');
+  if (rc == 0) rc = jbuf_put(r, b, head, hn);
+  for (size_t k = 0; rc == 0 && zero && k < pad; k++) rc = jbuf_putc(r, b, '0');
+  if (rc == 0) rc = jbuf_put(r, b, d.p ? d.p : "", d.n);
+  for (size_t k = 0; rc == 0 && left && k < pad; k++) rc = jbuf_putc(r, b, ' ');
+  jbuf_fini(&d);
+  return rc;
+}
+
+/* "fmt" % args: %s %r %d %i %o %x %X %e %E %f %F %g %G %% with flags, width
+ * and precision; the output counts against the render's output limit and is
+ * never cut short. */
 static int percent_format(R *r, jv fmt, jv args, jv *out, int line) {
   jstr *f = JV_STRP(fmt);
   jbuf b;
@@ -939,11 +1056,12 @@ static int percent_format(R *r, jv fmt, jv args, jv *out, int line) {
       rc = jbuf_putc(r, &b, f->s[i]);
       continue;
     }
-    char spec[32];
-    size_t k = 0;
-    spec[k++] = '%';
     i++;
-    while (i < f->len && k < 20 && strchr("-+ 0#.0123456789", f->s[i])) spec[k++] = f->s[i++];
+    pct_spec sp;
+    if (pct_parse(r, f->s, f->len, &i, &sp, line)) {
+      rc = -1;
+      break;
+    }
     if (i >= f->len) {
       rc = jr_err(r, line, PW_ETEMPLATE, "incomplete format");
       break;
@@ -967,6 +1085,12 @@ static int percent_format(R *r, jv fmt, jv args, jv *out, int line) {
       }
       a = args;
     }
+    /* The C spec rebuilt from parsed numbers; both are at most the output
+     * limit, so they fit an int. */
+    char spec[48];
+    int sl = snprintf(spec, sizeof spec, "%%%s", sp.flags);
+    if (sp.width) sl += snprintf(spec + sl, sizeof spec - (size_t)sl, "%zu", sp.width);
+    if (sp.has_prec) sl += snprintf(spec + sl, sizeof spec - (size_t)sl, ".%zu", sp.prec);
     switch (c) {
     case 's':
     case 'r': {
@@ -974,29 +1098,31 @@ static int percent_format(R *r, jv fmt, jv args, jv *out, int line) {
       jbuf_init(r, &t);
       rc = c == 's' ? str_d(r, &t, a, 0) : repr_d(r, &t, a, 0);
       if (rc == 0) {
-        spec[k++] = '*';
-        spec[k - 1] = 's';
-        spec[k] = 0;
-        /* width only; precision truncates bytes */
-        char tmp[64];
-        if (k == 2) {
-          rc = jbuf_put(r, &b, t.p ? t.p : "", t.n);
-        } else {
-          int w = atoi(spec + 1 + (spec[1] == '-'));
-          bool left = spec[1] == '-';
-          size_t pad = (size_t)w > t.n ? (size_t)w - t.n : 0;
-          memset(tmp, ' ', sizeof tmp);
-          if (pad > sizeof tmp) pad = sizeof tmp;
-          if (!left) rc = jbuf_put(r, &b, tmp, pad);
-          if (rc == 0) rc = jbuf_put(r, &b, t.p ? t.p : "", t.n);
-          if (rc == 0 && left) rc = jbuf_put(r, &b, tmp, pad);
+        const char *p = t.p ? t.p : "";
+        size_t n = t.n, ncp = 0;
+        /* precision keeps that many code points, as Python's does */
+        for (size_t k = 0; k < t.n;) {
+          if (sp.has_prec && ncp == sp.prec) {
+            n = k;
+            break;
+          }
+          cp_at(p, t.n, k, &k);
+          ncp++;
         }
+        rc = pct_pad_str(r, &b, &sp, p, n, ncp);
       }
       jbuf_fini(&t);
       break;
     }
     case 'd':
     case 'i':
+      if (!is_num(a)) {
+        rc = jr_err(r, line, PW_ETEMPLATE, "%%%c format: a number is required, not %s", c, jv_typename(a));
+        break;
+      }
+      snprintf(spec + sl, sizeof spec - (size_t)sl, "lld");
+      rc = jbuf_printf(r, &b, spec, (long long)as_int(a));
+      break;
     case 'x':
     case 'X':
     case 'o':
@@ -1004,11 +1130,7 @@ static int percent_format(R *r, jv fmt, jv args, jv *out, int line) {
         rc = jr_err(r, line, PW_ETEMPLATE, "%%%c format: a number is required, not %s", c, jv_typename(a));
         break;
       }
-      spec[k++] = 'l';
-      spec[k++] = 'l';
-      spec[k++] = c == 'i' ? 'd' : c;
-      spec[k] = 0;
-      rc = jbuf_printf(r, &b, spec, (long long)as_int(a));
+      rc = pct_radix(r, &b, &sp, c, as_int(a));
       break;
     case 'f':
     case 'F':
@@ -1020,8 +1142,13 @@ static int percent_format(R *r, jv fmt, jv args, jv *out, int line) {
         rc = jr_err(r, line, PW_ETEMPLATE, "%%%c format: a number is required, not %s", c, jv_typename(a));
         break;
       }
-      spec[k++] = c;
-      spec[k] = 0;
+      /* %f of a large number prints up to 309 integer digits besides the
+       * precision: refuse what cannot fit before formatting it. */
+      if (sp.has_prec && sp.prec > r->max_output - (b.n < r->max_output ? b.n : r->max_output)) {
+        rc = jr_err(r, line, PW_ELIMIT, "output exceeds %zu bytes", r->max_output);
+        break;
+      }
+      snprintf(spec + sl, sizeof spec - (size_t)sl, "%c", c);
       rc = jbuf_printf(r, &b, spec, as_f(a));
       break;
     default: rc = jr_err(r, line, PW_ETEMPLATE, "unsupported format character '%c'", c);
@@ -1975,7 +2102,10 @@ static int select_items(R *r, jv seq, jargs *a, bool attr, bool keep, jv *out, i
     an = jargs_get(a, 0, NULL);
     if (need_str(r, an, "attribute name", line)) return -1;
   }
-  if (jlib_iterate(r, seq, &l, line)) return -1;
+  /* Jinja2's select/reject family yields nothing for a false value (None
+   * included) instead of iterating it: functionary's template filters
+   * `tools` after setting it to none. */
+  if (jv_truthy(seq) ? jlib_iterate(r, seq, &l, line) : !(l = jv_mklist(r, 0))) return -1;
   jlist *o = jv_mklist(r, 0);
   int rc = o ? jr_tick(r, l->n, line) : -1;
   const jv *tname = jargs_get(a, attr ? 1 : 0, NULL);
@@ -2045,7 +2175,8 @@ static int map_items(R *r, jv seq, jargs *a, jv *out, int line) {
     return -1;
   }
   jlist *l = NULL;
-  if (jlib_iterate(r, seq, &l, line)) return -1;
+  /* as select: a false value maps to nothing */
+  if (jv_truthy(seq) ? jlib_iterate(r, seq, &l, line) : !(l = jv_mklist(r, 0))) return -1;
   jlist *o = jv_mklist(r, l->n);
   int rc = o ? jr_tick(r, l->n, line) : -1;
   jargs sub;
@@ -2206,29 +2337,57 @@ static int to_float(jv v, const jv *dflt, jv *out) {
   return 0;
 }
 
+/* Appends t with & < > ' " as markupsafe escapes them. */
+static int escape_into(R *r, jbuf *b, const jstr *t) {
+  int rc = 0;
+  for (size_t i = 0; i < t->len && rc == 0; i++) {
+    switch (t->s[i]) {
+    case '&': rc = jbuf_puts(r, b, "&amp;"); break;
+    case '<': rc = jbuf_puts(r, b, "&lt;"); break;
+    case '>': rc = jbuf_puts(r, b, "&gt;"); break;
+    case '\'': rc = jbuf_puts(r, b, "&#39;"); break;
+    case '"': rc = jbuf_puts(r, b, "&#34;"); break;
+    default: rc = jbuf_putc(r, b, t->s[i]);
+    }
+  }
+  return rc;
+}
+
+/* Takes the buffer as a Markup string. */
+static int take_safe(R *r, jbuf *b, jv *out) {
+  if (jbuf_take(r, b, out)) return -1;
+  JV_STRP(*out)->safe = true;
+  return 0;
+}
+
+/* |escape: a Markup string; one that already is stays as it is. */
 static int html_escape(R *r, jv v, jv *out) {
+  if (v.t == JV_STR && JV_STRP(v)->safe) {
+    *out = jv_ref(v);
+    return 0;
+  }
   jv s;
   if (jlib_tostr(r, v, &s)) return -1;
   jbuf b;
   jbuf_init(r, &b);
-  int rc = 0;
-  jstr *t = JV_STRP(s);
-  for (size_t i = 0; i < t->len && rc == 0; i++) {
-    switch (t->s[i]) {
-    case '&': rc = jbuf_puts(r, &b, "&amp;"); break;
-    case '<': rc = jbuf_puts(r, &b, "&lt;"); break;
-    case '>': rc = jbuf_puts(r, &b, "&gt;"); break;
-    case '\'': rc = jbuf_puts(r, &b, "&#39;"); break;
-    case '"': rc = jbuf_puts(r, &b, "&#34;"); break;
-    default: rc = jbuf_putc(r, &b, t->s[i]);
-    }
-  }
+  int rc = escape_into(r, &b, JV_STRP(s));
   jv_unref(r, s);
   if (rc) {
     jbuf_fini(&b);
     return -1;
   }
-  return jbuf_take(r, &b, out);
+  return take_safe(r, &b, out);
+}
+
+/* |safe: strings become Markup; other values pass unchanged. */
+static int mark_safe(R *r, jv v, jv *out) {
+  if (v.t != JV_STR || JV_STRP(v)->safe) {
+    *out = jv_ref(v);
+    return 0;
+  }
+  if (jv_mkstr(r, JV_STRP(v)->s, JV_STRP(v)->len, out)) return -1;
+  JV_STRP(*out)->safe = true;
+  return 0;
 }
 
 static int reverse_v(R *r, jv v, jv *out, int line) {
@@ -2330,12 +2489,27 @@ static int minmax(R *r, jv v, jargs *a, bool max, jv *out, int line) {
   return r->status ? -1 : 0;
 }
 
+/* from_json: not a Jinja2 builtin, but the filter DeepSeek's V3.2/V4
+ * templates call on tool-call arguments given as a JSON string (as OpenAI
+ * clients send them); runtimes serving those templates provide it, with
+ * Python's json.loads as the reference. */
+static int do_from_json(R *r, jv v, jv *out, int line) {
+  if (need_str(r, &v, "from_json input", line)) return -1;
+  json_error_t je;
+  json_t *j = json_loadb(JV_STRP(v)->s, JV_STRP(v)->len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+  if (!j) return jr_err(r, line, PW_ETEMPLATE, "from_json: invalid JSON at offset %d: %s", je.position, je.text);
+  int rc = jinja_from_json(r, j, out); /* its errors (depth, memory) are reported */
+  json_decref(j);
+  return rc ? -1 : 0;
+}
+
 int jlib_filter(R *r, int id, jv v, jargs *a, jv *out, int line) {
   const jv *a0 = jargs_get(a, 0, NULL);
   switch (id) {
-  case F_SAFE: *out = jv_ref(v); return 0;
+  case F_SAFE: return mark_safe(r, v, out);
   case F_STRING: return jlib_tostr(r, v, out);
   case F_TOJSON: return do_tojson(r, v, a, out, line);
+  case F_FROM_JSON: return do_from_json(r, v, out, line);
   case F_LENGTH:
   case F_COUNT: {
     int64_t n;

@@ -183,6 +183,9 @@ int jlib_call_global(R *r, int id, jargs *a, jv *out, int line);
 int jlib_global(R *r, const char *name, jv *out); /* builtin global or undefined */
 /* The items of a for loop as a new list (dict -> keys, str -> chars). */
 int jlib_iterate(R *r, jv v, jlist **out, int line);
+/* A JSON value as a template value (the variables, the from_json filter);
+ * nesting is bounded by the render's depth limit. Defined in jinja.c. */
+int jinja_from_json(R *r, const json_t *j, jv *out);
 /* Binds loop/set targets: one name takes v, several unpack a sequence. */
 int jlib_bind_targets(R *r, jframe *f, const char *const *names, int n, jv v, int line);
 

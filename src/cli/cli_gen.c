@@ -1,10 +1,13 @@
 /* cli_gen.c - engine-backed generation for the CLI (see cli_gen.h). */
 #include "cli/cli_gen.h"
 
+#include "evidence/receipt.h"
+
 #include "base/clock.h"
 #include "base/error.h"
 #include "cli/cli.h"
 #include "tok/tok.h"
+#include "weights/weights.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -81,7 +84,51 @@ void spec_opts_usage(FILE *out) {
           ENGINE_DEFAULT_SPEC_K) ")\n");
 }
 
-int gen_opts_check(const char *cmd, const gen_opts *o) { return spec_opts_check(cmd, &o->spec); }
+int cli_weights_parse(const char *cmd, cli_weights *w, const char *a, const char *v) {
+  if (strcmp(a, "--weights-io") && strcmp(a, "--weights-key-file")) return 0;
+  if (!v || !*v) {
+    fprintf(stderr, "power %s: option %s needs a value\n", cmd, a);
+    return -1;
+  }
+  if (!strcmp(a, "--weights-io")) {
+    int io = weights_io_parse(v);
+    if (io < 0) {
+      fprintf(stderr, "power %s: unknown --weights-io '%s' (mmap, pread or direct)\n", cmd, v);
+      return -1;
+    }
+    w->io = io;
+  } else {
+    w->key_file = v;
+  }
+  return 1;
+}
+
+int cli_weights_finish(const char *cmd, cli_weights *w) {
+  if (!w->key_file) {
+    const char *env = getenv("POWER_WEIGHTS_KEY_FILE");
+    if (env && *env) w->key_file = env;
+  }
+  (void)cmd;
+  return 0;
+}
+
+void cli_weights_apply(const cli_weights *w, engine_opts *eo) {
+  eo->weights_io = w->io;
+  eo->weights_key_file = w->key_file;
+}
+
+void cli_weights_usage(FILE *out) {
+  fprintf(out,
+          "  --weights-io S        read weights by mmap (default), pread (owned buffers) or\n"
+          "                        direct (O_DIRECT); outputs are the same with each\n"
+          "  --weights-key-file K  key of an encrypted model (power encrypt); else\n"
+          "                        $POWER_WEIGHTS_KEY_FILE\n");
+}
+
+int gen_opts_check(const char *cmd, gen_opts *o) {
+  if (cli_weights_finish(cmd, &o->weights)) return -1;
+  return spec_opts_check(cmd, &o->spec);
+}
 
 void gen_opts_usage(FILE *out) {
   fprintf(out,
@@ -94,6 +141,7 @@ void gen_opts_usage(FILE *out) {
           "  --threads N           kernel threads (default " CLI_STR(ENGINE_DEFAULT_THREADS) ")\n"
           "  --ctx N               context size (default: model's, at most " CLI_STR(ENGINE_DEFAULT_CTX) ")\n"
           "  -v, --verbose         timing, prompt-cache and speculation counts on stderr\n");
+  cli_weights_usage(out);
   spec_opts_usage(out);
 }
 
@@ -103,6 +151,7 @@ int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i) 
   double d;
   long l;
   int sc = spec_opts_parse(cmd, &o->spec, a, v);
+  if (!sc) sc = cli_weights_parse(cmd, &o->weights, a, v);
   if (sc) {
     if (sc > 0) (*i)++;
     return sc;
@@ -190,6 +239,7 @@ int gen_session_open(const char *cmd, const gen_opts *o, gen_session *s) {
   eo.max_queue = 1;
   eo.n_ctx = (int)o->n_ctx;
   spec_opts_apply(&o->spec, &eo);
+  cli_weights_apply(&o->weights, &eo);
   if (engine_create(&eo, &s->eng, err)) {
     fprintf(stderr, "power %s: %s: %s\n", cmd, path, err);
     return -1;
@@ -226,6 +276,17 @@ int gen_stream(const char *cmd, gen_session *s, const gen_opts *o, const int32_t
   char err[PW_ERRMAX];
   engine_req *r;
   if (o->n_predict == 0) return 0;
+  if (s->rec) {
+    if (ev_gen_decoding(s->rec, &p.sampling, p.stop, p.n_stop, err)) {
+      fprintf(stderr, "power %s: %s\n", cmd, err);
+      return PW_EINVAL;
+    }
+    int room = engine_n_ctx(s->eng) - n_prompt;
+    s->rec->max_tokens = p.max_tokens > 0 && p.max_tokens < room ? p.max_tokens : room;
+    s->rec->ignore_eos = ignore_eos;
+    s->rec->spec_mode = engine_spec_name(o->spec.mode);
+    s->rec->cache_keyed = p.has_cache_key;
+  }
   int rc = engine_submit(s->eng, &p, &r, err);
   if (rc) {
     fprintf(stderr, "power %s: %s\n", cmd, err);
@@ -255,6 +316,12 @@ int gen_stream(const char *cmd, gen_session *s, const gen_opts *o, const int32_t
     }
     if (ev->type == ENGINE_EV_TOKEN || (ev->type == ENGINE_EV_DONE && ev->text_len > 0 && !print_ids)) {
       /* DONE may carry text held back for a stop string that never came. */
+      if (s->rec) {
+        if (ev->type == ENGINE_EV_TOKEN)
+          ev_gen_token(s->rec, ev->token, ev->text, (size_t)ev->text_len);
+        else
+          ev_gen_text(s->rec, ev->text, (size_t)ev->text_len);
+      }
       if (ev->type == ENGINE_EV_TOKEN) {
         if (!n) t_first = pw_now_s();
         if (print_ids) printf(n ? " %d" : "%d", ev->token);
@@ -273,6 +340,16 @@ int gen_stream(const char *cmd, gen_session *s, const gen_opts *o, const int32_t
       }
     }
     if (ev->type == ENGINE_EV_DONE) {
+      if (s->rec) {
+        const engine_usage *u = &ev->usage;
+        s->rec->cached_tokens = u->cached_tokens;
+        s->rec->drafted = u->spec_drafted;
+        s->rec->accepted = u->spec_accepted;
+        s->rec->emitted = u->spec_emitted;
+        s->rec->target_passes = u->target_passes;
+        s->rec->completion_tokens = u->completion_tokens;
+        s->rec->finish = ev->finish == ENGINE_FINISH_LENGTH ? "length" : ev->finish == ENGINE_FINISH_CANCEL ? "cancel" : "stop";
+      }
       if (usage) *usage = ev->usage;
       if (finish) *finish = ev->finish;
       break;

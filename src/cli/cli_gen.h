@@ -33,10 +33,29 @@ int spec_opts_check(const char *cmd, const spec_opts *s);
 void spec_opts_apply(const spec_opts *s, engine_opts *eo);
 void spec_opts_usage(FILE *out);
 
+/* Where weights come from, shared by every command that loads a model:
+ *   --weights-io mmap|pread|direct   read strategy (default mmap)
+ *   --weights-key-file K             key of an encrypted container (.pwe);
+ *                                    else $POWER_WEIGHTS_KEY_FILE
+ * The option takes a file name only, so the key never reaches argv. */
+typedef struct cli_weights {
+  int io;               /* weights_io */
+  const char *key_file; /* borrowed from argv or the environment; NULL = plain */
+} cli_weights;
+
+/* As spec_opts_parse: 1 consumed (with its value), 0 not ours, -1 bad. */
+int cli_weights_parse(const char *cmd, cli_weights *w, const char *a, const char *v);
+/* After all options: takes $POWER_WEIGHTS_KEY_FILE when no key file was
+ * given. 0, or -1 with one line printed. */
+int cli_weights_finish(const char *cmd, cli_weights *w);
+void cli_weights_apply(const cli_weights *w, engine_opts *eo);
+void cli_weights_usage(FILE *out);
+
 typedef struct gen_opts {
   cli_seen seen; /* single-valued options given so far */
   const char *model;
   spec_opts spec;
+  cli_weights weights;
   long threads, n_ctx, n_predict;
   pw_sampler_params sp;
   bool seed_given;
@@ -51,8 +70,9 @@ void gen_opts_default(gen_opts *o);
  * printed). */
 int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i);
 void gen_opts_usage(FILE *out);
-/* Checks option combinations after parsing. 0, or -1 with one line printed. */
-int gen_opts_check(const char *cmd, const gen_opts *o);
+/* Checks option combinations after parsing and takes defaults from the
+ * environment. 0, or -1 with one line printed. */
+int gen_opts_check(const char *cmd, gen_opts *o);
 
 typedef struct gen_session {
   engine *eng;
@@ -64,6 +84,9 @@ typedef struct gen_session {
    * engine's only tenant, so no scoping is needed. */
   bool has_cache_key;
   uint8_t cache_key[32];
+  /* When set (borrowed), gen_stream feeds the generation's receipt: the
+   * decoding settings at submit, each token and its text, the usage. */
+  struct ev_gen *rec;
 } gen_session;
 
 /* Starts an engine for one interactive/CLI user. Prints errors. */

@@ -75,6 +75,7 @@
 #include "base/rng.h"
 #include "base/sha256.h"
 #include "cli/cli.h"
+#include "cli/cli_gen.h"
 #include "engine/engine.h"
 #include "evidence/abstat.h"
 #include "evidence/digest.h"
@@ -117,6 +118,7 @@ typedef struct ab_opts {
   bool json;
   bool verify_curve;
   long kmax, reps, prompt_len;
+  cli_weights weights;
 } ab_opts;
 
 static void ab_usage(FILE *out) {
@@ -134,6 +136,7 @@ static void ab_usage(FILE *out) {
           "  --kmax N         largest K (default 16)\n"
           "  --reps N         timed repetitions per K (default 5)\n"
           "  --prompt-len N   tokens in the cache before the timed pass (default 256)\n");
+  cli_weights_usage(out);
 }
 
 /* Parses "spec=ngram,k=8,cache=on" into c. Prints one line and returns -1
@@ -637,6 +640,7 @@ static int engine_for(const ab_opts *o, const char *model_path, const ab_config 
   memset(&eo, 0, sizeof eo);
   eo.model_path = model_path;
   eo.n_threads = (int)o->threads;
+  cli_weights_apply(&o->weights, &eo);
   eo.max_active = c->parallel;
   eo.max_queue = c->parallel > 16 ? c->parallel : 16;
   eo.n_ctx = (int)o->n_ctx;
@@ -809,7 +813,8 @@ static int run_curve(const ab_opts *o) {
   model_entry *ent = NULL;
   float *logits = NULL;
   double *ms = NULL, *tmp = NULL;
-  model_opts mo = {.n_threads = (int)o->threads};
+  model_opts mo = {.n_threads = (int)o->threads,
+                   .weights = {.io = o->weights.io, .key_file = o->weights.key_file}};
   if (model_load(path, &mo, &m, err)) {
     fprintf(stderr, "power ab: %s: %s\n", path, err);
     return 1;
@@ -948,6 +953,9 @@ int cmd_ab(int argc, char **argv) {
       return 2;
     }
     const char *v = argv[++i];
+    int wc = cli_weights_parse("ab", &o.weights, a, v);
+    if (wc < 0) return 2;
+    if (wc > 0) continue;
     if (!strcmp(a, "--model") || !strcmp(a, "-m")) o.model = v;
     else if (!strcmp(a, "--workload")) o.workload = v;
     else if (!strcmp(a, "--baseline")) base = v;
@@ -975,6 +983,7 @@ int cmd_ab(int argc, char **argv) {
       return 2;
     }
   }
+  if (cli_weights_finish("ab", &o.weights)) return 2;
   if (o.verify_curve) return run_curve(&o);
   if (!o.workload || !base || !cand) {
     fprintf(stderr, "power ab: --workload, --baseline and --candidate are required (try --help)\n");

@@ -1,39 +1,96 @@
-/* cmd_inspect.c - `power inspect MODEL [--sha256] [--kv] [--tensors]`:
- * summarizes a GGUF file; for an invalid file prints one line naming the
- * defect and exits non-zero. */
+/* cmd_inspect.c - `power inspect MODEL [--sha256] [--kv] [--tensors]
+ * [-o text|json]`: summarizes a GGUF file (sizes in human units, the
+ * quantization the file states in general.file_type), as text or as one
+ * JSON object; for an invalid file prints one line naming the defect and
+ * exits non-zero. Wiring only: the facts come from the gguf layer. */
 #include "base/error.h"
 #include "base/sha256.h"
 #include "cli/cli.h"
 #include "gguf/gguf.h"
 #include "tensor/dtype.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 
-static void print_u32(const gguf_file *f, const char *arch, const char *suffix, const char *label) {
-  char key[128];
-  snprintf(key, sizeof key, "%s.%s", arch, suffix);
-  uint32_t v;
-  if (gguf_get_u32(f, key, &v)) printf("  %-22s %u\n", label, v);
+/* Bytes in binary units with three significant digits ("14.2 MiB"). */
+static void human_bytes(uint64_t n, char *buf, size_t cap) {
+  static const char *const unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (n < 1024) {
+    snprintf(buf, cap, "%llu bytes", (unsigned long long)n);
+    return;
+  }
+  double v = (double)n;
+  int u = 0;
+  while (v >= 1024 && u < 5) {
+    v /= 1024;
+    u++;
+  }
+  snprintf(buf, cap, v < 10 ? "%.2f %s" : v < 100 ? "%.1f %s" : "%.0f %s", v, unit[u]);
 }
 
-static void print_f32(const gguf_file *f, const char *arch, const char *suffix, const char *label) {
-  char key[128];
-  snprintf(key, sizeof key, "%s.%s", arch, suffix);
-  float v;
-  if (gguf_get_f32(f, key, &v)) printf("  %-22s %g\n", label, (double)v);
+/* Parameter counts as "1.24 B", "494 M", "3.10 K". */
+static void human_count(uint64_t n, char *buf, size_t cap) {
+  static const char *const unit[] = {"", " K", " M", " B", " T"};
+  double v = (double)n;
+  int u = 0;
+  while (v >= 1000 && u < 4) {
+    v /= 1000;
+    u++;
+  }
+  if (u == 0) snprintf(buf, cap, "%llu", (unsigned long long)n);
+  else snprintf(buf, cap, v < 10 ? "%.2f%s" : v < 100 ? "%.1f%s" : "%.0f%s", v, unit[u]);
+}
+
+static const char *const k_hparams[][2] = {
+    {"context_length", "context_length"},
+    {"embedding_length", "embedding_length"},
+    {"block_count", "block_count"},
+    {"feed_forward_length", "feed_forward_length"},
+    {"attention.head_count", "head_count"},
+    {"attention.head_count_kv", "head_count_kv"},
+    {"attention.key_length", "key_length"},
+};
+static const char *const k_hparams_f[][2] = {
+    {"rope.freq_base", "rope.freq_base"},
+    {"attention.layer_norm_rms_epsilon", "rms_epsilon"},
+};
+
+/* A metadata value as JSON: scalars as themselves, arrays summarized. */
+static json_t *kv_json(const gguf_kv *kv) {
+  char buf[160];
+  if (kv->type == GGUF_T_ARRAY)
+    return json_pack("{s:s?,s:I}", "array_of", gguf_vtype_name(kv->arr.type), "length", (json_int_t)kv->arr.n);
+  if (kv->type == GGUF_T_STRING) {
+    uint64_t len;
+    memcpy(&len, kv->value, 8);
+    json_t *j = json_stringn((const char *)kv->value + 8, (size_t)len);
+    return j ? j : json_string("(not valid UTF-8)");
+  }
+  if (kv->type == GGUF_T_BOOL) return json_boolean(kv->value[0]);
+  gguf_kv_format(kv, buf, sizeof buf);
+  json_t *j = json_loads(buf, JSON_DECODE_ANY, NULL); /* numbers print as JSON numbers */
+  return j ? j : json_string(buf);
 }
 
 int cmd_inspect(int argc, char **argv) {
   const char *path = NULL;
-  int want_sha = 0, want_kv = 0, want_tensors = 0;
+  int want_sha = 0, want_kv = 0, want_tensors = 0, json_out = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--sha256")) want_sha = 1;
     else if (!strcmp(argv[i], "--kv")) want_kv = 1;
     else if (!strcmp(argv[i], "--tensors")) want_tensors = 1;
     else if (!strcmp(argv[i], "--model") && i + 1 < argc) path = argv[++i];
-    else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      printf("usage: power inspect MODEL.gguf [--sha256] [--kv] [--tensors]\n");
+    else if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) && i + 1 < argc) {
+      const char *v = argv[++i];
+      if (!strcmp(v, "json")) json_out = 1;
+      else if (!strcmp(v, "text")) json_out = 0;
+      else {
+        fprintf(stderr, "power inspect: invalid value for -o: '%s' (expected text or json)\n", v);
+        return 2;
+      }
+    } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      printf("usage: power inspect MODEL.gguf [--sha256] [--kv] [--tensors] [-o text|json]\n");
       return 0;
     } else if (argv[i][0] == '-') {
       fprintf(stderr, "power inspect: unknown option '%s'\n", argv[i]);
@@ -46,40 +103,33 @@ int cmd_inspect(int argc, char **argv) {
     fprintf(stderr, "power inspect: %s\n", err);
     return 1;
   }
+  char hex[65] = "";
+  if (want_sha) {
+    uint8_t d[32];
+    if (pw_sha256_file(path, d, err)) {
+      fprintf(stderr, "power inspect: %s\n", err);
+      return 1;
+    }
+    pw_hex(d, 32, hex);
+  }
   gguf_file *f;
   int rc = gguf_open(path, &f, err);
   if (rc) {
     fprintf(stderr, "power inspect: %s: %s\n", path, err);
     return 1;
   }
-  char arch[64] = "?";
+  char arch[64] = "?", name[128] = "", tk[64] = "none", pre[64] = "", hb[32], hc[32];
   gguf_get_cstr(f, "general.architecture", arch, sizeof arch);
-  char name[128] = "";
   gguf_get_cstr(f, "general.name", name, sizeof name);
-  printf("file:         %s\n", path);
-  printf("size:         %llu bytes\n", (unsigned long long)gguf_size(f));
-  printf("gguf:         v%u, %llu metadata entries, %llu tensors, alignment %u\n", gguf_version(f),
-         (unsigned long long)gguf_n_kv(f), (unsigned long long)gguf_n_tensors(f), gguf_alignment(f));
-  printf("architecture: %s\n", arch);
-  if (*name) printf("name:         %s\n", name);
-  printf("hyperparameters:\n");
-  print_u32(f, arch, "context_length", "context_length");
-  print_u32(f, arch, "embedding_length", "embedding_length");
-  print_u32(f, arch, "block_count", "block_count");
-  print_u32(f, arch, "feed_forward_length", "feed_forward_length");
-  print_u32(f, arch, "attention.head_count", "head_count");
-  print_u32(f, arch, "attention.head_count_kv", "head_count_kv");
-  print_u32(f, arch, "attention.key_length", "key_length");
-  print_f32(f, arch, "rope.freq_base", "rope.freq_base");
-  print_f32(f, arch, "attention.layer_norm_rms_epsilon", "rms_epsilon");
-  char tk[64] = "none", pre[64] = "";
+  uint32_t ft = 0;
+  bool has_ft = gguf_get_u32(f, "general.file_type", &ft);
+  const char *ft_name = has_ft ? gguf_file_type_name(ft) : NULL;
   gguf_get_cstr(f, "tokenizer.ggml.model", tk, sizeof tk);
   gguf_get_cstr(f, "tokenizer.ggml.pre", pre, sizeof pre);
   gguf_arr toks;
   unsigned long long n_tok = gguf_get_arr(f, "tokenizer.ggml.tokens", &toks) ? toks.n : 0;
-  printf("tokenizer:    %s%s%s, %llu tokens\n", tk, *pre ? " / pre " : "", pre, n_tok);
   gguf_str tmpl;
-  printf("chat template: %s\n", gguf_get_str(f, "tokenizer.chat_template", &tmpl) ? "yes" : "no (ChatML is used)");
+  bool has_tmpl = gguf_get_str(f, "tokenizer.chat_template", &tmpl);
   uint64_t count[PW_DT_COUNT] = {0}, bytes[PW_DT_COUNT] = {0}, params = 0;
   for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
     const gguf_tensor *t = gguf_tensor_at(f, i);
@@ -87,11 +137,103 @@ int cmd_inspect(int argc, char **argv) {
     bytes[t->type] += t->nbytes;
     params += t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
   }
-  printf("tensors:      %llu parameters\n", (unsigned long long)params);
+
+  if (json_out) {
+    json_t *o = json_object(), *hp = json_object(), *types = json_array();
+    json_object_set_new(o, "file", json_string(path));
+    json_object_set_new(o, "size_bytes", json_integer((json_int_t)gguf_size(f)));
+    json_object_set_new(o, "gguf", json_pack("{s:i,s:I,s:I,s:i}", "version", (int)gguf_version(f), "metadata_entries",
+                                             (json_int_t)gguf_n_kv(f), "tensors", (json_int_t)gguf_n_tensors(f),
+                                             "alignment", (int)gguf_alignment(f)));
+    json_object_set_new(o, "architecture", json_string(arch));
+    json_object_set_new(o, "name", *name ? json_string(name) : json_null());
+    json_object_set_new(o, "file_type", has_ft ? json_pack("{s:i,s:s?}", "id", (int)ft, "name", ft_name) : json_null());
+    char key[160];
+    for (size_t k = 0; k < sizeof k_hparams / sizeof k_hparams[0]; k++) {
+      uint32_t v;
+      snprintf(key, sizeof key, "%s.%s", arch, k_hparams[k][0]);
+      if (gguf_get_u32(f, key, &v)) json_object_set_new(hp, k_hparams[k][1], json_integer(v));
+    }
+    for (size_t k = 0; k < sizeof k_hparams_f / sizeof k_hparams_f[0]; k++) {
+      float v;
+      snprintf(key, sizeof key, "%s.%s", arch, k_hparams_f[k][0]);
+      if (gguf_get_f32(f, key, &v)) json_object_set_new(hp, k_hparams_f[k][1], json_real(v));
+    }
+    json_object_set_new(o, "hyperparameters", hp);
+    json_object_set_new(o, "tokenizer", json_pack("{s:s,s:s?,s:I}", "model", tk, "pre", *pre ? pre : NULL, "tokens",
+                                                  (json_int_t)n_tok));
+    json_object_set_new(o, "chat_template", json_boolean(has_tmpl));
+    json_object_set_new(o, "parameters", json_integer((json_int_t)params));
+    for (int t = 0; t < PW_DT_COUNT; t++)
+      if (count[t])
+        json_array_append_new(types, json_pack("{s:s?,s:I,s:I}", "type", pw_dtype_name((uint32_t)t), "tensors",
+                                               (json_int_t)count[t], "bytes", (json_int_t)bytes[t]));
+    json_object_set_new(o, "tensor_types", types);
+    if (want_kv) {
+      json_t *md = json_object();
+      for (uint64_t i = 0; i < gguf_n_kv(f); i++) {
+        const gguf_kv *kv = gguf_kv_at(f, i);
+        snprintf(key, sizeof key, "%.*s", (int)(kv->key.len < 159 ? kv->key.len : 159), kv->key.ptr);
+        json_object_set_new(md, key, kv_json(kv));
+      }
+      json_object_set_new(o, "metadata", md);
+    }
+    if (want_tensors) {
+      json_t *ts = json_array();
+      for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        json_t *shape = json_array();
+        for (uint32_t d = 0; d < t->n_dims; d++) json_array_append_new(shape, json_integer((json_int_t)t->ne[d]));
+        json_array_append_new(ts, json_pack("{s:s%,s:s?,s:o,s:I,s:I}", "name", t->name.ptr, (size_t)t->name.len,
+                                            "type", pw_dtype_name(t->type), "shape", shape, "offset",
+                                            (json_int_t)t->offset, "bytes", (json_int_t)t->nbytes));
+      }
+      json_object_set_new(o, "tensors", ts);
+    }
+    if (want_sha) json_object_set_new(o, "sha256", json_string(hex));
+    char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    gguf_close(f);
+    if (!s) {
+      fprintf(stderr, "power inspect: out of memory\n");
+      return 1;
+    }
+    printf("%s\n", s);
+    free(s);
+    return 0;
+  }
+
+  human_bytes(gguf_size(f), hb, sizeof hb);
+  printf("file:         %s\n", path);
+  printf("size:         %s (%llu bytes)\n", hb, (unsigned long long)gguf_size(f));
+  printf("gguf:         v%u, %llu metadata entries, %llu tensors, alignment %u\n", gguf_version(f),
+         (unsigned long long)gguf_n_kv(f), (unsigned long long)gguf_n_tensors(f), gguf_alignment(f));
+  printf("architecture: %s\n", arch);
+  if (*name) printf("name:         %s\n", name);
+  if (ft_name) printf("quantization: %s (general.file_type %u)\n", ft_name, ft);
+  else if (has_ft) printf("quantization: unknown (general.file_type %u)\n", ft);
+  else printf("quantization: not stated (no general.file_type)\n");
+  printf("hyperparameters:\n");
+  char key[160];
+  for (size_t k = 0; k < sizeof k_hparams / sizeof k_hparams[0]; k++) {
+    uint32_t v;
+    snprintf(key, sizeof key, "%s.%s", arch, k_hparams[k][0]);
+    if (gguf_get_u32(f, key, &v)) printf("  %-22s %u\n", k_hparams[k][1], v);
+  }
+  for (size_t k = 0; k < sizeof k_hparams_f / sizeof k_hparams_f[0]; k++) {
+    float v;
+    snprintf(key, sizeof key, "%s.%s", arch, k_hparams_f[k][0]);
+    if (gguf_get_f32(f, key, &v)) printf("  %-22s %g\n", k_hparams_f[k][1], (double)v);
+  }
+  printf("tokenizer:    %s%s%s, %llu tokens\n", tk, *pre ? " / pre " : "", pre, n_tok);
+  printf("chat template: %s\n", has_tmpl ? "yes" : "no (ChatML is used)");
+  human_count(params, hc, sizeof hc);
+  printf("tensors:      %s parameters (%llu)\n", hc, (unsigned long long)params);
   for (int t = 0; t < PW_DT_COUNT; t++)
-    if (count[t])
-      printf("  %-6s %5llu tensors %12llu bytes\n", pw_dtype_name((uint32_t)t), (unsigned long long)count[t],
-             (unsigned long long)bytes[t]);
+    if (count[t]) {
+      human_bytes(bytes[t], hb, sizeof hb);
+      printf("  %-6s %5llu tensors %12s\n", pw_dtype_name((uint32_t)t), (unsigned long long)count[t], hb);
+    }
   if (want_kv) {
     printf("metadata:\n");
     for (uint64_t i = 0; i < gguf_n_kv(f); i++) {
@@ -111,15 +253,6 @@ int cmd_inspect(int argc, char **argv) {
     }
   }
   gguf_close(f);
-  if (want_sha) {
-    uint8_t d[32];
-    char hex[65];
-    if ((rc = pw_sha256_file(path, d, err))) {
-      fprintf(stderr, "power inspect: %s\n", err);
-      return 1;
-    }
-    pw_hex(d, 32, hex);
-    printf("sha256:       %s\n", hex);
-  }
+  if (want_sha) printf("sha256:       %s\n", hex);
   return 0;
 }

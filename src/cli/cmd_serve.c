@@ -83,7 +83,9 @@ static void serve_usage(FILE *out) {
           "  --receipt-key KEY.pem  sign every receipt with this Ed25519 key (power keygen)\n"
           "  --no-request-log       no per-request line on stderr\n"
           "Environment: POWER_API_KEYS (comma-separated keys; set but blank is an error),\n"
-          "POWER_LOG (error|warn|info|debug; anything else is an error).\n");
+          "POWER_LOG (error|warn|info|debug; anything else is an error),\n"
+          "POWER_WEIGHTS_KEY_FILE (the key of an encrypted model).\n");
+  cli_weights_usage(out);
   spec_opts_usage(out);
 }
 
@@ -116,6 +118,7 @@ int cmd_serve(int argc, char **argv) {
   long tenant_entries = 0;
   size_t tenant_bytes = 0;
   spec_opts spec = {0};
+  cli_weights wts = {0};
   const char *lv = getenv("POWER_LOG");
   if (pw_log_check_env()) {
     fprintf(stderr, "power serve: POWER_LOG='%s' is not a level (error, warn, info or debug)\n", lv);
@@ -144,6 +147,7 @@ int cmd_serve(int argc, char **argv) {
       continue;
     }
     int sc = spec_opts_parse("serve", &spec, a, v);
+    if (!sc) sc = cli_weights_parse("serve", &wts, a, v);
     if (sc < 0) return 2;
     if (sc > 0) {
       i++;
@@ -200,7 +204,7 @@ int cmd_serve(int argc, char **argv) {
     }
     if (bad) return 2;
   }
-  if (spec_opts_check("serve", &spec)) return 2;
+  if (spec_opts_check("serve", &spec) || cli_weights_finish("serve", &wts)) return 2;
   if (log_json) pw_log_set_format(PW_LOG_JSON);
   if (log_text) log_requests = 2;
   if (no_log) log_requests = 0;
@@ -236,6 +240,7 @@ int cmd_serve(int argc, char **argv) {
   eo.max_queue = (int)queue;
   eo.n_ctx = (int)ctx;
   spec_opts_apply(&spec, &eo);
+  cli_weights_apply(&wts, &eo);
   eo.prompt_cache_entries = (int)cache_entries;
   eo.prompt_cache_bytes = cache_bytes;
   eo.prompt_cache_ttl_s = cache_ttl;

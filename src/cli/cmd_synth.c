@@ -43,24 +43,29 @@ typedef struct synth_model {
   /* gemma3: sandwich norms and a sliding window (0 = none) */
   bool post_norms;
   int n_swa;
+  /* phi3: fused attn_qkv and gate/up, LongRoPE over this original context (0 = none) */
+  bool fused;
+  int longrope_ctx;
 } synth_model;
 
 static const synth_model k_models[] = {
     {"qwen2.5-0.5b", "qwen2", "Qwen2.5 0.5B", 896, 24, 14, 2, 64, 4864, 32768, 1e6f, 1e-6f, true, false, true, 0, 0,
-     0, 0, false, 0},
+     0, 0, false, 0, false, 0},
     {"qwen2.5-1.5b", "qwen2", "Qwen2.5 1.5B", 1536, 28, 12, 2, 128, 8960, 32768, 1e6f, 1e-6f, true, false, true, 0,
-     0, 0, 0, false, 0},
+     0, 0, 0, false, 0, false, 0},
     {"qwen3-0.6b", "qwen3", "Qwen3 0.6B", 1024, 28, 16, 8, 128, 3072, 40960, 1e6f, 1e-6f, false, true, true, 0, 0,
-     0, 0, false, 0},
+     0, 0, false, 0, false, 0},
     {"llama-3.2-1b", "llama", "Llama 3.2 1B", 2048, 16, 32, 8, 64, 8192, 131072, 5e5f, 1e-5f, false, false, true,
-     32.0f, 1.0f, 4.0f, 8192, false, 0},
+     32.0f, 1.0f, 4.0f, 8192, false, 0, false, 0},
     {"llama-3.1-8b", "llama", "Llama 3.1 8B", 4096, 32, 32, 8, 128, 14336, 131072, 5e5f, 1e-5f, false, false, false,
-     8.0f, 1.0f, 4.0f, 8192, false, 0},
+     8.0f, 1.0f, 4.0f, 8192, false, 0, false, 0},
     {"gemma-3-1b", "gemma3", "Gemma 3 1B", 1152, 26, 4, 1, 256, 6912, 32768, 1e6f, 1e-6f, false, true, true, 0, 0, 0,
-     0, true, 512},
+     0, true, 512, false, 0},
+    {"phi-3.5-mini", "phi3", "Phi 3.5 mini", 3072, 32, 32, 32, 96, 8192, 131072, 1e4f, 1e-5f, false, false, false, 0, 0,
+     0, 0, false, 0, true, 4096},
 };
 
-typedef enum sy_kind { SY_MATRIX, SY_NORM, SY_BIAS, SY_ROPE } sy_kind;
+typedef enum sy_kind { SY_MATRIX, SY_NORM, SY_BIAS, SY_ROPE, SY_ROPE_LONG, SY_ROPE_SHORT } sy_kind;
 
 typedef struct sy_tensor {
   char name[64];
@@ -119,14 +124,22 @@ static int sy_build(sy_ctx *c, int n_layer, int64_t n_vocab) {
   rc |= sy_add(c, "output_norm.weight", 1, e, 1, SY_NORM, 0.02f);
   if (!m->tied) rc |= sy_add(c, "output.weight", 2, e, n_vocab, SY_MATRIX, 0.05f);
   if (m->rs_factor > 0) rc |= sy_add(c, "rope_freqs.weight", 1, m->head_dim / 2, 1, SY_ROPE, 0);
+  if (m->longrope_ctx > 0) {
+    rc |= sy_add(c, "rope_factors_long.weight", 1, m->head_dim / 2, 1, SY_ROPE_LONG, 0);
+    rc |= sy_add(c, "rope_factors_short.weight", 1, m->head_dim / 2, 1, SY_ROPE_SHORT, 0);
+  }
   for (int il = 0; il < n_layer; il++) {
     char n[64];
 #define ADD(suffix, nd, a, b, kind, std) \
   (snprintf(n, sizeof n, "blk.%d.%s", il, suffix), rc |= sy_add(c, n, nd, a, b, kind, std))
     ADD("attn_norm.weight", 1, e, 1, SY_NORM, 0.02f);
-    ADD("attn_q.weight", 2, e, qd, SY_MATRIX, 0.02f);
-    ADD("attn_k.weight", 2, e, kvd, SY_MATRIX, 0.02f);
-    ADD("attn_v.weight", 2, e, kvd, SY_MATRIX, 0.02f);
+    if (m->fused) {
+      ADD("attn_qkv.weight", 2, e, qd + 2 * kvd, SY_MATRIX, 0.02f);
+    } else {
+      ADD("attn_q.weight", 2, e, qd, SY_MATRIX, 0.02f);
+      ADD("attn_k.weight", 2, e, kvd, SY_MATRIX, 0.02f);
+      ADD("attn_v.weight", 2, e, kvd, SY_MATRIX, 0.02f);
+    }
     ADD("attn_output.weight", 2, qd, e, SY_MATRIX, 0.02f);
     if (m->qkv_bias) {
       ADD("attn_q.bias", 1, qd, 1, SY_BIAS, 0.02f);
@@ -142,8 +155,12 @@ static int sy_build(sy_ctx *c, int n_layer, int64_t n_vocab) {
       ADD("post_ffw_norm.weight", 1, e, 1, SY_NORM, 0.02f);
     }
     ADD("ffn_norm.weight", 1, e, 1, SY_NORM, 0.02f);
-    ADD("ffn_gate.weight", 2, e, m->n_ff, SY_MATRIX, 0.02f);
-    ADD("ffn_up.weight", 2, e, m->n_ff, SY_MATRIX, 0.02f);
+    if (m->fused) {
+      ADD("ffn_up.weight", 2, e, 2 * (int64_t)m->n_ff, SY_MATRIX, 0.02f);
+    } else {
+      ADD("ffn_gate.weight", 2, e, m->n_ff, SY_MATRIX, 0.02f);
+      ADD("ffn_up.weight", 2, e, m->n_ff, SY_MATRIX, 0.02f);
+    }
     ADD("ffn_down.weight", 2, m->n_ff, e, SY_MATRIX, 0.02f);
 #undef ADD
   }
@@ -189,6 +206,15 @@ static void sy_row(void *p, int64_t row, float *out) {
     memcpy(out, c->rope, (size_t)n * sizeof(float));
     return;
   }
+  if (t->kind == SY_ROPE_LONG || t->kind == SY_ROPE_SHORT) {
+    /* LongRoPE-like factors: short ones near 1, long ones rising from 1 to
+     * about 40 over the pairs (the shape of Phi-3.5's) */
+    for (int64_t i = 0; i < n; i++) {
+      float x = (float)i / (float)(n > 1 ? n - 1 : 1);
+      out[i] = t->kind == SY_ROPE_SHORT ? 1.0f + 0.05f * x : 1.0f + 39.0f * x * x;
+    }
+    return;
+  }
   pw_rng r;
   pw_rng_seed(&r, c->seed * 0x9e3779b97f4a7c15ull ^ t->name_hash ^ ((uint64_t)row + 1) * 0xd1b54a32d192ed03ull);
   float base = t->kind == SY_NORM ? 1.0f : 0.0f;
@@ -224,6 +250,7 @@ static void synth_usage(FILE *out) {
           "  --layers N      override the layer count (quick tests)\n"
           "  --window N      override the sliding window of models that have one (quick tests)\n"
           "  --yarn F,CTX    YaRN rope scaling by F over an original context of CTX positions\n"
+          "  --orig-ctx N    override the original context of LongRoPE models (quick tests of the long factors)\n"
           "  --threads N     generation threads (default 2; the output is the same for any N)\n"
           "  --quiet         no progress on stderr\n",
           quant_ftype_names());
@@ -231,7 +258,7 @@ static void synth_usage(FILE *out) {
 
 int cmd_synth(int argc, char **argv) {
   const char *arch = NULL, *vocab = NULL, *outp = NULL, *type = "F16";
-  long seed = 1, layers = 0, threads = 2, window = 0, yarn_ctx = 0;
+  long seed = 1, layers = 0, threads = 2, window = 0, yarn_ctx = 0, orig_ctx = 0;
   double yarn_factor = 0;
   int quiet = 0;
   for (int i = 1; i < argc; i++) {
@@ -246,7 +273,7 @@ int cmd_synth(int argc, char **argv) {
       continue;
     }
     bool known = !strcmp(a, "--arch") || !strcmp(a, "--vocab") || !strcmp(a, "--out") || !strcmp(a, "-o") ||
-                 !strcmp(a, "--type") || !strcmp(a, "--seed") || !strcmp(a, "--layers") || !strcmp(a, "--window") || !strcmp(a, "--yarn") ||
+                 !strcmp(a, "--type") || !strcmp(a, "--seed") || !strcmp(a, "--layers") || !strcmp(a, "--window") || !strcmp(a, "--yarn") || !strcmp(a, "--orig-ctx") ||
                  !strcmp(a, "--threads") || !strcmp(a, "-t");
     if (!known) {
       fprintf(stderr, "power synth: unknown argument %s (try --help)\n", a);
@@ -273,6 +300,8 @@ int cmd_synth(int argc, char **argv) {
         fprintf(stderr, "power synth: --yarn takes FACTOR,CONTEXT (FACTOR in (1, 1024]), not '%s'\n", v);
         return 2;
       }
+    } else if (!strcmp(a, "--orig-ctx")) {
+      if (cli_parse_long("synth", a, v, 1, 1 << 24, &orig_ctx)) return 2;
     } else if (!strcmp(a, "--window")) {
       if (cli_parse_long("synth", a, v, 1, 1 << 20, &window)) return 2;
     } else if (cli_parse_long("synth", a, v, 1, 256, &threads)) return 2;
@@ -288,6 +317,10 @@ int cmd_synth(int argc, char **argv) {
     fprintf(stderr, "power synth: unknown --arch '%s' (known:", arch);
     for (size_t i = 0; i < sizeof k_models / sizeof k_models[0]; i++) fprintf(stderr, " %s", k_models[i].id);
     fprintf(stderr, ")\n");
+    return 2;
+  }
+  if (orig_ctx > 0 && m->longrope_ctx == 0) {
+    fprintf(stderr, "power synth: --orig-ctx: %s has no LongRoPE\n", m->id);
     return 2;
   }
   if (window > 0 && m->n_swa == 0) {
@@ -358,6 +391,16 @@ int cmd_synth(int argc, char **argv) {
       (gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)m->head_dim, err) ||
        gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)m->head_dim, err)))
     goto fail;
+  if (m->longrope_ctx > 0) {
+    /* Phi-3's converter: attn_factor = sqrt(1 + ln(scale) / ln(original context)) */
+    int oc = orig_ctx > 0 ? (int)orig_ctx : m->longrope_ctx;
+    double scale = (double)m->n_ctx / oc;
+    if (gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)oc, err) ||
+        gguf_writer_set_f32(w, KEY("rope.scaling.attn_factor"),
+                            scale > 1 ? (float)sqrt(1 + log(scale) / log((double)oc)) : 1.0f, err) ||
+        gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)m->head_dim, err))
+      goto fail;
+  }
   if (yarn_factor > 0 &&
       (gguf_writer_set_str(w, KEY("rope.scaling.type"), "yarn", err) ||
        gguf_writer_set_f32(w, KEY("rope.scaling.factor"), (float)yarn_factor, err) ||

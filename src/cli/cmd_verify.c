@@ -30,6 +30,7 @@
 #include "base/error.h"
 #include "base/sha256.h"
 #include "cli/cli.h"
+#include "cli/cli_gen.h"
 #include "cli/cmd_verify.h"
 #include "engine/engine.h"
 #include "evidence/abstat.h"
@@ -60,7 +61,9 @@ static void verify_usage(FILE *out) {
                "       power verify --ab REPORT.json\n"
                "       power verify --canonical FILE.jsonl   (RFC 8785 form of each line)\n"
                "exit 0: every check passed (one line each); 1: the first mismatching field is named;\n"
-               "2: usage error or unreadable file\n");
+               "2: usage error or unreadable file\n"
+               "replays load the model as the other commands do:\n");
+  cli_weights_usage(out);
 }
 
 static json_t *load_json(const char *path, char *err) {
@@ -236,12 +239,17 @@ typedef struct replayer {
   const char *spec; /* the engine's speculation mode name */
 } replayer;
 
+/* --weights-io / --weights-key-file of this invocation (replays load the
+ * model) */
+static cli_weights g_weights;
+
 static int replayer_open(replayer *rp, const char *model, long threads, const char *spec, char *err) {
   memset(rp, 0, sizeof *rp);
   engine_opts eo;
   memset(&eo, 0, sizeof eo);
   eo.model_path = model;
   eo.n_threads = (int)threads;
+  cli_weights_apply(&g_weights, &eo);
   int mode = engine_spec_parse(spec ? spec : "off");
   /* The draft model is not named by the receipt; speculation is lossless,
    * so a draft-mode receipt replays on plain decoding. */
@@ -618,6 +626,9 @@ int cmd_verify(int argc, char **argv) {
       return 2;
     }
     const char *v = argv[++i];
+    int wc = cli_weights_parse("verify", &g_weights, a, v);
+    if (wc < 0) return 2;
+    if (wc > 0) continue;
     if (!strcmp(a, "--request")) req = v;
     else if (!strcmp(a, "--output")) out = v;
     else if (!strcmp(a, "--model") || !strcmp(a, "-m")) model = v;
@@ -632,6 +643,7 @@ int cmd_verify(int argc, char **argv) {
       return 2;
     }
   }
+  if (cli_weights_finish("verify", &g_weights)) return 2;
   if (ab) {
     if (receipt || replay || all || req || out || model || pub) {
       fprintf(stderr, "power verify: --ab takes only the report\n");

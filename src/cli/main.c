@@ -4,6 +4,7 @@
 #include "base/log.h"
 #include "cli/cmd_ab.h"
 #include "cli/cmd_bench.h"
+#include "cli/cmd_crypt.h"
 #include "cli/cmd_serve.h"
 #include "cli/cmd_store.h"
 #include "cli/cmd_synth.h"
@@ -28,7 +29,7 @@ static const subcommand k_cmds[] = {
     {"bench", cmd_bench, "prompt and generation throughput (-p, -n, -r, --batch, -o json)"},
     {"ab", cmd_ab, "paired two-order A/B of engine configurations, with output parity"},
     {"chat", cmd_chat, "interactive chat with the model's template (/reset, /exit)"},
-    {"inspect", cmd_inspect, "describe a GGUF file (--sha256 for its identity)"},
+    {"inspect", cmd_inspect, "describe a GGUF file (quantization, sizes, tensors; --sha256, -o json)"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server"},
     {"synth", cmd_synth, "write a model with a real model's shapes and dummy weights"},
     {"quantize", cmd_quantize, "convert F32/F16/BF16 weights to a quantized type"},
@@ -41,6 +42,8 @@ static const subcommand k_cmds[] = {
     {"cp", cmd_cp, "give a stored model a second name"},
     {"import", cmd_import, "put a local GGUF into the store (--name NAME)"},
     {"verify", cmd_verify, "check a receipt (digests, signature, --replay) or an ab report (--ab)"},
+    {"encrypt", cmd_encrypt, "write an AES-256-GCM encrypted copy of a GGUF (--key-file K IN OUT.pwe)"},
+    {"decrypt", cmd_decrypt, "check and decrypt an encrypted model (--key-file K IN.pwe OUT.gguf)"},
     {"keygen", cmd_keygen, "make an Ed25519 key pair for signing receipts"},
 };
 

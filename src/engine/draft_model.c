@@ -102,9 +102,12 @@ static void propose_batch(engine *e) {
 /* Loads the draft model and checks that it speaks the target's vocabulary:
  * the same size and the same text for every token (so a proposed id means
  * the same piece to both models). */
-static int draft_load(engine *e, draft_state *ds, const char *path, int n_threads, char *err) {
+static int draft_load(engine *e, draft_state *ds, const engine_opts *o, char *err) {
   char derr[PW_ERRMAX] = "";
-  model_opts mo = {.n_threads = n_threads, .pool = model_pool(e->m)};
+  const char *path = o->spec_draft_model;
+  model_opts mo = {.n_threads = o->n_threads,
+                   .pool = model_pool(e->m),
+                   .weights = {.io = o->weights_io, .key_file = o->weights_key_file}};
   int rc = model_load(path, &mo, &ds->dm, derr);
   if (rc < 0) return pw_seterr(err, rc, "engine: draft model %s: %s", path, derr);
   tok_vocab *dv = NULL;
@@ -152,7 +155,7 @@ static int create(engine *e, const engine_opts *o, char *err) {
   if (!ds) return pw_seterr(err, PW_ENOMEM, "engine: out of memory");
   e->dstate = ds;
   int rc;
-  if ((rc = draft_load(e, ds, o->spec_draft_model, o->n_threads, err)) < 0) return rc;
+  if ((rc = draft_load(e, ds, o, err)) < 0) return rc;
   if ((rc = model_kv_create(ds->dm, e->n_slots, e->n_ctx, &ds->dkv, err)) < 0) return rc;
   if ((rc = model_ctx_create(ds->dm, o->step_tokens, e->n_ctx, &ds->dctx, err)) < 0) return rc;
   e->tok_bytes += model_kv_bytes(ds->dkv) / ((size_t)e->n_slots * e->n_ctx);

@@ -99,6 +99,8 @@ static int resolve_opts(const engine_opts *opts, engine_opts *out, const drafter
   if (o.prompt_cache_entries == 0) o.prompt_cache_entries = 8;
   if (o.prompt_cache_bytes == 0) o.prompt_cache_bytes = (size_t)1 << 30;
   if (o.prompt_cache_ttl_s == 0) o.prompt_cache_ttl_s = 600;
+  if (o.weights_io < 0 || o.weights_io >= WEIGHTS_IO_COUNT)
+    return pw_seterr(err, PW_EINVAL, "engine: unknown weights read strategy %d", o.weights_io);
   if (o.n_threads < 1 || o.n_threads > ENGINE_MAX_THREADS)
     return pw_seterr(err, PW_EINVAL, "engine: n_threads %d out of range [1, %d]", o.n_threads, ENGINE_MAX_THREADS);
   if (o.max_active < 1 || o.max_active > ENGINE_MAX_ACTIVE)
@@ -184,7 +186,7 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   pthread_mutex_init(&e->gv_mu, NULL);
   eng_cond_init_monotonic(&e->work_cv);
   eng_cond_init_monotonic(&e->idle_cv);
-  model_opts mo = {.n_threads = o.n_threads};
+  model_opts mo = {.n_threads = o.n_threads, .weights = {.io = o.weights_io, .key_file = o.weights_key_file}};
   if ((rc = model_load(o.model_path, &mo, &e->m, err)) < 0) goto fail;
   const model_hparams *hp = model_hp(e->m);
   if ((rc = tok_vocab_load(model_gguf(e->m), &e->vocab, err)) < 0) goto fail;

@@ -78,6 +78,10 @@ typedef struct engine_opts {
   const char *model_path; /* GGUF file (required) */
   const char *model_id;   /* id reported to clients (a store name); NULL: the file name without .gguf */
   int n_threads;          /* kernel threads, 1..ENGINE_MAX_THREADS; 0 = ENGINE_DEFAULT_THREADS */
+  /* Where the weights come from (weights/weights.h), for the model and a
+   * draft model alike. */
+  int weights_io;               /* weights_io: 0 = mmap, 1 = pread, 2 = direct */
+  const char *weights_key_file; /* key of encrypted containers; NULL = plain files */
   int max_active;         /* sequences decoding at once (KV slots), 1..ENGINE_MAX_ACTIVE; 0 = the default */
   int max_queue;          /* requests waiting for a slot, 0..ENGINE_MAX_QUEUE; 0 = the default */
   int n_ctx;              /* context per sequence, ENGINE_MIN_CTX..ENGINE_MAX_CTX;

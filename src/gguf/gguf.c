@@ -54,6 +54,21 @@ static const uint32_t k_vtype_size[GGUF_T_COUNT] = {
     [GGUF_T_FLOAT64] = 8,
 };
 
+/* general.file_type values as llama.cpp's llama_ftype numbers them (the
+ * "MOSTLY_" types; 4-6 and 33-35 are retired or unused). */
+const char *gguf_file_type_name(uint32_t ft) {
+  static const char *const k[] = {
+      [0] = "F32",      [1] = "F16",      [2] = "Q4_0",     [3] = "Q4_1",     [4] = "Q4_1_SOME_F16",
+      [7] = "Q8_0",     [8] = "Q5_0",     [9] = "Q5_1",     [10] = "Q2_K",    [11] = "Q3_K_S",
+      [12] = "Q3_K_M",  [13] = "Q3_K_L",  [14] = "Q4_K_S",  [15] = "Q4_K_M",  [16] = "Q5_K_S",
+      [17] = "Q5_K_M",  [18] = "Q6_K",    [19] = "IQ2_XXS", [20] = "IQ2_XS",  [21] = "Q2_K_S",
+      [22] = "IQ3_XS",  [23] = "IQ3_XXS", [24] = "IQ1_S",   [25] = "IQ4_NL",  [26] = "IQ3_S",
+      [27] = "IQ3_M",   [28] = "IQ2_S",   [29] = "IQ2_M",   [30] = "IQ4_XS",  [31] = "IQ1_M",
+      [32] = "BF16",    [36] = "TQ1_0",   [37] = "TQ2_0",   [38] = "MXFP4_MOE",
+  };
+  return ft < sizeof k / sizeof k[0] ? k[ft] : NULL;
+}
+
 const char *gguf_vtype_name(uint32_t t) {
   static const char *names[GGUF_T_COUNT] = {"u8",   "i8",     "u16",   "i16", "u32",
                                             "i32",  "f32",    "bool",  "str", "array",
@@ -581,7 +596,7 @@ int64_t gguf_arr_int(const gguf_arr *a, uint64_t i) {
 }
 
 gguf_arr gguf_arr_sub(const gguf_arr *a, uint64_t i) {
-  PW_ASSERT(a->type == GGUF_T_ARRAY && i < a->n);
+  PW_ASSERT(a->type == GGUF_T_ARRAY && i < a->n && a->index);
   const uint8_t *p = a->data + a->index[i];
   /* The nested array was validated at open. Its own offset index is not
    * kept, so nested arrays of strings or arrays expose no index (index is
@@ -624,6 +639,10 @@ void gguf_kv_format(const gguf_kv *kv, char *buf, size_t cap) {
     return;
   default:
     if (scalar_int(kv->type, kv->value, &iv)) snprintf(buf, cap, "%lld", (long long)iv);
-    else snprintf(buf, cap, "%llu", (unsigned long long)*(const uint64_t *)(const void *)kv->value);
+    else {
+      uint64_t uv; /* values sit at any byte offset: copy, never dereference */
+      memcpy(&uv, kv->value, 8);
+      snprintf(buf, cap, "%llu", (unsigned long long)uv);
+    }
   }
 }

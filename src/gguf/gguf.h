@@ -121,11 +121,16 @@ bool gguf_get_cstr(const gguf_file *f, const char *key, char *buf, size_t cap);
 gguf_str gguf_arr_str(const gguf_arr *a, uint64_t i);
 float gguf_arr_f32(const gguf_arr *a, uint64_t i);
 int64_t gguf_arr_int(const gguf_arr *a, uint64_t i); /* any integer/bool element type */
-gguf_arr gguf_arr_sub(const gguf_arr *a, uint64_t i); /* element of an array of arrays */
+/* Element of an array of arrays. A sub-array has no index of its own
+ * (index NULL): its strings or arrays are not reachable. */
+gguf_arr gguf_arr_sub(const gguf_arr *a, uint64_t i);
 
 /* Scalar value of a kv as text (for inspect): writes into buf. */
 void gguf_kv_format(const gguf_kv *kv, char *buf, size_t cap);
 const char *gguf_vtype_name(uint32_t t);
+/* Name of a general.file_type value (the quantization the file states:
+ * "Q4_K_M", "F16", ...); NULL for a value not known. */
+const char *gguf_file_type_name(uint32_t ft);
 
 uint64_t gguf_n_tensors(const gguf_file *f);
 const gguf_tensor *gguf_tensor_at(const gguf_file *f, uint64_t i);

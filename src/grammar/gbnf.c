@@ -374,7 +374,9 @@ static int cmp_range(const void *a, const void *b) {
 
 /* Sorts, merges and removes surrogates; negates within [0, 0x10FFFF]. */
 static int ranges_normalize(parser *ps, rvec *r, bool negate) {
-  qsort(r->v, r->n, sizeof *r->v, cmp_range);
+  /* an empty class ([] or [^...] before negation) has no array: qsort of
+   * NULL is undefined even for 0 elements (found by fuzzing, UBSan) */
+  if (r->n > 1) qsort(r->v, r->n, sizeof *r->v, cmp_range);
   size_t w = 0;
   for (size_t i = 0; i < r->n; i++) {
     if (w > 0 && r->v[i].lo <= r->v[w - 1].hi + 1) {

@@ -461,7 +461,7 @@ static int cmp_cpr(const void *a, const void *b) {
 }
 
 static void cps_norm(cpset *s, bool negate) {
-  qsort(s->v, (size_t)s->n, sizeof s->v[0], cmp_cpr);
+  if (s->n > 1) qsort(s->v, (size_t)s->n, sizeof s->v[0], cmp_cpr); /* v may be NULL when empty */
   int w = 0;
   for (int i = 0; i < s->n; i++) {
     if (w > 0 && s->v[i].lo <= s->v[w - 1].hi + 1) {

@@ -69,38 +69,6 @@ static int bind_layer(model *m, int il, char *err) {
   return 0;
 }
 
-static void qkv_ops(const layer_w *L, model_ctx *c, pw_mm_op o[3]) {
-  o[0] = (pw_mm_op){L->wq.type, L->wq.data, L->wq.n_out, c ? c->q : NULL};
-  o[1] = (pw_mm_op){L->wk.type, L->wk.data, L->wk.n_out, c ? c->k : NULL};
-  o[2] = (pw_mm_op){L->wv.type, L->wv.data, L->wv.n_out, c ? c->v : NULL};
-}
-static void gu_ops(const layer_w *L, model_ctx *c, pw_mm_op o[2]) {
-  o[0] = (pw_mm_op){L->w_gate.type, L->w_gate.data, L->w_gate.n_out, c ? c->gate : NULL};
-  o[1] = (pw_mm_op){L->w_up.type, L->w_up.data, L->w_up.n_out, c ? c->up : NULL};
-}
-
-static size_t scratch_size(const model *m, int il, int max_batch) {
-  const layer_w *L = &m->layers[il];
-  pw_mm_op qkv[3], gu[2];
-  qkv_ops(L, NULL, qkv);
-  gu_ops(L, NULL, gu);
-  size_t sz[4] = {pw_matmul_multi_scratch_size(qkv, 3, m->hp.n_embd, max_batch),
-                  pw_matmul_multi_scratch_size(gu, 2, m->hp.n_embd, max_batch),
-                  pw_matmul_scratch_size(L->wo.type, L->wo.n_in, max_batch),
-                  pw_matmul_scratch_size(L->w_down.type, L->w_down.n_in, max_batch)};
-  size_t mm = 0;
-  for (int i = 0; i < 4; i++)
-    if (sz[i] > mm) mm = sz[i];
-  return mm;
-}
-
-static void prefetch_layer(model_ctx *c, int il, int n) {
-  const model *m = c->m;
-  pw_mm_op next[3];
-  qkv_ops(&m->layers[il], NULL, next);
-  m->be->prefetch_weights(c, next, 3, m->hp.n_embd, n);
-}
-
 static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int il) {
   const model *m = c->m;
   const model_backend *be = m->be;
@@ -109,8 +77,8 @@ static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int i
   const int E = hp->n_embd, hd = hp->head_dim, qd = hp->n_head * hd;
   const bool swa = is_swa(hp, il);
   pw_mm_op qkv[3], gu[2];
-  qkv_ops(L, c, qkv);
-  gu_ops(L, c, gu);
+  model_qkv_ops(L, c, qkv);
+  model_gu_ops(L, c, gu);
   be->rmsnorm(c, c->xn, c->x, L->attn_norm, n, E, hp->rms_eps);
   be->matmul_multi(c, qkv, 3, E, c->xn, n);
   be->rmsnorm(c, c->q, c->q, L->q_norm, n * hp->n_head, hd, hp->rms_eps);
@@ -128,7 +96,7 @@ static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int i
   be->rmsnorm(c, c->xn, c->x, L->ffn_norm, n, E, hp->rms_eps);
   be->matmul_multi(c, gu, 2, E, c->xn, n);
   be->geglu(c, c->gate, c->up, (int64_t)n * hp->n_ff);
-  if (il + 1 < hp->n_layer) prefetch_layer(c, il + 1, n);
+  if (il + 1 < hp->n_layer) model_layer_prefetch(c, il + 1, n);
   be->matmul(c, &L->w_down, c->gate, n, c->xn);
   be->rmsnorm(c, c->xn, c->xn, L->ffn_post_norm, n, E, hp->rms_eps);
   be->add(c, c->x, c->xn, c->x, (int64_t)n * E);
@@ -140,6 +108,6 @@ const model_arch_ops model_arch_gemma3 = {.name = "gemma3",
                                           .qk_norm = true,
                                           .load_hparams = load_hparams,
                                           .bind_layer = bind_layer,
-                                          .scratch_size = scratch_size,
+                                          .scratch_size = model_layer_scratch_size,
                                           .layer = layer,
-                                          .prefetch_layer = prefetch_layer};
+                                          .prefetch_layer = model_layer_prefetch};

@@ -13,17 +13,6 @@
 #include <math.h>
 #include <stdio.h>
 
-/* a layer's q, k and v, and its gate and up, as matmul ops */
-static void qkv_ops(const layer_w *L, model_ctx *c, pw_mm_op o[3]) {
-  o[0] = (pw_mm_op){L->wq.type, L->wq.data, L->wq.n_out, c ? c->q : NULL};
-  o[1] = (pw_mm_op){L->wk.type, L->wk.data, L->wk.n_out, c ? c->k : NULL};
-  o[2] = (pw_mm_op){L->wv.type, L->wv.data, L->wv.n_out, c ? c->v : NULL};
-}
-static void gu_ops(const layer_w *L, model_ctx *c, pw_mm_op o[2]) {
-  o[0] = (pw_mm_op){L->w_gate.type, L->w_gate.data, L->w_gate.n_out, c ? c->gate : NULL};
-  o[1] = (pw_mm_op){L->w_up.type, L->w_up.data, L->w_up.n_out, c ? c->up : NULL};
-}
-
 static int bind_layer(model *m, int il, char *err) {
   const gguf_file *f = m->f;
   const model_hparams *hp = &m->hp;
@@ -52,33 +41,6 @@ static int bind_layer(model *m, int il, char *err) {
   return 0;
 }
 
-static size_t scratch_size(const model *m, int il, int max_batch) {
-  const layer_w *L = &m->layers[il];
-  pw_mm_op qkv[3], gu[2];
-  qkv_ops(L, NULL, qkv);
-  gu_ops(L, NULL, gu);
-  size_t sz[4] = {pw_matmul_multi_scratch_size(qkv, 3, m->hp.n_embd, max_batch),
-                  pw_matmul_multi_scratch_size(gu, 2, m->hp.n_embd, max_batch),
-                  pw_matmul_scratch_size(L->wo.type, L->wo.n_in, max_batch),
-                  pw_matmul_scratch_size(L->w_down.type, L->w_down.n_in, max_batch)};
-  size_t mm = 0;
-  for (int i = 0; i < 4; i++)
-    if (sz[i] > mm) mm = sz[i];
-  return mm;
-}
-
-static void prefetch_layer(model_ctx *c, int il, int n) {
-  const model *m = c->m;
-  pw_mm_op next[3];
-  qkv_ops(&m->layers[il], NULL, next);
-  m->be->prefetch_weights(c, next, 3, m->hp.n_embd, n);
-}
-
-static void prefetch_w(model_ctx *c, const model_weight *w, int n) {
-  const pw_mm_op op = {w->type, w->data, w->n_out, NULL};
-  c->m->be->prefetch_weights(c, &op, 1, w->n_in, n);
-}
-
 static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int il) {
   const model *m = c->m;
   const model_backend *be = m->be;
@@ -87,14 +49,14 @@ static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int i
   const int E = hp->n_embd, hd = hp->head_dim, qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
   be->rmsnorm(c, c->xn, c->x, L->attn_norm, n, E, hp->rms_eps);
   pw_mm_op qkv[3], gu[2];
-  qkv_ops(L, c, qkv);
-  gu_ops(L, c, gu);
+  model_qkv_ops(L, c, qkv);
+  model_gu_ops(L, c, gu);
   be->prefetch_vec(L->bq, qd);
   be->prefetch_vec(L->bk, kvd);
   be->prefetch_vec(L->bv, kvd);
   be->prefetch_vec(L->q_norm, hd);
   be->prefetch_vec(L->k_norm, hd);
-  prefetch_w(c, &L->wo, n);
+  model_prefetch_weight(c, &L->wo, n);
   be->matmul_multi(c, qkv, 3, E, c->xn, n);
   be->add_rows(c, c->q, L->bq, n, qd);
   be->add_rows(c, c->k, L->bk, n, kvd);
@@ -106,28 +68,30 @@ static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int i
   be->rope(c, c->q, n, hp->n_head, false);
   be->rope(c, c->k, n, hp->n_head_kv, false);
   be->kv_store(c, kv, e, n, il);
-  prefetch_w(c, &L->wo, n);
+  model_prefetch_weight(c, &L->wo, n);
   be->attention(c, kv, e, n, il, 1.0f / sqrtf((float)hd), 0);
   be->prefetch_vec(L->ffn_norm, E);
   be->prefetch_weights(c, gu, 2, E, n);
   be->matmul(c, &L->wo, c->att, n, c->xn);
   be->add(c, c->x, c->x, c->xn, (int64_t)n * E);
   be->rmsnorm(c, c->xn, c->x, L->ffn_norm, n, E, hp->rms_eps);
-  prefetch_w(c, &L->w_down, n);
+  model_prefetch_weight(c, &L->w_down, n);
   be->matmul_multi(c, gu, 2, E, c->xn, n);
   be->swiglu(c, c->gate, c->up, (int64_t)n * hp->n_ff);
   /* the norm after this layer: partly still in cache after the down
    * matmul (1.7 -> 1.2 us a layer for the norm step, 0.5B shape) */
   be->prefetch_vec(il + 1 < hp->n_layer ? m->layers[il + 1].attn_norm : m->output_norm, E);
   if (il + 1 < hp->n_layer)
-    prefetch_layer(c, il + 1, n);
+    model_layer_prefetch(c, il + 1, n);
   else
-    prefetch_w(c, &m->output, n);
+    model_prefetch_weight(c, &m->output, n);
   be->matmul(c, &L->w_down, c->gate, n, c->xn);
   be->add(c, c->x, c->x, c->xn, (int64_t)n * E);
 }
 
-#define LLAMA_FAMILY .load_hparams = NULL, .bind_layer = bind_layer, .scratch_size = scratch_size, .layer = layer, .prefetch_layer = prefetch_layer
+#define LLAMA_FAMILY                                                                                           \
+  .load_hparams = NULL, .bind_layer = bind_layer, .scratch_size = model_layer_scratch_size, .layer = layer,    \
+  .prefetch_layer = model_layer_prefetch
 
 const model_arch_ops model_arch_llama = {"llama", MODEL_ARCH_LLAMA, false, false, false, LLAMA_FAMILY};
 const model_arch_ops model_arch_qwen2 = {"qwen2", MODEL_ARCH_QWEN2, true, true, false, LLAMA_FAMILY};

@@ -114,8 +114,12 @@ static void rope_table(const model_ctx *c, const model_entry *e, int n, float ba
  * scaling or factors, as llama.cpp's defaults) when there are any. */
 static void rope_tables(model_ctx *c, const model_entry *e, int n) {
   const model_hparams *hp = &c->m->hp;
-  rope_table(c, e, n, hp->rope_base, hp->rope_scale, c->m->rope_freqs, hp->rope_ext_factor, hp->rope_attn_factor,
-             c->rope_cos, c->rope_sin);
+  /* LongRoPE: the long factors when the context exceeds the original one
+   * (as llama.cpp chooses them, by the context size, not the position) */
+  const float *freqs = c->m->rope_freqs;
+  if (c->m->rope_long) freqs = c->max_ctx > hp->n_ctx_orig ? c->m->rope_long : c->m->rope_short;
+  rope_table(c, e, n, hp->rope_base, hp->rope_scale, freqs, hp->rope_ext_factor, hp->rope_attn_factor, c->rope_cos,
+             c->rope_sin);
   if (c->rope_cos_swa)
     rope_table(c, e, n, hp->rope_base_swa, 1.0f, NULL, 0.0f, hp->rope_attn_factor, c->rope_cos_swa, c->rope_sin_swa);
 }

@@ -17,7 +17,7 @@
 #include <string.h>
 
 const model_arch_ops *const model_archs[] = {&model_arch_llama, &model_arch_qwen2, &model_arch_qwen3, &model_arch_gemma3,
-                                             NULL};
+                                             &model_arch_phi3, NULL};
 
 /* ---- loading ---------------------------------------------------------- */
 
@@ -134,6 +134,11 @@ static int load_hparams(model *m, char *err) {
   if (!(factor >= 0) || factor > 1e6) return pw_seterr(err, PW_EFORMAT, "invalid rope scaling factor %g", (double)factor);
   /* As llama.cpp: the scale is 1/factor unless the type is none. */
   if (factor > 0 && strcmp(stype, "none")) hp->rope_scale = 1.0f / factor;
+  uint32_t oc = (uint32_t)hp->n_ctx_train;
+  snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", a);
+  gguf_get_u32(f, key, &oc);
+  if (oc == 0 || oc > (1u << 24)) return pw_seterr(err, PW_EFORMAT, "invalid original context %u", oc);
+  hp->n_ctx_orig = (int32_t)oc;
   float attn = 1.0f;
   snprintf(key, sizeof key, "%s.rope.scaling.attn_factor", a);
   gguf_get_f32(f, key, &attn);
@@ -143,11 +148,6 @@ static int load_hparams(model *m, char *err) {
      * rotations in the original context). The magnitude correction
      * 1 + 0.1 ln(factor) is applied where the angles are made; llama.cpp
      * computes it twice, once cancelled, and the float steps are kept. */
-    uint32_t oc = (uint32_t)hp->n_ctx_train;
-    snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", a);
-    gguf_get_u32(f, key, &oc);
-    if (oc == 0 || oc > (1u << 24)) return pw_seterr(err, PW_EFORMAT, "invalid YaRN original context %u", oc);
-    hp->n_ctx_orig = (int32_t)oc;
     hp->rope_ext_factor = 1.0f;
     const float fs = 1.0f / hp->rope_scale;
     float mscale = fs <= 1.0f ? 1.0f : 0.1f * logf(fs) + 1.0f;
@@ -198,18 +198,9 @@ int model_load(const char *path, const model_opts *opts, model **out, char *err)
   pw_tensor_init();
   model *m = calloc(1, sizeof *m);
   if (!m) return pw_seterr(err, PW_ENOMEM, "out of memory");
-  int rc = gguf_open(path, &m->f, err);
-  if (rc) goto fail;
-  if ((rc = load_hparams(m, err)) || (rc = bind_weights(m, err))) goto fail;
-  m->be = &model_backend_cpu;
-  gguf_make_resident(m->f, &m->res);
-  if (m->res.huge_bytes >= 0)
-    pw_log(PW_LOG_INFO, "model %s: %.1f MiB mapped, %.1f MiB of them in 2 MiB pages%s", path, m->res.bytes / 1048576.0,
-           m->res.huge_bytes / 1048576.0, m->res.refreshed ? " (page cache re-read to get them)" : "");
+  int rc = 0;
   int nt = opts && opts->n_threads > 0 ? opts->n_threads : 2;
-  /* a file this small stays in the caches between tokens (the L2s and a
-   * share of L3 of a small CPU): decode is compute-bound, not streaming */
-  if (gguf_size(m->f) <= MODEL_RESIDENT_BYTES) m->mm_hints = PW_MM_RESIDENT;
+  /* the pool first: an encrypted file is decrypted on its threads */
   if (opts && opts->pool) {
     m->pool = opts->pool;
     m->pool_borrowed = true;
@@ -220,6 +211,27 @@ int model_load(const char *path, const model_opts *opts, model **out, char *err)
     rc = pw_seterr(err, PW_ENOMEM, "cannot start %d threads", nt);
     goto fail;
   }
+  weights_opts wo = {0};
+  if (opts) wo = opts->weights;
+  wo.pool = m->pool;
+  if ((rc = weights_open(path, &wo, &m->w, err))) goto fail;
+  m->f = weights_gguf(m->w);
+  m->res = *weights_residency(m->w);
+  if ((rc = load_hparams(m, err)) || (rc = bind_weights(m, err))) goto fail;
+  m->be = &model_backend_cpu;
+  const weights_info *wi = weights_get_info(m->w);
+  if (m->res.huge_bytes >= 0)
+    pw_log(PW_LOG_INFO, "model %s: %.1f MiB %s (%s%s) in %.3f s, %.1f MiB of them in 2 MiB pages%s", path,
+           m->res.bytes / 1048576.0, wi->io == WEIGHTS_IO_MMAP && !wi->encrypted ? "mapped" : "read",
+           weights_io_name(wi->io), wi->encrypted ? ", decrypted" : "", wi->read_s, m->res.huge_bytes / 1048576.0,
+           m->res.refreshed ? " (page cache re-read to get them)" : "");
+  if (wi->encrypted)
+    pw_log(PW_LOG_INFO, "model %s: decrypted %.1f MiB in %.3f s on %d threads (AES-GCM %.2f GB/s per core)%s", path,
+           wi->bytes / 1048576.0, wi->decrypt_s, wi->decrypt_threads,
+           wi->decrypt_core_s > 0 ? wi->bytes / wi->decrypt_core_s / 1e9 : 0.0, wi->locked ? ", locked in memory" : "");
+  /* a file this small stays in the caches between tokens (the L2s and a
+   * share of L3 of a small CPU): decode is compute-bound, not streaming */
+  if (gguf_size(m->f) <= MODEL_RESIDENT_BYTES) m->mm_hints = PW_MM_RESIDENT;
   *out = m;
   return 0;
 fail:
@@ -231,13 +243,14 @@ void model_destroy(model *m) {
   if (!m) return;
   if (!m->pool_borrowed) pw_pool_destroy(m->pool);
   free(m->layers);
-  gguf_close(m->f);
+  weights_close(m->w);
   free(m);
 }
 
 const model_hparams *model_hp(const model *m) { return &m->hp; }
 const gguf_file *model_gguf(const model *m) { return m->f; }
 const gguf_residency *model_residency(const model *m) { return &m->res; }
+const weights_info *model_weights_info(const model *m) { return weights_get_info(m->w); }
 pw_pool *model_pool(const model *m) { return m->pool; }
 
 /* Buffers the kernels stream through start on a cache line: they are read

@@ -5,7 +5,9 @@
  * architectures `llama`, `qwen2` (QKV biases), `qwen3` (per-head Q/K
  * RMSNorm), all with a SwiGLU MLP, and `gemma3` (scaled embeddings,
  * sandwich norms, Q/K norm, sliding-window layers between global ones, a
- * GeGLU MLP). Weights are views into the GGUF mapping (never copied).
+ * GeGLU MLP) and `phi3` (fused QKV and gate/up projections, LongRoPE).
+ * Weights are views into the bytes weights/ holds: the GGUF mapping by
+ * default, or an owned (possibly decrypted) copy.
  *
  * The forward pass takes a batch of (sequence, position, token) entries from
  * several sequences and returns logits for the entries that ask for them.
@@ -19,12 +21,13 @@
 
 #include "base/pool.h"
 #include "gguf/gguf.h"
+#include "weights/weights.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3, MODEL_ARCH_GEMMA3 } model_arch;
+typedef enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3, MODEL_ARCH_GEMMA3, MODEL_ARCH_PHI3 } model_arch;
 
 typedef struct model_hparams {
   model_arch arch;
@@ -68,17 +71,21 @@ typedef struct model_opts {
   pw_pool *pool; /* borrowed: run on these threads (e.g. a draft model on its
                   * target's, so idle workers of one never compete with the
                   * other's); must outlive the model. NULL = own pool */
+  weights_opts weights; /* read strategy and key (weights.h); its pool is
+                         * ignored: the model's pool decrypts. {0} = mmap */
 } model_opts;
 
-/* Opens and validates a model; owns the GGUF mapping. */
+/* Opens and validates a model; owns its weights (weights_open). */
 int model_load(const char *path, const model_opts *opts, model **out, char *err);
 void model_destroy(model *m);
 const model_hparams *model_hp(const model *m);
 /* The underlying file (borrowed; lives as long as the model), e.g. for the
  * tokenizer and chat template. */
 const gguf_file *model_gguf(const model *m);
-/* how the weights are mapped (gguf_make_resident, run by model_load) */
+/* how the weights are held (gguf_make_resident for mmap, run by
+ * model_load) and what their load did */
 const gguf_residency *model_residency(const model *m);
+const weights_info *model_weights_info(const model *m);
 pw_pool *model_pool(const model *m);
 
 /* KV cache: n_seq sequences of up to n_ctx positions each, F16, allocated

@@ -9,6 +9,7 @@
  *   arch_llama.c   the llama-family block (llama, qwen2, qwen3): its
  *                  weights and its layer function
  *   arch_gemma3.c  Gemma 3's block
+ *   arch_phi3.c    Phi-3's block (fused QKV and gate/up, LongRoPE)
  *   backend_cpu.c  the op interface on the CPU kernels of tensor/
  *
  * A new architecture is one arch_*.c file (its hyperparameters, weight
@@ -40,7 +41,8 @@ typedef struct layer_w {
 } layer_w;
 
 struct model {
-  gguf_file *f;
+  gguf_file *f;          /* weights_gguf(w): owned by w */
+  weights *w;            /* where the weight bytes come from (owned) */
   model_hparams hp;
   const model_arch_ops *ad; /* the architecture's row of model_archs */
   const model_backend *be;  /* the ops its layers run on */
@@ -48,11 +50,12 @@ struct model {
   model_weight output;   /* n_vocab rows of n_embd (tied: = tok_embd) */
   const float *output_norm;
   const float *rope_freqs; /* [head_dim/2] or NULL */
+  const float *rope_long, *rope_short; /* [head_dim/2] LongRoPE factors (phi3), or NULL */
   layer_w *layers;
   pw_pool *pool;
   bool pool_borrowed;    /* opts->pool: not ours to destroy */
   unsigned mm_hints;     /* PW_MM_RESIDENT for files that fit in cache */
-  gguf_residency res;    /* how the weights are mapped */
+  gguf_residency res;    /* how the weights are held (weights_residency) */
 };
 
 struct model_kv {
@@ -139,7 +142,8 @@ struct model_arch_ops {
 
 /* NULL-terminated rows (model.c). */
 extern const model_arch_ops *const model_archs[];
-extern const model_arch_ops model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma3;
+extern const model_arch_ops model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma3,
+    model_arch_phi3;
 
 /* model.c: binding helpers for the architectures' files */
 int model_bind_weight(const gguf_file *f, const char *name, int64_t n_in, int64_t n_out, model_weight *w,
@@ -149,5 +153,16 @@ int model_bind_vec(const gguf_file *f, const char *name, int64_t n, const float 
 static inline size_t model_kv_off(const model_kv *kv, int layer, int seq, int head, int pos) {
   return ((((size_t)layer * kv->n_seq + seq) * kv->n_head_kv + head) * kv->n_ctx + pos) * kv->head_dim;
 }
+
+/* ---- what the architectures' blocks share (arch_common.c) -------------------
+ * The q/k/v and gate/up matmuls of a layer as ops (out pointers into c's
+ * activations; c NULL for sizing and prefetch), the matmul scratch a layer
+ * of this shape needs, and the hint for the weights a layer reads first. */
+void model_qkv_ops(const layer_w *L, model_ctx *c, pw_mm_op o[3]);
+void model_gu_ops(const layer_w *L, model_ctx *c, pw_mm_op o[2]);
+size_t model_layer_scratch_size(const model *m, int il, int max_batch);
+void model_layer_prefetch(model_ctx *c, int il, int n);
+/* Prefetches one weight for a pass of n entries. */
+void model_prefetch_weight(model_ctx *c, const model_weight *w, int n);
 
 #endif

@@ -8,6 +8,9 @@
 #include "tensor/dtype.h"
 #include "tensor/ops.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,10 +20,19 @@ static int g_max;   /* highest level available (CPU and environment) */
 static int g_vbmi;  /* the AVX-512 level's VBMI GEMM is installed */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
+#if defined(__x86_64__) || defined(__i386__)
+/* F16C from CPUID leaf 1 (ECX bit 29): some clang releases do not accept
+ * "f16c" in __builtin_cpu_supports. */
+static int cpu_f16c(void) {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+#endif
+
 static int cpu_level(void) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")))
+  if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_f16c()))
     return PW_IMPL_SCALAR;
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&

@@ -64,6 +64,9 @@ struct tok_vocab {
 
 /* Hash of a byte string (FNV-1a). */
 uint32_t tok_hash(const char *s, size_t len);
+/* The smallest power of two that is >= x and >= 16, or 0 when it would
+ * exceed max (a hash table of that size cannot be made). */
+size_t tok_pow2_at_least(uint64_t x, size_t max);
 /* text -> id lookup; -1 if none. */
 int32_t tok_lookup(const tok_vocab *v, const char *s, size_t len);
 /* Merge lookup for the pair (a, b): returns the rank (or -1) and the merged

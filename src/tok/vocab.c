@@ -230,10 +230,13 @@ static void sort_specials(tok_vocab *v, int32_t *a, int32_t *tmp, uint32_t n) {
   memcpy(a, tmp, n * sizeof *a);
 }
 
-static uint32_t pow2_at_least(uint64_t x) {
-  uint64_t c = 16;
-  while (c < x) c <<= 1;
-  return (uint32_t)c;
+size_t tok_pow2_at_least(uint64_t x, size_t max) {
+  size_t c = 16;
+  while (c < x) {
+    if (c > max / 2) return 0;
+    c <<= 1;
+  }
+  return c <= max ? c : 0;
 }
 
 /* ---- load ------------------------------------------------------------------ */
@@ -347,8 +350,10 @@ static int load_tokens(const gguf_file *f, tok_vocab *v, char *err) {
 
 /* The text -> id hash table. */
 static int build_lookup(tok_vocab *v, char *err) {
-  uint32_t cap = pow2_at_least((uint64_t)v->n * 2);
-  v->hmask = cap - 1;
+  /* hmask is 32 bits: at most 2^31 slots (2^30 tokens fit) */
+  size_t cap = tok_pow2_at_least((uint64_t)v->n * 2, (size_t)1 << 31);
+  if (!cap) return pw_seterr(err, PW_EFORMAT, "tokenizer: %d tokens are too many for the lookup table", v->n);
+  v->hmask = (uint32_t)(cap - 1);
   v->hslot = malloc((size_t)cap * sizeof *v->hslot);
   if (!v->hslot) return pw_seterr(err, PW_ENOMEM, "tokenizer: out of memory");
   memset(v->hslot, 0xFF, (size_t)cap * sizeof *v->hslot);
@@ -381,7 +386,9 @@ static int load_merges(const gguf_file *f, tok_vocab *v, char *err) {
     return pw_seterr(err, PW_EFORMAT, "tokenizer: %" PRIu64 " merges", merges.n);
   }
   v->n_merges = merges.n;
-  uint64_t cap = pow2_at_least(merges.n * 2 + 1);
+  size_t cap = tok_pow2_at_least(merges.n * 2 + 1, SIZE_MAX / sizeof *v->mkey);
+  if (!cap)
+    return pw_seterr(err, PW_EFORMAT, "tokenizer: %" PRIu64 " merges are too many for the merge table", merges.n);
   v->mmask = cap - 1;
   v->mkey = malloc(cap * sizeof *v->mkey);
   v->mrank = malloc(cap * sizeof *v->mrank);

@@ -13,6 +13,28 @@ model=$shared/models/syn-llama-Q4_0.gguf
 check "inspect exits 0" [ $? -eq 0 ]
 check "inspect names the architecture" grep -q "architecture: llama" "$tmp/out"
 check "inspect counts tensors by type" grep -q "Q4_0" "$tmp/out"
+check "inspect states the file's quantization" grep -q "^quantization: Q4_0 (general.file_type 2)" "$tmp/out"
+check "inspect gives the size in human units" grep -Eq "^size: +[0-9.]+ MiB \([0-9]+ bytes\)" "$tmp/out"
+check "inspect gives tensor bytes in human units" grep -Eq "^  Q4_0 +[0-9]+ tensors +[0-9.]+ (KiB|MiB)" "$tmp/out"
+k_m=$shared/models/syn-qwen2-Q4_K_M.gguf
+"$bin" inspect "$k_m" >"$tmp/out" 2>"$tmp/err"
+check "inspect names Q4_K_M, not its fallback types" grep -q "^quantization: Q4_K_M " "$tmp/out"
+
+# inspect -o json: one valid object with the same facts
+"$bin" inspect "$model" -o json --kv --tensors --sha256 >"$tmp/out.json" 2>"$tmp/err"
+check "inspect -o json exits 0" [ $? -eq 0 ]
+check "inspect -o json keeps stderr empty" [ ! -s "$tmp/err" ]
+want=$(sha256sum "$model" | cut -d' ' -f1)
+check "inspect -o json is valid JSON with the facts" node -e '
+  const d = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+  const ok = d.architecture === "llama" && d.file_type.name === "Q4_0" && d.file_type.id === 2 &&
+    d.size_bytes === Number(process.argv[2]) && d.metadata["general.architecture"] === "llama" &&
+    d.metadata["tokenizer.ggml.tokens"].length === 32000 && d.tensors.length === d.gguf.tensors &&
+    d.tensor_types.some(t => t.type === "Q4_0") && d.sha256 === process.argv[3];
+  process.exit(ok ? 0 : 1);' "$tmp/out.json" "$(wc -c <"$model")" "$want"
+"$bin" inspect "$model" -o yaml >"$tmp/out" 2>"$tmp/err"
+check "inspect -o yaml is refused" [ $? -eq 2 ]
+check "inspect -o yaml names the value" grep -q "'yaml'" "$tmp/err"
 
 # inspect --sha256 equals sha256sum
 "$bin" inspect "$model" --sha256 >"$tmp/out" 2>&1

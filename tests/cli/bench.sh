@@ -23,6 +23,14 @@ for f in "$model" "$qwen"; do
   [ -f "$f" ] || { echo "FAIL: missing test asset $f"; exit 1; }
 done
 
+# the type column is the file's own label (general.file_type), not the type
+# of its largest tensors (Q5_0 in this Q4_K_M file), and stderr stays empty
+"$bin" bench --model "$qwen" -p 4 -n 2 -r 1 >"$tmp/out" 2>"$tmp/err"
+check "bench names the file's type" grep -q "| syn-qwen2-Q4_K_M.gguf | Q4_K_M |" "$tmp/out"
+check "bench text keeps stderr empty" [ ! -s "$tmp/err" ]
+"$bin" bench --bandwidth --bandwidth-mib 16 >"$tmp/out" 2>"$tmp/err"
+check "bench --bandwidth text prints no debug line" [ ! -s "$tmp/err" ]
+
 # json: one object with positive medians and one value per repetition
 "$bin" bench --model "$model" -p 16 -n 8 -r 2 -o json >"$tmp/out" 2>"$tmp/err"
 check "bench json exits 0" [ $? -eq 0 ]

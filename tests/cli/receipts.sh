@@ -142,5 +142,25 @@ check "single replay passes" [ $? -eq 0 ]
 curl -s -H "Authorization: Bearer $apikey" "$u1/v1/receipts/key" >"$tmp/key.json"
 check "GET /v1/receipts/key gives the key" grep -q '"alg":"ed25519","public_key_pem":"-----BEGIN PUBLIC KEY-----' "$tmp/key.json"
 
+# power run --receipt: a CLI run's receipt verifies and replays like a served one
+chat=$shared/models/syn-qwen2-Q4_K_M.gguf
+"$bin" run --model "$chat" --chat "Say hello" -n 10 --temperature 0.7 --top-p 0.9 --stop "zzz" \
+  --receipt "$tmp/run.json" >"$tmp/run.out" 2>&1
+check "run --receipt exits 0" [ $? -eq 0 ]
+check "run --receipt writes the request beside it" test -s "$tmp/run.json.request.json"
+check "the run's receipt has a generated seed" grep -q '"seed_source": "generated"' "$tmp/run.json"
+"$bin" verify "$tmp/run.json" --request "$tmp/run.json.request.json" --model "$chat" >"$tmp/v.out" 2>&1
+check "the run's receipt verifies" [ $? -eq 0 ]
+"$bin" verify --replay "$tmp/run.json" --request "$tmp/run.json.request.json" --model "$chat" >"$tmp/v.out" 2>&1
+check "the run's receipt replays to the same output" sh -c "[ $? -eq 0 ] && grep -q 'ok: replay' '$tmp/v.out'"
+sed 's/"Say hello"/"Say hallo"/' "$tmp/run.json.request.json" >"$tmp/run-t.json"
+"$bin" verify "$tmp/run.json" --request "$tmp/run-t.json" >"$tmp/v.out" 2>&1
+check "another request fails naming request.sha256" sh -c "[ $? -eq 1 ] && grep -q 'FAIL: request.sha256' '$tmp/v.out'"
+"$bin" run --model "$chat" --prompt "def f(x):" -n 6 --seed 7 --receipt "$tmp/run2.json" >/dev/null 2>&1
+"$bin" verify --replay "$tmp/run2.json" --request "$tmp/run2.json.request.json" --model "$chat" >"$tmp/v.out" 2>&1
+check "a raw-prompt run replays (its ids are the request)" [ $? -eq 0 ]
+"$bin" run --model "$chat" --prompt-ids "1,2" -n 2 --receipt "$tmp/run3.json" >/dev/null 2>&1
+check "run --receipt with --prompt-ids is refused" [ $? -eq 2 ]
+
 [ $fail -eq 0 ] && echo "cli receipts: all checks passed"
 exit $fail

@@ -1,7 +1,8 @@
 /* test_chat_templates.c - conformance of the chat-template renderer with
  * Python's Jinja2 as Hugging Face configures it: every case of cases.json
- * rendered with every shared template must equal, byte for byte, what
- * Jinja2 produced (<name>.expected.json), or fail where Jinja2 raised. */
+ * rendered with every template must equal, byte for byte, what Jinja2
+ * produced (<name>.expected.json), or fail where Jinja2 raised. Two sets:
+ * the shared assets' and the repository's own (tests/data/chat-templates). */
 #include "chat/chat.h"
 #include "test.h"
 
@@ -11,7 +12,9 @@
 #include <stdbool.h>
 #include <time.h>
 
-#define DIR_ POWER_SHARED_DIR "/chat-templates"
+#ifndef POWER_TEST_DATA
+#define POWER_TEST_DATA "tests/data"
+#endif
 
 static char *read_file(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
@@ -41,13 +44,15 @@ static void show_diff(const char *want, size_t wn, const char *got, size_t gn) {
   fprintf(stderr, "    got:      ...%.*s|%.*s\n", (int)(i - from), got + from, (int)(gn - i < 60 ? gn - i : 60), got + i);
 }
 
-int main(void) {
+/* Runs one directory's templates over its cases; returns the cases that
+ * passed and adds the cases seen to *total. */
+static int run_dir(const char *DIR_, int *total_cases) {
   char path[1024];
   snprintf(path, sizeof path, "%s/cases.json", DIR_);
   json_error_t je;
   json_t *cases_doc = json_load_file(path, 0, &je);
   CHECK_MSG(cases_doc != NULL, "missing or bad test asset %s: %s", path, je.text);
-  if (!cases_doc) TEST_DONE();
+  if (!cases_doc) return 0;
   json_t *cases = json_object_get(cases_doc, "cases");
   json_t *special = json_object_get(cases_doc, "special");
   const char *date = json_string_value(json_object_get(cases_doc, "date_for_strftime_now"));
@@ -144,7 +149,16 @@ int main(void) {
     free(tmpl);
     free(names[t]);
   }
-  fprintf(stderr, "chat templates: %d/%d cases pass over %d templates\n", total_ok, total, nt);
+  fprintf(stderr, "%s: %d/%d cases pass over %d templates\n", DIR_, total_ok, total, nt);
   json_decref(cases_doc);
+  *total_cases += total;
+  return total_ok;
+}
+
+int main(void) {
+  int total = 0, ok = 0;
+  ok += run_dir(POWER_SHARED_DIR "/chat-templates", &total);
+  ok += run_dir(POWER_TEST_DATA "/chat-templates", &total);
+  fprintf(stderr, "chat templates: %d/%d cases pass\n", ok, total);
   TEST_DONE();
 }

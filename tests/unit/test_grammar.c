@@ -103,6 +103,11 @@ static void test_accept(void) {
       {"root ::= [^a]+", "ba", 0},
       {"root ::= [^a]+", "\xc3", 0},           /* an incomplete character */
       {"root ::= [^a]+", "\xed\xa0\x80", 0},   /* a surrogate is not a character */
+      /* empty classes: [] matches nothing, [^] any character (UBSan once
+       * caught the sort of the empty one) */
+      {"root ::= [] | \"a\"", "a", 1},
+      {"root ::= [] | \"a\"", "", 0},
+      {"root ::= [^]", "\xc3\xa9", 1},
       {"root ::= .", "\xe2\x82\xac", 1},
       {"root ::= . .", "\xe2\x82\xac", 0},
       {"root ::= [\\u00e0-\\u00ff]", "\xc3\xa9", 1},

@@ -139,6 +139,14 @@ static const struct {
      "[('a', 2), ('b', 1)] [[1, 2], [3, 4], [5]]"},
     {"{{ \"%5s|%-5s|%05d\" % (\"a\", \"b\", 42) }}",
      "    a|b    |00042"},
+    {"{{ \"%x|%X|%o|%#x|%#o|%5x|%-5x|%05x|%+x|%.3x|%#06x\" % (-255, 255, -8, 255, 8, -255, 255, -255, 255, -1, 255) }}",
+     "-ff|FF|-10|0xff|0o10|  -ff|ff   |-00ff|+ff|-001|0x00ff"},
+    {"{{ none | selectattr(\"a\") | list }}|{{ none | map(\"upper\") | list }}|{{ \"\" | reject | list }}|{{ false | select | list }}",
+     "[]|[]|[]|[]"},
+    {"{{ \"<b>\"|safe + \"<i>\" }}|{{ \"a&\" + \"<b>\"|safe }}|{{ (\"x\"|e) ~ \"<\" }}|{{ \"<\"|e|e }}|{{ (\"'\"|safe + '\"') + \"&\" }}",
+     "<b>&lt;i&gt;|a&amp;<b>|x<|&lt;|'&#34;&amp;"},
+    {"{{ \"%.2s|%-4.1s|%3d|%.3d|%+.1e\" % (\"abc\", \"xyz\", 5, 7, 12345.678) }}",
+     "ab|x   |  5|007|+1.2e+04"},
     {"{{ 'abc' ~ 1.5 ~ [1] }} {{ 1 ~ 2 }}",
      "abc1.5[1] 12"},
     {"{{ -1 ** 2 }} {{ (-1) ** 2 }} {{ 2 ** 3 ** 2 }} {{ not 1 == 2 }} {{ 1 + 2 * 3 - 4 / 2 }}",
@@ -251,6 +259,14 @@ static void test_errors(void) {
   expect_error(e3, strlen(e3), &lim, PW_ETEMPLATE, "template line 2: 'x' is undefined");
   expect_error(e4, strlen(e4), &lim, PW_ETEMPLATE, "template line 1");
   expect_error(e5, strlen(e5), &lim, PW_ETEMPLATE, "template line 3: 'x' is undefined");
+  /* an undefined attribute met while sorting: the message must not read the
+   * computed attribute name after it was freed (found by fuzzing; ASan) */
+  static const char *const e6 = "{{ [{'a': 1}, {'a': 2}] | max(attribute='ro' ~ 'de') }}",
+                           *e7 = "{{ [{'a': 1}, {'a': 2}] | sort(attribute='x') | list }}",
+                           *e8 = "{% set k = 'ro' ~ 'de' %}{{ ({'a': 1}[k] ~ 'x') }}{{ [1, 'a'] | sort(attribute=k) }}";
+  expect_error(e6, strlen(e6), &lim, PW_ETEMPLATE, "is undefined");
+  expect_error(e7, strlen(e7), &lim, PW_ETEMPLATE, "is undefined");
+  expect_error(e8, strlen(e8), &lim, PW_ETEMPLATE, "template line 1");
   /* unterminated things */
   static const char *const bad[] = {"{{", "{{ x", "{%", "{% if", "{% if x %}", "{# c", "{{ 'abc }}", "{% raw %}x",
                                     "{% for x in y %}", "{% macro m( %}", "{{ (1 }}", "{{ [1, }}", "{{ {1: }}",
@@ -276,6 +292,83 @@ static char *repeat(const char *s, int n, const char *mid, const char *tail, int
   for (int i = 0; i < m; i++, p += c) memcpy(p, tail, c);
   *p = 0;
   return o;
+}
+
+/* % formatting: width and precision are bounded by the output limit, the
+ * output counts against it, and a long field is never cut short. */
+static void test_percent_limits(void) {
+  jinja_limits lim = {0};
+  static const char *const huge_prec = "{{ '%.999999999f' % 1.5 }}", *huge_width = "{{ '%999999999d' % 1 }}",
+                           *huge_s = "{{ '%-999999999s|' % 'a' }}", *huge_g = "{{ '%.99999999999999999999g' % 1.5 }}";
+  expect_error(huge_prec, strlen(huge_prec), &lim, PW_ELIMIT, "format precision exceeds the output limit");
+  expect_error(huge_width, strlen(huge_width), &lim, PW_ELIMIT, "format width exceeds the output limit");
+  expect_error(huge_s, strlen(huge_s), &lim, PW_ELIMIT, "format width exceeds the output limit");
+  expect_error(huge_g, strlen(huge_g), &lim, PW_ELIMIT, "format precision exceeds the output limit");
+  /* within the parse bound but past a small render limit: counted, refused */
+  jinja_limits small = {.max_output = 1000};
+  static const char *const mid_prec = "{{ '%.990f' % 1.5 }}{{ '%.990f' % 1.5 }}", *mid_w = "{{ '%5000s' % 1 }}";
+  expect_error(mid_prec, strlen(mid_prec), &small, PW_ELIMIT, "output exceeds 1000 bytes");
+  expect_error(mid_w, strlen(mid_w), &small, PW_ELIMIT, "width exceeds the output limit");
+  /* fields longer than any internal scratch buffer arrive whole */
+  static const struct {
+    const char *tmpl;
+    size_t len;
+    char first, last;
+  } whole[] = {
+      {"{{ '%200s' % 'x' }}", 200, ' ', 'x'},
+      {"{{ '%-300s' % 'x' }}", 300, 'x', ' '},
+      {"{{ '%.150f' % 1.5 }}", 152, '1', '0'},
+      {"{{ '%0400d' % -7 }}", 400, '-', '7'},
+      {"{{ '%.5000d' % 7 }}", 5000, '0', '7'},
+      {"{{ '%d' % 1e300 }}{{ '%d' % -1e300 }}", 39, '9', '8'}, /* saturated, defined */
+  };
+  for (size_t i = 0; i < sizeof whole / sizeof whole[0]; i++) {
+    char err[PW_ERRMAX] = "", *out = NULL;
+    size_t n = 0;
+    int rc = render(whole[i].tmpl, strlen(whole[i].tmpl), NULL, &lim, &out, &n, err);
+    CHECK_MSG(rc == 0, "%s: rc %d %s", whole[i].tmpl, rc, err);
+    CHECK_MSG(n == whole[i].len, "%s: %zu bytes, want %zu", whole[i].tmpl, n, whole[i].len);
+    if (rc == 0 && n) {
+      CHECK_MSG(out[0] == whole[i].first && out[n - 1] == whole[i].last, "%s: '%c'..'%c'", whole[i].tmpl, out[0],
+                out[n - 1]);
+    }
+    free(out);
+  }
+}
+
+/* from_json (the filter DeepSeek V3.2/V4 templates use; Python's json.loads
+ * is the reference): values, key order, and clean errors. */
+static void test_from_json(void) {
+  jinja_limits lim = {0};
+  static const struct {
+    const char *tmpl, *want;
+  } ok[] = {
+      {"{% set a = '{\"b\": 1, \"a\": [true, null, 2.5, \"\\u00e9\"]}' | from_json %}{{ a }}|{{ a.a[3] }}|{{ a.items() | list }}",
+       "{'b': 1, 'a': [True, None, 2.5, '\xc3\xa9']}|\xc3\xa9|[('b', 1), ('a', [True, None, 2.5, '\xc3\xa9'])]"},
+      {"{{ '3' | from_json + 1 }}|{{ '\"s\"' | from_json }}|{{ 'null' | from_json is none }}", "4|s|True"},
+  };
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    char err[PW_ERRMAX] = "", *out = NULL;
+    size_t n = 0;
+    int rc = render(ok[i].tmpl, strlen(ok[i].tmpl), NULL, &lim, &out, &n, err);
+    CHECK_MSG(rc == 0 && n == strlen(ok[i].want) && !memcmp(out, ok[i].want, n), "%s: rc %d %s: %s", ok[i].tmpl, rc,
+              err, out ? out : "");
+    free(out);
+  }
+  static const char *const bad = "{{ '{\"a\": ' | from_json }}", *notstr = "{{ 1 | from_json }}";
+  expect_error(bad, strlen(bad), &lim, PW_ETEMPLATE, "from_json: invalid JSON");
+  expect_error(notstr, strlen(notstr), &lim, PW_ETEMPLATE, "from_json");
+  /* nesting is bounded like the variables' */
+  char *deep = repeat("[", 5000, "", "]", 5000);
+  char *tmpl = malloc(strlen(deep) + 32);
+  sprintf(tmpl, "{{ '%s' | from_json }}", deep);
+  char err[PW_ERRMAX] = "", *out = NULL;
+  size_t n = 0;
+  int rc = render(tmpl, strlen(tmpl), NULL, &lim, &out, &n, err);
+  CHECK_MSG(rc != 0 && out == NULL, "deep from_json rendered (rc %d)", rc);
+  free(out);
+  free(tmpl);
+  free(deep);
 }
 
 static void test_hostile(void) {
@@ -480,6 +573,8 @@ static void test_speed(void) {
 }
 
 int main(void) {
+  test_percent_limits();
+  test_from_json();
   test_table();
   test_errors();
   test_hostile();

@@ -6,6 +6,8 @@
 #include "model/model.h"
 #include "test.h"
 
+#include <unistd.h>
+
 static const int32_t k_prompt[] = {1, 9038, 2501, 263, 931, 29892, 727, 471, 263, 2217};
 #define NP 10
 
@@ -27,9 +29,8 @@ static float *run_alone(model *m, int threads_tag, int *n_vocab) {
   return lg;
 }
 
-static void test_invariance(const char *file) {
-  char path[1024], err[PW_ERRMAX];
-  snprintf(path, sizeof path, "%s/models/%s", POWER_SHARED_DIR, file);
+static void test_invariance_path(const char *path, const char *file) {
+  char err[PW_ERRMAX];
   model *m1, *m2;
   model_opts o1 = {.n_threads = 1}, o2 = {.n_threads = 2};
   CHECK_MSG(model_load(path, &o1, &m1, err) == 0, "%s", err);
@@ -104,7 +105,28 @@ static void test_bad_model(void) {
   CHECK_MSG(strstr(err, "missing") || strstr(err, "architecture"), "message: %s", err);
 }
 
+static void test_invariance(const char *file) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/models/%s", POWER_SHARED_DIR, file);
+  test_invariance_path(path, file);
+}
+
+/* Gemma 3 with a window of 4 over the 10 positions (five local layers and
+ * a global one): the windowed attention goes per token, batched or not. */
+static void test_invariance_gemma3(void) {
+  char path[256], cmd[1024];
+  snprintf(path, sizeof path, "/tmp/pw_test_model_gemma3_%d.gguf", (int)getpid());
+  snprintf(cmd, sizeof cmd,
+           "'%s' synth --arch gemma-3-1b --vocab '%s/tokenizer/ggml-vocab-llama-spm.gguf' --out '%s' --type Q4_0 "
+           "--layers 6 --window 4 --quiet",
+           POWER_BIN, POWER_SHARED_DIR, path);
+  CHECK_MSG(system(cmd) == 0, "synth gemma-3-1b failed");
+  test_invariance_path(path, "gemma-3-1b (synth, window 4)");
+  unlink(path);
+}
+
 int main(void) {
+  test_invariance_gemma3();
   test_invariance("syn-llama-Q4_K_M.gguf");
   test_invariance("syn-qwen3-Q8_0.gguf");
   test_invariance("syn-qwen2-Q4_K_M.gguf");

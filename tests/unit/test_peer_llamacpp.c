@@ -3,7 +3,8 @@
  *
  * Writes small models with `power synth` (qwen2 Q8_0 and Q4_K_M, qwen3
  * Q8_0, llama with llama3 rope_freqs Q4_K_M, gemma3 F16 and Q8_0 with a
- * short sliding window, qwen2 F16 with YaRN scaling) and `power quantize` (the
+ * short sliding window, qwen2 F16 with YaRN scaling, phi3 Q8_0 with LongRoPE's
+ * short factors and F16 with its long ones) and `power quantize` (the
  * trained codelm-py to Q4_K_M), runs llama.cpp on each through
  * tests/peer/llamacpp-logits.mjs (node-llama-cpp's prebuilt release, CPU,
  * 2 threads) and compares its next-token distribution at every position
@@ -93,8 +94,12 @@ static void compare(const char *label, const char *path, const int32_t *ids, int
   float *lg = calloc((size_t)V * (size_t)n, sizeof(float));
   double *lp = malloc(sizeof(double) * (size_t)V);
   model_entry *e = malloc(sizeof *e * (size_t)n);
-  CHECK(model_kv_create(m, 1, n + 4, &kv, err) == 0);
-  CHECK(model_ctx_create(m, n, n + 4, &c, err) == 0);
+  /* the peer script's context size, so context-dependent choices (LongRoPE
+   * factors) are the same on both sides */
+  int n_ctx = (n + 1 + 255) / 256 * 256;
+  if (n_ctx < 256) n_ctx = 256;
+  CHECK(model_kv_create(m, 1, n_ctx, &kv, err) == 0);
+  CHECK(model_ctx_create(m, n, n_ctx, &c, err) == 0);
   for (int i = 0; i < n; i++) e[i] = (model_entry){0, i, ids[i], true};
   CHECK_MSG(kv && c && model_forward(c, kv, e, n, lg, NULL, err) == 0, "%s: %s", label, err);
   json_t *j = peer_run(path, ids, n);
@@ -193,6 +198,8 @@ int main(void) {
       {"llama-3.2-1b Q4_K_M", "llama-3.2-1b", "llama-spm", "Q4_K_M", NULL, sids},
       {"gemma-3-1b F16 window 5", "gemma-3-1b", "llama-spm", "F16", "--layers 7 --window 5", sids},
       {"gemma-3-1b Q8_0 window 5", "gemma-3-1b", "llama-spm", "Q8_0", "--layers 7 --window 5", sids},
+      {"phi-3.5-mini Q8_0 short", "phi-3.5-mini", "phi-3", "Q8_0", NULL, sids},
+      {"phi-3.5-mini F16 long", "phi-3.5-mini", "phi-3", "F16", "--layers 2 --orig-ctx 128", sids},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     snprintf(p, sizeof p, "%s/m%zu.gguf", g_tmp, i);

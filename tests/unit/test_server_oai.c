@@ -150,6 +150,12 @@ static void test_chat_errors(void) {
   E("\"frequency_penalty\":true", "invalid_type", "frequency_penalty");
   E("\"repeat_penalty\":0", "invalid_value", "repeat_penalty");
   E("\"seed\":1.5", "invalid_type", "seed");
+  /* 2^63 and -2^63-2^11 as reals: no long long holds them; refused before
+   * any conversion (clang's UBSan aborted on the cast) */
+  E("\"seed\":9223372036854775808.0", "invalid_value", "seed");
+  E("\"seed\":1e300", "invalid_value", "seed");
+  E("\"seed\":-9223372036854777856.0", "invalid_value", "seed");
+  E("\"max_tokens\":9223372036854775808.0", "invalid_value", "max_tokens");
   E("\"stream\":1", "invalid_type", "stream");
   E("\"stream_options\":{\"include_usage\":1}", "invalid_type", "stream_options.include_usage");
   E("\"stop\":5", "invalid_type", "stop");

@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "gguf/gguf.h"
 #include "tok/tok.h"
+#include "tok/tok_internal.h"
 
 #include <dirent.h>
 #include <jansson.h>
@@ -673,7 +674,21 @@ static void test_timing(void) {
   free(s);
 }
 
+/* The hash tables' sizes: 2^30 merges need 2^31+1 slots, whose power of two
+ * (2^32) once came back as 0 through a 32-bit return. */
+static void test_table_sizes(void) {
+  CHECK(tok_pow2_at_least(0, SIZE_MAX) == 16);
+  CHECK(tok_pow2_at_least(17, SIZE_MAX) == 32);
+  CHECK(tok_pow2_at_least(64, SIZE_MAX) == 64);
+  CHECK(tok_pow2_at_least(((uint64_t)1 << 31) + 1, SIZE_MAX) == (size_t)1 << 32);
+  CHECK(tok_pow2_at_least(((uint64_t)1 << 63) + 1, SIZE_MAX) == 0);
+  CHECK(tok_pow2_at_least(UINT64_MAX, SIZE_MAX) == 0);
+  CHECK(tok_pow2_at_least(((uint64_t)1 << 31) + 1, (size_t)1 << 31) == 0);
+  CHECK(tok_pow2_at_least((uint64_t)1 << 31, (size_t)1 << 31) == (size_t)1 << 31);
+}
+
 int main(void) {
+  test_table_sizes();
   test_conformance();
   test_parity();
   test_roundtrip();

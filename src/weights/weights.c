@@ -1,0 +1,549 @@
+/* weights.c - read strategies (mmap, pread, O_DIRECT) and encrypted
+ * containers decrypted into locked memory; see weights.h. Not here: the
+ * container's byte format and its cryptography (crypt.c), GGUF parsing. */
+#include "weights/weights.h"
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "weights/crypt.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define HUGE_PAGE ((uint64_t)2 << 20)
+/* O_DIRECT offsets, lengths and buffers are kept at multiples of this: the
+ * largest logical block size in common use (512-byte devices accept it). */
+#define DIO_ALIGN ((uint64_t)4096)
+/* bytes per read call: large enough to amortise the call, small enough
+ * that a slow device still reports progress through errors promptly */
+#define READ_PIECE ((uint64_t)8 << 20)
+/* ciphertext read per window before it is decrypted (pread/direct) */
+#define CRYPT_WINDOW ((uint64_t)16 << 20)
+
+struct weights {
+  gguf_file *f;
+  gguf_residency res;
+  weights_info info;
+  uint8_t *buf;   /* owned plaintext bytes (pread/direct/encrypted), or NULL */
+  size_t buf_cap; /* bytes mapped at buf */
+};
+
+int weights_io_parse(const char *s) {
+  for (int i = 0; i < WEIGHTS_IO_COUNT; i++)
+    if (!strcmp(s, weights_io_name(i))) return i;
+  return -1;
+}
+
+const char *weights_io_name(int io) {
+  static const char *names[WEIGHTS_IO_COUNT] = {"mmap", "pread", "direct"};
+  return io >= 0 && io < WEIGHTS_IO_COUNT ? names[io] : "unknown";
+}
+
+/* ---- owned buffers --------------------------------------------------------- */
+
+/* bytes rounded up to 2 MiB, 2 MiB aligned (an anonymous mapping trimmed to
+ * alignment), asked for 2 MiB pages: decode reads every weight each token,
+ * as the mmap path's gguf_make_resident explains. */
+static uint8_t *buf_alloc(uint64_t bytes, size_t *cap_out) {
+  if (bytes > SIZE_MAX - 2 * HUGE_PAGE) return NULL;
+  const size_t cap = (size_t)((bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE);
+  const size_t span = cap + HUGE_PAGE;
+  uint8_t *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  uint8_t *a = (uint8_t *)(((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+  if (a > p) munmap(p, (size_t)(a - p));
+  if (p + span > a + cap) munmap(a + cap, (size_t)(p + span - (a + cap)));
+#ifdef MADV_HUGEPAGE
+  madvise(a, cap, MADV_HUGEPAGE);
+#endif
+  *cap_out = cap;
+  return a;
+}
+
+/* "Key: N kB" of the /proc/self/smaps entry holding addr, or -1. */
+static int64_t smaps_kb(const void *addr, const char *key) {
+  FILE *fp = fopen("/proc/self/smaps", "re");
+  if (!fp) return -1;
+  char line[512];
+  const size_t kl = strlen(key);
+  int in = 0;
+  int64_t kb = -1;
+  while (fgets(line, sizeof line, fp)) {
+    unsigned long lo, hi;
+    char perm[8];
+    if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perm) == 3) {
+      if (in) break;
+      in = (uintptr_t)addr >= lo && (uintptr_t)addr < hi;
+      continue;
+    }
+    long long v;
+    if (in && !strncmp(line, key, kl) && line[kl] == ':' && sscanf(line + kl + 1, "%lld", &v) == 1) {
+      kb = v;
+      break;
+    }
+  }
+  fclose(fp);
+  return kb;
+}
+
+/* ---- readers ----------------------------------------------------------------- */
+
+typedef struct reader {
+  const char *path;
+  int io;
+  int fd;             /* buffered descriptor (pread, and direct's tail) */
+  int dfd;            /* O_DIRECT descriptor, or -1 */
+  const uint8_t *map; /* mmap of the whole file (mmap io), or NULL */
+  uint64_t size;      /* at open */
+} reader;
+
+static void reader_close(reader *r) {
+  if (r->map) munmap((void *)r->map, (size_t)r->size);
+  if (r->dfd >= 0) close(r->dfd);
+  if (r->fd >= 0) close(r->fd);
+  r->map = NULL;
+  r->fd = r->dfd = -1;
+}
+
+static int reader_open(reader *r, const char *path, int io, char *err) {
+  memset(r, 0, sizeof *r);
+  r->path = path;
+  r->io = io;
+  r->fd = r->dfd = -1;
+  r->fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (r->fd < 0) return pw_seterr(err, PW_EIO, "%s: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(r->fd, &st) || !S_ISREG(st.st_mode)) {
+    reader_close(r);
+    return pw_seterr(err, PW_EIO, "%s: not a regular file", path);
+  }
+  r->size = (uint64_t)st.st_size;
+  if (io == WEIGHTS_IO_DIRECT) {
+    r->dfd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+    if (r->dfd < 0) {
+      int e = errno;
+      reader_close(r);
+      if (e == EINVAL)
+        return pw_seterr(err, PW_EUNSUPPORTED,
+                         "%s: the file system does not support O_DIRECT (open: %s); weights read strategy 'direct' "
+                         "is unavailable here: use 'pread' or 'mmap'",
+                         path, strerror(e));
+      return pw_seterr(err, PW_EIO, "%s: open with O_DIRECT: %s", path, strerror(e));
+    }
+  } else if (io == WEIGHTS_IO_PREAD) {
+#ifdef POSIX_FADV_SEQUENTIAL
+    posix_fadvise(r->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+#endif
+  }
+  return 0;
+}
+
+static int short_read(const reader *r, uint64_t at, char *err) {
+  return pw_seterr(err, PW_EFORMAT, "%s: truncated file: it ends at byte %llu, but had %llu bytes when opened",
+                   r->path, (unsigned long long)at, (unsigned long long)r->size);
+}
+
+static int pread_all(const reader *r, int fd, uint8_t *buf, uint64_t len, uint64_t off, char *err) {
+  while (len > 0) {
+    size_t n = len > READ_PIECE ? (size_t)READ_PIECE : (size_t)len;
+    ssize_t got = pread(fd, buf, n, (off_t)off);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      if (fd == r->dfd && errno == EINVAL)
+        return pw_seterr(err, PW_EUNSUPPORTED,
+                         "%s: the file system refused an O_DIRECT read (%s); weights read strategy 'direct' is "
+                         "unavailable here: use 'pread' or 'mmap'",
+                         r->path, strerror(errno));
+      return pw_seterr(err, PW_EIO, "%s: read at byte %llu: %s", r->path, (unsigned long long)off, strerror(errno));
+    }
+    if (got == 0) return short_read(r, off, err);
+    /* a short O_DIRECT read ends the file mid-block: no aligned retry */
+    if (fd == r->dfd && (size_t)got < n && ((size_t)got % DIO_ALIGN)) return short_read(r, off + (uint64_t)got, err);
+    buf += got;
+    off += (uint64_t)got;
+    len -= (uint64_t)got;
+  }
+  return 0;
+}
+
+/* Reads [off, off + len) into buf. direct: off and buf DIO_ALIGN-aligned;
+ * the whole blocks go through O_DIRECT, the remainder (< 4 KiB, only at the
+ * end of the file) through the buffered descriptor. */
+static int reader_read(const reader *r, uint64_t off, uint64_t len, uint8_t *buf, char *err) {
+  if (off > r->size || len > r->size - off) return short_read(r, r->size, err);
+  if (r->io != WEIGHTS_IO_DIRECT) return pread_all(r, r->fd, buf, len, off, err);
+  PW_ASSERT(off % DIO_ALIGN == 0 && (uintptr_t)buf % DIO_ALIGN == 0);
+  const uint64_t whole = len / DIO_ALIGN * DIO_ALIGN;
+  int rc = pread_all(r, r->dfd, buf, whole, off, err);
+  if (!rc && len > whole) rc = pread_all(r, r->fd, buf + whole, len - whole, off + whole, err);
+  return rc;
+}
+
+/* ---- plain files --------------------------------------------------------------- */
+
+static int open_owned_plain(weights *w, reader *r, char *err) {
+  if (!(w->buf = buf_alloc(r->size, &w->buf_cap)))
+    return pw_seterr(err, PW_ENOMEM, "%s: out of memory for %.1f MiB of weights", r->path, r->size / 1048576.0);
+  for (uint64_t off = 0; off < r->size; off += READ_PIECE) {
+    const uint64_t n = r->size - off < READ_PIECE ? r->size - off : READ_PIECE;
+    int rc = reader_read(r, off, n, w->buf + off, err);
+    if (rc) return rc;
+  }
+  /* a file that grew since open is not the file we were asked to load
+   * either: say so instead of loading its first part */
+  struct stat st;
+  if (fstat(r->fd, &st) == 0 && (uint64_t)st.st_size != r->size)
+    return pw_seterr(err, PW_EIO, "%s: the file changed size while it was read (%llu, now %lld bytes)", r->path,
+                     (unsigned long long)r->size, (long long)st.st_size);
+  return 0;
+}
+
+/* ---- encrypted containers ---------------------------------------------------------- */
+
+typedef struct dec_job {
+  const weights_pwe_hdr *h;
+  const reader *r;            /* preadv mode: records are read by the threads */
+  weights_dec **decs;         /* [nth] */
+  const uint8_t *recs;        /* record first..first+n-1, contiguous */
+  uint64_t first, n;
+  uint8_t *out;               /* plaintext of the container */
+  uint64_t bad[256];          /* per thread: first failing record, or UINT64_MAX */
+  double dec_s[256];          /* per thread: seconds inside AES-GCM */
+  char errs[256][PW_ERRMAX];
+} dec_job;
+
+/* Record i straight from the file: nonce and tag to the side, the
+ * ciphertext into its plaintext's place (decrypted there in place while it
+ * is still in the cache: one pass over memory, as a plain pread). */
+static int read_record(const dec_job *j, uint64_t i, uint8_t nonce[WEIGHTS_PWE_NONCE], uint8_t tag[WEIGHTS_PWE_TAG],
+                       char *err) {
+  const uint64_t len = weights_pwe_rec_len(j->h, i);
+  uint64_t off = weights_pwe_rec_off(j->h, i);
+  struct iovec iov[3] = {{nonce, WEIGHTS_PWE_NONCE}, {j->out + i * j->h->chunk, (size_t)len}, {tag, WEIGHTS_PWE_TAG}};
+  struct iovec *v = iov;
+  int nv = 3;
+  while (nv > 0) {
+    ssize_t got = preadv(j->r->fd, v, nv, (off_t)off);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0)
+      return pw_seterr(err, PW_EIO, "%s: read of chunk %llu: %s", j->r->path, (unsigned long long)i, strerror(errno));
+    if (got == 0)
+      return pw_seterr(err, PW_EFORMAT, "%s: truncated file: chunk %llu of %llu ends past the end of the file",
+                       j->r->path, (unsigned long long)i, (unsigned long long)j->h->n_chunks);
+    off += (uint64_t)got;
+    while (nv > 0 && (size_t)got >= v->iov_len) {
+      got -= (ssize_t)v->iov_len;
+      v++;
+      nv--;
+    }
+    if (nv > 0) {
+      v->iov_base = (uint8_t *)v->iov_base + got;
+      v->iov_len -= (size_t)got;
+    }
+  }
+  return 0;
+}
+
+static void dec_run(void *ctx, int ith, int nth) {
+  dec_job *j = ctx;
+  long lo, hi;
+  pw_split((long)j->n, ith, nth, &lo, &hi);
+  const uint64_t rl = WEIGHTS_PWE_NONCE + j->h->chunk + WEIGHTS_PWE_TAG;
+  for (long k = lo; k < hi; k++) {
+    const uint64_t i = j->first + (uint64_t)k;
+    uint8_t *out = j->out + i * j->h->chunk;
+    int rc;
+    if (j->r) {
+      uint8_t nonce[WEIGHTS_PWE_NONCE], tag[WEIGHTS_PWE_TAG];
+      rc = read_record(j, i, nonce, tag, j->errs[ith]);
+      const double t0 = pw_now_s();
+      if (!rc) rc = weights_dec_record(j->decs[ith], j->h, i, nonce, out, tag, out, j->errs[ith]);
+      j->dec_s[ith] += pw_now_s() - t0;
+    } else {
+      const uint8_t *rec = j->recs + (uint64_t)k * rl;
+      const double t0 = pw_now_s();
+      rc = weights_dec_record(j->decs[ith], j->h, i, rec, rec + WEIGHTS_PWE_NONCE,
+                              rec + WEIGHTS_PWE_NONCE + weights_pwe_rec_len(j->h, i), out, j->errs[ith]);
+      j->dec_s[ith] += pw_now_s() - t0;
+    }
+    if (rc) {
+      j->bad[ith] = i;
+      return;
+    }
+  }
+}
+
+/* Decrypts records [first, first + n) at recs; the lowest failing record's
+ * error when any fails. */
+static int dec_span(weights *w, dec_job *j, pw_pool *pool, int nth, uint64_t first, uint64_t n, const uint8_t *recs,
+                    char *err) {
+  j->first = first;
+  j->n = n;
+  j->recs = recs;
+  for (int t = 0; t < nth; t++) j->bad[t] = UINT64_MAX;
+  const double t0 = pw_now_s();
+  pw_pool_run(pool, dec_run, j);
+  w->info.decrypt_s += pw_now_s() - t0;
+  int worst = -1;
+  for (int t = 0; t < nth; t++) w->info.decrypt_core_s += j->dec_s[t], j->dec_s[t] = 0;
+  for (int t = 0; t < nth; t++)
+    if (j->bad[t] != UINT64_MAX && (worst < 0 || j->bad[t] < j->bad[worst])) worst = t;
+  if (worst >= 0) return pw_seterr(err, PW_EFORMAT, "%s", j->errs[worst]);
+  (void)w;
+  return 0;
+}
+
+static void lock_plaintext(weights *w, const char *path) {
+#ifdef MADV_DONTDUMP
+  madvise(w->buf, w->buf_cap, MADV_DONTDUMP);
+#endif
+  if (mlock(w->buf, w->buf_cap) == 0) {
+    w->info.locked = true;
+    return;
+  }
+  const int e = errno;
+  struct rlimit rl;
+  char lim[64] = "unknown";
+  if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
+    if (rl.rlim_cur == RLIM_INFINITY) snprintf(lim, sizeof lim, "unlimited");
+    else snprintf(lim, sizeof lim, "%llu bytes", (unsigned long long)rl.rlim_cur);
+  }
+  pw_log(PW_LOG_WARN,
+         "%s: cannot lock the %.1f MiB of decrypted weights in memory (mlock: %s; RLIMIT_MEMLOCK is %s): they "
+         "may be written to swap; raise the limit (ulimit -l, LimitMEMLOCK=) or grant CAP_IPC_LOCK",
+         path, w->buf_cap / 1048576.0, strerror(e), lim);
+}
+
+static int open_encrypted(weights *w, reader *r, const char *key_file, pw_pool *pool, char *err) {
+  weights_key *key = NULL;
+  weights_pwe_hdr h;
+  dec_job *job = NULL;
+  uint8_t *win = NULL;
+  size_t win_cap = 0;
+  char e2[PW_ERRMAX];
+  int nth = pool ? pw_pool_size(pool) : 1;
+  if (nth > 256) nth = 256;
+  int rc = weights_key_load(key_file, &key, err);
+  if (rc) return rc;
+  uint8_t first[WEIGHTS_PWE_HEADER];
+  if (r->map) memcpy(first, r->map, WEIGHTS_PWE_HEADER);
+  else {
+    /* the header through the strategy's own path (an aligned block) */
+    if (!(win = buf_alloc(CRYPT_WINDOW, &win_cap))) {
+      rc = pw_seterr(err, PW_ENOMEM, "out of memory");
+      goto done;
+    }
+    uint64_t n = r->size < DIO_ALIGN ? r->size : DIO_ALIGN;
+    if ((rc = reader_read(r, 0, n, win, err))) goto done;
+    memcpy(first, win, WEIGHTS_PWE_HEADER);
+  }
+  if ((rc = weights_pwe_parse(first, r->size, &h, e2))) {
+    rc = pw_seterr(err, rc, "%s: %s", r->path, e2);
+    goto done;
+  }
+  if (!(w->buf = buf_alloc(h.size, &w->buf_cap))) {
+    rc = pw_seterr(err, PW_ENOMEM, "%s: out of memory for %.1f MiB of weights", r->path, h.size / 1048576.0);
+    goto done;
+  }
+  const double tl = pw_now_s();
+  lock_plaintext(w, r->path);
+  pw_log(PW_LOG_DEBUG, "%s: %.1f MiB for the decrypted weights allocated and locked in %.3f s", r->path,
+         w->buf_cap / 1048576.0, pw_now_s() - tl);
+  job = calloc(1, sizeof *job);
+  if (!job || !(job->decs = calloc((size_t)nth, sizeof *job->decs))) {
+    rc = pw_seterr(err, PW_ENOMEM, "out of memory");
+    goto done;
+  }
+  for (int t = 0; t < nth; t++)
+    if ((rc = weights_dec_create(key, &job->decs[t], err))) goto done;
+  weights_key_destroy(key); /* the cipher contexts hold the key schedule */
+  key = NULL;
+  job->h = &h;
+  job->out = w->buf;
+  w->info.decrypt_threads = nth;
+  const uint64_t rl = WEIGHTS_PWE_NONCE + h.chunk + WEIGHTS_PWE_TAG;
+  if (r->map) {
+#ifdef MADV_SEQUENTIAL
+    madvise((void *)r->map, (size_t)r->size, MADV_SEQUENTIAL);
+#endif
+    rc = dec_span(w, job, pool, nth, 0, h.n_chunks, r->map + WEIGHTS_PWE_HEADER, e2);
+  } else if (r->io == WEIGHTS_IO_PREAD) {
+    job->r = r;
+    rc = dec_span(w, job, pool, nth, 0, h.n_chunks, NULL, e2);
+  } else {
+    /* windows of whole records, each read from the aligned block holding
+     * its first byte; the window buffer has room for that slack */
+    uint64_t per = (CRYPT_WINDOW - DIO_ALIGN) / rl;
+    if (per < 1) per = 1;
+    if (per * rl + DIO_ALIGN > win_cap) {
+      munmap(win, win_cap);
+      if (!(win = buf_alloc(per * rl + DIO_ALIGN, &win_cap))) {
+        rc = pw_seterr(err, PW_ENOMEM, "out of memory");
+        goto done;
+      }
+    }
+    for (uint64_t i = 0; i < h.n_chunks && !rc; i += per) {
+      const uint64_t n = h.n_chunks - i < per ? h.n_chunks - i : per;
+      const uint64_t start = weights_pwe_rec_off(&h, i), end = i + n < h.n_chunks ? weights_pwe_rec_off(&h, i + n) : h.file_size;
+      const uint64_t a = start / DIO_ALIGN * DIO_ALIGN;
+      if ((rc = reader_read(r, a, end - a, win, e2))) break;
+      rc = dec_span(w, job, pool, nth, i, n, win + (start - a), e2);
+    }
+  }
+  if (rc) pw_seterr(err, rc, "%s: %s", r->path, e2);
+done:
+  if (job && job->decs)
+    for (int t = 0; t < nth; t++) weights_dec_destroy(job->decs[t]);
+  if (job) free(job->decs);
+  free(job);
+  if (win) munmap(win, win_cap);
+  weights_key_destroy(key);
+  if (!rc) {
+    w->info.encrypted = true;
+    w->info.bytes = h.size;
+  }
+  return rc;
+}
+
+/* ---- open / close ---------------------------------------------------------------- */
+
+int weights_open(const char *path, const weights_opts *o, weights **out, char *err) {
+  *out = NULL;
+  const weights_opts def = {0};
+  if (!o) o = &def;
+  if (o->io < 0 || o->io >= WEIGHTS_IO_COUNT)
+    return pw_seterr(err, PW_EINVAL, "unknown weights read strategy %d", o->io);
+  weights *w = calloc(1, sizeof *w);
+  if (!w) return pw_seterr(err, PW_ENOMEM, "out of memory");
+  const double t0 = pw_now_s();
+  w->info.io = o->io;
+  reader r;
+  int rc = reader_open(&r, path, o->io, err);
+  if (rc) {
+    free(w);
+    return rc;
+  }
+  w->info.file_bytes = r.size;
+  uint8_t magic[8] = {0};
+  ssize_t got = pread(r.fd, magic, sizeof magic, 0);
+  const bool container = got == (ssize_t)sizeof magic && weights_pwe_is(magic, sizeof magic);
+  const bool keyed = o->key_file && *o->key_file;
+  if (container && !keyed) {
+    rc = pw_seterr(err, PW_EINVAL, "%s is an encrypted weights container and no key file was given", path);
+    goto fail;
+  }
+  if (!container && keyed) {
+    rc = pw_seterr(err, PW_EINVAL,
+                   "%s is not an encrypted weights container, but a weights key file was given: refusing to load "
+                   "it as plain weights",
+                   path);
+    goto fail;
+  }
+  if (!container && o->io == WEIGHTS_IO_MMAP) {
+    reader_close(&r);
+    if ((rc = gguf_open(path, &w->f, err))) goto fail;
+    gguf_make_resident(w->f, &w->res);
+    w->info.bytes = gguf_size(w->f);
+    w->info.read_s = pw_now_s() - t0;
+    *out = w;
+    return 0;
+  }
+  if (container && o->io == WEIGHTS_IO_MMAP) {
+    if (r.size < WEIGHTS_PWE_HEADER) {
+      rc = pw_seterr(err, PW_EFORMAT, "%s: truncated container: %llu bytes", path, (unsigned long long)r.size);
+      goto fail;
+    }
+    void *m = mmap(NULL, (size_t)r.size, PROT_READ, MAP_PRIVATE, r.fd, 0);
+    if (m == MAP_FAILED) {
+      rc = pw_seterr(err, PW_EIO, "%s: mmap: %s", path, strerror(errno));
+      goto fail;
+    }
+    r.map = m;
+  }
+  rc = container ? open_encrypted(w, &r, o->key_file, o->pool, err) : open_owned_plain(w, &r, err);
+  reader_close(&r);
+  if (rc) goto fail;
+  if (!container) w->info.bytes = r.size;
+  if ((rc = gguf_open_mem(w->buf, (size_t)w->info.bytes, &w->f, err))) goto fail;
+  w->res.bytes = w->info.bytes;
+  int64_t kb = smaps_kb(w->buf, "AnonHugePages");
+  w->res.huge_bytes = kb < 0 ? -1 : kb * 1024;
+  w->info.read_s = pw_now_s() - t0;
+  *out = w;
+  return 0;
+fail:
+  reader_close(&r);
+  weights_close(w);
+  return rc;
+}
+
+void weights_close(weights *w) {
+  if (!w) return;
+  gguf_close(w->f);
+  if (w->buf) {
+    /* decrypted weights are the secret the container protects: wiped
+     * before the pages go back to the kernel */
+    if (w->info.encrypted || w->info.locked) explicit_bzero(w->buf, w->buf_cap);
+    if (w->info.locked) munlock(w->buf, w->buf_cap);
+    munmap(w->buf, w->buf_cap);
+  }
+  free(w);
+}
+
+gguf_file *weights_gguf(const weights *w) { return w->f; }
+const gguf_residency *weights_residency(const weights *w) { return &w->res; }
+const weights_info *weights_get_info(const weights *w) { return &w->info; }
+
+/* ---- page cache control -------------------------------------------------------------- */
+
+int weights_drop_cache(const char *path, char *err) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return pw_seterr(err, PW_EIO, "%s: %s", path, strerror(errno));
+  int e = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  close(fd);
+  if (e) return pw_seterr(err, PW_EIO, "%s: posix_fadvise(DONTNEED): %s", path, strerror(e));
+  return 0;
+}
+
+int weights_cached_bytes(const char *path, uint64_t *cached, uint64_t *size, char *err) {
+  *cached = *size = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return pw_seterr(err, PW_EIO, "%s: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st)) {
+    close(fd);
+    return pw_seterr(err, PW_EIO, "%s: %s", path, strerror(errno));
+  }
+  *size = (uint64_t)st.st_size;
+  if (st.st_size == 0) {
+    close(fd);
+    return 0;
+  }
+  void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  if (m == MAP_FAILED) return pw_seterr(err, PW_EIO, "%s: mmap: %s", path, strerror(errno));
+  const long pg = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
+  const size_t np = ((size_t)st.st_size + (size_t)pg - 1) / (size_t)pg;
+  unsigned char *vec = malloc(np);
+  int rc = 0;
+  if (!vec) rc = pw_seterr(err, PW_ENOMEM, "out of memory");
+  else if (mincore(m, (size_t)st.st_size, vec)) rc = pw_seterr(err, PW_EIO, "%s: mincore: %s", path, strerror(errno));
+  else {
+    uint64_t n = 0;
+    for (size_t i = 0; i < np; i++) n += vec[i] & 1;
+    *cached = n * (uint64_t)pg;
+    if (*cached > *size) *cached = *size;
+  }
+  free(vec);
+  munmap(m, (size_t)st.st_size);
+  return rc;
+}
