@@ -141,6 +141,19 @@ enum MHD_Result anth_count_tokens(conn *k, struct MHD_Connection *c);
 typedef struct resp_store resp_store;
 int resp_store_create(int max_entries, size_t max_bytes, resp_store **out, char *err);
 void resp_store_destroy(resp_store *st);
+/* Keeps a response: its id, its conversation's cache key (chain), its
+ * owner, its object (json) and conversation (messages, JSON text); copies
+ * all. Evicts least recently used entries to stay within the bounds; an
+ * entry larger than the byte bound is not kept. 0 or PW_ENOMEM. */
+int resp_store_add(resp_store *st, const char *id, const char *chain, const srv_caller *who, const char *json,
+                   const char *messages);
+/* Copies of the caller's entry id (json and/or messages malloc'ed, either
+ * may be NULL; chain: 48 bytes or NULL), which becomes the most recently
+ * used. 0, PW_ENOTFOUND (none, or another tenant's), PW_ENOMEM. */
+int resp_store_get(resp_store *st, const char *id, const srv_caller *who, char **json, char **messages,
+                   char *chain);
+/* Entries and bytes held now. */
+void resp_store_usage(resp_store *st, int *entries, size_t *bytes);
 enum MHD_Result resp_create(conn *k, struct MHD_Connection *c);
 enum MHD_Result resp_get(conn *k, struct MHD_Connection *c);
 

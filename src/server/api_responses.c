@@ -23,6 +23,7 @@
 #include "server/api.h"
 
 #include "base/error.h"
+#include "base/log.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -122,10 +123,8 @@ static void store_put(resp_store *st, resp_entry *e) {
   pthread_mutex_unlock(&st->mu);
 }
 
-/* Copies of the entry's texts (malloc'ed; NULL when not wanted). 0, or
- * PW_ENOTFOUND when the caller has no such response, PW_ENOMEM. */
-static int store_get(resp_store *st, const char *id, const srv_caller *who, char **json, char **messages,
-                     char chain[48]) {
+int resp_store_get(resp_store *st, const char *id, const srv_caller *who, char **json, char **messages,
+                   char *chain) {
   int rc = PW_ENOTFOUND;
   pthread_mutex_lock(&st->mu);
   for (resp_entry *e = st->head; e; e = e->next) {
@@ -140,6 +139,29 @@ static int store_get(resp_store *st, const char *id, const srv_caller *who, char
   }
   pthread_mutex_unlock(&st->mu);
   return rc;
+}
+
+int resp_store_add(resp_store *st, const char *id, const char *chain, const srv_caller *who, const char *json,
+                   const char *messages) {
+  resp_entry *e = calloc(1, sizeof *e);
+  if (!e || !(e->json = strdup(json)) || !(e->messages = strdup(messages))) {
+    entry_free(e);
+    return PW_ENOMEM;
+  }
+  snprintf(e->id, sizeof e->id, "%s", id);
+  snprintf(e->chain, sizeof e->chain, "%s", chain);
+  e->anonymous = who->anonymous;
+  if (!who->anonymous) memcpy(e->tenant, who->tenant, 32);
+  e->bytes = sizeof *e + strlen(e->json) + strlen(e->messages);
+  store_put(st, e);
+  return 0;
+}
+
+void resp_store_usage(resp_store *st, int *entries, size_t *bytes) {
+  pthread_mutex_lock(&st->mu);
+  *entries = st->n;
+  *bytes = st->bytes;
+  pthread_mutex_unlock(&st->mu);
 }
 
 /* ---- rendering ----------------------------------------------------------- */
@@ -236,31 +258,22 @@ static void put_response(const gen_view *v, const char *status, const char *text
 static void keep(const gen_view *v, const char *text, size_t n) {
   rs_ctx *x = v->ctx;
   if (!x->store_it) return;
-  resp_entry *e = calloc(1, sizeof *e);
   sbuf js = {0};
-  if (!e) return;
   put_response(v, final_status(v), text, n, false, &js);
   json_t *conv = json_copy(x->history);
   json_t *ans = json_pack("{s:s,s:s%}", "role", "assistant", "content", text, n);
+  char *msgs = NULL;
   if (!js.oom && conv && ans && !json_array_append_new(conv, ans)) {
     ans = NULL;
-    e->messages = json_dumps(conv, JSON_COMPACT);
-    e->json = js.data;
-    js.data = NULL;
+    msgs = json_dumps(conv, JSON_COMPACT);
   }
+  /* Best effort: a response that cannot be kept is still answered. */
+  if (!msgs || resp_store_add(x->store, v->o->id, x->chain, &x->who, js.data, msgs))
+    pw_log(PW_LOG_WARN, "response %s: out of memory, not stored", v->o->id);
+  free(msgs);
   json_decref(ans);
   json_decref(conv);
   sbuf_free(&js);
-  if (!e->json || !e->messages) {
-    entry_free(e);
-    return;
-  }
-  snprintf(e->id, sizeof e->id, "%s", v->o->id);
-  memcpy(e->chain, x->chain, sizeof e->chain);
-  e->anonymous = x->who.anonymous;
-  memcpy(e->tenant, x->tenant, 32);
-  e->bytes = sizeof *e + strlen(e->json) + strlen(e->messages);
-  store_put(x->store, e);
 }
 
 static void event_head(rs_ctx *x, const char *type, sbuf *out) {
@@ -481,7 +494,7 @@ static int parse_request(conn *k, oai_request *r, rs_ctx *x, oai_error *e) {
   if (prev) {
     char *conv = NULL;
     srv_caller who = x->who;
-    int rc = store_get(x->store, prev, &who, NULL, &conv, x->chain);
+    int rc = resp_store_get(x->store, prev, &who, NULL, &conv, x->chain);
     if (rc == PW_ENOTFOUND)
       return oai_seterr(e, 400, "previous_response_not_found", "previous_response_id",
                         "Previous response with id '%.60s' not found.", prev);
@@ -545,7 +558,7 @@ enum MHD_Result resp_get(conn *k, struct MHD_Connection *c) {
   srv_caller who = srv_who(k);
   char *json = NULL;
   oai_error e;
-  int rc = store_get(srv_responses(s), srv_arg(k), &who, &json, NULL, NULL);
+  int rc = resp_store_get(srv_responses(s), srv_arg(k), &who, &json, NULL, NULL);
   if (rc) {
     if (rc == PW_ENOTFOUND) oai_seterr(&e, 404, "not_found", NULL, "No response with id '%.60s' found.", srv_arg(k));
     else oai_seterr(&e, 500, "internal_error", NULL, "out of memory");
