@@ -1666,8 +1666,12 @@ static enum MHD_Result on_headers(server *s, conn *k, struct MHD_Connection *c, 
     const char *xkey = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
     auth_result who = !authz && xkey ? auth_identify_key(s->keys, xkey, k->tenant) : auth_identify(s->keys, authz, k->tenant);
     if (who == AUTH_DENIED) {
-      oai_seterr(&k->pending, 401, "invalid_api_key", NULL,
-                 "Missing or incorrect API key: pass it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'");
+      if (k->rt->err) /* the other APIs' clients may send x-api-key */
+        oai_seterr(&k->pending, 401, "invalid_api_key", NULL,
+                   "Missing or incorrect API key: pass it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'");
+      else
+        oai_seterr(&k->pending, 401, "invalid_api_key", NULL,
+                   "Missing or incorrect API key: pass it as 'Authorization: Bearer <key>'");
       k->has_pending = true;
     }
     k->anonymous = who == AUTH_OPEN;
