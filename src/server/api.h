@@ -33,6 +33,7 @@ typedef struct gen_view {
   int n_prompt;            /* prompt tokens of the running request */
   engine_usage usage;      /* at the end: usage of the whole answer */
   engine_finish finish;    /* at the end (and at each OpenAI choice's end) */
+  int stop_index;          /* at the end: the r->stop string that ended the text; -1 = none */
   uint64_t t0, t_first, t_end; /* pw_now_ns: arrival, first token (0 = none), end (0 = not yet) */
   const char *text;        /* complete(): the whole generated text */
   size_t text_len;

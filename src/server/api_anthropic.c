@@ -12,9 +12,10 @@
  * (a hint; accepted). Refused with a 400 naming the field: tools,
  * tool_choice, thinking, non-text blocks (image, document, tool_use,
  * tool_result, ...).
- * What it is not: tool use (to come with the server's tool calls), or a
- * way to tell a stop sequence from the end of a turn: the engine reports
- * "stop" for both, so stop_reason is "end_turn" and stop_sequence null. */
+ * stop_reason is "stop_sequence" (with stop_sequence set) when one of the
+ * stop sequences ended the text, "end_turn" at the model's end of turn,
+ * "max_tokens" at the limit.
+ * What it is not: tool use (to come with the server's tool calls). */
 #include "server/api.h"
 
 #include "base/error.h"
@@ -146,7 +147,14 @@ typedef struct an_ctx {
   char model[256]; /* echoed as asked */
 } an_ctx;
 
-static const char *stop_reason(engine_finish f) { return f == ENGINE_FINISH_LENGTH ? "max_tokens" : "end_turn"; }
+/* "stop_reason":...,"stop_sequence":... */
+static void put_stop(const gen_view *v, sbuf *out) {
+  bool seq = v->finish == ENGINE_FINISH_STOP && v->stop_index >= 0 && v->stop_index < v->r->n_stop;
+  sbuf_printf(out, "\"stop_reason\":\"%s\",\"stop_sequence\":",
+              v->finish == ENGINE_FINISH_LENGTH ? "max_tokens" : seq ? "stop_sequence" : "end_turn");
+  if (seq) sbuf_json_str(out, v->r->stop[v->stop_index], strlen(v->r->stop[v->stop_index]));
+  else sbuf_puts(out, "null");
+}
 
 static void event(const char *name, sbuf *out) { sbuf_printf(out, "event: %s\ndata: ", name); }
 
@@ -194,8 +202,9 @@ static void an_end(const gen_view *v, sbuf *out) {
   event("content_block_stop", out);
   sbuf_puts(out, "{\"type\":\"content_block_stop\",\"index\":0}\n\n");
   event("message_delta", out);
-  sbuf_printf(out, "{\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"%s\",\"stop_sequence\":null},\"usage\":",
-              stop_reason(v->finish));
+  sbuf_puts(out, "{\"type\":\"message_delta\",\"delta\":{");
+  put_stop(v, out);
+  sbuf_puts(out, "},\"usage\":");
   put_usage(v, v->usage.prompt_tokens, v->usage.completion_tokens, out);
   oai_put_receipt(v->o, out);
   sbuf_puts(out, "}\n\n");
@@ -220,7 +229,9 @@ static void an_complete(const gen_view *v, sbuf *out) {
   put_message_head(v, out);
   sbuf_puts(out, ",\"content\":[{\"type\":\"text\",\"text\":");
   sbuf_json_str(out, v->text, v->text_len);
-  sbuf_printf(out, "}],\"stop_reason\":\"%s\",\"stop_sequence\":null,\"usage\":", stop_reason(v->finish));
+  sbuf_puts(out, "}],");
+  put_stop(v, out);
+  sbuf_puts(out, ",\"usage\":");
   put_usage(v, v->usage.prompt_tokens, v->usage.completion_tokens, out);
   oai_put_receipt(v->o, out);
   sbuf_puts(out, "}");

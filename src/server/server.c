@@ -564,6 +564,7 @@ static void stream_view(const stream *st, gen_view *v) {
   v->n_prompt = st->n_prompt;
   v->usage = st->sum;
   v->finish = st->log.finish;
+  v->stop_index = st->ev.type == ENGINE_EV_DONE ? st->ev.stop_index : -1;
   v->t0 = st->t0;
   v->t_first = st->log.t_first;
   v->ctx = st->ctx;
@@ -1090,6 +1091,7 @@ enum MHD_Result srv_generate(conn *k, struct MHD_Connection *c, oai_request *rin
   v.n_prompt = n_prompt;
   v.usage = total;
   v.finish = cs[n_gs - 1].finish;
+  v.stop_index = ev->type == ENGINE_EV_DONE ? ev->stop_index : -1;
   v.t0 = k->t0;
   v.t_first = k->log.t_first;
   v.t_end = t_end;

@@ -215,8 +215,14 @@ describe('anthropic client against power serve', () => {
     const text = full.content[0].text;
     assert.ok(text.length > 8, text);
     const stop = text.slice(4, 8);
-    const cut = await an.messages.create({ ...base, stop_sequences: [stop] });
-    assert.equal(cut.stop_reason, 'end_turn');
+    const cut = await an.messages.create({ ...base, stop_sequences: ['zq-never-zq', stop] });
+    assert.equal(cut.stop_reason, 'stop_sequence');
+    assert.equal(cut.stop_sequence, stop);
+    let streamed = null;
+    for await (const ev of await an.messages.create({ ...base, stop_sequences: [stop], stream: true })) {
+      if (ev.type === 'message_delta') streamed = ev.delta;
+    }
+    assert.deepEqual(streamed, { stop_reason: 'stop_sequence', stop_sequence: stop });
     assert.equal(cut.content[0].text, text.slice(0, text.indexOf(stop)));
     const blocks = await an.messages.create({ ...base, messages: [{ role: 'user', content: [{ type: 'text', text: 'Name three ' }, { type: 'text', text: 'colours.' }] }] });
     assert.equal(blocks.content[0].text, full.content[0].text, 'text blocks are one text');
