@@ -178,6 +178,7 @@ typedef struct rs_ctx {
   char *instructions;  /* owned; NULL = none */
   char *metadata;      /* owned JSON text; NULL = {} */
   char *format;        /* owned JSON text of text.format; NULL = {"type":"text"} */
+  char *user;          /* owned; NULL = none */
   json_t *history;     /* owned: the conversation so far, without instructions */
   int max_output;      /* 0 = none given */
   double temperature, top_p;
@@ -192,6 +193,7 @@ static void rs_free(void *p) {
   free(x->instructions);
   free(x->metadata);
   free(x->format);
+  free(x->user);
   json_decref(x->history);
   sbuf_free(&x->text);
   free(x);
@@ -248,7 +250,9 @@ static void put_response(const gen_view *v, const char *status, const char *text
   } else {
     sbuf_puts(out, "null");
   }
-  sbuf_puts(out, ",\"user\":null");
+  sbuf_puts(out, ",\"user\":");
+  if (x->user) sbuf_json_str(out, x->user, strlen(x->user));
+  else sbuf_puts(out, "null");
   if (receipt) oai_put_receipt(v->o, out);
   sbuf_puts(out, "}");
 }
@@ -464,6 +468,7 @@ static int parse_request(conn *k, oai_request *r, rs_ctx *x, oai_error *e) {
   if (given && tl > 0) return oai_seterr(e, 400, "unsupported_field", "top_logprobs", "'top_logprobs' is not supported here");
   const char *user;
   if (api_str(root, "user", "user", &user, e)) return PW_EINVAL;
+  if (user && !(x->user = strdup(user))) return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
   json_t *md = json_object_get(root, "metadata");
   if (md && !json_is_null(md)) {
     if (!json_is_object(md)) return oai_seterr(e, 400, "invalid_type", "metadata", "'metadata' must be an object");

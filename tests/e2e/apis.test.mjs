@@ -265,8 +265,10 @@ describe('openai responses against power serve', () => {
   });
 
   it('create and stream agree; typed events in order', T, async () => {
-    const req = { model, input: 'Name three colours.', instructions: 'Be terse.', max_output_tokens: 8, temperature: 0 };
+    const req = { model, input: 'Name three colours.', instructions: 'Be terse.', max_output_tokens: 8, temperature: 0, user: 'u-1', metadata: { topic: 'colours' } };
     const r = await oc.responses.create(req);
+    assert.equal(r.user, 'u-1');
+    assert.deepEqual(r.metadata, { topic: 'colours' });
     assert.equal(r.object, 'response');
     assert.match(r.id, /^resp_/);
     assert.equal(r.status, 'incomplete');
