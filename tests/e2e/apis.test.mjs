@@ -322,3 +322,28 @@ describe('openai responses against power serve', () => {
       (e) => e.status === 400 && e.param === 'max_output_tokens');
   });
 });
+
+describe('responses store bounds', () => {
+  let srv;
+  before(async () => {
+    srv = await startServer({ model: 'syn-qwen2-Q4_K_M.gguf', args: ['--responses-max', '2'], env: { POWER_API_KEYS: null } });
+  });
+  after(async () => {
+    const r = await srv?.stop();
+    if (r) assert.equal(r.code, 0);
+  });
+
+  it('--responses-max keeps the most recently used responses', T, async () => {
+    const oc = client(srv);
+    const ids = [];
+    for (let i = 0; i < 3; i++) ids.push((await oc.responses.create({ input: `n${i}`, max_output_tokens: 2 })).id);
+    await assert.rejects(oc.responses.retrieve(ids[0]), (e) => e.status === 404);
+    assert.equal((await oc.responses.retrieve(ids[1])).id, ids[1]);
+    assert.equal((await oc.responses.retrieve(ids[2])).id, ids[2]);
+    // ids[1] was used after ids[2]: the next one evicts ids[2].
+    await oc.responses.retrieve(ids[1]);
+    ids.push((await oc.responses.create({ input: 'n3', max_output_tokens: 2 })).id);
+    await assert.rejects(oc.responses.retrieve(ids[2]), (e) => e.status === 404);
+    assert.equal((await oc.responses.retrieve(ids[1])).id, ids[1]);
+  });
+});
