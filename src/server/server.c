@@ -206,6 +206,7 @@ struct conn {
   bool anonymous;       /* no API keys configured: tenant "anonymous" */
   bool has_pending;     /* an error decided at the headers, answered once the (empty) body is in */
   unsigned preflight;   /* a CORS preflight: the path's RM_* methods; 0 = not one */
+  api_error_fn err;     /* error bodies' shape when no row matched (Ollama's under /api/); NULL = OpenAI's */
   oai_error pending;
   const char *origin;   /* the allowed Origin to echo (view, valid during the request); NULL = none */
   uint8_t tenant[32];   /* the caller's API key digest (when !anonymous) */
@@ -443,7 +444,8 @@ static enum MHD_Result queue_error(conn *k, struct MHD_Connection *c, const oai_
   sbuf b = {0};
   snprintf(k->log.code, sizeof k->log.code, "%s", e->code);
   metrics_refusal_count(&k->s->m, metrics_refusal_for(e->status, e->code));
-  if (k->rt && k->rt->err) k->rt->err(e, &b);
+  api_error_fn err = k->rt ? k->rt->err : k->err;
+  if (err) err(e, &b);
   else oai_render_error(e, &b);
   char hv[64];
   const char *hn = NULL;
@@ -1642,6 +1644,7 @@ static enum MHD_Result on_headers(server *s, conn *k, struct MHD_Connection *c, 
     return queue_error(k, c, &e);
   }
   unsigned m = !strcmp(method, "GET") || !strcmp(method, "HEAD") ? RM_GET : !strcmp(method, "POST") ? RM_POST : 0;
+  if (!strncmp(url, "/api/", 5)) k->err = ollama_render_error; /* an unknown /api/ path answers as Ollama does */
   const char *arg = NULL;
   const route *other = NULL;
   k->rt = find_route(url, m, &arg, &other);

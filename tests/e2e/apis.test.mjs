@@ -155,6 +155,10 @@ describe('ollama client against power serve', () => {
     const r = await post(srv, '/api/chat', '{not json');
     assert.equal(r.status, 400);
     assert.deepEqual(Object.keys(r.json), ['error']);
+    await assert.rejects(ol.pull({ model: 'x', stream: false }), (e) => e.status_code === 404 && /Unknown request URL/.test(e.error));
+    const wrong = await get(srv, '/api/chat');
+    assert.equal(wrong.status, 405);
+    assert.deepEqual(Object.keys(wrong.json), ['error']);
     const load = await ol.chat({ model, messages: [], stream: false });
     assert.equal(load.done_reason, 'load');
   });
