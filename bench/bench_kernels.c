@@ -98,7 +98,8 @@ static int cmp_d(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
   static const uint32_t types[] = {PW_DT_F16,  PW_DT_Q4_0, PW_DT_Q4_1, PW_DT_Q5_0, PW_DT_Q5_1, PW_DT_Q8_0,
-                                   PW_DT_Q2_K, PW_DT_Q3_K, PW_DT_Q4_K, PW_DT_Q5_K, PW_DT_Q6_K};
+                                   PW_DT_Q2_K, PW_DT_Q3_K, PW_DT_Q4_K, PW_DT_Q5_K, PW_DT_Q6_K,
+                                   PW_DT_IQ4_NL, PW_DT_IQ4_XS, PW_DT_MXFP4};
   static const char *lvl_name[PW_IMPL_COUNT] = {"scalar", "avx2", "avx512"};
   const int64_t n = getenv("BENCH_N") ? atoll(getenv("BENCH_N")) : 4096;
   if (n < 32 || n % 32) {

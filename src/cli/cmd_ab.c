@@ -813,6 +813,7 @@ static int run_curve(const ab_opts *o) {
   model_entry *ent = NULL;
   float *logits = NULL;
   double *ms = NULL, *tmp = NULL;
+  void *snap = NULL;
   model_opts mo = {.n_threads = (int)o->threads,
                    .weights = {.io = o->weights.io, .key_file = o->weights.key_file}};
   if (model_load(path, &mo, &m, err)) {
@@ -854,6 +855,15 @@ static int run_curve(const ab_opts *o) {
       goto done;
     }
   }
+  /* a recurrent state goes back to the prompt's from a snapshot */
+  if (model_kv_state_bytes(kv)) {
+    snap = malloc(model_kv_state_bytes(kv));
+    if (!snap) {
+      fprintf(stderr, "power ab: out of memory\n");
+      goto done;
+    }
+    model_kv_state_save(kv, 0, snap);
+  }
   for (int rep = -1; rep < reps; rep++) {
     for (int k = 0; k <= kmax; k++) {
       for (int j = 0; j <= k; j++)
@@ -861,7 +871,8 @@ static int run_curve(const ab_opts *o) {
       double t0 = pw_now_s();
       int rc = model_forward(ctx, kv, ent, k + 1, logits, NULL, err);
       double dt = pw_now_s() - t0;
-      model_kv_truncate(kv, 0, plen);
+      if (snap) rc = rc ? rc : model_kv_state_restore(kv, 0, snap, err);
+      else model_kv_truncate(kv, 0, plen);
       if (rc) {
         fprintf(stderr, "power ab: verify pass of %d: %s\n", k + 1, err);
         goto done;
@@ -921,6 +932,7 @@ done:
   free(logits);
   free(ms);
   free(tmp);
+  free(snap);
   model_ctx_destroy(ctx);
   model_kv_destroy(kv);
   model_destroy(m);

@@ -178,6 +178,7 @@ typedef struct bench_run {
   model_kv *kv;  /* 1 sequence */
   model_ctx *ctx;
   model_kv *kvb; /* o->batch sequences */
+  void *depth_snap; /* recurrent models: tg's sequence state after its depth tokens */
   model_ctx *ctxb;
   model_entry *entries; /* [max(chunk, batch)] */
   int32_t *tokens;      /* [max(p, batch)] */
@@ -218,6 +219,12 @@ static int bench_fill_depth(bench_run *b, int d) {
     for (int j = 0; j < nb; j++) b->entries[j] = (model_entry){1, i + j, b->tokens[i + j], i + j == d - 1};
     if (model_forward(b->ctx, b->kv, b->entries, nb, b->logits, NULL, b->err)) return -1;
   }
+  /* a recurrent state cannot be cut back to the depth: keep a copy */
+  if (model_kv_state_bytes(b->kv)) {
+    if (!b->depth_snap) b->depth_snap = malloc(model_kv_state_bytes(b->kv));
+    if (!b->depth_snap) return -1;
+    model_kv_state_save(b->kv, 1, b->depth_snap);
+  }
   return 0;
 }
 
@@ -226,7 +233,11 @@ static int bench_fill_depth(bench_run *b, int d) {
 static double bench_tg(bench_run *b, int n) {
   const int d = (int)b->o->depth;
   fill_tokens(b, 1);
-  model_kv_truncate(b->kv, 1, d);
+  if (b->depth_snap) {
+    if (model_kv_state_restore(b->kv, 1, b->depth_snap, b->err)) return -1;
+  } else {
+    model_kv_truncate(b->kv, 1, d);
+  }
   model_entry e = {1, d, b->tokens[0], true};
   if (model_forward(b->ctx, b->kv, &e, 1, b->logits, NULL, b->err)) return -1;
   double t = 0;
@@ -658,6 +669,7 @@ done:
   free(b.entries);
   model_ctx_destroy(b.ctxb);
   model_kv_destroy(b.kvb);
+  free(b.depth_snap);
   model_ctx_destroy(b.ctx);
   model_kv_destroy(b.kv);
   model_destroy(b.m);

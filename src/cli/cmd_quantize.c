@@ -7,15 +7,20 @@
  * Also home of what `power synth` shares with it (cmd_synth.h): the file
  * type table, the mix rules and the row-parallel streaming converter.
  *
+ * IQ4_NL, IQ4_XS and MXFP4_MOE are quantized as llama-quantize does
+ * without an importance matrix (Power has none): the same quantizers (bit
+ * for bit) and the rules that apply without one (ffn_down of the first
+ * eighth of the layers in Q5_K, attn_v in Q5_K where n_head/n_head_kv >=
+ * 4; MXFP4_MOE: expert tensors MXFP4, everything else Q8_0). --pure, as
+ * llama-quantize's, gives every converted tensor the file type's own type
+ * (before the row-length fallbacks).
+ *
  * Deviations from llama.cpp, on purpose:
- *  - Q2_K/Q3_K rows that are not a multiple of 256 fall back to Q4_0 (the
- *    same 4.5 bits per weight) instead of IQ4_NL, which Power does not run.
- *  - A non-K type whose block does not divide a row falls back to F16
- *    instead of failing.
  *  - 1-D tensors in F16/BF16 are widened to F32 (Power binds norms and
  *    biases as F32); llama.cpp copies them as they are.
- *  - Rules for MoE models, imatrix files, Falcon and 70B models, and the
- *    IQ types are not carried over (Power runs none of them).
+ *  - Rules for MoE models other than MXFP4_MOE's, imatrix files, Falcon and
+ *    70B models, and the IQ1/IQ2/IQ3 types are not carried over (Power runs
+ *    none of them).
  * Input tensors that are already quantized are an error: requantizing
  * compounds the error and llama.cpp refuses it by default too. */
 #include "cli/cmd_synth.h"
@@ -41,7 +46,8 @@ static const quant_ftype k_ftypes[] = {
     {"Q5_1", 9, PW_DT_Q5_1},     {"Q8_0", 7, PW_DT_Q8_0},     {"Q2_K", 10, PW_DT_Q2_K},
     {"Q3_K_S", 11, PW_DT_Q3_K},  {"Q3_K_M", 12, PW_DT_Q3_K},  {"Q3_K_L", 13, PW_DT_Q3_K},
     {"Q4_K_S", 14, PW_DT_Q4_K},  {"Q4_K_M", 15, PW_DT_Q4_K},  {"Q5_K_S", 16, PW_DT_Q5_K},
-    {"Q5_K_M", 17, PW_DT_Q5_K},  {"Q6_K", 18, PW_DT_Q6_K},
+    {"Q5_K_M", 17, PW_DT_Q5_K},  {"Q6_K", 18, PW_DT_Q6_K},      {"IQ4_NL", 25, PW_DT_IQ4_NL},
+    {"IQ4_XS", 30, PW_DT_IQ4_XS}, {"MXFP4_MOE", 38, PW_DT_MXFP4},
 };
 #define QF_Q2_K 10
 #define QF_Q3_K_M 12
@@ -49,6 +55,9 @@ static const quant_ftype k_ftypes[] = {
 #define QF_Q4_K_S 14
 #define QF_Q4_K_M 15
 #define QF_Q5_K_M 17
+#define QF_IQ4_NL 25
+#define QF_IQ4_XS 30
+#define QF_MXFP4_MOE 38
 
 const quant_ftype *quant_ftype_find(const char *name) {
   if (!name) return NULL;
@@ -64,7 +73,7 @@ const quant_ftype *quant_ftype_find(const char *name) {
 
 const char *quant_ftype_names(void) {
   return "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K_S, Q3_K_M (Q3_K), Q3_K_L, Q4_K_S, Q4_K_M (Q4_K), "
-         "Q5_K_S, Q5_K_M (Q5_K), Q6_K, F16, BF16, F32";
+         "Q5_K_S, Q5_K_M (Q5_K), Q6_K, IQ4_NL, IQ4_XS, MXFP4_MOE, F16, BF16, F32";
 }
 
 bool quant_ftype_is_quantized(const quant_ftype *q) {
@@ -76,14 +85,18 @@ static bool ends_with(const char *s, const char *suf) {
   return a >= b && !memcmp(s + a - b, suf, b);
 }
 
-bool quant_mix_converts(const char *name, uint32_t n_dims) { return n_dims >= 2 && ends_with(name, "weight"); }
+/* As llama.cpp: matrices, except the small conv1d kernels of recurrent
+ * layers (their kernel reads F32 taps). */
+bool quant_mix_converts(const char *name, uint32_t n_dims) {
+  return n_dims >= 2 && ends_with(name, "weight") && !strstr(name, "ssm_conv1d");
+}
 
 void quant_mix_init(quant_mix *m, const quant_ftype *q, const char *const *names, int n, int n_gqa) {
   memset(m, 0, sizeof *m);
   m->q = q;
   m->n_gqa = n_gqa > 0 ? n_gqa : 1;
   for (int i = 0; i < n; i++) {
-    if (strstr(names[i], "attn_v.weight")) m->n_attn_v++;
+    if (strstr(names[i], "attn_v.weight") || strstr(names[i], "attn_qkv.weight")) m->n_attn_v++;
     if (strstr(names[i], "ffn_down")) m->n_ffn_down++;
     if (!strcmp(names[i], "output.weight")) m->has_output = true;
   }
@@ -99,18 +112,25 @@ uint32_t quant_mix_type(quant_mix *m, const char *name, const uint64_t *ne) {
   if (!quant_ftype_is_quantized(q)) return t;
   uint32_t ft = q->ftype;
   uint64_t nx = ne[0];
-  if (!strcmp(name, "output.weight") || (!m->has_output && !strcmp(name, "token_embd.weight"))) {
+  const bool iq4 = ft == QF_IQ4_NL || ft == QF_IQ4_XS;
+  if (m->pure) {
+    /* every tensor the base type; only the row-length fallbacks below */
+  } else if (!strcmp(name, "output.weight") || (!m->has_output && !strcmp(name, "token_embd.weight"))) {
     /* The output projection (or the tied embedding that serves as it). */
-    if (nx % pw_dtype_get(t)->blck) t = PW_DT_Q8_0;
+    if (ft == QF_MXFP4_MOE || nx % pw_dtype_get(t)->blck) t = PW_DT_Q8_0;
     else if (t != PW_DT_Q8_0) t = PW_DT_Q6_K;
+  } else if (ft == QF_MXFP4_MOE) {
+    /* the experts (3-D: one matrix per expert) in MXFP4, the rest Q8_0 */
+    t = ne[2] > 1 ? PW_DT_MXFP4 : PW_DT_Q8_0;
   } else if (!strcmp(name, "token_embd.weight")) {
     /* stays at the base type */
-  } else if (strstr(name, "attn_v.weight")) {
+  } else if (strstr(name, "attn_v.weight") || strstr(name, "attn_qkv.weight")) {
     int i = m->i_attn_v, n = m->n_attn_v;
     if (ft == QF_Q2_K) t = m->n_gqa >= 4 ? PW_DT_Q4_K : PW_DT_Q3_K;
     else if (ft == QF_Q3_K_M) t = i < 2 ? PW_DT_Q5_K : PW_DT_Q4_K;
     else if (ft == QF_Q3_K_L) t = PW_DT_Q5_K;
     else if ((ft == QF_Q4_K_M || ft == QF_Q5_K_M) && use_more_bits(i, n)) t = PW_DT_Q6_K;
+    else if (iq4 && m->n_gqa >= 4) t = PW_DT_Q5_K;
     else if (ft == QF_Q4_K_S && i < 4) t = PW_DT_Q5_K;
     m->i_attn_v++;
   } else if (strstr(name, "ffn_down")) {
@@ -120,7 +140,8 @@ uint32_t quant_mix_type(quant_mix *m, const char *name, const uint64_t *ne) {
     else if (ft == QF_Q3_K_L) t = PW_DT_Q5_K;
     else if (ft == QF_Q4_K_M) {
       if (use_more_bits(i, n)) t = PW_DT_Q6_K;
-    } else if (ft == QF_Q5_K_M && use_more_bits(i, n)) t = PW_DT_Q6_K;
+    } else if (iq4 && i < n / 8) t = PW_DT_Q5_K; /* llama.cpp: only without an importance matrix */
+    else if (ft == QF_Q5_K_M && use_more_bits(i, n)) t = PW_DT_Q6_K;
     else if (ft == QF_Q4_K_S && i < n / 8) t = PW_DT_Q5_K;
     m->i_ffn_down++;
   } else if (strstr(name, "attn_output.weight")) {
@@ -133,6 +154,7 @@ uint32_t quant_mix_type(quant_mix *m, const char *name, const uint64_t *ne) {
     switch (t) {
     case PW_DT_Q2_K:
     case PW_DT_Q3_K: t = PW_DT_Q4_0; break;
+    case PW_DT_IQ4_XS: t = PW_DT_IQ4_NL; break;
     case PW_DT_Q4_K: t = PW_DT_Q5_0; break;
     case PW_DT_Q5_K: t = PW_DT_Q5_1; break;
     case PW_DT_Q6_K: t = PW_DT_Q8_0; break;
@@ -282,9 +304,12 @@ static int qz_cmp(const void *a, const void *b) {
 
 static void quantize_usage(FILE *out) {
   fprintf(out,
-          "usage: power quantize IN.gguf OUT.gguf TYPE [--threads N] [--quiet]\n"
+          "usage: power quantize IN.gguf OUT.gguf TYPE [--pure] [--threads N] [--quiet]\n"
           "  converts the F32/F16/BF16 weights of IN to TYPE with llama.cpp's per-tensor mix\n"
+          "  (without an importance matrix, as llama-quantize does when given none)\n"
           "  TYPE: %s\n"
+          "  --pure        no mix: every converted tensor in TYPE's own type (as llama-quantize\n"
+          "                --pure; rows it cannot hold still fall back)\n"
           "  --threads N   conversion threads (default 2; the output is the same for any N)\n"
           "  --quiet       no per-tensor progress on stderr\n",
           quant_ftype_names());
@@ -292,7 +317,7 @@ static void quantize_usage(FILE *out) {
 
 int cmd_quantize(int argc, char **argv) {
   const char *pos[3];
-  int npos = 0, quiet = 0;
+  int npos = 0, quiet = 0, pure = 0;
   long threads = 2;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -307,6 +332,8 @@ int cmd_quantize(int argc, char **argv) {
       if (cli_parse_long("quantize", a, argv[++i], 1, 256, &threads)) return 2;
     } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
       quiet = 1;
+    } else if (!strcmp(a, "--pure")) {
+      pure = 1;
     } else if (a[0] == '-' && a[1]) {
       fprintf(stderr, "power quantize: unknown option %s (try --help)\n", a);
       return 2;
@@ -369,6 +396,7 @@ int cmd_quantize(int argc, char **argv) {
   }
   quant_mix mix;
   quant_mix_init(&mix, q, names, (int)c.n, n_gqa);
+  mix.pure = pure;
   uint64_t in_bytes = 0, n_conv = 0;
   for (uint64_t i = 0; i < c.n; i++) {
     qz_tensor *t = &c.t[i];

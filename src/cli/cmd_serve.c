@@ -1,5 +1,7 @@
 /* cmd_serve.c - `power serve`: loads a model into an engine and serves it
- * over HTTP until SIGTERM/SIGINT, then shuts down gracefully: stop
+ * over HTTP until SIGTERM/SIGINT, then shuts down gracefully: with
+ * --drain-delay, first answer /health with 503 for that long while still
+ * serving (a load balancer takes the replica out of its pool), then stop
  * accepting, let running requests finish (bounded), stop, exit 0.
  * Wiring only: the HTTP layer is src/server, the engine src/engine. */
 #include "cli/cmd_serve.h"
@@ -15,6 +17,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +64,11 @@ static void serve_usage(FILE *out) {
           "                         per request: X-Request-Timeout header)\n"
           "  --max-body BYTES       request body limit (default 8388608)\n"
           "  --drain-timeout S      grace for requests in flight at shutdown (default 10)\n"
+          "  --drain-delay S        on SIGTERM, answer /health with 503 for S seconds while still\n"
+          "                         serving, before new connections are refused (default 0; behind\n"
+          "                         a load balancer: longer than its health check takes to notice)\n"
+          "  --replica-id ID        name sent as X-Power-Replica on every response and as the\n"
+          "                         label of power_replica_info (default: host name:port)\n"
           "  --prompt-cache-entries N  prefix-cache entries for prompt_cache_key reuse\n"
           "                         (default 8; -1 = disabled)\n"
           "  --prompt-cache-bytes BYTES  KV bytes the entries may hold (default 1 GiB;\n"
@@ -114,7 +122,8 @@ static int parse_bytes(const char *opt, const char *v, size_t *out) {
 int cmd_serve(int argc, char **argv) {
   const char *model = NULL, *host = "127.0.0.1", *key_file = NULL, *receipt_key = NULL;
   long port = 11434, threads = 2, parallel = 4, queue = 16, ctx = 0, max_body = (long)SERVER_DEFAULT_MAX_BODY;
-  double timeout_s = 0, drain_s = SERVE_DRAIN_MS / 1000.0;
+  double timeout_s = 0, drain_s = SERVE_DRAIN_MS / 1000.0, drain_delay_s = 0;
+  const char *replica_id = NULL;
   long cache_entries = 0;
   size_t cache_bytes = 0;
   double cache_ttl = 0;
@@ -187,6 +196,8 @@ int cmd_serve(int argc, char **argv) {
     else if (!strcmp(a, "--request-timeout") || !strcmp(a, "--timeout")) bad = cli_parse_double("serve", a, v, 0, 86400, &timeout_s);
     else if (!strcmp(a, "--max-body")) bad = cli_parse_long("serve", a, v, 1024, 1L << 30, &max_body);
     else if (!strcmp(a, "--drain-timeout")) bad = cli_parse_double("serve", a, v, 0, 3600, &drain_s);
+    else if (!strcmp(a, "--drain-delay")) bad = cli_parse_double("serve", a, v, 0, 3600, &drain_delay_s);
+    else if (!strcmp(a, "--replica-id")) replica_id = v;
     else if (!strcmp(a, "--prompt-cache-entries")) bad = parse_cache_entries(a, v, &cache_entries);
     else if (!strcmp(a, "--prompt-cache-bytes")) bad = parse_bytes(a, v, &cache_bytes);
     else if (!strcmp(a, "--prompt-cache-ttl")) bad = cli_parse_double("serve", a, v, 0.001, 1e9, &cache_ttl);
@@ -279,6 +290,7 @@ int cmd_serve(int argc, char **argv) {
   so.body_timeout_s = body_s;
   so.max_connections = (int)max_conn;
   so.max_per_client = (int)per_client;
+  so.replica_id = replica_id;
   so.receipt_key_path = receipt_key;
   server *s = NULL;
   if (server_start(&so, e, &s, err)) {
@@ -297,6 +309,21 @@ int cmd_serve(int argc, char **argv) {
   while (read(g_sig_pipe[0], &sig, 1) < 0 && errno == EINTR) {
   }
   pw_log_notice("%s received, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  if (drain_delay_s > 0) {
+    /* Still serving, but out of the balancer's pool once its health check
+     * sees the 503; a second signal cuts the delay short. */
+    server_drain_notice(s);
+    pw_log_notice("draining: /health answers 503 for %.1f s before new connections are refused", drain_delay_s);
+    uint64_t until = pw_now_ns() + (uint64_t)(drain_delay_s * 1e9);
+    for (;;) {
+      uint64_t now = pw_now_ns();
+      if (now >= until) break;
+      struct pollfd pf = {.fd = g_sig_pipe[0], .events = POLLIN};
+      uint64_t left_ms = (until - now) / 1000000u + 1;
+      int pr = poll(&pf, 1, left_ms > 1000 ? 1000 : (int)left_ms);
+      if (pr > 0 && read(g_sig_pipe[0], &sig, 1) == 1) break;
+    }
+  }
   server_quiesce(s);
   /* The engine finishes what it has; then the HTTP side sends what is left
    * of those answers. Both within the same grace period. */

@@ -46,31 +46,40 @@ typedef struct synth_model {
   /* phi3: fused attn_qkv and gate/up, LongRoPE over this original context (0 = none) */
   bool fused;
   int longrope_ctx;
+  /* qwen35: gated DeltaNet layers (ssm_d_conv 0 = none) between full
+   * attention every full_attn-th layer; rotated dims; M-RoPE sections */
+  int ssm_d_conv, ssm_d_state, ssm_n_group, ssm_dt_rank, full_attn, n_rot;
+  int rope_sections[4];
 } synth_model;
 
 static const synth_model k_models[] = {
     {"qwen2.5-0.5b", "qwen2", "Qwen2.5 0.5B", 896, 24, 14, 2, 64, 4864, 32768, 1e6f, 1e-6f, true, false, true, 0, 0,
-     0, 0, false, 0, false, 0},
+     0, 0, false, 0, false, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
     {"qwen2.5-1.5b", "qwen2", "Qwen2.5 1.5B", 1536, 28, 12, 2, 128, 8960, 32768, 1e6f, 1e-6f, true, false, true, 0,
-     0, 0, 0, false, 0, false, 0},
+     0, 0, 0, false, 0, false, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
     {"qwen3-0.6b", "qwen3", "Qwen3 0.6B", 1024, 28, 16, 8, 128, 3072, 40960, 1e6f, 1e-6f, false, true, true, 0, 0,
-     0, 0, false, 0, false, 0},
+     0, 0, false, 0, false, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
     {"llama-3.2-1b", "llama", "Llama 3.2 1B", 2048, 16, 32, 8, 64, 8192, 131072, 5e5f, 1e-5f, false, false, true,
-     32.0f, 1.0f, 4.0f, 8192, false, 0, false, 0},
+     32.0f, 1.0f, 4.0f, 8192, false, 0, false, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
     {"llama-3.1-8b", "llama", "Llama 3.1 8B", 4096, 32, 32, 8, 128, 14336, 131072, 5e5f, 1e-5f, false, false, false,
-     8.0f, 1.0f, 4.0f, 8192, false, 0, false, 0},
+     8.0f, 1.0f, 4.0f, 8192, false, 0, false, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
     {"gemma-3-1b", "gemma3", "Gemma 3 1B", 1152, 26, 4, 1, 256, 6912, 32768, 1e6f, 1e-6f, false, true, true, 0, 0, 0,
-     0, true, 512, false, 0},
+     0, true, 512, false, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
     {"phi-3.5-mini", "phi3", "Phi 3.5 mini", 3072, 32, 32, 32, 96, 8192, 131072, 1e4f, 1e-5f, false, false, false, 0, 0,
-     0, 0, false, 0, true, 4096},
+     0, 0, false, 0, true, 4096, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
+    {"qwen3.5-0.8b", "qwen35", "Qwen3.5 0.8B", 1024, 24, 8, 2, 256, 3584, 262144, 1e7f, 1e-6f, false, true, true, 0,
+     0, 0, 0, false, 0, false, 0, 4, 128, 16, 16, 4, 64, {11, 11, 10, 0}},
+    {"qwen3.5-2b", "qwen35", "Qwen3.5 2B", 2048, 24, 8, 2, 256, 6144, 262144, 1e7f, 1e-6f, false, true, true, 0, 0,
+     0, 0, false, 0, false, 0, 4, 128, 16, 16, 4, 64, {11, 11, 10, 0}},
 };
 
-typedef enum sy_kind { SY_MATRIX, SY_NORM, SY_BIAS, SY_ROPE, SY_ROPE_LONG, SY_ROPE_SHORT } sy_kind;
+/* SY_DECAY: qwen35's A = -exp(A_log), negative */
+typedef enum sy_kind { SY_MATRIX, SY_NORM, SY_BIAS, SY_ROPE, SY_ROPE_LONG, SY_ROPE_SHORT, SY_DECAY } sy_kind;
 
 typedef struct sy_tensor {
   char name[64];
   uint32_t n_dims;
-  uint64_t ne[2];
+  uint64_t ne[4]; /* unused dims 1 (quant_mix_type reads all four) */
   sy_kind kind;
   float std;
   uint32_t out_type;
@@ -87,6 +96,7 @@ typedef struct sy_ctx {
   int quiet;
   double t0;
   const sy_tensor *cur;
+  bool mtp; /* qwen35: write an MTP block after the layers */
 } sy_ctx;
 
 static uint64_t fnv1a(const char *s) {
@@ -109,16 +119,22 @@ static int sy_add(sy_ctx *c, const char *name, uint32_t n_dims, uint64_t ne0, ui
   t->n_dims = n_dims;
   t->ne[0] = ne0;
   t->ne[1] = ne1;
+  t->ne[2] = t->ne[3] = 1;
   t->kind = kind;
   t->std = std;
   t->name_hash = fnv1a(name);
   return 0;
 }
 
-/* The tensors of a llama/qwen2/qwen3 model as llama.cpp names them. */
+/* qwen35: is layer il a gated DeltaNet layer */
+static bool sy_recurrent(const synth_model *m, int il) { return m->ssm_d_conv > 0 && (il + 1) % m->full_attn != 0; }
+
+/* The tensors of a model as llama.cpp names them (llama, qwen2, qwen3,
+ * gemma3, qwen35). */
 static int sy_build(sy_ctx *c, int n_layer, int64_t n_vocab) {
   const synth_model *m = c->m;
   int64_t e = m->n_embd, qd = (int64_t)m->n_head * m->head_dim, kvd = (int64_t)m->n_head_kv * m->head_dim;
+  int64_t dk = m->ssm_d_state, di = (int64_t)m->ssm_dt_rank * dk, cd = di + 2 * (int64_t)m->ssm_n_group * dk;
   int rc = 0;
   rc |= sy_add(c, "token_embd.weight", 2, e, n_vocab, SY_MATRIX, 0.05f);
   rc |= sy_add(c, "output_norm.weight", 1, e, 1, SY_NORM, 0.02f);
@@ -128,25 +144,39 @@ static int sy_build(sy_ctx *c, int n_layer, int64_t n_vocab) {
     rc |= sy_add(c, "rope_factors_long.weight", 1, m->head_dim / 2, 1, SY_ROPE_LONG, 0);
     rc |= sy_add(c, "rope_factors_short.weight", 1, m->head_dim / 2, 1, SY_ROPE_SHORT, 0);
   }
-  for (int il = 0; il < n_layer; il++) {
+  const int n_blk = n_layer + (c->mtp ? 1 : 0);
+  for (int il = 0; il < n_blk; il++) {
     char n[64];
+    const bool mtp = il == n_layer;
 #define ADD(suffix, nd, a, b, kind, std) \
   (snprintf(n, sizeof n, "blk.%d.%s", il, suffix), rc |= sy_add(c, n, nd, a, b, kind, std))
     ADD("attn_norm.weight", 1, e, 1, SY_NORM, 0.02f);
-    if (m->fused) {
+    if (!mtp && sy_recurrent(m, il)) {
+      ADD("attn_qkv.weight", 2, e, cd, SY_MATRIX, 0.02f);
+      ADD("attn_gate.weight", 2, e, di, SY_MATRIX, 0.02f);
+      ADD("ssm_conv1d.weight", 2, m->ssm_d_conv, cd, SY_MATRIX, 0.3f);
+      ADD("ssm_dt.bias", 1, m->ssm_dt_rank, 1, SY_BIAS, 0.5f);
+      ADD("ssm_a", 1, m->ssm_dt_rank, 1, SY_DECAY, 0.5f);
+      ADD("ssm_beta.weight", 2, e, m->ssm_dt_rank, SY_MATRIX, 0.02f);
+      ADD("ssm_alpha.weight", 2, e, m->ssm_dt_rank, SY_MATRIX, 0.02f);
+      ADD("ssm_norm.weight", 1, dk, 1, SY_NORM, 0.02f);
+      ADD("ssm_out.weight", 2, di, e, SY_MATRIX, 0.02f);
+    } else if (m->fused) {
       ADD("attn_qkv.weight", 2, e, qd + 2 * kvd, SY_MATRIX, 0.02f);
+      ADD("attn_output.weight", 2, qd, e, SY_MATRIX, 0.02f);
     } else {
-      ADD("attn_q.weight", 2, e, qd, SY_MATRIX, 0.02f);
+      /* qwen35's query projection carries each head's gate beside it */
+      ADD("attn_q.weight", 2, e, m->ssm_d_conv > 0 ? 2 * qd : qd, SY_MATRIX, 0.02f);
       ADD("attn_k.weight", 2, e, kvd, SY_MATRIX, 0.02f);
       ADD("attn_v.weight", 2, e, kvd, SY_MATRIX, 0.02f);
+      ADD("attn_output.weight", 2, qd, e, SY_MATRIX, 0.02f);
     }
-    ADD("attn_output.weight", 2, qd, e, SY_MATRIX, 0.02f);
     if (m->qkv_bias) {
       ADD("attn_q.bias", 1, qd, 1, SY_BIAS, 0.02f);
       ADD("attn_k.bias", 1, kvd, 1, SY_BIAS, 0.02f);
       ADD("attn_v.bias", 1, kvd, 1, SY_BIAS, 0.02f);
     }
-    if (m->qk_norm) {
+    if (m->qk_norm && (mtp || !sy_recurrent(m, il))) {
       ADD("attn_q_norm.weight", 1, m->head_dim, 1, SY_NORM, 0.02f);
       ADD("attn_k_norm.weight", 1, m->head_dim, 1, SY_NORM, 0.02f);
     }
@@ -154,7 +184,8 @@ static int sy_build(sy_ctx *c, int n_layer, int64_t n_vocab) {
       ADD("post_attention_norm.weight", 1, e, 1, SY_NORM, 0.02f);
       ADD("post_ffw_norm.weight", 1, e, 1, SY_NORM, 0.02f);
     }
-    ADD("ffn_norm.weight", 1, e, 1, SY_NORM, 0.02f);
+    /* qwen35 names its pre-MLP norm post_attention_norm */
+    ADD(m->ssm_d_conv > 0 ? "post_attention_norm.weight" : "ffn_norm.weight", 1, e, 1, SY_NORM, 0.02f);
     if (m->fused) {
       ADD("ffn_up.weight", 2, e, 2 * (int64_t)m->n_ff, SY_MATRIX, 0.02f);
     } else {
@@ -162,6 +193,12 @@ static int sy_build(sy_ctx *c, int n_layer, int64_t n_vocab) {
       ADD("ffn_up.weight", 2, e, m->n_ff, SY_MATRIX, 0.02f);
     }
     ADD("ffn_down.weight", 2, m->n_ff, e, SY_MATRIX, 0.02f);
+    if (mtp) {
+      ADD("nextn.eh_proj.weight", 2, 2 * e, e, SY_MATRIX, 0.02f);
+      ADD("nextn.enorm.weight", 1, e, 1, SY_NORM, 0.02f);
+      ADD("nextn.hnorm.weight", 1, e, 1, SY_NORM, 0.02f);
+      ADD("nextn.shared_head_norm.weight", 1, e, 1, SY_NORM, 0.02f);
+    }
 #undef ADD
   }
   return rc ? PW_ENOMEM : 0;
@@ -217,6 +254,10 @@ static void sy_row(void *p, int64_t row, float *out) {
   }
   pw_rng r;
   pw_rng_seed(&r, c->seed * 0x9e3779b97f4a7c15ull ^ t->name_hash ^ ((uint64_t)row + 1) * 0xd1b54a32d192ed03ull);
+  if (t->kind == SY_DECAY) {
+    for (int64_t i = 0; i < n; i++) out[i] = -expf(t->std * sy_gauss(&r));
+    return;
+  }
   float base = t->kind == SY_NORM ? 1.0f : 0.0f;
   for (int64_t i = 0; i < n; i++) out[i] = base + t->std * sy_gauss(&r);
 }
@@ -251,6 +292,7 @@ static void synth_usage(FILE *out) {
           "  --window N      override the sliding window of models that have one (quick tests)\n"
           "  --yarn F,CTX    YaRN rope scaling by F over an original context of CTX positions\n"
           "  --orig-ctx N    override the original context of LongRoPE models (quick tests of the long factors)\n"
+          "  --mtp           qwen3.5: add the MTP block (nextn) after the layers\n"
           "  --threads N     generation threads (default 2; the output is the same for any N)\n"
           "  --quiet         no progress on stderr\n",
           quant_ftype_names());
@@ -261,6 +303,7 @@ int cmd_synth(int argc, char **argv) {
   long seed = 1, layers = 0, threads = 2, window = 0, yarn_ctx = 0, orig_ctx = 0;
   double yarn_factor = 0;
   int quiet = 0;
+  bool mtp = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -270,6 +313,10 @@ int cmd_synth(int argc, char **argv) {
     }
     if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
       quiet = 1;
+      continue;
+    }
+    if (!strcmp(a, "--mtp")) {
+      mtp = true;
       continue;
     }
     bool known = !strcmp(a, "--arch") || !strcmp(a, "--vocab") || !strcmp(a, "--out") || !strcmp(a, "-o") ||
@@ -319,6 +366,10 @@ int cmd_synth(int argc, char **argv) {
     fprintf(stderr, ")\n");
     return 2;
   }
+  if (mtp && m->ssm_d_conv == 0) {
+    fprintf(stderr, "power synth: --mtp: %s has no MTP block\n", m->id);
+    return 2;
+  }
   if (orig_ctx > 0 && m->longrope_ctx == 0) {
     fprintf(stderr, "power synth: --orig-ctx: %s has no LongRoPE\n", m->id);
     return 2;
@@ -341,6 +392,7 @@ int cmd_synth(int argc, char **argv) {
   c.m = m;
   c.seed = (uint64_t)seed;
   c.quiet = quiet;
+  c.mtp = mtp;
   if (gguf_open(vocab, &vf, err)) {
     fprintf(stderr, "power synth: %s: %s\n", vocab, err);
     goto done;
@@ -378,7 +430,7 @@ int cmd_synth(int argc, char **argv) {
 #define KEY(s) (snprintf(key, sizeof key, "%s.%s", a, s), key)
   if (gguf_writer_set_str(w, "general.architecture", a, err) || gguf_writer_set_str(w, "general.type", "model", err) ||
       gguf_writer_set_str(w, "general.name", title, err) ||
-      gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)n_layer, err) ||
+      gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)(n_layer + (mtp ? 1 : 0)), err) ||
       gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)m->n_ctx, err) ||
       gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)m->n_embd, err) ||
       gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)m->n_ff, err) ||
@@ -391,6 +443,19 @@ int cmd_synth(int argc, char **argv) {
       (gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)m->head_dim, err) ||
        gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)m->head_dim, err)))
     goto fail;
+  if (m->ssm_d_conv > 0) {
+    const int32_t di = m->ssm_dt_rank * m->ssm_d_state;
+    if (gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)m->n_rot, err) ||
+        gguf_writer_set_arr(w, KEY("rope.dimension_sections"), GGUF_T_INT32, m->rope_sections, 4, err) ||
+        gguf_writer_set_u32(w, KEY("ssm.conv_kernel"), (uint32_t)m->ssm_d_conv, err) ||
+        gguf_writer_set_u32(w, KEY("ssm.state_size"), (uint32_t)m->ssm_d_state, err) ||
+        gguf_writer_set_u32(w, KEY("ssm.group_count"), (uint32_t)m->ssm_n_group, err) ||
+        gguf_writer_set_u32(w, KEY("ssm.time_step_rank"), (uint32_t)m->ssm_dt_rank, err) ||
+        gguf_writer_set_u32(w, KEY("ssm.inner_size"), (uint32_t)di, err) ||
+        gguf_writer_set_u32(w, KEY("full_attention_interval"), (uint32_t)m->full_attn, err) ||
+        (mtp && gguf_writer_set_u32(w, KEY("nextn_predict_layers"), 1, err)))
+      goto fail;
+  }
   if (m->longrope_ctx > 0) {
     /* Phi-3's converter: attn_factor = sqrt(1 + ln(scale) / ln(original context)) */
     int oc = orig_ctx > 0 ? (int)orig_ctx : m->longrope_ctx;

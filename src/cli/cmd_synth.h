@@ -42,6 +42,8 @@ typedef struct quant_mix {
   int n_ffn_down, i_ffn_down; /* tensors named *ffn_down* */
   bool has_output;            /* output.weight present (else tied) */
   int n_gqa;                  /* n_head / n_head_kv (1 if unknown) */
+  bool pure;                  /* no mix: every converted tensor q->base
+                                 (then the row-length fallbacks) */
 } quant_mix;
 
 /* names[n]: every tensor of the output file (to count the above). */
@@ -49,7 +51,8 @@ void quant_mix_init(quant_mix *m, const quant_ftype *q, const char *const *names
 /* True if llama.cpp would convert this tensor (a 2-D+ "*weight"). */
 bool quant_mix_converts(const char *name, uint32_t n_dims);
 /* Output dtype of a converted tensor. Must be called once per converted
- * tensor, in write order (the counters advance). ne[0] is the row length. */
+ * tensor, in write order (the counters advance). ne[0..3]: the tensor's
+ * dimensions, ne[0] the row length, unused ones 1. */
 uint32_t quant_mix_type(quant_mix *m, const char *name, const uint64_t *ne);
 
 /* llama.cpp's tensor order (non-layer tensors first, then by layer number,

@@ -156,6 +156,9 @@ static int create(engine *e, const engine_opts *o, char *err) {
   e->dstate = ds;
   int rc;
   if ((rc = draft_load(e, ds, o, err)) < 0) return rc;
+  if (model_has_recurrent(ds->dm))
+    return pw_seterr(err, PW_EUNSUPPORTED, "engine: a draft model with a recurrent state (%s) is not supported",
+                     model_hp(ds->dm)->arch_name);
   if ((rc = model_kv_create(ds->dm, e->n_slots, e->n_ctx, &ds->dkv, err)) < 0) return rc;
   if ((rc = model_ctx_create(ds->dm, o->step_tokens, e->n_ctx, &ds->dctx, err)) < 0) return rc;
   e->tok_bytes += model_kv_bytes(ds->dkv) / ((size_t)e->n_slots * e->n_ctx);

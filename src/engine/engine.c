@@ -198,7 +198,21 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   e->n_slots = o.max_active + e->n_cache;
   if ((rc = model_kv_create(e->m, e->n_slots, e->n_ctx, &e->kv, err)) < 0) goto fail;
   if ((rc = model_ctx_create(e->m, o.step_tokens, e->n_ctx, &e->ctx, err)) < 0) goto fail;
-  e->tok_bytes = model_kv_bytes(e->kv) / ((size_t)e->n_slots * e->n_ctx);
+  /* per position: the recurrent state (if any) is a fixed cost per slot */
+  e->tok_bytes = (model_kv_bytes(e->kv) - (size_t)e->n_slots * model_kv_state_bytes(e->kv)) /
+                 ((size_t)e->n_slots * e->n_ctx);
+  if (model_has_recurrent(e->m) && drafter) {
+    /* speculation over a recurrent state: a snapshot per running request
+     * before each verification pass, restored on a rejection */
+    e->snap_bytes = model_kv_state_bytes(e->kv);
+    e->snap = malloc((size_t)o.max_active * e->snap_bytes);
+    e->rents = calloc((size_t)SPEC_MAX_K + 1, sizeof *e->rents);
+    if (!e->snap || !e->rents) {
+      rc = pw_seterr(err, PW_ENOMEM, "engine: out of memory for %d recurrent-state snapshots of %zu MiB",
+                     o.max_active, e->snap_bytes >> 20);
+      goto fail;
+    }
+  }
   if (drafter && drafter->create) {
     e->drafter = drafter; /* set first: destroy undoes a partial create */
     if ((rc = drafter->create(e, &o, err)) < 0) goto fail;
@@ -257,6 +271,8 @@ void engine_destroy(engine *e) {
   free(e->free_slots);
   free(e->ents);
   free(e->eents);
+  free(e->snap);
+  free(e->rents);
   free(e->eowner);
   free(e->logits);
   free(e->hidden);

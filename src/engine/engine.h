@@ -276,6 +276,8 @@ typedef struct engine_stats {
   uint64_t spec_target_passes_total; /* target passes giving tokens to requests still speculating */
   uint64_t spec_rounds_total;        /* rounds with at least one proposal */
   uint64_t spec_fallbacks_total;     /* requests that stopped speculating (low acceptance) */
+  uint64_t spec_rollbacks_total;     /* recurrent-state models: rounds whose state went back to the
+                                      * snapshot before the pass and re-ran the accepted prefix */
   /* prefix cache: requests with a key; hits reuse >= 1 token; reused and
    * evaluated prompt tokens of those requests; entries and bytes held
    * (an entry in use counts as an entry, its KV as a running sequence's) */

@@ -112,6 +112,7 @@ struct engine_req {
   /* ---- per step scratch ---- */
   int32_t prop[SPEC_MAX_K]; /* this round's proposals */
   int n_prop;
+  const void *snap;  /* this step's recurrent-state snapshot before the pass, or NULL */
   int step_n;        /* entries in this step's generation batch */
   int step_rows;     /* logits rows wanted (decode: 1 + n_prop; last prompt chunk: 1) */
   int step_row;      /* first of them */
@@ -122,6 +123,7 @@ struct engine_req {
 typedef struct stat_delta {
   uint64_t prompt_tokens, generated_tokens, batch_entries;
   uint64_t spec_drafted, spec_accepted, spec_emitted, spec_target_passes, spec_rounds, spec_fallbacks;
+  uint64_t spec_refeeds;
   uint64_t cache_requests, cache_hits, cache_misses, cache_reused, cache_evaluated, cache_evictions;
 } stat_delta;
 
@@ -174,6 +176,13 @@ struct engine {
   model_entry *eents;  /* [step_tokens] embedding batch */
   engine_req **eowner; /* [step_tokens] */
   float *logits;       /* [rows_cap][n_vocab] */
+  /* a recurrent model with speculation: this step's state snapshots, one
+   * per generation-batch member ([max_active][snap_bytes]), and the
+   * entries that re-run an accepted prefix ([SPEC_MAX_K + 1]); NULL
+   * otherwise */
+  uint8_t *snap;
+  size_t snap_bytes;
+  model_entry *rents;
   int rows_cap;
   float *hidden;       /* [step_tokens][n_embd] final hidden states of an embedding batch */
   char *dbuf;          /* [dbuf_cap] detokenizer output of one token */

@@ -104,6 +104,9 @@ static void cache_take(engine *e, engine_req *r) {
   if (ce && !ce->busy) {
     int lim = ce->n_tok < r->n_prompt - 1 ? ce->n_tok : r->n_prompt - 1;
     while (c < lim && ce->toks[c] == r->prompt[c]) c++;
+    /* A recurrent state holds the entry's whole length and cannot be cut
+     * back: reuse only when the new prompt extends all of it. */
+    if (model_has_recurrent(e->m) && (c != ce->n_tok || !model_kv_seq_exact(e->kv, ce->slot))) c = 0;
     ce->busy = true;
     r->ent = ce;
     r->slot = ce->slot;
@@ -132,6 +135,9 @@ static void cache_store(engine *e, engine_req *r, int status) {
   PW_ASSERT(model_kv_len(e->kv, slot) >= n);
   bool keep = status == 0 && n > 0 && (size_t)n * e->tok_bytes <= e->o.prompt_cache_bytes &&
               (!e->o.prompt_cache_owner_bytes || (size_t)n * e->tok_bytes <= e->o.prompt_cache_owner_bytes);
+  /* a recurrent state is kept only when it holds exactly the n positions */
+  if (keep && model_has_recurrent(e->m) && (model_kv_len(e->kv, slot) != n || !model_kv_seq_exact(e->kv, slot)))
+    keep = false;
   cache_ent *ce = r->ent ? r->ent : cache_find(e, r->key);
   r->slot = -1;
   if (ce && ce->busy && ce != r->ent) { /* someone else's running entry */

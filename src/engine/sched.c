@@ -28,6 +28,7 @@ void eng_stats_flush_locked(engine *e) {
   s->spec_target_passes_total += d->spec_target_passes;
   s->spec_rounds_total += d->spec_rounds;
   s->spec_fallbacks_total += d->spec_fallbacks;
+  s->spec_rollbacks_total += d->spec_refeeds;
   s->cache_requests_total += d->cache_requests;
   s->cache_hits_total += d->cache_hits;
   s->cache_misses_total += d->cache_misses;
@@ -276,8 +277,19 @@ static void step_generate(engine *e, int n) {
   e->n_passes++;
   if (e->o.fail_pass > 0 && e->n_passes == e->o.fail_pass)
     rc = pw_seterr(e->err, PW_EINTERNAL, "forward pass %ld failed (injected)", e->n_passes);
-  else
+  else {
+    /* A recurrent state cannot be cut back to the commit after a rejected
+     * proposal: keep it as it is before the pass (spec.c) */
+    for (int p = 0; p < e->n_part; p++) {
+      engine_req *r = e->part[p];
+      r->snap = NULL;
+      if (e->snap && r->n_fed >= r->n_prompt && r->n_prop > 0) {
+        model_kv_state_save(e->kv, r->slot, e->snap + (size_t)p * e->snap_bytes);
+        r->snap = e->snap + (size_t)p * e->snap_bytes;
+      }
+    }
     rc = model_forward(e->ctx, e->kv, e->ents, n, e->logits, NULL, e->err);
+  }
   if (rc < 0) {
     pw_log(PW_LOG_ERROR, "engine: forward failed: %s", e->err);
     for (int p = 0; p < e->n_part; p++) eng_run_end_req(e, e->part[p], ENGINE_FINISH_NONE, rc, e->err);

@@ -6,6 +6,9 @@
  * new drafter is one file and one row of engine_drafters. */
 #include "engine/engine_int.h"
 
+#include "base/error.h"
+#include "base/log.h"
+
 #include <string.h>
 
 const drafter_ops *const engine_drafters[] = {&eng_draft_prompt_lookup, &eng_draft_ngram, &eng_draft_model, NULL};
@@ -87,6 +90,30 @@ bool eng_seq_verify(engine *e, engine_req *r, const float *rows, engine_finish *
    * not written yet, or was written for a proposal that lost). */
   r->n_fed = base + m;
   eng_kv_rollback(e, r->slot, r->n_fed);
+  if (r->snap && m < k + 1) {
+    /* Exact rollback of a recurrent state: back to the snapshot before the
+     * pass, then the committed entries again (last and the accepted
+     * proposals, = toks[base..base+m)); their logits are known already.
+     * The entries of a sequence give the same state whatever the batch. */
+    char err[PW_ERRMAX];
+    int rc = model_kv_state_restore(e->kv, r->slot, r->snap, err);
+    for (int i = 0; rc == 0 && i < m; i++)
+      e->rents[i] = (model_entry){.seq = r->slot, .pos = base + i, .token = r->toks[base + i], .want_logits = false};
+    if (rc == 0) rc = model_forward(e->ctx, e->kv, e->rents, m, NULL, NULL, err);
+    if (rc < 0) {
+      pw_log(PW_LOG_ERROR, "engine: re-running an accepted prefix failed: %s", err);
+      model_kv_truncate(e->kv, r->slot, 0); /* nothing stale survives */
+      r->n_fed = 0;
+      if (alive) {
+        *fin = ENGINE_FINISH_NONE;
+        *st = rc;
+        *msg = "recurrent state rollback failed";
+      }
+      alive = false;
+    }
+    e->d.spec_refeeds++;
+  }
+  r->snap = NULL;
   if (e->drafter && e->drafter->observe_commit) e->drafter->observe_commit(e, r, a);
   if (k > 0) {
     r->u.spec_drafted += k;

@@ -181,6 +181,7 @@ int ev_gen_receipt(ev_gen *g, const ev_key *key, ev_receipt *r, char *err) {
   json_object_set_new(rt, "power_version", json_string(pw_version()));
   json_object_set_new(rt, "source_revision", json_string(POWER_SOURCE_REVISION));
   json_object_set_new(rt, "kernels", json_string(engine_kernels()));
+  if (g->replica) json_object_set_new(rt, "replica", json_string(g->replica));
   json_object_set_new(rt, "speculation",
                       json_pack("{s:s,s:i,s:i,s:i,s:i}", "mode", g->spec_mode ? g->spec_mode : "off", "drafted",
                                 g->drafted, "accepted", g->accepted, "emitted", g->emitted, "target_passes",

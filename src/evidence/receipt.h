@@ -33,6 +33,8 @@
  *              logit_bias_sha256 (of the canonical [[token, bias], ...]),
  *              ignore_eos, logprobs, top_logprobs. Absent for embeddings.
  *   runtime   {power_version, source_revision, kernels (the kernel level),
+ *              replica (the serving replica's name, power serve
+ *              --replica-id; absent when the caller gives none),
  *              speculation {mode, drafted, accepted, emitted,
  *              target_passes}, prefix_cache {keyed, cached_tokens}}
  *   output    generations: {ids_sha256 (digest of the emitted token ids),
@@ -98,6 +100,7 @@ typedef struct ev_gen {
   int top_logprobs;
   /* runtime */
   const char *spec_mode;       /* "off", ... (static) */
+  const char *replica;         /* borrowed until ev_gen_receipt: the replica's name; NULL = none */
   int drafted, accepted, emitted, target_passes;
   bool cache_keyed;
   int cached_tokens;

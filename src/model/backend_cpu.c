@@ -44,6 +44,12 @@ static void cpu_scale(model_ctx *c, float *y, const float *x, float s, int64_t n
   pw_scale(y, x, s, n);
 }
 
+/* as ggml's sigmoid then mul */
+static void cpu_mul_sigmoid(model_ctx *c, float *y, const float *g, int64_t n) {
+  (void)c;
+  for (int64_t i = 0; i < n; i++) y[i] *= 1.0f / (1.0f + expf(-g[i]));
+}
+
 static void cpu_matmul_multi(model_ctx *c, const pw_mm_op *ops, int n_ops, int64_t n_in, const float *x, int n) {
   pw_matmul_multi_ex(c->m->pool, ops, n_ops, n_in, x, n, c->mm_scratch, c->m->mm_hints);
 }
@@ -81,22 +87,35 @@ static void cpu_prefetch_vec(const float *v, int n) {
 }
 
 /* cos/sin of each rotation angle for every entry, as ggml's rope cache:
- * theta starts at pos and is multiplied by base^(-2/d) per pair, divided
+ * theta starts at pos and is multiplied by base^(-2/n_rot) per pair, divided
  * by the pair's frequency factor; YaRN (ext != 0) mixes the scaled
  * (interpolated) and unscaled angles along a ramp over the pairs and
  * corrects the magnitude. Without YaRN and with attn 1 these are the plain
- * cosf/sinf of the scaled angle. */
+ * cosf/sinf of the scaled angle. With M-RoPE sections and text-only input,
+ * the temporal, height and width positions all equal pos and the fourth is
+ * 0: pairs of the fourth section do not rotate. */
+static bool mrope_extra_pair(const model_hparams *hp, int i) {
+  const int *sc = hp->rope_sections;
+  const int dims = sc[0] + sc[1] + sc[2] + sc[3];
+  if (dims <= 0) return false;
+  const int sector = i % dims;
+  if (hp->rope_imrope)
+    return !((sector % 3 == 0 && sector < 3 * sc[0]) || (sector % 3 == 1 && sector < 3 * sc[1]) ||
+             (sector % 3 == 2 && sector < 3 * sc[2]));
+  return sector >= sc[0] + sc[1] + sc[2];
+}
+
 static void rope_table(const model_ctx *c, const model_entry *e, int n, float base, float scale, const float *freqs,
                        float ext, float attn, float *cos_out, float *sin_out) {
   const model_hparams *hp = &c->m->hp;
-  int half = hp->head_dim / 2;
-  float theta_scale = powf(base, -2.0f / (float)hp->head_dim);
+  int half = hp->n_rot / 2;
+  float theta_scale = powf(base, -2.0f / (float)hp->n_rot);
   const float lo = hp->rope_corr[0], hi = hp->rope_corr[1];
   for (int t = 0; t < n; t++) {
     float theta = (float)e[t].pos;
     for (int i = 0; i < half; i++) {
       float ff = freqs ? freqs[i] : 1.0f;
-      float extrap = theta / ff, th = scale * extrap, ms = attn;
+      float extrap = mrope_extra_pair(hp, i) ? 0.0f : theta / ff, th = scale * extrap, ms = attn;
       if (ext != 0.0f) {
         float y = ((float)i - lo) / (hi - lo > 0.001f ? hi - lo : 0.001f);
         float ramp = (1 - (y < 0 ? 0 : y > 1 ? 1 : y)) * ext;
@@ -126,7 +145,8 @@ static void rope_tables(model_ctx *c, const model_entry *e, int n) {
 
 static void cpu_rope(model_ctx *c, float *v, int n_tok, int n_heads, bool swa) {
   const model_hparams *hp = &c->m->hp;
-  int hd = hp->head_dim, half = hd / 2;
+  /* the first n_rot dimensions of each head rotate, the rest pass */
+  int hd = hp->head_dim, half = hp->n_rot / 2;
   const float *tc = swa ? c->rope_cos_swa : c->rope_cos, *ts = swa ? c->rope_sin_swa : c->rope_sin;
   for (int t = 0; t < n_tok; t++) {
     const float *cs = tc + (size_t)t * half, *sn = ts + (size_t)t * half;
@@ -306,6 +326,8 @@ const model_backend model_backend_cpu = {
     .swiglu = cpu_swiglu,
     .geglu = cpu_geglu,
     .scale = cpu_scale,
+    .mul_sigmoid = cpu_mul_sigmoid,
+    .delta_net = model_cpu_delta_net,
     .prefetch_weights = cpu_prefetch_weights,
     .prefetch_vec = cpu_prefetch_vec,
 };

@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-const model_arch_ops *const model_archs[] = {&model_arch_llama, &model_arch_qwen2, &model_arch_qwen3, &model_arch_gemma3,
-                                             &model_arch_phi3, NULL};
+const model_arch_ops *const model_archs[] = {&model_arch_llama,  &model_arch_qwen2, &model_arch_qwen3, &model_arch_gemma3,
+                                             &model_arch_phi3,   &model_arch_qwen35, NULL};
 
 /* ---- loading ---------------------------------------------------------- */
 
@@ -115,8 +115,13 @@ static int load_hparams(model *m, char *err) {
   if (hp->head_dim <= 0 || hp->head_dim % 2 || hp->head_dim > 1024)
     return pw_seterr(err, PW_EFORMAT, "invalid head dimension %d", hp->head_dim);
   uint32_t rope_dims;
-  if (get_u32_key(f, a, "rope.dimension_count", false, &rope_dims, err) == 0 && (int32_t)rope_dims != hp->head_dim)
-    return pw_seterr(err, PW_EUNSUPPORTED, "partial RoPE (%u of %d dims) is not supported", rope_dims, hp->head_dim);
+  hp->n_rot = hp->head_dim;
+  if (get_u32_key(f, a, "rope.dimension_count", false, &rope_dims, err) == 0 && (int32_t)rope_dims != hp->head_dim) {
+    if (!m->ad->partial_rope || rope_dims == 0 || rope_dims % 2 || (int32_t)rope_dims > hp->head_dim)
+      return pw_seterr(err, PW_EUNSUPPORTED, "partial RoPE (%u of %d dims) is not supported for %s", rope_dims,
+                       hp->head_dim, hp->arch_name);
+    hp->n_rot = (int32_t)rope_dims;
+  }
   char key[128];
   hp->rope_base = 10000.0f;
   snprintf(key, sizeof key, "%s.rope.freq_base", a);
@@ -184,12 +189,18 @@ static int bind_weights(model *m, char *err) {
   if (rc < 0) return rc;
   if (rc == 1) m->output = m->tok_embd; /* tied output */
   if ((rc = model_bind_vec(f, "output_norm.weight", hp->n_embd, &m->output_norm, true, err))) return rc;
-  rc = model_bind_vec(f, "rope_freqs.weight", hp->head_dim / 2, &m->rope_freqs, false, err);
+  rc = model_bind_vec(f, "rope_freqs.weight", hp->n_rot / 2, &m->rope_freqs, false, err);
   if (rc < 0) return rc;
   m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
   if (!m->layers) return pw_seterr(err, PW_ENOMEM, "out of memory");
-  for (int il = 0; il < hp->n_layer; il++)
+  for (int il = 0; il < hp->n_layer; il++) {
+    m->layers[il].kv_slot = m->layers[il].rs_slot = -1;
     if ((rc = m->ad->bind_layer(m, il, err))) return rc;
+    /* a layer has a KV slot unless its architecture gave it a recurrent
+     * state instead */
+    if (m->layers[il].rs_slot >= 0) m->layers[il].rs_slot = m->n_rs_layers++;
+    else m->layers[il].kv_slot = m->n_kv_layers++;
+  }
   return 0;
 }
 
@@ -243,11 +254,13 @@ void model_destroy(model *m) {
   if (!m) return;
   if (!m->pool_borrowed) pw_pool_destroy(m->pool);
   free(m->layers);
+  free(m->layer_recurrent);
   weights_close(m->w);
   free(m);
 }
 
 const model_hparams *model_hp(const model *m) { return &m->hp; }
+bool model_has_recurrent(const model *m) { return m->n_rs_layers > 0; }
 const gguf_file *model_gguf(const model *m) { return m->f; }
 const gguf_residency *model_residency(const model *m) { return &m->res; }
 const weights_info *model_weights_info(const model *m) { return weights_get_info(m->w); }
@@ -274,18 +287,36 @@ int model_kv_create(const model *m, int n_seq, int n_ctx, model_kv **out, char *
     return pw_seterr(err, PW_EINVAL, "invalid KV cache size: %d sequences x %d positions", n_seq, n_ctx);
   model_kv *kv = calloc(1, sizeof *kv);
   if (!kv) return pw_seterr(err, PW_ENOMEM, "out of memory");
-  kv->n_layer = m->hp.n_layer;
+  const model_hparams *hp = &m->hp;
+  kv->n_layer = m->n_kv_layers;
   kv->n_seq = n_seq;
   kv->n_ctx = n_ctx;
-  kv->n_head_kv = m->hp.n_head_kv;
-  kv->head_dim = m->hp.head_dim;
+  kv->n_head_kv = hp->n_head_kv;
+  kv->head_dim = hp->head_dim;
   size_t n = (size_t)kv->n_layer * n_seq * n_ctx * kv->n_head_kv * kv->head_dim;
-  kv->k = alloc_lines(n * sizeof(uint16_t));
-  kv->v = alloc_lines(n * sizeof(uint16_t));
+  kv->k = alloc_lines((n ? n : 1) * sizeof(uint16_t));
+  kv->v = alloc_lines((n ? n : 1) * sizeof(uint16_t));
   kv->len = calloc((size_t)n_seq, sizeof(int));
-  if (!kv->k || !kv->v || !kv->len) {
+  kv->rs_len = calloc((size_t)n_seq, sizeof(int));
+  if (!kv->k || !kv->v || !kv->len || !kv->rs_len) {
     model_kv_destroy(kv);
     return pw_seterr(err, PW_ENOMEM, "out of memory for a KV cache of %zu MiB", 2 * n * 2 >> 20);
+  }
+  if (m->n_rs_layers > 0) {
+    kv->n_rs_layer = m->n_rs_layers;
+    kv->conv_w = hp->ssm_d_conv - 1;
+    kv->conv_dim = hp->ssm_d_inner + 2 * hp->ssm_n_group * hp->ssm_d_state;
+    kv->n_v_heads = hp->ssm_dt_rank;
+    kv->d_state = hp->ssm_d_state;
+    size_t nc = (size_t)kv->n_rs_layer * n_seq * kv->conv_dim * kv->conv_w;
+    size_t ns = (size_t)kv->n_rs_layer * n_seq * kv->n_v_heads * kv->d_state * kv->d_state;
+    kv->conv = alloc_lines((nc ? nc : 1) * sizeof(float));
+    kv->ssm = alloc_lines(ns * sizeof(float));
+    if (!kv->conv || !kv->ssm) {
+      model_kv_destroy(kv);
+      return pw_seterr(err, PW_ENOMEM, "out of memory for a recurrent state of %zu MiB", (nc + ns) * 4 >> 20);
+    }
+    for (int s = 0; s < n_seq; s++) model_kv_truncate(kv, s, 0);
   }
   *out = kv;
   return 0;
@@ -296,23 +327,104 @@ void model_kv_destroy(model_kv *kv) {
   free(kv->k);
   free(kv->v);
   free(kv->len);
+  free(kv->rs_len);
+  free(kv->conv);
+  free(kv->ssm);
   free(kv);
 }
 
 int model_kv_n_seq(const model_kv *kv) { return kv->n_seq; }
 int model_kv_n_ctx(const model_kv *kv) { return kv->n_ctx; }
 int model_kv_len(const model_kv *kv, int seq) { return kv->len[seq]; }
+static size_t seq_state_floats(const model_kv *kv) {
+  return (size_t)kv->n_rs_layer *
+         ((size_t)kv->conv_dim * kv->conv_w + (size_t)kv->n_v_heads * kv->d_state * kv->d_state);
+}
+
 size_t model_kv_bytes(const model_kv *kv) {
-  return 2 * (size_t)kv->n_layer * kv->n_seq * kv->n_ctx * kv->n_head_kv * kv->head_dim * sizeof(uint16_t);
+  return 2 * (size_t)kv->n_layer * kv->n_seq * kv->n_ctx * kv->n_head_kv * kv->head_dim * sizeof(uint16_t) +
+         (size_t)kv->n_seq * seq_state_floats(kv) * sizeof(float);
+}
+
+/* Zeroes sequence seq's recurrent state (a sequence that starts over). */
+static void rs_reset(model_kv *kv, int seq) {
+  for (int l = 0; l < kv->n_rs_layer; l++) {
+    memset(model_kv_conv(kv, l, seq), 0, (size_t)kv->conv_dim * kv->conv_w * sizeof(float));
+    memset(model_kv_ssm(kv, l, seq), 0, (size_t)kv->n_v_heads * kv->d_state * kv->d_state * sizeof(float));
+  }
+  kv->rs_len[seq] = 0;
 }
 
 void model_kv_truncate(model_kv *kv, int seq, int len) {
   PW_ASSERT(seq >= 0 && seq < kv->n_seq && len >= 0 && len <= kv->len[seq]);
   kv->len[seq] = len;
+  /* A recurrent state cannot be cut back: only a restart is exact. */
+  if (kv->n_rs_layer > 0) {
+    if (len == 0) rs_reset(kv, seq);
+    else if (len != kv->rs_len[seq]) kv->rs_len[seq] = -1;
+  }
+}
+
+bool model_kv_seq_exact(const model_kv *kv, int seq) {
+  return kv->n_rs_layer == 0 || kv->rs_len[seq] == kv->len[seq];
+}
+
+size_t model_kv_state_bytes(const model_kv *kv) {
+  return kv->n_rs_layer ? sizeof(int64_t) + seq_state_floats(kv) * sizeof(float) : 0;
+}
+
+void model_kv_state_save(const model_kv *kv, int seq, void *buf) {
+  PW_ASSERT(seq >= 0 && seq < kv->n_seq);
+  if (!kv->n_rs_layer) return;
+  const int64_t len = kv->rs_len[seq];
+  memcpy(buf, &len, sizeof len);
+  float *p = (float *)((char *)buf + sizeof len);
+  const size_t nc = (size_t)kv->conv_dim * kv->conv_w, ns = (size_t)kv->n_v_heads * kv->d_state * kv->d_state;
+  for (int l = 0; l < kv->n_rs_layer; l++) {
+    memcpy(p, model_kv_conv(kv, l, seq), nc * sizeof(float));
+    memcpy(p + nc, model_kv_ssm(kv, l, seq), ns * sizeof(float));
+    p += nc + ns;
+  }
+}
+
+int model_kv_state_restore(model_kv *kv, int seq, const void *buf, char *err) {
+  PW_ASSERT(seq >= 0 && seq < kv->n_seq);
+  if (!kv->n_rs_layer) return 0;
+  int64_t len;
+  memcpy(&len, buf, sizeof len);
+  if (len < 0 || len > kv->len[seq])
+    return pw_seterr(err, PW_EINVAL, "state snapshot of %lld positions does not fit sequence %d of %d", (long long)len,
+                     seq, kv->len[seq]);
+  const float *p = (const float *)((const char *)buf + sizeof len);
+  const size_t nc = (size_t)kv->conv_dim * kv->conv_w, ns = (size_t)kv->n_v_heads * kv->d_state * kv->d_state;
+  for (int l = 0; l < kv->n_rs_layer; l++) {
+    memcpy(model_kv_conv(kv, l, seq), p, nc * sizeof(float));
+    memcpy(model_kv_ssm(kv, l, seq), p + nc, ns * sizeof(float));
+    p += nc + ns;
+  }
+  kv->len[seq] = (int)len;
+  kv->rs_len[seq] = (int)len;
+  return 0;
 }
 
 void model_kv_copy(model_kv *kv, int dst, int src, int len) {
   PW_ASSERT(len >= 0 && len <= kv->len[src]);
+  if (dst == src) {
+    model_kv_truncate(kv, dst, len);
+    return;
+  }
+  if (kv->n_rs_layer > 0 && dst != src) {
+    if (len == 0) rs_reset(kv, dst);
+    else if (len != kv->rs_len[src]) kv->rs_len[dst] = -1;
+    else {
+      for (int l = 0; l < kv->n_rs_layer; l++) {
+        memcpy(model_kv_conv(kv, l, dst), model_kv_conv(kv, l, src), (size_t)kv->conv_dim * kv->conv_w * sizeof(float));
+        memcpy(model_kv_ssm(kv, l, dst), model_kv_ssm(kv, l, src),
+               (size_t)kv->n_v_heads * kv->d_state * kv->d_state * sizeof(float));
+      }
+      kv->rs_len[dst] = len;
+    }
+  }
   if (dst != src)
     for (int l = 0; l < kv->n_layer; l++)
       for (int h = 0; h < kv->n_head_kv; h++) {
@@ -352,6 +464,8 @@ int model_ctx_create(const model *m, int max_batch, int max_ctx, model_ctx **out
     c->rope_sin_swa = malloc(B * hp->head_dim / 2 * sizeof(float));
   }
   c->att_groups = malloc((B + 1) * sizeof(int));
+  size_t act = m->ad->act_floats ? m->ad->act_floats(m, max_batch) : 0;
+  if (act) c->arch_act = alloc_lines(act * sizeof(float));
   /* Scratch for the largest activation quantization of any matmul. */
   size_t mm = 0;
   for (int l = 0; l < hp->n_layer; l++) {
@@ -362,7 +476,7 @@ int model_ctx_create(const model *m, int max_batch, int max_ctx, model_ctx **out
   if (so > mm) mm = so;
   c->mm_scratch = alloc_lines(mm ? mm : 1);
   if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->rows ||
-      !c->rope_cos || !c->rope_sin || !c->att_groups || !c->mm_scratch ||
+      !c->rope_cos || !c->rope_sin || !c->att_groups || !c->mm_scratch || (act && !c->arch_act) ||
       (hp->n_swa > 0 && (!c->rope_cos_swa || !c->rope_sin_swa))) {
     model_ctx_destroy(c);
     return pw_seterr(err, PW_ENOMEM, "out of memory for batch scratch");
@@ -387,6 +501,7 @@ void model_ctx_destroy(model_ctx *c) {
   free(c->rope_cos_swa);
   free(c->rope_sin_swa);
   free(c->att_groups);
+  free(c->arch_act);
   free(c->mm_scratch);
   free(c);
 }
@@ -412,7 +527,17 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
     if (e[t].pos >= kv->n_ctx || e[t].pos >= c->max_ctx)
       return pw_seterr(err, PW_ECONTEXT, "sequence %d: position %d exceeds the context of %d", e[t].seq, e[t].pos,
                        kv->n_ctx);
+    /* a recurrent state holds exactly the positions it has seen: a
+     * sequence cut back to the middle must be restored or restarted */
+    if (kv->n_rs_layer > 0 && e[t].pos > 0 && kv->rs_len[e[t].seq] != kv->len[e[t].seq])
+      return pw_seterr(err, PW_EINVAL,
+                       "sequence %d: its recurrent state does not match its %d positions (cut back without a "
+                       "snapshot)",
+                       e[t].seq, kv->len[e[t].seq]);
   }
+  if (kv->n_rs_layer > 0)
+    for (int t = 0; t < n; t++)
+      if (e[t].pos == 0) rs_reset(kv, e[t].seq);
   const int E = hp->n_embd;
   const model_backend *be = m->be;
   for (int t = 0; t < n; t++) pw_get_row(m->tok_embd.type, m->tok_embd.data, E, e[t].token, c->x + (size_t)t * E);
@@ -420,6 +545,8 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
   be->begin(c, e, n);
   for (int il = 0; il < hp->n_layer; il++) m->ad->layer(c, kv, e, n, il);
   for (int t = 0; t < n; t++) kv->len[e[t].seq] = e[t].pos + 1 > kv->len[e[t].seq] ? e[t].pos + 1 : kv->len[e[t].seq];
+  if (kv->n_rs_layer > 0)
+    for (int t = 0; t < n; t++) kv->rs_len[e[t].seq] = kv->len[e[t].seq];
   int nw = 0;
   for (int t = 0; t < n; t++)
     if (e[t].want_logits) {

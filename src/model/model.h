@@ -27,7 +27,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3, MODEL_ARCH_GEMMA3, MODEL_ARCH_PHI3 } model_arch;
+typedef enum model_arch {
+  MODEL_ARCH_LLAMA,
+  MODEL_ARCH_QWEN2,
+  MODEL_ARCH_QWEN3,
+  MODEL_ARCH_GEMMA3,
+  MODEL_ARCH_PHI3,
+  MODEL_ARCH_QWEN35
+} model_arch;
 
 typedef struct model_hparams {
   model_arch arch;
@@ -55,6 +62,17 @@ typedef struct model_hparams {
   int32_t n_swa;       /* sliding window of the local layers, in positions */
   int32_t swa_period;  /* every swa_period-th layer is global, the others local */
   float rope_base_swa; /* RoPE base of the local layers */
+  int32_t n_rot;       /* rotated dimensions of a head (= head_dim unless partial RoPE) */
+  int32_t rope_sections[4]; /* M-RoPE sections in rotation pairs (all 0 = plain RoPE) */
+  bool rope_imrope;    /* interleaved M-RoPE (qwen3.5): section of pair i is i % 3 */
+  /* Gated DeltaNet layers (qwen35; 0 = none) */
+  int32_t ssm_d_conv;  /* causal conv1d kernel width */
+  int32_t ssm_d_state; /* key/value head dimension of the recurrent state */
+  int32_t ssm_n_group; /* key heads */
+  int32_t ssm_dt_rank; /* value heads */
+  int32_t ssm_d_inner; /* value heads x value head dimension */
+  int32_t n_recurrent; /* layers with a recurrent state */
+  int32_t n_nextn;     /* MTP blocks stored after the n_layer decoder layers */
 } model_hparams;
 
 /* A weight matrix: n_out rows of n_in elements of `type` (view). */
@@ -94,6 +112,13 @@ typedef struct model_kv model_kv;
 int model_kv_create(const model *m, int n_seq, int n_ctx, model_kv **out, char *err);
 void model_kv_destroy(model_kv *kv);
 int model_kv_n_seq(const model_kv *kv);
+/* True when the model keeps a recurrent state per sequence beside the KV
+ * cache (qwen35's DeltaNet layers). Such a state cannot be truncated: a
+ * sequence cut back to a length other than 0 or its own length (by
+ * model_kv_truncate or model_kv_copy) has no valid state until it is
+ * restored from a snapshot taken at that length or reset to 0, and
+ * model_forward refuses to extend it. */
+bool model_has_recurrent(const model *m);
 int model_kv_n_ctx(const model_kv *kv);
 int model_kv_len(const model_kv *kv, int seq);
 /* Drops positions >= len (len <= current length). */
@@ -101,6 +126,17 @@ void model_kv_truncate(model_kv *kv, int seq, int len);
 /* Copies the first len positions of src into dst (dst is replaced). */
 void model_kv_copy(model_kv *kv, int dst, int src, int len);
 size_t model_kv_bytes(const model_kv *kv);
+/* Recurrent-state snapshots (0 bytes for models without one): the state of
+ * sequence seq at its current length, written to buf (caller-owned, at
+ * least model_kv_state_bytes). Restore puts a snapshot back into seq and
+ * cuts its KV length back to the snapshot's length, which must not exceed
+ * the current one (PW_EINVAL otherwise): exact rollback. */
+size_t model_kv_state_bytes(const model_kv *kv);
+/* False when seq's recurrent state does not hold its current length (it
+ * was cut back without a snapshot): it must be restored or restarted. */
+bool model_kv_seq_exact(const model_kv *kv, int seq);
+void model_kv_state_save(const model_kv *kv, int seq, void *buf);
+int model_kv_state_restore(model_kv *kv, int seq, const void *buf, char *err);
 
 typedef struct model_entry {
   int32_t seq;

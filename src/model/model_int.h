@@ -10,7 +10,11 @@
  *                  weights and its layer function
  *   arch_gemma3.c  Gemma 3's block
  *   arch_phi3.c    Phi-3's block (fused QKV and gate/up, LongRoPE)
+ *   arch_qwen35.c  Qwen3.5's hybrid block: gated DeltaNet layers with a
+ *                  recurrent state, and gated full-attention layers
  *   backend_cpu.c  the op interface on the CPU kernels of tensor/
+ *   backend_cpu_dnet.c  the CPU's DeltaNet recurrence (conv1d + gated
+ *                  delta rule over the per-sequence state)
  *
  * A new architecture is one arch_*.c file (its hyperparameters, weight
  * binding and layer function, written over model_backend's ops) and a row
@@ -38,7 +42,29 @@ typedef struct layer_w {
   const float *ffn_norm;
   model_weight w_gate, w_up, w_down;
   const float *attn_post_norm, *ffn_post_norm; /* [n_embd], gemma's sandwich norms, or NULL */
+  /* Where the layer's per-sequence memory lives: its slot among the KV
+   * cache's layers, or among the recurrent-state layers (-1: none). */
+  int kv_slot, rs_slot;
+  /* Gated DeltaNet (rs_slot >= 0): in_qkv [n_embd -> conv_dim], in_z
+   * [n_embd -> d_inner], in_beta / in_alpha [n_embd -> n_v_heads],
+   * ssm_out [d_inner -> n_embd] */
+  model_weight in_qkv, in_z, in_beta, in_alpha, ssm_out;
+  const float *conv1d;   /* [conv_dim][d_conv] F32 */
+  const float *ssm_dt;   /* [n_v_heads] bias added to alpha */
+  const float *ssm_a;    /* [n_v_heads] -exp(A_log) */
+  const float *ssm_norm; /* [d_state] */
 } layer_w;
+
+/* The MTP block (qwen35 nextn): a full-attention decoder block fed with
+ * the last hidden state and the next token's embedding. Loaded when the
+ * file has one; NULL members otherwise. */
+typedef struct mtp_w {
+  layer_w blk;                    /* attention + FFN, as a full-attention layer */
+  model_weight eh_proj;           /* [2 n_embd -> n_embd] */
+  const float *enorm, *hnorm;     /* [n_embd] */
+  const float *head_norm;         /* [n_embd] or NULL (output_norm) */
+  model_weight embed, head;       /* data NULL: the model's own */
+} mtp_w;
 
 struct model {
   gguf_file *f;          /* weights_gguf(w): owned by w */
@@ -52,6 +78,11 @@ struct model {
   const float *rope_freqs; /* [head_dim/2] or NULL */
   const float *rope_long, *rope_short; /* [head_dim/2] LongRoPE factors (phi3), or NULL */
   layer_w *layers;
+  int n_kv_layers;       /* layers with a KV cache slot */
+  int n_rs_layers;       /* layers with a recurrent state */
+  uint8_t *layer_recurrent; /* [n_layer] qwen35's layer kinds (owned), or NULL */
+  bool has_mtp;
+  mtp_w mtp;
   pw_pool *pool;
   bool pool_borrowed;    /* opts->pool: not ours to destroy */
   unsigned mm_hints;     /* PW_MM_RESIDENT for files that fit in cache */
@@ -64,7 +95,21 @@ struct model_kv {
    * are contiguous, one stream for the thread that attends over them */
   uint16_t *k, *v;
   int *len;        /* [n_seq] */
+  /* Recurrent state (n_rs_layer > 0): per layer and sequence, the conv
+   * window [conv_dim][d_conv - 1] and the delta-rule state
+   * [n_v_heads][d_state][d_state] (row j of a head's matrix is column j of
+   * the state S: the update and the readout stream whole rows). */
+  int n_rs_layer, conv_dim, conv_w, n_v_heads, d_state;
+  float *conv, *ssm;
+  int *rs_len;     /* [n_seq] positions the state reflects; -1 = invalid */
 };
+
+static inline float *model_kv_conv(const model_kv *kv, int rl, int seq) {
+  return kv->conv + ((size_t)rl * kv->n_seq + seq) * kv->conv_dim * kv->conv_w;
+}
+static inline float *model_kv_ssm(const model_kv *kv, int rl, int seq) {
+  return kv->ssm + ((size_t)rl * kv->n_seq + seq) * kv->n_v_heads * kv->d_state * kv->d_state;
+}
 
 struct model_ctx {
   const model *m;
@@ -75,8 +120,19 @@ struct model_ctx {
   float *rope_cos_swa, *rope_sin_swa; /* the same with the local layers' base, or NULL */
   int *att_groups;      /* [max_batch] first entry of each attention group */
   int n_att_groups;     /* groups of the current pass */
+  float *arch_act;      /* the architecture's own activations (act_floats) */
   void *mm_scratch;
 };
+
+/* What the DeltaNet op reads for one layer (all [n][...] rows in entry
+ * order): the projected qkv (conv input, conv_dim wide), the raw beta and
+ * alpha gates (n_v_heads wide); it writes out [n][d_inner]. conv_out is
+ * scratch of [n][conv_dim]. */
+typedef struct model_dnet_args {
+  const layer_w *L;
+  int rs_slot;
+  float *qkv, *conv_out, *beta, *alpha, *out;
+} model_dnet_args;
 
 /* ---- the op interface ------------------------------------------------------
  * What a layer function may do; one implementation per backend. Buffers are
@@ -112,6 +168,13 @@ struct model_backend {
   void (*geglu)(model_ctx *c, float *g, const float *u, int64_t n);
   /* y = x * s over n elements */
   void (*scale)(model_ctx *c, float *y, const float *x, float s, int64_t n);
+  /* y *= sigmoid(g) over n elements */
+  void (*mul_sigmoid)(model_ctx *c, float *y, const float *g, int64_t n);
+  /* The gated DeltaNet core of a layer over the pass: causal conv1d with
+   * each sequence's rolling window, SiLU, L2-normed q and k, the gated
+   * delta-rule update of each sequence's state, entry by entry in order,
+   * and the readout (kv's recurrent state is updated in place). */
+  void (*delta_net)(model_ctx *c, model_kv *kv, const model_entry *e, int n, const model_dnet_args *a);
   /* Hints, no-ops where meaningless: the weights of the next matmul of a
    * pass of n entries, and a small vector needed soon. */
   void (*prefetch_weights)(model_ctx *c, const pw_mm_op *ops, int n_ops, int64_t n_in, int n);
@@ -138,18 +201,23 @@ struct model_arch_ops {
   void (*layer)(model_ctx *c, model_kv *kv, const model_entry *e, int n, int il);
   /* Hints the weights layer il reads first (the next pass's start). */
   void (*prefetch_layer)(model_ctx *c, int il, int n);
+  /* Floats of c->arch_act a pass of max_batch needs (may be NULL: none). */
+  size_t (*act_floats)(const model *m, int max_batch);
+  bool partial_rope; /* rope.dimension_count may be below the head size */
 };
 
 /* NULL-terminated rows (model.c). */
 extern const model_arch_ops *const model_archs[];
 extern const model_arch_ops model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma3,
-    model_arch_phi3;
+    model_arch_phi3, model_arch_qwen35;
 
 /* model.c: binding helpers for the architectures' files */
 int model_bind_weight(const gguf_file *f, const char *name, int64_t n_in, int64_t n_out, model_weight *w,
                       bool required, char *err);
 int model_bind_vec(const gguf_file *f, const char *name, int64_t n, const float **out, bool required, char *err);
-/* element offset of (layer, seq, KV head, position) in the cache */
+/* the CPU's delta_net op (backend_cpu_dnet.c) */
+void model_cpu_delta_net(model_ctx *c, model_kv *kv, const model_entry *e, int n, const model_dnet_args *a);
+/* element offset of (KV layer slot, seq, KV head, position) in the cache */
 static inline size_t model_kv_off(const model_kv *kv, int layer, int seq, int head, int pos) {
   return ((((size_t)layer * kv->n_seq + seq) * kv->n_head_kv + head) * kv->n_ctx + pos) * kv->head_dim;
 }

@@ -1,6 +1,7 @@
 /* metrics.c - counters and Prometheus text rendering. See metrics.h. */
 #include "server/metrics.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const int k_status[METRICS_N_STATUS - 1] = {200, 400, 401, 404, 405, 408, 413, 415, 429, 500, 503};
@@ -51,6 +52,8 @@ metrics_endpoint metrics_endpoint_add(metrics *m, const char *name) {
   m->ep_names[m->n_ep] = name;
   return m->n_ep++;
 }
+
+void metrics_set_replica(metrics *m, const char *id) { snprintf(m->replica, sizeof m->replica, "%s", id ? id : ""); }
 
 void metrics_request(metrics *m, metrics_endpoint ep, int http_status) {
   if (ep < 0 || ep >= m->n_ep) ep = MEP_OTHER;
@@ -130,6 +133,10 @@ static void gauge_f(sbuf *out, const char *name, const char *help, double v) {
 }
 
 void metrics_render(const metrics *m, const engine_stats *st, sbuf *out) {
+  if (m->replica[0]) {
+    header(out, "power_replica_info", "gauge", "Always 1; its label names the replica (power serve --replica-id).");
+    sbuf_printf(out, "power_replica_info{replica=\"%s\"} 1\n", m->replica);
+  }
   header(out, "power_http_requests_total", "counter", "HTTP requests answered, by endpoint and status.");
   for (int i = 1; i <= m->n_ep; i++) /* "other" last */
     for (int s = 0, e = i == m->n_ep ? MEP_OTHER : i; s < METRICS_N_STATUS; s++) {

@@ -58,6 +58,7 @@ typedef struct metrics {
   int64_t connections;    /* gauge: open TCP connections */
   int64_t inflight;       /* gauge: requests between their headers and the end of their answer */
   uint64_t deadline_cuts; /* connections closed because headers or body missed their deadline */
+  char replica[128]; /* power_replica_info's label value; "" = series omitted */
 } metrics;
 
 /* Zeroes m and registers the "other" label. */
@@ -66,6 +67,11 @@ void metrics_init(metrics *m);
  * Not thread-safe: register every label before serving. Past
  * METRICS_MAX_EP labels, MEP_OTHER. */
 metrics_endpoint metrics_endpoint_add(metrics *m, const char *name);
+
+/* Names the replica in power_replica_info{replica="..."} 1, the series that
+ * tells a scraper behind a load balancer which replica answered. id must
+ * need no escaping (the server checks it); longer than 127 bytes is cut. */
+void metrics_set_replica(metrics *m, const char *id);
 /* Counts one answered request. Thread-safe. */
 void metrics_request(metrics *m, metrics_endpoint ep, int http_status);
 void metrics_ttft(metrics *m, uint64_t ns);

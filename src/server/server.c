@@ -161,6 +161,8 @@ struct server {
   int quiesced_fd;   /* listen socket handed back by MHD_quiesce_daemon; -1 = none */
   int stopping;      /* atomic flag: server_stop in progress */
   int quiescing;     /* atomic flag: not accepting any more */
+  int draining;      /* atomic flag: /health says "draining" (server_drain_notice) */
+  char replica[SERVER_REPLICA_ID_MAX + 1]; /* X-Power-Replica */
   int inflight;      /* atomic: requests between arrival and completion */
   long long started; /* Unix seconds, the model's "created" */
   ev_model_info evm;   /* the model facts every receipt names */
@@ -394,12 +396,13 @@ static void methods_str(unsigned m, bool options, char *out, size_t cap) {
 static void add_cors(conn *k, struct MHD_Response *r) {
   if (!k->origin) return;
   MHD_add_response_header(r, "Access-Control-Allow-Origin", k->origin);
-  MHD_add_response_header(r, "Access-Control-Expose-Headers", "X-Request-Id, Retry-After");
+  MHD_add_response_header(r, "Access-Control-Expose-Headers", "X-Request-Id, X-Power-Replica, Retry-After");
   if (strcmp(k->origin, "*")) MHD_add_response_header(r, "Vary", "Origin");
 }
 
 static enum MHD_Result queue_resp(conn *k, struct MHD_Connection *c, int status, struct MHD_Response *r) {
   MHD_add_response_header(r, "X-Request-Id", k->log.id);
+  MHD_add_response_header(r, "X-Power-Replica", k->s->replica);
   add_cors(k, r);
   enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
   MHD_destroy_response(r);
@@ -1048,6 +1051,7 @@ enum MHD_Result srv_generate(conn *k, struct MHD_Connection *c, oai_request *rin
                             engine_n_ctx(s->e), s->spec_mode, &e))
         goto fail;
       if (api->receipt_endpoint) rcpt.gen.endpoint = api->receipt_endpoint;
+      rcpt.gen.replica = s->replica;
     }
     if (submit(s, &p, kind == OAI_CHAT ? "messages" : "prompt", &req, &e)) goto fail;
     if (r.stream) {
@@ -1214,6 +1218,7 @@ enum MHD_Result srv_embed(conn *k, struct MHD_Connection *c, oai_request *rin, b
   if (check_model(s, &r, &e)) goto fail;
   srv_caller who = {k->anonymous, k->tenant};
   if (srv_receipt_begin_embed(&rcpt, &s->evm, k->body.data, k->body.len, &who, &e)) goto fail;
+  rcpt.gen.replica = s->replica;
   int n_embd = engine_n_embd(s->e);
   if (r.dimensions && r.dimensions != n_embd) {
     /* Truncating an embedding is only meaningful for models trained for it
@@ -1417,6 +1422,11 @@ done:
 static enum MHD_Result handle_health(conn *k, struct MHD_Connection *c) {
   sbuf out = {0};
   bool ok = !flag(&k->s->quiescing);
+  if (ok && flag(&k->s->draining)) {
+    /* server_drain_notice: still serving, but leaving a balancer's pool. */
+    sbuf_puts(&out, "{\"status\":\"draining\"}");
+    return queue_json(k, c, 503, &out);
+  }
   oai_render_health(ok, &out);
   return queue_json(k, c, ok ? 200 : 503, &out);
 }
@@ -1887,6 +1897,28 @@ static void server_free(server *s) {
   free(s);
 }
 
+/* The replica's name: the given one when it is a valid header value and
+ * Prometheus label (a short token, nothing to escape), else the host name
+ * and port. out holds SERVER_REPLICA_ID_MAX + 1 bytes. */
+static int replica_name(const char *want, int port, char *out, char *err) {
+  static const char ok[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:@/+-";
+  if (want) {
+    size_t n = strlen(want);
+    if (n < 1 || n > SERVER_REPLICA_ID_MAX || strspn(want, ok) != n)
+      return pw_seterr(err, PW_EINVAL, "invalid replica id '%.120s' (1..%d characters of A-Z a-z 0-9 . _ : @ / + -)",
+                       want, SERVER_REPLICA_ID_MAX);
+    memcpy(out, want, n + 1);
+    return 0;
+  }
+  char host[256] = "";
+  if (gethostname(host, sizeof host - 1)) host[0] = 0;
+  size_t n = strspn(host, ok); /* a host name is a token already; keep its valid start */
+  if (n > SERVER_REPLICA_ID_MAX - 6) n = SERVER_REPLICA_ID_MAX - 6;
+  if (!n) snprintf(out, SERVER_REPLICA_ID_MAX + 1, "localhost:%d", port);
+  else snprintf(out, SERVER_REPLICA_ID_MAX + 1, "%.*s:%d", (int)n, host, port);
+  return 0;
+}
+
 int server_start(const server_opts *o, engine *e, server **out, char *err) {
   *out = NULL;
   server *s = calloc(1, sizeof *s);
@@ -1965,6 +1997,8 @@ int server_start(const server_opts *o, engine *e, server **out, char *err) {
   s->listen_fd = -1; /* MHD's now */
   s->port = bound.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&bound)->sin6_port)
                                         : ntohs(((struct sockaddr_in *)&bound)->sin_port);
+  if ((rc = replica_name(o->replica_id, s->port, s->replica, err))) goto fail;
+  metrics_set_replica(&s->m, s->replica);
   *out = s;
   return 0;
 fail:
@@ -1976,10 +2010,19 @@ fail:
 
 int server_port(const server *s) { return s->port; }
 
+void server_drain_notice(server *s) {
+  if (s) __atomic_store_n(&s->draining, 1, __ATOMIC_RELEASE);
+}
+
 void server_quiesce(server *s) {
   if (!s || __atomic_exchange_n(&s->quiescing, 1, __ATOMIC_ACQ_REL)) return;
   MHD_socket fd = MHD_quiesce_daemon(s->d);
   s->quiesced_fd = fd == MHD_INVALID_SOCKET ? -1 : fd;
+  /* Stop listening now (shutdown takes effect at once; close would wait
+   * for the HTTP thread to leave its poll): otherwise the kernel completes
+   * handshakes that nobody answers until exit, and with SO_REUSEPORT a
+   * successor bound to the same port would share connections with us. */
+  if (s->quiesced_fd >= 0) shutdown(s->quiesced_fd, SHUT_RDWR);
 }
 
 int server_drain(server *s, int grace_ms) {

@@ -50,7 +50,8 @@
  *   status=200 prompt_tokens=31 completion_tokens=12 cached_tokens=24 ttft_ms=8.1
  *   total_ms=95.3 finish=stop
  * (on one line), or the same fields as one JSON object per line
- * (log_json). Every response carries the id as X-Request-Id.
+ * (log_json). Every response carries the id as X-Request-Id, and the
+ * replica's name (server_opts.replica_id) as X-Power-Replica.
  *
  * What it is not: TLS (put a proxy in front), multi-model routing, or a
  * place that knows model internals: it talks to the engine only through
@@ -97,6 +98,10 @@ typedef struct server_opts {
   int responses_max;        /* Responses-API answers kept for previous_response_id and GET;
                              * 0 = SERVER_DEFAULT_RESPONSES */
   size_t responses_max_bytes; /* bytes those answers may hold; 0 = SERVER_DEFAULT_RESPONSES_BYTES */
+  const char *replica_id;   /* borrowed: this replica's name behind a load balancer, sent as the
+                             * X-Power-Replica header of every response and as the label of
+                             * power_replica_info in /metrics; 1..SERVER_REPLICA_ID_MAX bytes of
+                             * [A-Za-z0-9._:@/+-]; NULL = "<host name>:<bound port>" */
 } server_opts;
 
 #define SERVER_DEFAULT_MAX_BODY ((size_t)8 << 20)
@@ -104,6 +109,7 @@ typedef struct server_opts {
 #define SERVER_DEFAULT_BODY_TIMEOUT 60.0   /* seconds */
 #define SERVER_DEFAULT_RESPONSES 1024
 #define SERVER_DEFAULT_RESPONSES_BYTES ((size_t)64 << 20)
+#define SERVER_REPLICA_ID_MAX 100
 
 /* Starts listening and serving e (borrowed: it must outlive the server).
  * On success *out is owned by the caller (server_stop). On failure returns
@@ -113,8 +119,14 @@ typedef struct server_opts {
 int server_start(const server_opts *o, engine *e, server **out, char *err);
 /* The bound TCP port (the real one when opts.port was 0). */
 int server_port(const server *s);
-/* Stops accepting new connections; requests in flight carry on. /health
- * answers 503 "shutting_down" from now on. */
+/* The first step of a drain behind a load balancer: /health answers 503
+ * "draining" from now on, so the balancer's health check takes this replica
+ * out of the pool, while every request is still served as before. */
+void server_drain_notice(server *s);
+/* Stops accepting new connections: the socket stops listening at once, so
+ * a new connection is refused (a balancer retries it elsewhere) rather than
+ * waiting unanswered in the kernel's backlog. Requests in flight carry on.
+ * /health answers 503 "shutting_down" on connections still open. */
 void server_quiesce(server *s);
 /* Waits up to grace_ms for the requests in flight to be answered to the
  * end (responses fully sent, e.g. after engine_drain let them finish).

@@ -18,7 +18,10 @@ static const pw_dtype_info g_info[PW_DT_COUNT] = {
     [PW_DT_Q5_K] = {"Q5_K", QK_K, 176, 1},
     [PW_DT_Q6_K] = {"Q6_K", QK_K, 210, 1},
     [PW_DT_Q8_K] = {"Q8_K", QK_K, 292, 0},
+    [PW_DT_IQ4_NL] = {"IQ4_NL", 32, 18, 1},
+    [PW_DT_IQ4_XS] = {"IQ4_XS", QK_K, 136, 1},
     [PW_DT_BF16] = {"BF16", 1, 2, 1},
+    [PW_DT_MXFP4] = {"MXFP4", 32, 17, 1},
 };
 
 const pw_dtype_info *pw_dtype_get(uint32_t id) {

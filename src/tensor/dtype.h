@@ -21,7 +21,10 @@ typedef enum pw_dtype {
   PW_DT_Q5_K = 13,
   PW_DT_Q6_K = 14,
   PW_DT_Q8_K = 15,
+  PW_DT_IQ4_NL = 20,
+  PW_DT_IQ4_XS = 23,
   PW_DT_BF16 = 30,
+  PW_DT_MXFP4 = 39,
   PW_DT_COUNT = 40 /* bound on ids we index by */
 } pw_dtype;
 

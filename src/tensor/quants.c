@@ -6,7 +6,10 @@
  *
  * Weight quantizers for Q4_0..Q8_0 follow ggml's reference quantizers;
  * the K-quant quantizers are simpler (no iterative scale search) but keep
- * every element inside its group's representable range. */
+ * every element inside its group's representable range. The IQ4_NL,
+ * IQ4_XS and MXFP4 quantizers are llama.cpp's without an importance matrix
+ * (Power has none), float operation for float operation, so the files they
+ * write are bit-identical to llama-quantize's (test_quants_llamacpp). */
 #include "tensor/quants.h"
 
 #include "base/error.h"
@@ -745,6 +748,253 @@ static float dot_q6_k(int64_t n, const void *w, const void *xq) {
   return s;
 }
 
+/* ---- non-linear 4-bit types ------------------------------------------------ */
+
+const int8_t pw_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+const int8_t pw_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+static void deq_iq4_nl(const void *src, float *y, int64_t n) {
+  const block_iq4_nl *x = src;
+  for (int64_t i = 0; i < n / QK4_NL; i++, y += QK4_NL) {
+    const float d = H2F(x[i].d);
+    for (int j = 0; j < 16; j++) {
+      y[j] = d * pw_kvalues_iq4nl[x[i].qs[j] & 0xF];
+      y[j + 16] = d * pw_kvalues_iq4nl[x[i].qs[j] >> 4];
+    }
+  }
+}
+
+/* the 6-bit scale of group g (0..7) of an IQ4_XS super-block, biased by 32 */
+static inline int iq4xs_scale(const block_iq4_xs *b, int g) {
+  return ((b->scales_l[g / 2] >> (4 * (g % 2))) & 0xF) | (((b->scales_h >> (2 * g)) & 3) << 4);
+}
+
+static void deq_iq4_xs(const void *src, float *y, int64_t n) {
+  const block_iq4_xs *x = src;
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const float d = H2F(x[i].d);
+    for (int g = 0; g < QK_K / 32; g++, y += 32) {
+      const float dl = d * (iq4xs_scale(&x[i], g) - 32);
+      const uint8_t *qs = x[i].qs + 16 * g;
+      for (int j = 0; j < 16; j++) {
+        y[j] = dl * pw_kvalues_iq4nl[qs[j] & 0xF];
+        y[j + 16] = dl * pw_kvalues_iq4nl[qs[j] >> 4];
+      }
+    }
+  }
+}
+
+static void deq_mxfp4(const void *src, float *y, int64_t n) {
+  const block_mxfp4 *x = src;
+  for (int64_t i = 0; i < n / QK_MXFP4; i++, y += QK_MXFP4) {
+    const float d = pw_e8m0_half(x[i].e);
+    for (int j = 0; j < 16; j++) {
+      y[j] = pw_kvalues_mxfp4[x[i].qs[j] & 0xF] * d;
+      y[j + 16] = pw_kvalues_mxfp4[x[i].qs[j] >> 4] * d;
+    }
+  }
+}
+
+/* Index of the IQ4 table value nearest to v (v in table units): bisection
+ * to the pair around v, the upper one on a tie; clamped at both ends. The
+ * comparisons are llama.cpp's (best_index_int8), so files match it. */
+static int iq4_index(float v) {
+  const int8_t *t = pw_kvalues_iq4nl;
+  if (v <= t[0]) return 0;
+  if (v >= t[15]) return 15;
+  int lo = 0, hi = 15;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (v < t[mid]) hi = mid;
+    else lo = mid;
+  }
+  return v - t[hi - 1] < t[hi] - v ? hi - 1 : hi;
+}
+
+/* Weighted least-squares fit of one group of 32 to the IQ4 grid, as
+ * llama.cpp quantizes IQ4_NL/IQ4_XS when it has no importance matrix:
+ * the weights are x^2; the scale is fitted first at the grid's largest
+ * magnitude (-127) and then at 15 neighbouring grid extents (ntry = 7 on
+ * each side), keeping the fit with the largest sumqx^2/sumq2. Returns the
+ * float scale (0 for a group below 1e-15). Every float operation is in
+ * llama.cpp's order, so the scales (and with them the files) are
+ * bit-identical. */
+#define IQ4_NTRY 7
+static float iq4_group_fit(const float *xb) {
+  const int8_t *t = pw_kvalues_iq4nl;
+  float w[32], amax = 0, max = 0;
+  for (int j = 0; j < 32; j++) {
+    w[j] = xb[j] * xb[j];
+    if (fabsf(xb[j]) > amax) {
+      amax = fabsf(xb[j]);
+      max = xb[j];
+    }
+  }
+  if (amax < 1e-15f) return 0;
+  float id = 1 / (-max / (float)t[0]);
+  float sumqx = 0, sumq2 = 0;
+  for (int j = 0; j < 32; j++) {
+    const float q = t[iq4_index(id * xb[j])];
+    sumqx += w[j] * q * xb[j];
+    sumq2 += w[j] * q * q;
+  }
+  float d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
+  float best = d * sumqx;
+  for (int k = -IQ4_NTRY; k <= IQ4_NTRY; k++) {
+    id = (float)(k + t[0]) / max;
+    sumqx = sumq2 = 0;
+    for (int j = 0; j < 32; j++) {
+      const float q = t[iq4_index(id * xb[j])];
+      sumqx += w[j] * q * xb[j];
+      sumq2 += w[j] * q * q;
+    }
+    if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+      d = sumqx / sumq2;
+      best = d * sumqx;
+    }
+  }
+  return d;
+}
+
+/* 32 indices -> 16 bytes, element j low nibble, j + 16 high */
+static void iq4_pack(const uint8_t *l, uint8_t *qs) {
+  for (int j = 0; j < 16; j++) qs[j] = (uint8_t)(l[j] | (l[j + 16] << 4));
+}
+
+/* IQ4_NL weight quantizer (no importance matrix; see iq4_group_fit): the
+ * indices are re-picked against the unrounded fitted scale. */
+static void q_iq4_nl(const float *x, void *dst, int64_t n) {
+  block_iq4_nl *y = dst;
+  uint8_t l[32];
+  for (int64_t i = 0; i < n / QK4_NL; i++, x += QK4_NL) {
+    const float d = iq4_group_fit(x);
+    y[i].d = F2H(d);
+    const float id = d ? 1 / d : 0.f;
+    for (int j = 0; j < 32; j++) l[j] = (uint8_t)iq4_index(id * x[j]);
+    iq4_pack(l, y[i].qs);
+  }
+}
+
+/* IQ4_XS weight quantizer (no importance matrix): each group's scale is
+ * fitted as for IQ4_NL, the super-block scale is the largest (by
+ * magnitude, first on ties) over -32, group scales round to 6 bits in
+ * [-32, 31], and every index is re-picked against its group's rounded
+ * scale. An all-zero super-block stores d = -0 (fp16 0x8000), as
+ * llama.cpp does. */
+static void q_iq4_xs(const float *x, void *dst, int64_t n) {
+  block_iq4_xs *y = dst;
+  uint8_t l[32];
+  float sc[QK_K / 32];
+  for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+    float max_scale = 0, amax_scale = 0;
+    for (int g = 0; g < QK_K / 32; g++) {
+      sc[g] = iq4_group_fit(x + 32 * g);
+      if (fabsf(sc[g]) > amax_scale) {
+        amax_scale = fabsf(sc[g]);
+        max_scale = sc[g];
+      }
+    }
+    const float d = -max_scale / 32;
+    y[i].d = F2H(d);
+    const float id = d ? 1 / d : 0.f;
+    y[i].scales_h = 0;
+    memset(y[i].scales_l, 0, sizeof y[i].scales_l);
+    for (int g = 0; g < QK_K / 32; g++) {
+      const int ls = clampi(nearest_int(id * sc[g]), -32, 31);
+      const float dl = d * ls;
+      const float idl = dl ? 1 / dl : 0.f;
+      for (int j = 0; j < 32; j++) l[j] = (uint8_t)iq4_index(idl * x[32 * g + j]);
+      iq4_pack(l, y[i].qs + 16 * g);
+      y[i].scales_l[g / 2] |= (uint8_t)(((ls + 32) & 0xF) << (4 * (g % 2)));
+      y[i].scales_h |= (uint16_t)(((ls + 32) >> 4) << (2 * g));
+    }
+  }
+}
+
+/* Nearest E2M1 value to v at scale d: the first of equally near ones in
+ * table order (so +0, never -0), llama.cpp's search. */
+static int mxfp4_index(float v, float d) {
+  int best = 0;
+  float best_err = fabsf(pw_kvalues_mxfp4[0] * d - v);
+  for (int k = 1; k < 16; k++) {
+    const float err = fabsf(pw_kvalues_mxfp4[k] * d - v);
+    if (err < best_err) {
+      best = k;
+      best_err = err;
+    }
+  }
+  return best;
+}
+
+/* MXFP4 quantizer (llama.cpp's quantize_row_mxfp4_ref; it takes no
+ * importance matrix): the shared exponent puts the largest magnitude in
+ * [4, 8) times the half scale, i.e. e = floor(log2(amax)) - 2 + 127, and
+ * every element rounds to the nearest value. Exponents outside [0, 255]
+ * (amax below 2^-125 or not finite), where llama.cpp's conversion is
+ * undefined, are clamped. */
+static void q_mxfp4(const float *x, void *dst, int64_t n) {
+  block_mxfp4 *y = dst;
+  for (int64_t i = 0; i < n / QK_MXFP4; i++, x += QK_MXFP4) {
+    float amax = 0;
+    for (int j = 0; j < QK_MXFP4; j++)
+      if (amax < fabsf(x[j])) amax = fabsf(x[j]);
+    float ef = amax > 0 ? floorf(log2f(amax)) - 2 + 127 : 0;
+    if (!(ef >= 0)) ef = 0;
+    if (ef > 255) ef = 255;
+    y[i].e = (uint8_t)ef;
+    const float d = pw_e8m0_half(y[i].e);
+    for (int j = 0; j < 16; j++)
+      y[i].qs[j] = (uint8_t)(mxfp4_index(x[j], d) | (mxfp4_index(x[j + 16], d) << 4));
+  }
+}
+
+/* Dots in ggml's scalar recipe: integer sums per block of 32, one float
+ * scale product per block (IQ4_XS: per group, the super-block's d times
+ * the activation's d times the group scale). */
+static float dot_iq4_nl(int64_t n, const void *w, const void *xq) {
+  const block_iq4_nl *x = w;
+  const block_q8_0 *y = xq;
+  float s = 0;
+  for (int64_t i = 0; i < n / QK4_NL; i++) {
+    int sumi = 0;
+    for (int j = 0; j < 16; j++)
+      sumi += y[i].qs[j] * pw_kvalues_iq4nl[x[i].qs[j] & 0xF] + y[i].qs[j + 16] * pw_kvalues_iq4nl[x[i].qs[j] >> 4];
+    s += (H2F(y[i].d) * H2F(x[i].d)) * sumi;
+  }
+  return s;
+}
+
+static float dot_iq4_xs(int64_t n, const void *w, const void *xq) {
+  const block_iq4_xs *x = w;
+  const block_q8_K *y = xq;
+  float s = 0;
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const float d4d8 = H2F(x[i].d) * y[i].d;
+    for (int g = 0; g < QK_K / 32; g++) {
+      const uint8_t *qs = x[i].qs + 16 * g;
+      const int8_t *q8 = y[i].qs + 32 * g;
+      int sumi = 0;
+      for (int j = 0; j < 16; j++)
+        sumi += q8[j] * pw_kvalues_iq4nl[qs[j] & 0xF] + q8[j + 16] * pw_kvalues_iq4nl[qs[j] >> 4];
+      s += (d4d8 * (iq4xs_scale(&x[i], g) - 32)) * sumi;
+    }
+  }
+  return s;
+}
+
+static float dot_mxfp4(int64_t n, const void *w, const void *xq) {
+  const block_mxfp4 *x = w;
+  const block_q8_0 *y = xq;
+  float s = 0;
+  for (int64_t i = 0; i < n / QK_MXFP4; i++) {
+    int sumi = 0;
+    for (int j = 0; j < 16; j++)
+      sumi += y[i].qs[j] * pw_kvalues_mxfp4[x[i].qs[j] & 0xF] + y[i].qs[j + 16] * pw_kvalues_mxfp4[x[i].qs[j] >> 4];
+    s += (H2F(y[i].d) * pw_e8m0_half(x[i].e)) * sumi;
+  }
+  return s;
+}
+
 /* ---- table ------------------------------------------------------------ */
 
 #define REF_VEC_DOT(name)                                                                      \
@@ -764,6 +1014,9 @@ REF_VEC_DOT(q3_k)
 REF_VEC_DOT(q4_k)
 REF_VEC_DOT(q5_k)
 REF_VEC_DOT(q6_k)
+REF_VEC_DOT(iq4_nl)
+REF_VEC_DOT(iq4_xs)
+REF_VEC_DOT(mxfp4)
 
 typedef struct {
   uint32_t dt;
@@ -789,6 +1042,9 @@ static const ref_entry g_ref[] = {
     {PW_DT_Q5_K, deq_q5_k, q_q5_k, vd_q5_k, PW_DT_Q8_K},
     {PW_DT_Q6_K, deq_q6_k, q_q6_k, vd_q6_k, PW_DT_Q8_K},
     {PW_DT_Q8_K, deq_q8_k, q_q8_k, NULL, PW_DT_Q8_K},
+    {PW_DT_IQ4_NL, deq_iq4_nl, q_iq4_nl, vd_iq4_nl, PW_DT_Q8_0},
+    {PW_DT_IQ4_XS, deq_iq4_xs, q_iq4_xs, vd_iq4_xs, PW_DT_Q8_K},
+    {PW_DT_MXFP4, deq_mxfp4, q_mxfp4, vd_mxfp4, PW_DT_Q8_0},
 };
 
 void quants_fill_ref(pw_traits *tab) {

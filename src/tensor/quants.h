@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define QK4_0 32
 #define QK4_1 32
@@ -144,6 +145,59 @@ typedef struct {
   int16_t bsums[QK_K / 16];
 } block_q8_K;
 _Static_assert(sizeof(block_q8_K) == 292, "block_q8_K size");
+
+/* ---- non-linear 4-bit types ----------------------------------------------
+ * Each 4-bit index selects an int8 value from a 16-entry table (below); the
+ * block scale multiplies that value. */
+#define QK4_NL 32
+#define QK_MXFP4 32
+
+/* x = d * pw_kvalues_iq4nl[q]; qs[j] holds element j (low nibble) and
+ * element j+16 (high nibble), as q4_0. */
+typedef struct {
+  pw_half d;
+  uint8_t qs[QK4_NL / 2];
+} block_iq4_nl;
+_Static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl size");
+
+/* Super-block of 256 = 8 groups of 32 with 6-bit scales ls (biased by 32):
+ * group g's low 4 bits are nibble g%2 of scales_l[g/2], its top 2 bits are
+ * bits 2g..2g+1 of scales_h (a little-endian u16). x = d * (ls - 32) *
+ * pw_kvalues_iq4nl[q]; within group g, qs[16g + j] holds element 32g + j
+ * (low nibble) and 32g + j + 16 (high nibble). */
+typedef struct {
+  pw_half d;
+  uint16_t scales_h;
+  uint8_t scales_l[QK_K / 64];
+  uint8_t qs[QK_K / 2];
+} block_iq4_xs;
+_Static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs size");
+
+/* OCP microscaling FP4: e is an E8M0 exponent (scale 2^(e-127)), each
+ * nibble an E2M1 value (sign, 2-bit exponent, 1-bit mantissa). The table
+ * holds the E2M1 values doubled (integers), so x = pw_e8m0_half(e) *
+ * pw_kvalues_mxfp4[q]. Nibble order as q4_0. */
+typedef struct {
+  uint8_t e;
+  uint8_t qs[QK_MXFP4 / 2];
+} block_mxfp4;
+_Static_assert(sizeof(block_mxfp4) == 17, "block_mxfp4 size");
+
+/* The IQ4_NL/IQ4_XS value table (ggml's kvalues_iq4nl): a non-uniform grid,
+ * denser near zero where weights cluster. */
+extern const int8_t pw_kvalues_iq4nl[16];
+/* E2M1 values times two, by nibble: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their
+ * negatives (bit 3 is the sign). */
+extern const int8_t pw_kvalues_mxfp4[16];
+
+/* 2^(e-128): half the E8M0 scale, matching the doubled table. e = 0 and 1
+ * are binary32 subnormals; no NaN (e = 255 gives 2^127). */
+static inline float pw_e8m0_half(uint8_t e) {
+  uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
 
 /* IEEE binary16 <-> binary32, round-to-nearest-even, NaN stays NaN (quiet,
  * top payload bits kept, as the F16C instructions do). */

@@ -20,6 +20,8 @@ check "synth --help lists the architectures" grep -q "qwen2.5-0.5b" "$tmp/out"
 "$bin" quantize --help >"$tmp/out" 2>"$tmp/err"
 check "quantize --help exits 0" [ $? -eq 0 ]
 check "quantize --help lists Q4_K_M" grep -q "Q4_K_M" "$tmp/out"
+check "quantize --help lists IQ4_XS, IQ4_NL and MXFP4_MOE" grep -q "IQ4_NL, IQ4_XS, MXFP4_MOE" "$tmp/out"
+check "quantize --help documents --pure" grep -q -- "--pure" "$tmp/out"
 
 # synth: a small file, progress on stderr only, same bytes at 1 and 2 threads
 "$bin" synth --arch qwen3-0.6b --vocab "$vocab" --out "$tmp/a.gguf" --type Q4_K_M --layers 1 --seed 3 \

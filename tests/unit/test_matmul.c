@@ -24,7 +24,8 @@ static float grand(void) { return (frand() + frand() + frand() + frand()) * 0.86
 
 static const uint32_t WTYPES[] = {PW_DT_F32,  PW_DT_F16,  PW_DT_BF16, PW_DT_Q4_0, PW_DT_Q4_1,
                                   PW_DT_Q5_0, PW_DT_Q5_1, PW_DT_Q8_0, PW_DT_Q2_K, PW_DT_Q3_K,
-                                  PW_DT_Q4_K, PW_DT_Q5_K, PW_DT_Q6_K};
+                                  PW_DT_Q4_K, PW_DT_Q5_K, PW_DT_Q6_K, PW_DT_IQ4_NL, PW_DT_IQ4_XS,
+                                  PW_DT_MXFP4};
 
 /* up to 41 tokens: the tiled kernels take 32 or more through unpacked rows;
  * 8224 inputs: rows too long for one unpack buffer of 16 rows */
@@ -76,7 +77,7 @@ static void test_matmul(int n_in) {
         double s0 = 0;
         for (int i = 0; i < n_in; i++) s0 += (double)wf[o * n_in + i] * X[t * n_in + i];
         /* (error ~ N(0, rel^2 * n_in) for N(0,1) data; 4.5 sigma) */
-        double rel = dt == PW_DT_Q2_K ? 0.4 : dt == PW_DT_Q3_K ? 0.18 : 0.1;
+        double rel = dt == PW_DT_Q2_K ? 0.4 : dt == PW_DT_Q3_K || dt == PW_DT_MXFP4 ? 0.18 : 0.1;
         if (fabs(Y1[t * N_OUT + o] - s0) > 4.5 * rel * sqrt((double)n_in)) bad++;
       }
     }
@@ -292,11 +293,12 @@ static void test_row_sharing(void) {
   static uint8_t W[NO * NI * 2];
   for (int i = 0; i < NO * NI; i++) wf[i] = (float)((long long)i * 7919 % 2003 - 1001) / 700.0f;
   for (int i = 0; i < NT * NI; i++) X[i] = (float)((i * 104729) % 1999 - 999) / 500.0f;
-  /* a symmetric type and the K-quants, all tiled at the AVX-512 VBMI level */
-  const uint32_t types[4] = {PW_DT_Q8_0, PW_DT_Q4_K, PW_DT_Q5_K, PW_DT_Q6_K};
+  /* a symmetric type and the K-quants, all tiled at the AVX-512 VBMI level;
+   * the non-linear types (vec_dot at every level) */
+  const uint32_t types[] = {PW_DT_Q8_0, PW_DT_Q4_K, PW_DT_Q5_K, PW_DT_Q6_K, PW_DT_IQ4_NL, PW_DT_IQ4_XS, PW_DT_MXFP4};
   pw_pool *pools[3] = {pw_pool_create(2), pw_pool_create(3), pw_pool_create(17)};
   CHECK(pools[0] && pools[1] && pools[2]);
-  for (int ti = 0; ti < 4; ti++) {
+  for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
     pw_ref_quantize(types[ti], wf, W, (int64_t)NO * NI);
     void *scratch = malloc(pw_matmul_scratch_size(types[ti], NI, NT));
     CHECK(scratch != NULL);

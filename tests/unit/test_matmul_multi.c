@@ -16,9 +16,8 @@ static float frand(void) {
   return (float)((double)(g_rng >> 11) * 0x1.0p-53 * 2.0 - 1.0);
 }
 
-int main(void) {
+static void run_set(const uint32_t types[4]) {
   const int64_t n_in = 512;
-  const uint32_t types[4] = {PW_DT_Q4_K, PW_DT_Q6_K, PW_DT_Q8_0, PW_DT_F16};
   const int64_t n_out[4] = {37, 16, 29, 8};
   void *W[4];
   for (int k = 0; k < 4; k++) {
@@ -66,5 +65,18 @@ int main(void) {
     pw_pool_destroy(pool);
   }
   for (int k = 0; k < 4; k++) free(W[k]);
+}
+
+int main(void) {
+  /* K-quants sharing q8_K rows, q8_0 and f16 */
+  const uint32_t set1[4] = {PW_DT_Q4_K, PW_DT_Q6_K, PW_DT_Q8_0, PW_DT_F16};
+  /* IQ4_XS shares q8_K with Q4_K, IQ4_NL and MXFP4 share q8_0 */
+  const uint32_t set2[4] = {PW_DT_IQ4_XS, PW_DT_IQ4_NL, PW_DT_MXFP4, PW_DT_Q4_K};
+  /* IQ4_NL shares Q8_0's pack where both have the tiled kernel (AVX-512
+   * VBMI), IQ4_XS the q8_K rows of Q4_K where neither has it */
+  const uint32_t set3[4] = {PW_DT_IQ4_NL, PW_DT_Q8_0, PW_DT_IQ4_XS, PW_DT_Q4_K};
+  run_set(set1);
+  run_set(set2);
+  run_set(set3);
   TEST_DONE();
 }

@@ -2,10 +2,12 @@
  * what Power computes on them.
  *
  * Writes small models with `power synth` (qwen2 Q8_0 and Q4_K_M, qwen3
- * Q8_0, llama with llama3 rope_freqs Q4_K_M, gemma3 F16 and Q8_0 with a
- * short sliding window, qwen2 F16 with YaRN scaling, phi3 Q8_0 with LongRoPE's
- * short factors and F16 with its long ones) and `power quantize` (the
- * trained codelm-py to Q4_K_M), runs llama.cpp on each through
+ * Q8_0, llama with llama3 rope_freqs Q4_K_M and IQ4_XS, gemma3 F16 and
+ * Q8_0 with a short sliding window, qwen2 F16 with YaRN scaling, phi3 Q8_0
+ * with LongRoPE's short factors and F16 with its long ones) and `power
+ * quantize` (the trained codelm-py to Q4_K_M; a qwen2 F16 synth file to
+ * IQ4_XS, IQ4_NL and MXFP4 (MXFP4_MOE --pure, every matrix MXFP4)), runs
+ * llama.cpp on each through
  * tests/peer/llamacpp-logits.mjs (node-llama-cpp's prebuilt release, CPU,
  * 2 threads) and compares its next-token distribution at every position
  * with Power's model_forward. node-llama-cpp exposes probabilities, so both
@@ -196,47 +198,87 @@ int main(void) {
       {"qwen2.5-0.5b Q4_K_M", "qwen2.5-0.5b", "qwen2", "Q4_K_M", NULL, qids},
       {"qwen3-0.6b Q8_0", "qwen3-0.6b", "llama-spm", "Q8_0", NULL, sids},
       {"llama-3.2-1b Q4_K_M", "llama-3.2-1b", "llama-spm", "Q4_K_M", NULL, sids},
+      /* 2048-wide rows: IQ4_XS throughout (attn_v Q5_K: 4 query heads per KV head) */
+      {"llama-3.2-1b IQ4_XS", "llama-3.2-1b", "llama-spm", "IQ4_XS", NULL, sids},
       {"gemma-3-1b F16 window 5", "gemma-3-1b", "llama-spm", "F16", "--layers 7 --window 5", sids},
       {"gemma-3-1b Q8_0 window 5", "gemma-3-1b", "llama-spm", "Q8_0", "--layers 7 --window 5", sids},
       {"phi-3.5-mini Q8_0 short", "phi-3.5-mini", "phi-3", "Q8_0", NULL, sids},
       {"phi-3.5-mini F16 long", "phi-3.5-mini", "phi-3", "F16", "--layers 2 --orig-ctx 128", sids},
+      /* qwen3.5-0.8b: four layers, three gated DeltaNet and one gated
+       * full attention; the Q8_0 file also has an MTP block (which the
+       * forward pass does not run). The qwen2 vocabulary stands in for
+       * Qwen3.5's. */
+      {"qwen3.5-0.8b F16", "qwen3.5-0.8b", "qwen2", "F16", "--layers 4", qids},
+      {"qwen3.5-0.8b Q8_0 +mtp", "qwen3.5-0.8b", "qwen2", "Q8_0", "--layers 4 --mtp", qids},
   };
+  /* PW_PEER_ONLY=text runs only the cases whose label contains it */
+  const char *only = getenv("PW_PEER_ONLY");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    if (only && *only && !strstr(cases[i].label, only)) continue;
     snprintf(p, sizeof p, "%s/m%zu.gguf", g_tmp, i);
     if (synth(cases[i].arch, cases[i].vocab, cases[i].type, cases[i].shape, p) == 0)
       compare(cases[i].label, p, cases[i].ids, 12);
     unlink(p);
   }
 
+  char cmd[3072];
   /* YaRN: a factor of 4 over an original context of 16, judged over 40
    * positions (most past the original context). */
-  int32_t lids[40];
-  for (int i = 0; i < 40; i++) lids[i] = qids[i % 12] + (i / 12) * 7;
-  snprintf(p, sizeof p, "%s/yarn.gguf", g_tmp);
-  if (synth("qwen2.5-0.5b", "qwen2", "F16", "--layers 2 --yarn 4,16", p) == 0)
-    compare("qwen2.5-0.5b F16 YaRN 4x16", p, lids, 40);
-  unlink(p);
+  if (!only || !*only || strstr("qwen2.5-0.5b F16 YaRN 4x16", only)) {
+    int32_t lids[40];
+    for (int i = 0; i < 40; i++) lids[i] = qids[i % 12] + (i / 12) * 7;
+    snprintf(p, sizeof p, "%s/yarn.gguf", g_tmp);
+    if (synth("qwen2.5-0.5b", "qwen2", "F16", "--layers 2 --yarn 4,16", p) == 0)
+      compare("qwen2.5-0.5b F16 YaRN 4x16", p, lids, 40);
+    unlink(p);
+  }
+
+  /* The non-linear types, quantized by Power from one F16 synth file (the
+   * 0.5B shape's 896-wide rows take IQ4_XS's IQ4_NL fallback, as in
+   * llama.cpp's IQ4_XS files of that model; its 4864-wide ffn_down stays
+   * IQ4_XS). */
+  static const struct {
+    const char *label, *type;
+  } nl[] = {{"qwen2.5-0.5b IQ4_XS", "IQ4_XS"}, {"qwen2.5-0.5b IQ4_NL", "IQ4_NL"},
+            {"qwen2.5-0.5b MXFP4 (pure)", "MXFP4_MOE --pure"}};
+  int want_nl = 0;
+  for (size_t i = 0; i < sizeof nl / sizeof nl[0]; i++) want_nl |= !only || !*only || strstr(nl[i].label, only);
+  char f16[1024];
+  snprintf(f16, sizeof f16, "%s/f16.gguf", g_tmp);
+  if (want_nl && synth("qwen2.5-0.5b", "qwen2", "F16", NULL, f16) == 0) {
+    for (size_t i = 0; i < sizeof nl / sizeof nl[0]; i++) {
+      if (only && *only && !strstr(nl[i].label, only)) continue;
+      snprintf(p, sizeof p, "%s/nl%zu.gguf", g_tmp, i);
+      snprintf(cmd, sizeof cmd, "'%s' quantize '%s' '%s' %s --quiet", bin(), f16, p, nl[i].type);
+      CHECK_MSG(sh(cmd) == 0, "quantize %s failed", nl[i].type);
+      compare(nl[i].label, p, qids, 12);
+      unlink(p);
+    }
+    unlink(f16);
+  }
 
   /* The trained model, quantized by Power, over real code. */
-  char f32[1024], cmd[3072], err[PW_ERRMAX];
-  snprintf(f32, sizeof f32, "%s/models/codelm-py-F32.gguf", POWER_SHARED_DIR);
-  snprintf(p, sizeof p, "%s/codelm-q4km.gguf", g_tmp);
-  snprintf(cmd, sizeof cmd, "'%s' quantize '%s' '%s' Q4_K_M --quiet", bin(), f32, p);
-  CHECK_MSG(sh(cmd) == 0, "quantize codelm-py failed");
-  gguf_file *gf = NULL;
-  tok_vocab *v = NULL;
-  int32_t ids[128];
-  size_t n = 0;
-  static const char code[] = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
-                             "    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n";
-  if (gguf_open(p, &gf, err) == 0 && tok_vocab_load(gf, &v, err) == 0 &&
-      tok_encode(v, code, strlen(code), true, false, ids, 128, &n, err) == 0)
-    compare("codelm-py Q4_K_M (quantize)", p, ids, (int)n);
-  else
-    CHECK_MSG(0, "codelm-py: %s", err);
-  tok_vocab_destroy(v);
-  gguf_close(gf);
-  unlink(p);
+  if (!only || !*only || strstr("codelm-py Q4_K_M (quantize)", only)) {
+    char f32[1024], err[PW_ERRMAX];
+    snprintf(f32, sizeof f32, "%s/models/codelm-py-F32.gguf", POWER_SHARED_DIR);
+    snprintf(p, sizeof p, "%s/codelm-q4km.gguf", g_tmp);
+    snprintf(cmd, sizeof cmd, "'%s' quantize '%s' '%s' Q4_K_M --quiet", bin(), f32, p);
+    CHECK_MSG(sh(cmd) == 0, "quantize codelm-py failed");
+    gguf_file *gf = NULL;
+    tok_vocab *v = NULL;
+    int32_t ids[128];
+    size_t n = 0;
+    static const char code[] = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
+                               "    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n";
+    if (gguf_open(p, &gf, err) == 0 && tok_vocab_load(gf, &v, err) == 0 &&
+        tok_encode(v, code, strlen(code), true, false, ids, 128, &n, err) == 0)
+      compare("codelm-py Q4_K_M (quantize)", p, ids, (int)n);
+    else
+      CHECK_MSG(0, "codelm-py: %s", err);
+    tok_vocab_destroy(v);
+    gguf_close(gf);
+    unlink(p);
+  }
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
   if (sh(cmd)) fprintf(stderr, "could not remove %s\n", g_tmp);
   TEST_DONE();

@@ -279,6 +279,110 @@ done:
   unlink(q4b);
 }
 
+/* The non-linear types on codelm-py (192-wide rows: IQ4_XS falls back to
+ * IQ4_NL there, 512-wide ffn_down stays IQ4_XS): llama.cpp's file types
+ * and mixes, the same bytes for 1 and 2 threads, and greedy predictions
+ * over real code that mostly agree with the F32 model's. MXFP4_MOE on a
+ * dense model is all Q8_0 (it only puts experts in MXFP4); --pure makes
+ * every matrix MXFP4. */
+static void test_iq_mixes(void) {
+  char f32[1024], xs[300], xs1[300], nl[300], mx[300], mxp[300], args[2048], err[PW_ERRMAX], errf[300];
+  snprintf(f32, sizeof f32, "%s/models/codelm-py-F32.gguf", POWER_SHARED_DIR);
+  snprintf(xs, sizeof xs, "%s/iq4xs.gguf", g_tmp);
+  snprintf(xs1, sizeof xs1, "%s/iq4xs1.gguf", g_tmp);
+  snprintf(nl, sizeof nl, "%s/iq4nl.gguf", g_tmp);
+  snprintf(mx, sizeof mx, "%s/mxfp4.gguf", g_tmp);
+  snprintf(mxp, sizeof mxp, "%s/mxfp4p.gguf", g_tmp);
+  snprintf(errf, sizeof errf, "%s/err", g_tmp);
+  const struct {
+    const char *type, *flags;
+    char *out;
+  } runs[] = {{"IQ4_XS", "--threads 2", xs}, {"iq4_xs", "--threads 1", xs1}, {"IQ4_NL", "", nl},
+              {"MXFP4_MOE", "", mx},         {"MXFP4_MOE", "--pure", mxp}};
+  for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+    snprintf(args, sizeof args, "quantize '%s' '%s' %s %s --quiet", f32, runs[i].out, runs[i].type, runs[i].flags);
+    CHECK_MSG(run(args, errf) == 0, "quantize %s %s failed", runs[i].type, runs[i].flags);
+  }
+  CHECK_MSG(same_file(xs, xs1), "IQ4_XS output differs between 2 and 1 threads");
+  gguf_file *fx = NULL, *fn = NULL, *fm = NULL, *fp = NULL;
+  CHECK_MSG(gguf_open(xs, &fx, err) == 0, "%s", err);
+  CHECK_MSG(gguf_open(nl, &fn, err) == 0, "%s", err);
+  CHECK_MSG(gguf_open(mx, &fm, err) == 0, "%s", err);
+  CHECK_MSG(gguf_open(mxp, &fp, err) == 0, "%s", err);
+  if (fx && fn && fm && fp) {
+    uint32_t ft;
+    CHECK(gguf_get_u32(fx, "general.file_type", &ft) && ft == 30);
+    CHECK(gguf_get_u32(fn, "general.file_type", &ft) && ft == 25);
+    CHECK(gguf_get_u32(fm, "general.file_type", &ft) && ft == 38);
+    CHECK(gguf_get_u32(fp, "general.file_type", &ft) && ft == 38);
+    CHECK_EQ_INT(tensor_type(fx, "token_embd.weight"), PW_DT_Q8_0);      /* output rule, 192 % 256 */
+    CHECK_EQ_INT(tensor_type(fx, "blk.0.attn_q.weight"), PW_DT_IQ4_NL);  /* 192 wide: fallback */
+    CHECK_EQ_INT(tensor_type(fx, "blk.0.ffn_down.weight"), PW_DT_IQ4_XS); /* 512 wide */
+    CHECK_EQ_INT(tensor_type(fx, "blk.5.ffn_up.weight"), PW_DT_IQ4_NL);
+    CHECK_EQ_INT(tensor_type(fn, "token_embd.weight"), PW_DT_Q8_0); /* 192 % 32 == 0: Q6_K, whose fallback is Q8_0 */
+    CHECK_EQ_INT(tensor_type(fn, "blk.3.ffn_down.weight"), PW_DT_IQ4_NL);
+    for (uint64_t i = 0; i < gguf_n_tensors(fm); i++) {
+      const gguf_tensor *a = gguf_tensor_at(fm, i), *b = gguf_tensor_at(fp, i);
+      CHECK_MSG(a->type == (a->n_dims == 1 ? PW_DT_F32 : PW_DT_Q8_0), "MXFP4_MOE: %.*s has type %u", (int)a->name.len,
+                a->name.ptr, a->type);
+      CHECK_MSG(b->type == (b->n_dims == 1 ? PW_DT_F32 : PW_DT_MXFP4), "MXFP4_MOE --pure: %.*s has type %u",
+                (int)b->name.len, b->name.ptr, b->type);
+    }
+  }
+  gguf_close(fx);
+  gguf_close(fn);
+  gguf_close(fm);
+  gguf_close(fp);
+  model *mf = NULL, *mq[3] = {NULL, NULL, NULL};
+  const char *qp[3] = {xs, nl, mxp}, *qn[3] = {"IQ4_XS", "IQ4_NL", "MXFP4"};
+  model_opts o = {.n_threads = 2};
+  CHECK_MSG(model_load(f32, &o, &mf, err) == 0, "%s", err);
+  for (int k = 0; k < 3; k++) CHECK_MSG(model_load(qp[k], &o, &mq[k], err) == 0, "%s: %s", qn[k], err);
+  if (mf && mq[0] && mq[1] && mq[2]) {
+    tok_vocab *v = NULL;
+    int32_t ids[256];
+    size_t n = 0;
+    CHECK_MSG(tok_vocab_load(model_gguf(mf), &v, err) == 0, "%s", err);
+    CHECK_MSG(v && tok_encode(v, k_code, strlen(k_code), true, false, ids, 256, &n, err) == 0, "%s", err);
+    tok_vocab_destroy(v);
+    const int V = model_hp(mf)->n_vocab;
+    float *lf = n > 40 && n <= 200 ? logits_all(mf, ids, (int)n) : NULL;
+    for (int k = 0; k < 3 && lf; k++) {
+      float *lq = logits_all(mq[k], ids, (int)n);
+      int agree = 0, confident = 0, confident_agree = 0, finite = 1;
+      for (size_t i = 0; i < n; i++) {
+        int ta, tb;
+        float ma, mb;
+        top2(lf + i * (size_t)V, V, &ta, &ma);
+        top2(lq + i * (size_t)V, V, &tb, &mb);
+        for (int t = 0; t < V; t++) finite &= isfinite(lq[i * (size_t)V + t]) != 0;
+        agree += ta == tb;
+        if (ma > 0.5f) {
+          confident++;
+          confident_agree += ta == tb;
+        }
+      }
+      fprintf(stderr, "codelm-py %s: top-1 agrees with F32 at %d of %zu (%d of %d where the F32 margin > 0.5)\n",
+              qn[k], agree, n, confident_agree, confident);
+      CHECK(finite);
+      /* 4-bit types: as Q4_K_M's bounds (MXFP4's coarser grid: 2/3) */
+      CHECK_MSG(agree >= (int)(n * (k == 2 ? 2 : 3) / (k == 2 ? 3 : 4)), "%s top-1 agrees at only %d of %zu", qn[k],
+                agree, n);
+      CHECK_MSG(confident_agree >= confident * (k == 2 ? 8 : 9) / 10, "%s confident agreement %d of %d", qn[k],
+                confident_agree, confident);
+      free(lq);
+    }
+    free(lf);
+  }
+  model_destroy(mf);
+  for (int k = 0; k < 3; k++) model_destroy(mq[k]);
+  unlink(xs);
+  unlink(xs1);
+  unlink(nl);
+  unlink(mx);
+  unlink(mxp);
+}
+
 static void test_errors(void) {
   char args[2048], errf[300], out[300];
   snprintf(errf, sizeof errf, "%s/err", g_tmp);
@@ -447,6 +551,7 @@ int main(void) {
     return 1;
   }
   test_codelm();
+  test_iq_mixes();
   test_errors();
   test_synth();
   char cmd[512];

@@ -36,7 +36,8 @@ static float bitsf(uint32_t u) {
 
 static const uint32_t WTYPES[] = {PW_DT_F32,  PW_DT_F16,  PW_DT_BF16, PW_DT_Q4_0, PW_DT_Q4_1,
                                   PW_DT_Q5_0, PW_DT_Q5_1, PW_DT_Q8_0, PW_DT_Q2_K, PW_DT_Q3_K,
-                                  PW_DT_Q4_K, PW_DT_Q5_K, PW_DT_Q6_K};
+                                  PW_DT_Q4_K, PW_DT_Q5_K, PW_DT_Q6_K, PW_DT_IQ4_NL, PW_DT_IQ4_XS,
+                                  PW_DT_MXFP4};
 #define N_WTYPES (sizeof WTYPES / sizeof WTYPES[0])
 
 /* ---- fp16 / bf16 ---------------------------------------------------------- */
@@ -177,6 +178,58 @@ static void test_handmade_32(void) {
       want[j] = 2.0f * q;
     }
     check_deq(PW_DT_Q8_0, b, want, 32, "q8_0");
+  }
+}
+
+/* The non-linear types: values from the tables, scales as the formats
+ * say (IQ4_XS group scales 6-bit, biased by 32; MXFP4 an E8M0 exponent). */
+static const int8_t k_iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+static const float k_e2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, 0, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+
+static void test_handmade_nl(void) {
+  float want[QK_K];
+  { /* IQ4_NL: d = 0.5, element j<16 = index j, element j+16 = index 15-j */
+    uint8_t b[18] = {0x00, 0x38};
+    for (int j = 0; j < 16; j++) b[2 + j] = (uint8_t)(j | ((15 - j) << 4));
+    for (int j = 0; j < 16; j++) {
+      want[j] = 0.5f * k_iq4[j];
+      want[j + 16] = 0.5f * k_iq4[15 - j];
+    }
+    check_deq(PW_DT_IQ4_NL, b, want, 32, "iq4_nl");
+  }
+  { /* MXFP4: e = 130 (scale 2^3), then e = 0 (2^-127, subnormal) */
+    uint8_t b[34] = {130};
+    for (int j = 0; j < 16; j++) b[1 + j] = (uint8_t)(j | ((15 - j) << 4));
+    b[17] = 0;
+    for (int j = 0; j < 16; j++) b[18 + j] = (uint8_t)(7 | (15 << 4));
+    for (int j = 0; j < 16; j++) {
+      want[j] = 8.0f * k_e2m1[j];
+      want[j + 16] = 8.0f * k_e2m1[15 - j];
+      want[32 + j] = 6.0f * 0x1p-127f;
+      want[48 + j] = -6.0f * 0x1p-127f;
+    }
+    check_deq(PW_DT_MXFP4, b, want, 64, "mxfp4");
+    /* the largest exponent: 2^127 * 6 overflows to inf, never NaN */
+    b[0] = 255;
+    float got[32];
+    pw_ref_dequant(PW_DT_MXFP4, b, got, 32);
+    CHECK(got[0] == 0 && got[1] == 0x1p127f && isinf(got[7]) && !isnan(got[8]));
+  }
+  { /* IQ4_XS: d = 0.25, group g's 6-bit scale L_g = 3 + 8g (value L_g - 32) */
+    uint8_t b[136] = {0x00, 0x34};
+    uint16_t sh = 0;
+    for (int g = 0; g < 8; g++) {
+      int L = 3 + 8 * g;
+      b[4 + g / 2] |= (uint8_t)((L & 15) << (4 * (g % 2)));
+      sh |= (uint16_t)((L >> 4) << (2 * g));
+    }
+    memcpy(b + 2, &sh, 2);
+    for (int e = 0; e < QK_K; e++) {
+      int g = e / 32, l = e % 32, v = (e * 7 + e / 9) & 15;
+      b[8 + 16 * g + l % 16] |= (uint8_t)(v << (l < 16 ? 0 : 4));
+      want[e] = 0.25f * (float)(3 + 8 * g - 32) * k_iq4[v];
+    }
+    check_deq(PW_DT_IQ4_XS, b, want, QK_K, "iq4_xs");
   }
 }
 
@@ -337,7 +390,8 @@ static void test_roundtrip(void) {
   } b[] = {{PW_DT_F32, 0},        {PW_DT_F16, 3e-4},    {PW_DT_BF16, 2.5e-3}, {PW_DT_Q4_0, 0.12},
            {PW_DT_Q4_1, 0.11},    {PW_DT_Q5_0, 0.06},   {PW_DT_Q5_1, 0.055},  {PW_DT_Q8_0, 0.0075},
            {PW_DT_Q8_1, 0.0075},  {PW_DT_Q2_K, 0.45},   {PW_DT_Q3_K, 0.2},    {PW_DT_Q4_K, 0.11},
-           {PW_DT_Q5_K, 0.055},   {PW_DT_Q6_K, 0.027},  {PW_DT_Q8_K, 0.0085}};
+           {PW_DT_Q5_K, 0.055},   {PW_DT_Q6_K, 0.027},  {PW_DT_Q8_K, 0.0085},
+           {PW_DT_IQ4_NL, 0.105}, {PW_DT_IQ4_XS, 0.105}, {PW_DT_MXFP4, 0.16}};
   enum { N = 8192 };
   static float x[N], y[N];
   static uint8_t q[N * 4];
@@ -415,6 +469,10 @@ static void make_weights(uint32_t dt, uint8_t *w, int64_t n, int mode) {
     case PW_DT_Q3_K: memcpy(p + 108, &d, 2); break;
     case PW_DT_Q4_K: case PW_DT_Q5_K: memcpy(p, &d, 2); memcpy(p + 2, &m, 2); break;
     case PW_DT_Q6_K: memcpy(p + 208, &d, 2); break;
+    case PW_DT_IQ4_NL: case PW_DT_IQ4_XS: memcpy(p, &d, 2); break;
+    case PW_DT_MXFP4: /* E8M0: 2^(e-128) times values up to 12 */
+      p[0] = mode == MODE_ZERO ? 0 : mode == MODE_BIGD ? 140 : mode == MODE_TINYD ? 0 : (uint8_t)(118 + rnd() % 8);
+      break;
     default: break;
     }
   }
@@ -471,6 +529,22 @@ static int check_level(int level, double *worst) {
               CHECK_MSG(fbits(got[j]) == fbits(one[off + j]), "%s (%s) nx=%d off %d row %d vs nx=1 differ (n=%lld)",
                         tr->name, tr->impl, nx, off, j, (long long)n);
           }
+        /* vec_dot4 (where the level has it): four distinct rows against one
+         * token, each the bits vec_dot gives that row */
+        if (tr->vec_dot4) {
+          static uint8_t w4[4 * 4096 * 4];
+          const size_t rb = (size_t)pw_dtype_row_size(dt, (uint64_t)n);
+          for (int k = 0; k < 4; k++) make_weights(dt, w4 + k * rb, n, mode);
+          for (int j = 0; j < NXM; j += 3) {
+            float o4[4], o1;
+            tr->vec_dot4(n, w4, rb, xq + j * xs, o4);
+            for (int k = 0; k < 4; k++) {
+              tr->vec_dot(n, w4 + k * rb, xq + j * xs, xs, 1, &o1);
+              CHECK_MSG(fbits(o4[k]) == fbits(o1), "%s (%s) vec_dot4 row %d differs from vec_dot (n=%lld mode %d)",
+                        tr->name, tr->impl, k, (long long)n, mode);
+            }
+          }
+        }
         pw_ref_dequant(dt, w, wd, n);
         for (int j = 0; j < NXM; j++) {
           float ref;
@@ -547,6 +621,7 @@ int main(void) {
   test_bf16();
   test_handmade_32();
   test_handmade_k();
+  test_handmade_nl();
   test_activation_quant();
   test_roundtrip();
   test_ref_dot_vs_dequant();

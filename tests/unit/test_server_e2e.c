@@ -464,6 +464,68 @@ static void test_auth(engine *e) {
   server_stop(s);
 }
 
+static const char *replica_of(const resp *r) {
+  const char *v = header(r, "X-Power-Replica");
+  return v ? v : "(none)";
+}
+
+/* Behind a load balancer: the replica's name on every response, in
+ * /metrics and in receipts; the drain notice turns /health to 503 while requests are still
+ * served; after quiesce a new connection is refused at once. */
+static void test_replica(engine *e) {
+  server_opts so = {0};
+  server *s = NULL;
+  char err[PW_ERRMAX];
+  so.replica_id = "bad id";
+  CHECK_EQ_INT(server_start(&so, e, &s, err), PW_EINVAL);
+  CHECK(strstr(err, "replica id") != NULL);
+  so.replica_id = "r1.example:8001";
+  CHECK_MSG(server_start(&so, e, &s, err) == 0, "%s", err);
+  if (!s) return;
+  int port = server_port(s);
+  const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2}";
+  const char *stream = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2,\"stream\":true}";
+  resp r;
+  http(port, "GET", "/health", NULL, NULL, &r, 5000);
+  CHECK_EQ_INT(r.status, 200);
+  CHECK_STR(replica_of(&r), "r1.example:8001");
+  free(r.body);
+  http(port, "POST", "/v1/chat/completions", NULL, chat, &r, 30000);
+  CHECK_EQ_INT(r.status, 200);
+  CHECK_STR(replica_of(&r), "r1.example:8001");
+  json_t *j = body_json(&r);
+  const char *in_receipt = json_string_value(json_object_get(
+      json_object_get(json_object_get(j, "receipt"), "runtime"), "replica"));
+  CHECK_STR(in_receipt ? in_receipt : "(none)", "r1.example:8001");
+  json_decref(j);
+  free(r.body);
+  http(port, "POST", "/v1/chat/completions", NULL, stream, &r, 30000);
+  CHECK_EQ_INT(r.status, 200);
+  CHECK_STR(replica_of(&r), "r1.example:8001");
+  free(r.body);
+  http(port, "POST", "/v1/chat/completions", NULL, "{\"messages\":3}", &r, 5000);
+  CHECK_EQ_INT(r.status, 400);
+  CHECK_STR(replica_of(&r), "r1.example:8001");
+  free(r.body);
+  http(port, "GET", "/metrics", NULL, NULL, &r, 5000);
+  CHECK(strstr(r.body, "\npower_replica_info{replica=\"r1.example:8001\"} 1\n") != NULL);
+  free(r.body);
+
+  server_drain_notice(s);
+  http(port, "GET", "/health", NULL, NULL, &r, 5000);
+  CHECK_EQ_INT(r.status, 503);
+  CHECK(strstr(r.body, "\"draining\"") != NULL);
+  free(r.body);
+  http(port, "POST", "/v1/chat/completions", NULL, chat, &r, 30000);
+  CHECK_EQ_INT(r.status, 200); /* still serving */
+  free(r.body);
+  server_quiesce(s);
+  int fd = tcp_connect(port);
+  CHECK_MSG(fd < 0, "a connection to a quiesced server was accepted");
+  if (fd >= 0) close(fd);
+  server_stop(s);
+}
+
 typedef struct worker {
   int status;
   int ok_body;
@@ -897,12 +959,18 @@ int main(void) {
   test_chat();
   test_completions_tok_emb();
   test_auth(e);
+  test_replica(e);
   test_prefix_cache(e);
   test_concurrent();
   resp r;
   http(g_port, "GET", "/metrics", NULL, NULL, &r, 5000);
   CHECK_EQ_INT(r.status, 200);
   CHECK(strstr(r.body, "power_time_to_first_token_seconds_count") != NULL);
+  /* The default replica name: host name and port. */
+  char port_suffix[16];
+  snprintf(port_suffix, sizeof port_suffix, ":%d", g_port);
+  const char *rep = header(&r, "X-Power-Replica");
+  CHECK(rep && strlen(rep) > strlen(port_suffix) && !strcmp(rep + strlen(rep) - strlen(port_suffix), port_suffix));
   CHECK(strstr(r.body, "endpoint=\"chat_completions\",status=\"200\"}") != NULL);
   free(r.body);
   server_stop(s);

@@ -166,6 +166,86 @@ AI void vd_q5_1_k(int64_t n, const void *vw, const void *x, size_t xs, const int
 }
 NX_DISPATCH(vd_q5_1)
 
+/* ---- non-linear 4-bit types ---------------------------------------------
+ * The 16-entry value table sits in both 128-bit lanes of a register and a
+ * pshufb of the nibbles looks all 32 values up at once; from there the
+ * block is a signed int8 block like Q4_0's (|value| <= 127, so the
+ * maddubs sign trick cannot saturate). */
+
+AI __m256i table32(const int8_t *t) {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)t));
+}
+
+/* IQ4_NL and MXFP4 against q8_0: one scale per block (fp16 d, or the E8M0
+ * half scale) */
+AI void vd_nl32_k(int64_t n, const void *vw, const void *x, size_t xs, const int nx, float *out, const int mx) {
+  const __m256i tab = table32(mx ? pw_kvalues_mxfp4 : pw_kvalues_iq4nl);
+  const size_t bsz = mx ? sizeof(block_mxfp4) : sizeof(block_iq4_nl);
+  __m256 acc[8];
+  FOR_NX(j) acc[j] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / 32; i++) {
+    const uint8_t *b = (const uint8_t *)vw + (size_t)i * bsz;
+    const __m256i qw = _mm256_shuffle_epi8(tab, nibbles32(b + (mx ? 1 : 2)));
+    const __m256i aw = _mm256_sign_epi8(qw, qw);
+    float dw;
+    if (mx) {
+      dw = pw_e8m0_half(b[0]);
+    } else {
+      pw_half h;
+      memcpy(&h, b, 2);
+      dw = h2f(h);
+    }
+    FOR_NX(j) {
+      const block_q8_0 *y = XROW(block_q8_0, x, xs, j) + i;
+      __m256 p = dot_i8_signed(aw, qw, loadu256(y->qs));
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(y->d) * dw), p, acc[j]);
+    }
+  }
+  FOR_NX(j) out[j] = hsum8(acc[j]);
+}
+AI void vd_iq4_nl_k(int64_t n, const void *w, const void *x, size_t xs, const int nx, float *out) {
+  vd_nl32_k(n, w, x, xs, nx, out, 0);
+}
+AI void vd_mxfp4_k(int64_t n, const void *w, const void *x, size_t xs, const int nx, float *out) {
+  vd_nl32_k(n, w, x, xs, nx, out, 1);
+}
+NX_DISPATCH(vd_iq4_nl)
+NX_DISPATCH(vd_mxfp4)
+
+/* IQ4_XS against q8_K: each group's int16 pair sums are scaled by its
+ * 6-bit scale (ls - 32) in the madd, so a super-block is one int32 vector
+ * per row and one FMA (|sum| < 2^25: exact). */
+AI void vd_iq4_xs_k(int64_t n, const void *vw, const void *x, size_t xs, const int nx, float *out) {
+  const block_iq4_xs *w = vw;
+  const __m256i tab = table32(pw_kvalues_iq4nl);
+  __m256 acc[8];
+  FOR_NX(j) acc[j] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / QK_K; i++) {
+    const float dw = h2f(w[i].d);
+    __m256i sumi[8];
+    FOR_NX(j) sumi[j] = _mm256_setzero_si256();
+    uint32_t sl;
+    memcpy(&sl, w[i].scales_l, 4);
+    for (int g = 0; g < QK_K / 32; g++) {
+      const int ls = (int)(((sl >> (4 * g)) & 0xF) | (((w[i].scales_h >> (2 * g)) & 3) << 4)) - 32;
+      const __m256i qw = _mm256_shuffle_epi8(tab, nibbles32(w[i].qs + 16 * g));
+      const __m256i aw = _mm256_sign_epi8(qw, qw);
+      const __m256i s = _mm256_set1_epi16((short)ls);
+      FOR_NX(j) {
+        const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
+        const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(loadu256(y->qs + 32 * g), qw));
+        sumi[j] = _mm256_add_epi32(sumi[j], _mm256_madd_epi16(s, p));
+      }
+    }
+    FOR_NX(j) {
+      const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y->d), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
+    }
+  }
+  FOR_NX(j) out[j] = hsum8(acc[j]);
+}
+NX_DISPATCH(vd_iq4_xs)
+
 /* ---- K-quants ------------------------------------------------------------ */
 
 AI void vd_q2_k_k(int64_t n, const void *vw, const void *x, size_t xs, const int nx, float *out) {
@@ -586,6 +666,9 @@ void quants_fill_avx2(pw_traits *t) {
   t[PW_DT_Q6_K].vec_dot = vd_q6_k;
   t[PW_DT_Q6_K].to_float = dq_q6_k;
   t[PW_DT_Q8_K].from_float = qz_q8_k;
+  t[PW_DT_IQ4_NL].vec_dot = vd_iq4_nl;
+  t[PW_DT_IQ4_XS].vec_dot = vd_iq4_xs;
+  t[PW_DT_MXFP4].vec_dot = vd_mxfp4;
   for (int i = 0; i < PW_DT_COUNT; i++)
     if (t[i].to_float) t[i].impl = "avx2";
 }

@@ -1,5 +1,6 @@
 /* gemm_avx512vbmi.c - the register-tiled GEMM of the symmetric 32-element
- * weight types (Q8_0, Q4_0, Q5_0) and of the K-quants Q4_K, Q5_K and Q6_K
+ * weight types (Q8_0, Q4_0, Q5_0, and IQ4_NL, which is Q4_0's block with
+ * a table lookup of the nibbles) and of the K-quants Q4_K, Q5_K and Q6_K
  * with AVX-512 VNNI, VBMI and BITALG (the byte permute and bit shuffle of
  * the weight unpack). Installed by pw_tensor_init on top of the AVX-512
  * vec_dot kernels when the CPU has those too (Ice Lake, Zen 4 and later);
@@ -22,14 +23,17 @@
 
 #define AI static inline __attribute__((always_inline))
 
-enum { LQ8_0, LQ4_0, LQ5_0, LQ4_K, LQ5_K, LQ6_K };
+enum { LQ8_0, LQ4_0, LQ5_0, LIQ4_NL, LQ4_K, LQ5_K, LQ6_K };
+
+/* Q4_0's block layout (fp16 d, then 16 bytes of nibbles) */
+AI int q4_layout(const int kind) { return kind == LQ4_0 || kind == LIQ4_NL; }
 
 /* the K-quants (256-element super-blocks; see "K-quants" below) */
 AI int is_k(const int kind) { return kind >= LQ4_K; }
 AI size_t k_bsz(const int kind) { return kind == LQ4_K ? 144 : kind == LQ5_K ? 176 : 210; }
 
 /* block bytes of the symmetric 32-element types */
-AI int sym_wsz(const int kind) { return kind == LQ8_0 ? 34 : kind == LQ4_0 ? 18 : 22; }
+AI int sym_wsz(const int kind) { return kind == LQ8_0 ? 34 : q4_layout(kind) ? 18 : 22; }
 
 /* The GEMM walks each weight row in quads of 32-element blocks, and every
  * (row, token) result is, per quad, four exact integer block dots (the
@@ -43,7 +47,9 @@ AI int sym_wsz(const int kind) { return kind == LQ8_0 ? 34 : kind == LQ4_0 ? 18 
  * and FMA serve four (row, token) pairs.
  *
  * Weights enter vpdpbusd unsigned: Q4_0 and Q5_0 as their stored values
- * q + 8 and q + 16, Q8_0 as q + 128 (xor 0x80); the offset times the
+ * q + 8 and q + 16, Q8_0 as q + 128 (xor 0x80), IQ4_NL as its table value
+ * + 128 (a vpshufb of the nibbles into the table shifted by 128, 1..241:
+ * so it shares Q8_0's pack); the offset times the
  * negated activation sum depends on the token alone, is packed with it (so
  * each weight type has its own pack) and is the initial value of the
  * integer dot.
@@ -322,7 +328,7 @@ AI void gemm_pack_k(const float *x, void *xp, int64_t n, int t, int nt, const in
 }
 
 /* log2 of the weight offset of the unsigned weights */
-AI int sym_shift(const int kind) { return kind == LQ8_0 ? 7 : kind == LQ4_0 ? 3 : 4; }
+AI int sym_shift(const int kind) { return kind == LQ8_0 || kind == LIQ4_NL ? 7 : kind == LQ4_0 ? 3 : 4; }
 
 /* one quad of one weight row as the dots take it: a and b the unsigned
  * quants (low and high 16 of each block), d the lane scales */
@@ -335,7 +341,7 @@ typedef struct {
 } wquad;
 
 /* where w_quad leaves d_k in h */
-AI int dpos(const int kind, const int k) { return kind == LQ8_0 ? 4 * k : kind == LQ4_0 ? 9 * k : 8 * k; }
+AI int dpos(const int kind, const int k) { return kind == LQ8_0 ? 4 * k : q4_layout(kind) ? 9 * k : 8 * k; }
 
 /* a byte-mask of the low `n` bytes (n <= 64) */
 AI __mmask64 low_bytes(int n) { return n >= 64 ? ~0ull : (1ull << n) - 1; }
@@ -378,9 +384,9 @@ AI wquad w_quad(const uint8_t *wp, const int kind, const int cnt) {
   const __m512i hi = nbytes > 64 ? _mm512_maskz_loadu_epi8(low_bytes(nbytes - 64), wp + 64) : _mm512_setzero_si512();
   /* block k's 16 quant bytes (at k * wsz + 2, or + 6 after Q5_0's qh) into
    * lane k */
-  const int qo = kind == LQ4_0 ? 2 : 6;
+  const int qo = q4_layout(kind) ? 2 : 6;
   __m512i qidx;
-  if (kind == LQ4_0)
+  if (q4_layout(kind))
     qidx = _mm512_set_epi8(69, 68, 67, 66, 65, 64, 63, 62, 61, 60, 59, 58, 57, 56, 55, 54,
                            51, 50, 49, 48, 47, 46, 45, 44, 43, 42, 41, 40, 39, 38, 37, 36,
                            33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18,
@@ -394,7 +400,13 @@ AI wquad w_quad(const uint8_t *wp, const int kind, const int cnt) {
   const __m512i m0f = _mm512_set1_epi8(0x0F);
   u.a = _mm512_and_si512(v, m0f);
   u.b = _mm512_and_si512(_mm512_srli_epi16(v, 4), m0f);
-  if (kind == LQ4_0) {
+  if (kind == LIQ4_NL) {
+    const __m512i tab = _mm512_add_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)pw_kvalues_iq4nl)),
+                                        _mm512_set1_epi8((char)0x80));
+    u.a = _mm512_shuffle_epi8(tab, u.a);
+    u.b = _mm512_shuffle_epi8(tab, u.b);
+  }
+  if (q4_layout(kind)) {
     /* words [d0 x 4, d1 x 4, d2 x 4, d3 x 4] (d_k at word 9k) */
     const __m512i didx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                           27, 27, 27, 27, 18, 18, 18, 18, 9, 9, 9, 9, 0, 0, 0, 0);
@@ -777,7 +789,7 @@ AI wquad tile_quad(const int kind, const int U, const int cnt, const uint8_t *w,
  * h of the super-blocks at w, f[r]: row r's wk_f */
 AI void quad_groups(const int kind, const int U, const int R, const int G, const int cnt, const uint8_t *w, size_t rs,
                     size_t pfd, const uint8_t *xg, size_t gs, __m512 acc[4][2], const int h, const __m512 *f) {
-  const int l2 = G == 2 && (kind == LQ4_0 || kind == LQ5_0) && !U;
+  const int l2 = G == 2 && (q4_layout(kind) || kind == LQ5_0) && !U;
   if (G == 1) { /* the group in registers, each row's quad in turn */
     xgroup x;
     load_group(xg, &x, kind);
@@ -999,7 +1011,7 @@ AI void gemm_sym(const int kind, int64_t n, const void *w, size_t w_row, int nr,
      * tiles); Q8_0 rows are faster in 4-row tiles (71 / 102 / 136 against
      * 59 / 85 / 117 one row at a time); a group left over after a pair keeps
      * 4-row tiles */
-    const int rmax = G == 2 ? 2 : nt <= 4 && !(flags & PW_GEMM_RESIDENT) && (kind == LQ4_0 || kind == LQ5_0) ? 1 : 4;
+    const int rmax = G == 2 ? 2 : nt <= 4 && !(flags & PW_GEMM_RESIDENT) && (q4_layout(kind) || kind == LQ5_0) ? 1 : 4;
     for (int r0 = 0; r0 < nr;) {
       const int R = nr - r0 < rmax ? nr - r0 : rmax;
       const uint8_t *wr = (const uint8_t *)w + (size_t)r0 * w_row;
@@ -1036,6 +1048,7 @@ static void gemm_pack_q6_k(const float *x, void *xp, int64_t n, int t, int nt) {
 GEMM_ENTRY(gemm_q8_0, LQ8_0)
 GEMM_ENTRY(gemm_q4_0, LQ4_0)
 GEMM_ENTRY(gemm_q5_0, LQ5_0)
+GEMM_ENTRY(gemm_iq4_nl, LIQ4_NL)
 GEMM_ENTRY(gemm_q4_k, LQ4_K)
 GEMM_ENTRY(gemm_q5_k, LQ5_K)
 GEMM_ENTRY(gemm_q6_k, LQ6_K)
@@ -1055,6 +1068,8 @@ void gemm_fill_avx512vbmi(pw_traits *t) {
       {PW_DT_Q8_0, gemm_q8_0, gemm_pack_q8_0, gemm_xrow_quad}, {PW_DT_Q4_0, gemm_q4_0, gemm_pack_q4_0, gemm_xrow_quad},
       {PW_DT_Q5_0, gemm_q5_0, gemm_pack_q5_0, gemm_xrow_quad}, {PW_DT_Q4_K, gemm_q4_k, gemm_pack_k45, gemm_xrow_k},
       {PW_DT_Q5_K, gemm_q5_k, gemm_pack_k45, gemm_xrow_k},     {PW_DT_Q6_K, gemm_q6_k, gemm_pack_q6_k, gemm_xrow_k},
+      /* IQ4_NL's weights enter with Q8_0's offset (128): its pack */
+      {PW_DT_IQ4_NL, gemm_iq4_nl, gemm_pack_q8_0, gemm_xrow_quad},
   };
   for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) {
     t[tab[i].dtype].gemm = tab[i].gemm;
