@@ -16,6 +16,7 @@
 
 int stop_init(stop_matcher *m, const char *const *stops, const size_t *lens, int n, char *err) {
   memset(m, 0, sizeof *m);
+  m->which = -1;
   if (n < 0 || n > STOP_MAX_STRINGS)
     return pw_seterr(err, PW_EINVAL, "at most %d stop strings are supported, got %d", STOP_MAX_STRINGS, n);
   for (int i = 0; i < n; i++) {
@@ -33,6 +34,7 @@ int stop_init(stop_matcher *m, const char *const *stops, const size_t *lens, int
 void stop_reset(stop_matcher *m) {
   m->nheld = 0;
   m->stopped = false;
+  m->which = -1;
 }
 
 size_t stop_feed(stop_matcher *m, const char *piece, size_t n, char *out, bool *stopped) {
@@ -49,6 +51,7 @@ size_t stop_feed(stop_matcher *m, const char *piece, size_t n, char *out, bool *
    * longer one, which starts earlier), so the result does not depend on
    * how the text was split into pieces */
   size_t best_end = total + 1, best = total;
+  int which = -1;
   for (int i = 0; i < m->n; i++) {
     size_t l = m->len[i];
     size_t hl = best_end <= total ? best_end : total; /* only matches ending by best_end */
@@ -59,10 +62,12 @@ size_t stop_feed(stop_matcher *m, const char *piece, size_t n, char *out, bool *
     if (end < best_end || (end == best_end && st < best)) {
       best_end = end;
       best = st;
+      which = i;
     }
   }
   if (best_end <= total) {
     m->stopped = true;
+    m->which = (int8_t)which;
     m->nheld = 0;
     *stopped = true;
     return best;

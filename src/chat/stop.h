@@ -52,6 +52,7 @@ typedef struct stop_matcher {
   char held[STOP_MAX_LEN];                    /* held-back tail: a proper prefix of some stop string */
   uint16_t nheld;                             /* bytes in held, < STOP_MAX_LEN */
   bool stopped;                               /* a stop string matched */
+  int8_t which;                               /* when stopped: the index of the string that matched */
 } stop_matcher;
 
 /* Copies n stop strings (stops[i] of lens[i] bytes; lens may be NULL for

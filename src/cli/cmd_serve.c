@@ -91,6 +91,9 @@ static void serve_usage(FILE *out) {
           "  --receipt-key KEY.pem  sign every receipt with this Ed25519 key (power keygen)\n"
           "  --chat-template-file F  chat template (Jinja) used instead of the model's; its\n"
           "                         tool-call format is detected from it\n"
+          "  --responses-max N      Responses-API answers kept for previous_response_id and\n"
+          "                         GET /v1/responses/{id} (default 1024)\n"
+          "  --responses-bytes BYTES  bytes those answers may hold (default 64M)\n"
           "  --no-request-log       no per-request line on stderr\n"
           "Environment: POWER_API_KEYS (comma-separated keys; set but blank is an error),\n"
           "POWER_LOG (error|warn|info|debug; anything else is an error),\n"
@@ -129,6 +132,8 @@ int cmd_serve(int argc, char **argv) {
   double cache_ttl = 0;
   long tenant_entries = 0;
   size_t tenant_bytes = 0;
+  long responses_max = 0;     /* 0 = the server default */
+  size_t responses_bytes = 0; /* 0 = the server default */
   spec_opts spec = {0};
   cli_weights wts = {0};
   const char *lv = getenv("POWER_LOG");
@@ -178,7 +183,8 @@ int cmd_serve(int argc, char **argv) {
                                        "--prompt-cache-entries", "--prompt-cache-bytes", "--prompt-cache-ttl",
                                        "--cors", "--header-timeout", "--body-timeout", "--max-connections",
                                        "--max-per-client", "--log-format", "--prompt-cache-tenant-entries",
-                                       "--prompt-cache-tenant-bytes", "--receipt-key"};
+                                       "--prompt-cache-tenant-bytes", "--receipt-key", "--responses-max",
+                                       "--responses-bytes"};
     for (size_t k = 0; k < sizeof once / sizeof once[0]; k++)
       if (!strcmp(name, once[k]) && cli_once("serve", &seen, once[k])) return 2;
     if (!strcmp(a, "--model") || !strcmp(a, "-m")) model = v;
@@ -201,6 +207,8 @@ int cmd_serve(int argc, char **argv) {
     else if (!strcmp(a, "--prompt-cache-ttl")) bad = cli_parse_double("serve", a, v, 0.001, 1e9, &cache_ttl);
     else if (!strcmp(a, "--prompt-cache-tenant-entries")) bad = cli_parse_long("serve", a, v, 1, 4096, &tenant_entries);
     else if (!strcmp(a, "--prompt-cache-tenant-bytes")) bad = parse_bytes(a, v, &tenant_bytes);
+    else if (!strcmp(a, "--responses-max")) bad = cli_parse_long("serve", a, v, 1, 1 << 20, &responses_max);
+    else if (!strcmp(a, "--responses-bytes")) bad = parse_bytes(a, v, &responses_bytes);
     else if (!strcmp(a, "--cors")) cors = v;
     else if (!strcmp(a, "--header-timeout")) bad = cli_parse_double("serve", a, v, 0.1, 3600, &header_s);
     else if (!strcmp(a, "--body-timeout")) bad = cli_parse_double("serve", a, v, 0.1, 86400, &body_s);
@@ -282,6 +290,8 @@ int cmd_serve(int argc, char **argv) {
   so.host = host;
   so.port = (int)port;
   so.max_body = (size_t)max_body;
+  so.responses_max = (int)responses_max;
+  so.responses_max_bytes = responses_bytes;
   so.request_timeout_s = timeout_s;
   so.api_key_file = key_file;
   so.api_keys = getenv("POWER_API_KEYS");

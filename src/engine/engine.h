@@ -243,6 +243,9 @@ typedef struct engine_event {
   pw_logprob top[PW_SAMPLE_MAX_PROBS]; /* TOKEN with n_logprobs */
   int n_top;
   engine_finish finish;       /* DONE */
+  int stop_index;             /* DONE with STOP: the stop string (engine_params.stop index) that
+                               * ended the text; -1 = none (an end-of-generation token, a
+                               * complete grammar) */
   engine_usage usage;         /* DONE */
   int status;                 /* ERROR: negative PW_E*: PW_ETIMEOUT (admission deadline),
                                * PW_ELIMIT (consumer too slow), PW_ECANCELED (engine stopped),

@@ -100,6 +100,7 @@ void eng_ev_clear(engine_event *ev, engine_ev_type type) {
   ev->logprob = 0;
   ev->n_top = 0;
   ev->finish = ENGINE_FINISH_NONE;
+  ev->stop_index = -1;
   memset(&ev->usage, 0, sizeof ev->usage);
   ev->status = 0;
   ev->message[0] = 0;

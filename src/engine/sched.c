@@ -77,6 +77,7 @@ static void seq_end(engine *e, engine_req *r, engine_finish finish, int status, 
       bool matched = eng_txt_feed(e, r, e->dbuf, n > 0 ? (size_t)n : 0);
       if (r->has_stop && !matched) eng_txt_append(r, e->sbuf, stop_flush(&r->sm, e->sbuf));
       eng_take_text(r, ev);
+      if (r->has_stop && r->sm.stopped && finish == ENGINE_FINISH_STOP) ev->stop_index = r->sm.which;
     }
     if (r->embedding && finish == ENGINE_FINISH_STOP) {
       pthread_mutex_lock(&r->mu);

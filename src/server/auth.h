@@ -41,5 +41,8 @@ bool auth_check(const auth_keys *k, const char *header);
  * stored key. Same constant-time comparison as auth_check. */
 typedef enum auth_result { AUTH_DENIED = 0, AUTH_OPEN = 1, AUTH_KEY = 2 } auth_result;
 auth_result auth_identify(const auth_keys *k, const char *header, uint8_t who[32]);
+/* The same for a bare key (the x-api-key header of Anthropic's clients):
+ * surrounding white space trimmed, no scheme. key may be NULL. */
+auth_result auth_identify_key(const auth_keys *k, const char *key, uint8_t who[32]);
 
 #endif

@@ -1,12 +1,14 @@
 /* server.c - libmicrohttpd glue: the route table, auth, connection
- * deadlines, body limits, CORS, the request log, and driving engine
- * requests for the OpenAI endpoints. JSON bodies are rendered by oai.c.
- * See server.h. */
+ * deadlines, body limits, CORS, the request log, and the one generation
+ * core (prompt -> engine -> events, with disconnect detection) that every
+ * API drives through api.h. Bodies are rendered by the adapters: oai.c
+ * (OpenAI), api_ollama.c, api_anthropic.c, api_responses.c. See server.h. */
 #include "server/server.h"
 
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "server/api.h"
 #include "server/auth.h"
 #include "server/chatout.h"
 #include "server/metrics.h"
@@ -56,6 +58,7 @@ typedef struct route {
   const char *metric; /* the endpoint label of power_http_requests_total */
   bool is_public;     /* answered without an API key */
   route_fn fn;        /* runs once the body (if any) is in */
+  api_error_fn err;   /* error bodies in the route's API shape; NULL = OpenAI's */
 } route;
 
 static enum MHD_Result handle_chat(conn *k, struct MHD_Connection *c);
@@ -70,16 +73,34 @@ static enum MHD_Result handle_metrics(conn *k, struct MHD_Connection *c);
 static enum MHD_Result handle_receipt_key(conn *k, struct MHD_Connection *c);
 
 static const route k_routes[] = {
-    {"/chat/completions", RP_ROOT | RP_V1, RM_POST, "chat_completions", false, handle_chat},
-    {"/completions", RP_ROOT | RP_V1, RM_POST, "completions", false, handle_completions},
-    {"/embeddings", RP_ROOT | RP_V1, RM_POST, "embeddings", false, handle_embeddings},
-    {"/models", RP_ROOT | RP_V1, RM_GET, "models", false, handle_models},
-    {"/models/{id}", RP_ROOT | RP_V1, RM_GET, "models", false, handle_model},
-    {"/health", RP_ROOT, RM_GET, "health", true, handle_health},
-    {"/metrics", RP_ROOT, RM_GET, "metrics", false, handle_metrics},
-    {"/tokenize", RP_ROOT, RM_POST, "tokenize", false, handle_tokenize},
-    {"/detokenize", RP_ROOT, RM_POST, "detokenize", false, handle_detokenize},
-    {"/receipts/key", RP_ROOT | RP_V1, RM_GET, "receipts_key", false, handle_receipt_key},
+    {"/chat/completions", RP_ROOT | RP_V1, RM_POST, "chat_completions", false, handle_chat, NULL},
+    {"/completions", RP_ROOT | RP_V1, RM_POST, "completions", false, handle_completions, NULL},
+    {"/embeddings", RP_ROOT | RP_V1, RM_POST, "embeddings", false, handle_embeddings, NULL},
+    {"/models", RP_ROOT | RP_V1, RM_GET, "models", false, handle_models, NULL},
+    {"/models/{id}", RP_ROOT | RP_V1, RM_GET, "models", false, handle_model, NULL},
+    {"/health", RP_ROOT, RM_GET, "health", true, handle_health, NULL},
+    {"/metrics", RP_ROOT, RM_GET, "metrics", false, handle_metrics, NULL},
+    {"/tokenize", RP_ROOT, RM_POST, "tokenize", false, handle_tokenize, NULL},
+    {"/detokenize", RP_ROOT, RM_POST, "detokenize", false, handle_detokenize, NULL},
+    {"/receipts/key", RP_ROOT | RP_V1, RM_GET, "receipts_key", false, handle_receipt_key, NULL},
+    /* Ollama */
+    {"/api/chat", RP_ROOT, RM_POST, "ollama_chat", false, ollama_chat, ollama_render_error},
+    {"/api/generate", RP_ROOT, RM_POST, "ollama_generate", false, ollama_generate, ollama_render_error},
+    {"/api/embed", RP_ROOT, RM_POST, "ollama_embed", false, ollama_embed, ollama_render_error},
+    {"/api/embeddings", RP_ROOT, RM_POST, "ollama_embed", false, ollama_embeddings, ollama_render_error},
+    {"/api/tags", RP_ROOT, RM_GET, "ollama_tags", false, ollama_tags, ollama_render_error},
+    {"/api/show", RP_ROOT, RM_POST, "ollama_show", false, ollama_show, ollama_render_error},
+    {"/api/ps", RP_ROOT, RM_GET, "ollama_ps", false, ollama_ps, ollama_render_error},
+    {"/api/version", RP_ROOT, RM_GET, "ollama_version", false, ollama_version, ollama_render_error},
+    /* Anthropic Messages */
+    {"/messages", RP_V1, RM_POST, "messages", false, anth_messages, anth_render_error},
+    {"/messages/count_tokens", RP_V1, RM_POST, "messages_count_tokens", false, anth_count_tokens, anth_render_error},
+    /* OpenAI Responses */
+    {"/responses", RP_V1, RM_POST, "responses", false, resp_create, NULL},
+    {"/responses/{id}", RP_V1, RM_GET, "responses", false, resp_get, NULL},
+    /* The chat page: public, it asks for the API key itself */
+    {"/", RP_ROOT, RM_GET, "ui", true, ui_page, NULL},
+    {"/ui/{id}", RP_ROOT, RM_GET, "ui", true, ui_asset, NULL},
 };
 #define N_ROUTES ((int)(sizeof k_routes / sizeof k_routes[0]))
 
@@ -148,6 +169,7 @@ struct server {
   long long started; /* Unix seconds, the model's "created" */
   ev_model_info evm;   /* the model facts every receipt names */
   ev_key *receipt_key; /* owned; NULL = receipts unsigned */
+  resp_store *responses; /* owned: finished Responses-API answers */
   pthread_mutex_t watch_mu; /* guards the watch list and every watch's fields */
   pthread_cond_t watch_cv;
   watch *watch;             /* live connections */
@@ -188,6 +210,7 @@ struct conn {
   bool anonymous;       /* no API keys configured: tenant "anonymous" */
   bool has_pending;     /* an error decided at the headers, answered once the (empty) body is in */
   unsigned preflight;   /* a CORS preflight: the path's RM_* methods; 0 = not one */
+  api_error_fn err;     /* error bodies' shape when no row matched (Ollama's under /api/); NULL = OpenAI's */
   oai_error pending;
   const char *origin;   /* the allowed Origin to echo (view, valid during the request); NULL = none */
   uint8_t tenant[32];   /* the caller's API key digest (when !anonymous) */
@@ -426,7 +449,9 @@ static enum MHD_Result queue_error(conn *k, struct MHD_Connection *c, const oai_
   sbuf b = {0};
   snprintf(k->log.code, sizeof k->log.code, "%s", e->code);
   metrics_refusal_count(&k->s->m, metrics_refusal_for(e->status, e->code));
-  oai_render_error(e, &b);
+  api_error_fn err = k->rt ? k->rt->err : k->err;
+  if (err) err(e, &b);
+  else oai_render_error(e, &b);
   char hv[64];
   const char *hn = NULL;
   if (e->status == 503) {
@@ -533,9 +558,25 @@ typedef struct stream {
   sbuf out;
   size_t out_pos;
   req_log log;    /* moved from the conn; written by stream_free */
-  srv_receipt rcpt; /* moved from handle_generate; used when the stream has one choice */
+  srv_receipt rcpt; /* moved from srv_generate; used when the stream has one choice */
+  const gen_api *api; /* the API's renderers */
+  void *ctx;          /* owned: the adapter's state (api->ctx_free) */
   engine_event ev;
 } stream;
+
+/* What the renderers see of a stream now. */
+static void stream_view(const stream *st, gen_view *v) {
+  memset(v, 0, sizeof *v);
+  v->r = &st->r;
+  v->o = &st->o;
+  v->n_prompt = st->n_prompt;
+  v->usage = st->sum;
+  v->finish = st->log.finish;
+  v->stop_index = st->ev.type == ENGINE_EV_DONE ? st->ev.stop_index : -1;
+  v->t0 = st->t0;
+  v->t_first = st->log.t_first;
+  v->ctx = st->ctx;
+}
 
 static void note_token(server *s, req_log *l, uint64_t t0, uint64_t *t_last, int *n_tokens) {
   uint64_t now = pw_now_ns();
@@ -588,50 +629,70 @@ static void stream_render(stream *st) {
                        (size_t)ev->text_len);
     }
     if (st->total == 1) ev_gen_token(&st->rcpt.gen, ev->token, ev->text, (size_t)ev->text_len);
-    chatout_stream(&st->co, &st->o, ev->text, (size_t)ev->text_len, false, st->want_lp ? &st->lp : NULL, &st->out);
+    if (st->api == &oai_gen_api) { /* OpenAI: content, reasoning and tool-call deltas */
+      chatout_stream(&st->co, &st->o, ev->text, (size_t)ev->text_len, false, st->want_lp ? &st->lp : NULL,
+                     &st->out);
+    } else if (ev->text_len > 0 || st->want_lp) {
+      gen_view v;
+      stream_view(st, &v);
+      st->api->delta(&v, ev->text, (size_t)ev->text_len, st->want_lp ? &st->lp : NULL, &st->out);
+    }
   } else if (ev->type == ENGINE_EV_DONE) {
+    gen_view v;
     /* Text held back for a stop string that never completed. */
-    chatout_stream(&st->co, &st->o, ev->text, (size_t)ev->text_len, true, NULL, &st->out);
+    if (st->api == &oai_gen_api) {
+      chatout_stream(&st->co, &st->o, ev->text, (size_t)ev->text_len, true, NULL, &st->out);
+    } else if (ev->text_len > 0) {
+      stream_view(st, &v);
+      st->api->delta(&v, ev->text, (size_t)ev->text_len, NULL, &st->out);
+    }
     if (st->s->log_requests >= 2) sbuf_put(&st->log.output, ev->text, (size_t)ev->text_len);
     usage_add(&st->sum, &ev->usage, st->o.index % st->per == 0);
     st->log.have_usage = true;
     st->log.usage = st->sum;
     st->log.finish = ev->finish;
     metrics_tokens(&st->s->m, (uint64_t)ev->usage.completion_tokens);
-    oai_resp fin = st->o;
+    uint64_t t_end = pw_now_ns();
     if (st->total == 1) {
-      /* The receipt rides on the final chunk: the usage chunk when asked for. */
+      /* The receipt rides on the final event (OpenAI: the usage chunk when asked for). */
       ev_gen_text(&st->rcpt.gen, ev->text, (size_t)ev->text_len);
       oai_error re;
-      if (srv_receipt_end(&st->rcpt, ev, st->s->receipt_key, st->t0, st->log.t_first, pw_now_ns(), &st->o, &re))
+      if (srv_receipt_end(&st->rcpt, ev, st->s->receipt_key, st->t0, st->log.t_first, t_end, &st->o, &re))
         pw_log(PW_LOG_ERROR, "request id=%s: %s", st->log.id, re.message);
-      fin = st->o;
-      if (st->include_usage) fin.receipt = NULL;
     }
-    oai_sse_finish_reason(&fin, chatout_finish(&st->co, ev->finish), &st->out);
+    stream_view(st, &v);
+    v.t_end = t_end;
+    if (st->api == &oai_gen_api) {
+      /* The receipt rides on the finish chunk unless a usage chunk follows. */
+      oai_resp fin = st->o;
+      if (st->include_usage) fin.receipt = NULL;
+      oai_sse_finish_reason(&fin, chatout_finish(&st->co, ev->finish), &st->out);
+    } else if (st->api->choice_end) {
+      st->api->choice_end(&v, &st->out);
+    }
     if (st->o.index + 1 < st->total) {
       oai_error e;
       if (stream_next(st, &e) == 0) {
-        if (st->o.kind == OAI_CHAT) oai_sse_role(&st->o, &st->out);
+        stream_view(st, &v);
+        st->api->begin(&v, &st->out);
         return;
       }
       snprintf(st->log.code, sizeof st->log.code, "%s", e.code);
       metrics_refusal_count(&st->s->m, metrics_refusal_for(e.status, e.code));
-      oai_sse_error(&e, &st->out);
-      oai_sse_done(&st->out);
+      st->api->error(&v, &e, &st->out);
       st->finished = true;
       return;
     }
-    if (st->include_usage) oai_sse_usage(&st->o, &st->sum, &st->out);
-    oai_sse_done(&st->out);
+    st->api->end(&v, &st->out);
     st->finished = true;
   } else {
     oai_error e;
+    gen_view v;
     oai_error_from_status(&e, ev->status, ev->message);
     snprintf(st->log.code, sizeof st->log.code, "%s", e.code);
     metrics_refusal_count(&st->s->m, metrics_refusal_for(e.status, e.code));
-    oai_sse_error(&e, &st->out);
-    oai_sse_done(&st->out);
+    stream_view(st, &v);
+    st->api->error(&v, &e, &st->out);
     st->finished = true;
   }
 }
@@ -652,15 +713,19 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     sbuf_clear(&st->out);
     st->out_pos = 0;
     if (!st->sent_role) {
+      gen_view v;
       st->sent_role = true;
-      if (st->o.kind == OAI_CHAT) oai_sse_role(&st->o, &st->out);
+      stream_view(st, &v);
+      st->api->begin(&v, &st->out);
       continue;
     }
     if (!st->have_ev) {
       bool cancelled = false;
       int rc = wait_event(st->s, st->req, st->fd, &st->ev, st->s->keepalive_ms, &cancelled);
       if (rc == PW_ETIMEOUT) {
-        oai_sse_keepalive(&st->out);
+        gen_view v;
+        stream_view(st, &v);
+        if (st->api->keepalive) st->api->keepalive(&v, &st->out);
         continue;
       }
       if (rc) {
@@ -690,26 +755,30 @@ static void stream_free(void *cls) {
   sbuf_free(&st->out);
   free(st->prompt);
   oai_request_free(&st->r);
+  if (st->api->ctx_free) st->api->ctx_free(st->ctx);
   free(st);
 }
 
-/* Starts the SSE answer of req, the first choice. The stream takes req,
- * the request *r and the receipt *rcpt (moved: left empty), the prompt ids
- * and p. */
+/* Starts the streamed answer of req, the first choice. The stream takes
+ * req, the request *r and the receipt *rcpt (moved: left empty), the
+ * prompt ids, p and ctx. */
 static enum MHD_Result start_stream(conn *k, struct MHD_Connection *c, engine_req *req, oai_request *r,
                                     int32_t *prompt, int n_prompt, const engine_params *p, int per, int total,
                                     const oai_resp *o, const engine_event *first, bool have_first,
-                                    srv_receipt *rcpt) {
+                                    srv_receipt *rcpt, const gen_api *api, void *ctx) {
   stream *st = calloc(1, sizeof *st);
   if (!st) {
     srv_receipt_free(rcpt);
     engine_release(req);
     free(prompt);
+    if (api->ctx_free) api->ctx_free(ctx);
     oai_error e;
     oai_seterr(&e, 500, "internal_error", NULL, "out of memory");
     return queue_error(k, c, &e);
   }
   st->s = k->s;
+  st->api = api;
+  st->ctx = ctx;
   st->req = req;
   st->fd = conn_fd(c);
   st->o = *o;
@@ -747,7 +816,7 @@ static enum MHD_Result start_stream(conn *k, struct MHD_Connection *c, engine_re
     stream_free(st);
     return MHD_NO;
   }
-  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, api->stream_ctype);
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
   MHD_add_response_header(resp, "X-Accel-Buffering", "no");
   st->log.status = 200;
@@ -943,11 +1012,15 @@ static void usage_add(engine_usage *sum, const engine_usage *u, bool with_prompt
   sum->target_passes += u->target_passes;
 }
 
-/* Chat and completions. Choices (n, several prompts) run one after the
- * other, so a request never holds more than one slot, streamed or not. */
-static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c, oai_kind kind) {
+/* The generation core of every API (api.h). Choices (OpenAI's n, several
+ * prompts) run one after the other, so a request never holds more than one
+ * slot, streamed or not. */
+enum MHD_Result srv_generate(conn *k, struct MHD_Connection *c, oai_request *rin, const oai_resp *oin,
+                             const gen_api *api, void *ctx) {
   server *s = k->s;
-  oai_request r;
+  oai_request r = *rin;
+  memset(rin, 0, sizeof *rin);
+  oai_kind kind = r.kind;
   oai_error e;
   int32_t *prompt = NULL;
   int n_prompt = 0;
@@ -961,12 +1034,8 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c, oai_ki
   srv_receipt rcpt = {0};
   char *ptext = NULL; /* chat: the rendered template */
   size_t plen = 0;
-  oai_resp o;
-  oai_resp_init(&o, kind, engine_model_id(s->e), engine_model_sha256(s->e));
-  o.spec_mode = s->spec_mode;
+  oai_resp o = *oin;
   snprintf(k->log.id, sizeof k->log.id, "%s", o.id);
-
-  if (oai_parse(kind, k->body.data, k->body.len, &r, &e)) return queue_error(k, c, &e);
   if (s->log_requests >= 2) {
     if (kind == OAI_CHAT) k->log.prompt = json_dumps(r.messages, JSON_COMPACT);
     else if (r.text) k->log.prompt = strndup(r.text, r.text_len);
@@ -1015,6 +1084,7 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c, oai_ki
                             kind == OAI_CHAT ? ptext : r.text, kind == OAI_CHAT ? plen : r.text_len, &p,
                             engine_n_ctx(s->e), s->spec_mode, &e))
         goto fail;
+      if (api->receipt_endpoint) rcpt.gen.endpoint = api->receipt_endpoint;
       rcpt.gen.replica = s->replica;
     }
     if (submit(s, &p, kind == OAI_CHAT ? "messages" : "prompt", &req, &e)) goto fail;
@@ -1030,9 +1100,10 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c, oai_ki
         oai_error_from_status(&e, ev->status, ev->message);
         goto fail;
       }
-      res = start_stream(k, c, req, &r, prompt, n_prompt, &p, per, n_gs, &o, ev, rc == 0, &rcpt);
-      req = NULL; /* owned by the stream, as are r and prompt */
+      res = start_stream(k, c, req, &r, prompt, n_prompt, &p, per, n_gs, &o, ev, rc == 0, &rcpt, api, ctx);
+      req = NULL; /* owned by the stream, as are r, prompt and ctx */
       prompt = NULL;
+      ctx = NULL;
       goto done;
     }
     int rc = collect(k, &r, req, fd, ev, &gs[idx], n_gs == 1 ? &rcpt.gen : NULL, &t_last, &n_tok, &e);
@@ -1051,17 +1122,32 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c, oai_ki
   k->log.usage = total;
   k->log.finish = gs[n_gs - 1].finish;
   metrics_tokens(&s->m, (uint64_t)total.completion_tokens);
-  if (n_gs == 1 && srv_receipt_end(&rcpt, ev, s->receipt_key, k->t0, k->log.t_first, pw_now_ns(), &o, &e)) goto fail;
-  if (kind == OAI_CHAT) {
+  uint64_t t_end = pw_now_ns();
+  if (n_gs == 1 && srv_receipt_end(&rcpt, ev, s->receipt_key, k->t0, k->log.t_first, t_end, &o, &e)) goto fail;
+  if (api == &oai_gen_api && o.kind == OAI_CHAT) {
     /* content, reasoning_content and tool_calls from each choice's text */
     if (chatout_render_choices(&s->tc, &r, &o, cs, n_gs, &total, &out)) {
       oai_seterr(&e, 500, "internal_error", NULL, "out of memory");
       goto fail;
     }
-  } else if (n_gs == 1) {
-    oai_render_completion(&o, cs[0].text, cs[0].len, cs[0].lp, cs[0].finish, &total, &out);
   } else {
-    oai_render_completion_choices(&o, cs, n_gs, &total, &out);
+    gen_view v;
+    memset(&v, 0, sizeof v);
+    v.r = &r;
+    v.o = &o;
+    v.n_prompt = n_prompt;
+    v.usage = total;
+    v.finish = cs[n_gs - 1].finish;
+    v.stop_index = ev->type == ENGINE_EV_DONE ? ev->stop_index : -1;
+    v.t0 = k->t0;
+    v.t_first = k->log.t_first;
+    v.t_end = t_end;
+    v.text = cs[0].text;
+    v.text_len = cs[0].len;
+    v.lp = cs[0].lp;
+    v.ctx = ctx;
+    if (n_gs == 1 || !api->complete_choices) api->complete(&v, &out);
+    else api->complete_choices(&v, cs, n_gs, &out);
   }
   res = queue_json(k, c, 200, &out);
   goto done;
@@ -1087,7 +1173,67 @@ done:
   free(cs);
   sbuf_free(&out);
   oai_request_free(&r);
+  if (ctx && api->ctx_free) api->ctx_free(ctx);
   return res;
+}
+
+/* ---- OpenAI chat/completions rendering --------------------------------- */
+
+static void oai_gen_begin(const gen_view *v, sbuf *out) {
+  if (v->o->kind == OAI_CHAT) oai_sse_role(v->o, out);
+}
+static void oai_gen_delta(const gen_view *v, const char *text, size_t n, const oai_logprobs *lp, sbuf *out) {
+  oai_sse_delta(v->o, text, n, lp, out);
+}
+/* The receipt rides on the finish chunk unless a usage chunk follows. */
+static void oai_gen_choice_end(const gen_view *v, sbuf *out) {
+  oai_resp fin = *v->o;
+  if (v->r->include_usage) fin.receipt = NULL;
+  oai_sse_finish(&fin, v->finish, out);
+}
+static void oai_gen_end(const gen_view *v, sbuf *out) {
+  if (v->r->include_usage) oai_sse_usage(v->o, &v->usage, out);
+  oai_sse_done(out);
+}
+static void oai_gen_error(const gen_view *v, const oai_error *e, sbuf *out) {
+  (void)v;
+  oai_sse_error(e, out);
+  oai_sse_done(out);
+}
+static void oai_gen_keepalive(const gen_view *v, sbuf *out) {
+  (void)v;
+  oai_sse_keepalive(out);
+}
+static void oai_gen_complete(const gen_view *v, sbuf *out) {
+  oai_render_completion(v->o, v->text, v->text_len, v->lp, v->finish, &v->usage, out);
+}
+static void oai_gen_choices(const gen_view *v, const oai_choice *c, int n, sbuf *out) {
+  oai_render_completion_choices(v->o, c, n, &v->usage, out);
+}
+
+const gen_api oai_gen_api = {
+    .stream_ctype = "text/event-stream",
+    .begin = oai_gen_begin,
+    .delta = oai_gen_delta,
+    .choice_end = oai_gen_choice_end,
+    .end = oai_gen_end,
+    .error = oai_gen_error,
+    .keepalive = oai_gen_keepalive,
+    .complete = oai_gen_complete,
+    .complete_choices = oai_gen_choices,
+};
+
+/* Chat and completions: parse, then the core. */
+static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c, oai_kind kind) {
+  server *s = k->s;
+  oai_request r;
+  oai_error e;
+  oai_resp o;
+  oai_resp_init(&o, kind, engine_model_id(s->e), engine_model_sha256(s->e));
+  o.spec_mode = s->spec_mode;
+  snprintf(k->log.id, sizeof k->log.id, "%s", o.id);
+  if (oai_parse(kind, k->body.data, k->body.len, &r, &e)) return queue_error(k, c, &e);
+  return srv_generate(k, c, &r, &o, &oai_gen_api, NULL);
 }
 
 static enum MHD_Result handle_chat(conn *k, struct MHD_Connection *c) { return handle_generate(k, c, OAI_CHAT); }
@@ -1097,9 +1243,12 @@ static enum MHD_Result handle_completions(conn *k, struct MHD_Connection *c) {
 
 /* ---- embeddings, tokenize, detokenize ---------------------------------- */
 
-static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
+/* The embeddings core of every API (api.h). */
+enum MHD_Result srv_embed(conn *k, struct MHD_Connection *c, oai_request *rin, bool truncate, const embed_api *api,
+                          void *ctx) {
   server *s = k->s;
-  oai_request r;
+  oai_request r = *rin;
+  memset(rin, 0, sizeof *rin);
   oai_error e;
   prompt_error pe;
   engine_event *ev = NULL;
@@ -1108,7 +1257,6 @@ static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
   sbuf out = {0};
   srv_receipt rcpt = {0};
   enum MHD_Result res;
-  if (oai_parse(OAI_EMBEDDING, k->body.data, k->body.len, &r, &e)) return queue_error(k, c, &e);
   if (check_model(s, &r, &e)) goto fail;
   srv_caller who = {k->anonymous, k->tenant};
   if (srv_receipt_begin_embed(&rcpt, &s->evm, k->body.data, k->body.len, &who, &e)) goto fail;
@@ -1132,7 +1280,8 @@ static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
   }
   int fd = conn_fd(c);
   long long total = 0;
-  oai_render_embeddings_begin(&out);
+  int n_ctx = engine_n_ctx(s->e);
+  api->begin(ctx, &out);
   size_t i;
   json_t *in;
   /* One input at a time: a big batch never crowds out other clients' slots
@@ -1140,7 +1289,7 @@ static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
   json_array_foreach(r.inputs, i, in) {
     int n = 0;
     if (json_is_string(in)) {
-      if (prompt_fits(s, json_string_length(in), "input", &e)) goto fail;
+      if (!truncate && prompt_fits(s, json_string_length(in), "input", &e)) goto fail;
       if (prompt_tokenize(&s->pb, json_string_value(in), json_string_length(in), true, true, "input", &ids, &n, &pe))
         goto prompt_fail;
     } else {
@@ -1157,6 +1306,7 @@ static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
       oai_seterr(&e, 400, "invalid_value", "input", "input %zu has no tokens", i);
       goto fail;
     }
+    if (truncate && n > n_ctx) n = n_ctx; /* the client asked for the head of a long input */
     engine_params p;
     memset(&p, 0, sizeof p);
     p.prompt = ids;
@@ -1190,14 +1340,15 @@ static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
     }
     total += ev->usage.prompt_tokens ? ev->usage.prompt_tokens : n;
     ev_gen_vector(&rcpt.gen, vec, n_embd);
-    oai_render_embedding(i, vec, n_embd, r.base64, &out);
+    api->item(ctx, i, vec, n_embd, &out);
     engine_release(req);
     req = NULL;
   }
   oai_resp ro;
   memset(&ro, 0, sizeof ro);
-  if (srv_receipt_end(&rcpt, NULL, s->receipt_key, k->t0, 0, pw_now_ns(), &ro, &e)) goto fail;
-  oai_render_embeddings_end(engine_model_id(s->e), total, &ro, &out);
+  uint64_t t_end = pw_now_ns();
+  if (srv_receipt_end(&rcpt, NULL, s->receipt_key, k->t0, 0, t_end, &ro, &e)) goto fail;
+  api->end(ctx, total, k->t0, t_end, &ro, &out);
   res = queue_json(k, c, 200, &out);
   goto done;
 prompt_fail:
@@ -1212,6 +1363,36 @@ done:
   sbuf_free(&out);
   oai_request_free(&r);
   return res;
+}
+
+/* OpenAI's embeddings list. */
+typedef struct oai_embed_ctx {
+  const char *model;
+  bool base64;
+} oai_embed_ctx;
+static void oai_embed_begin(void *ctx, sbuf *out) {
+  (void)ctx;
+  oai_render_embeddings_begin(out);
+}
+static void oai_embed_item(void *ctx, size_t index, const float *vec, int n, sbuf *out) {
+  oai_embed_ctx *x = ctx;
+  oai_render_embedding(index, vec, n, x->base64, out);
+}
+static void oai_embed_end(void *ctx, long long prompt_tokens, uint64_t t0, uint64_t t_end, const oai_resp *ro,
+                          sbuf *out) {
+  oai_embed_ctx *x = ctx;
+  (void)t0;
+  (void)t_end;
+  oai_render_embeddings_end(x->model, prompt_tokens, ro, out);
+}
+static const embed_api oai_embed_api = {oai_embed_begin, oai_embed_item, oai_embed_end};
+
+static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
+  oai_request r;
+  oai_error e;
+  if (oai_parse(OAI_EMBEDDING, k->body.data, k->body.len, &r, &e)) return queue_error(k, c, &e);
+  oai_embed_ctx x = {engine_model_id(k->s->e), r.base64};
+  return srv_embed(k, c, &r, false, &oai_embed_api, &x);
 }
 
 static enum MHD_Result handle_tokenize(conn *k, struct MHD_Connection *c) {
@@ -1338,6 +1519,70 @@ static enum MHD_Result handle_model(conn *k, struct MHD_Connection *c) {
   return queue_json(k, c, 200, &out);
 }
 
+/* ---- what adapters see (api.h) ---------------------------------------- */
+
+server *srv_server(conn *k) { return k->s; }
+const char *srv_body(conn *k, size_t *len) {
+  *len = k->body.len;
+  return k->body.data ? k->body.data : "";
+}
+const char *srv_arg(conn *k) { return k->arg; }
+srv_caller srv_who(conn *k) { return (srv_caller){k->anonymous, k->tenant}; }
+uint64_t srv_t0(conn *k) { return k->t0; }
+void srv_set_id(conn *k, const char *id) { snprintf(k->log.id, sizeof k->log.id, "%s", id); }
+enum MHD_Result srv_reply(conn *k, struct MHD_Connection *c, int status, const char *ctype, sbuf *b) {
+  return queue(k, c, status, ctype, b, NULL, NULL);
+}
+enum MHD_Result srv_reply_json(conn *k, struct MHD_Connection *c, int status, sbuf *b) {
+  return queue_json(k, c, status, b);
+}
+enum MHD_Result srv_reply_raw(conn *k, struct MHD_Connection *c, int status, struct MHD_Response *r) {
+  return queue_resp(k, c, status, r);
+}
+enum MHD_Result srv_reply_error(conn *k, struct MHD_Connection *c, const oai_error *e) {
+  return queue_error(k, c, e);
+}
+engine *srv_engine(server *s) { return s->e; }
+const prompt_builder *srv_prompt(server *s) { return &s->pb; }
+long long srv_started(server *s) { return s->started; }
+int srv_keepalive_ms(server *s) { return s->keepalive_ms; }
+resp_store *srv_responses(server *s) { return s->responses; }
+
+int srv_check_model(server *s, const char *name, bool allow_empty, oai_error *e) {
+  const char *id = engine_model_id(s->e);
+  if (!name || !*name) {
+    if (allow_empty) return 0;
+    return oai_seterr(e, 400, "missing_field", "model", "'model' is required");
+  }
+  size_t n = strlen(id);
+  if (!strcmp(name, id) || (!strncmp(name, id, n) && !strcmp(name + n, ":latest"))) return 0;
+  return oai_seterr(e, 404, "model_not_found", "model", "model '%.100s' not found; this server serves '%.100s'", name,
+                    id);
+}
+
+int srv_count_chat(server *s, json_t *messages, int *n_tokens, oai_error *e) {
+  prompt_error pe;
+  int32_t *ids = NULL;
+  *n_tokens = 0;
+  if (prompt_fits(s, messages_bytes(messages), "messages", e)) return PW_EINVAL;
+  if (prompt_chat(&s->pb, messages, NULL, &ids, n_tokens, &pe)) {
+    oai_error_from_prompt(e, &pe);
+    return PW_EINVAL;
+  }
+  free(ids);
+  return 0;
+}
+
+void api_iso_time(char *out, size_t cap) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  struct tm tm;
+  gmtime_r(&ts.tv_sec, &tm);
+  char d[32];
+  strftime(d, sizeof d, "%Y-%m-%dT%H:%M:%S", &tm);
+  snprintf(out, cap, "%s.%09ldZ", d, ts.tv_nsec);
+}
+
 /* ---- routing ----------------------------------------------------------- */
 
 /* Whether row r serves url (a path: MHD strips the query string); *arg
@@ -1422,7 +1667,7 @@ static enum MHD_Result answer_preflight(conn *k, struct MHD_Connection *c, unsig
   char m[64];
   methods_str(methods, true, m, sizeof m);
   MHD_add_response_header(r, "Access-Control-Allow-Methods", m);
-  MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type, X-Request-Timeout");
+  MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type, X-Request-Timeout, x-api-key, anthropic-version");
   MHD_add_response_header(r, "Access-Control-Max-Age", "600");
   return queue_resp(k, c, 204, r);
 }
@@ -1451,6 +1696,7 @@ static enum MHD_Result on_headers(server *s, conn *k, struct MHD_Connection *c, 
     return queue_error(k, c, &e);
   }
   unsigned m = !strcmp(method, "GET") || !strcmp(method, "HEAD") ? RM_GET : !strcmp(method, "POST") ? RM_POST : 0;
+  if (!strncmp(url, "/api/", 5)) k->err = ollama_render_error; /* an unknown /api/ path answers as Ollama does */
   const char *arg = NULL;
   const route *other = NULL;
   k->rt = find_route(url, m, &arg, &other);
@@ -1471,11 +1717,18 @@ static enum MHD_Result on_headers(server *s, conn *k, struct MHD_Connection *c, 
     k->rt = other; /* the Allow header of a 405 */
     k->has_pending = true;
   } else if (!k->rt->is_public) {
-    auth_result who = auth_identify(
-        s->keys, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION), k->tenant);
+    /* Anthropic's clients send the key as x-api-key; either header works
+     * on every route. */
+    const char *authz = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    const char *xkey = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    auth_result who = !authz && xkey ? auth_identify_key(s->keys, xkey, k->tenant) : auth_identify(s->keys, authz, k->tenant);
     if (who == AUTH_DENIED) {
-      oai_seterr(&k->pending, 401, "invalid_api_key", NULL,
-                 "Missing or incorrect API key: pass it as 'Authorization: Bearer <key>'");
+      if (k->rt->err) /* the other APIs' clients may send x-api-key */
+        oai_seterr(&k->pending, 401, "invalid_api_key", NULL,
+                   "Missing or incorrect API key: pass it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'");
+      else
+        oai_seterr(&k->pending, 401, "invalid_api_key", NULL,
+                   "Missing or incorrect API key: pass it as 'Authorization: Bearer <key>'");
       k->has_pending = true;
     }
     k->anonymous = who == AUTH_OPEN;
@@ -1676,6 +1929,7 @@ static void server_free(server *s) {
     pthread_join(s->watchdog, NULL);
   }
   prompt_builder_free(&s->pb);
+  resp_store_destroy(s->responses);
   ev_key_destroy(s->receipt_key);
   auth_keys_destroy(s->keys);
   pthread_mutex_destroy(&s->log_mu);
@@ -1746,6 +2000,10 @@ int server_start(const server_opts *o, engine *e, server **out, char *err) {
                                s->pb.template_src, tok_kind(voc), tok_pre(voc), tok_n_vocab(voc), err)))
     goto fail;
   if (o->receipt_key_path && (rc = ev_key_load_private(o->receipt_key_path, &s->receipt_key, err))) goto fail;
+  if ((rc = resp_store_create(o->responses_max > 0 ? o->responses_max : SERVER_DEFAULT_RESPONSES,
+                              o->responses_max_bytes ? o->responses_max_bytes : SERVER_DEFAULT_RESPONSES_BYTES,
+                              &s->responses, err)))
+    goto fail;
   const char *host = o->host && *o->host ? o->host : "127.0.0.1";
   bool v6 = false;
   if ((rc = open_listener(host, o->port, &s->listen_fd, &v6, err))) goto fail;

@@ -3,9 +3,14 @@
  * Endpoints (one table in server.c): POST /v1/chat/completions,
  * /v1/completions, /v1/embeddings, /tokenize, /detokenize; GET /v1/models,
  * /v1/models/{id}, /v1/receipts/key, /health (public), /metrics
- * (Prometheus text). The /v1
- * paths are served without the prefix too. With API keys configured every
- * endpoint but /health needs "Authorization: Bearer <key>". An unknown
+ * (Prometheus text). The OpenAI /v1 paths are served without the prefix
+ * too. Other APIs over the same generation core (api.h): Ollama's /api/chat,
+ * /api/generate, /api/embed, /api/embeddings, /api/tags, /api/show,
+ * /api/ps, /api/version; Anthropic's POST /v1/messages and
+ * /v1/messages/count_tokens; OpenAI's POST /v1/responses and GET
+ * /v1/responses/{id}. GET / is a chat page (public; files built in). With
+ * API keys configured every endpoint but /health and the page needs
+ * "Authorization: Bearer <key>" or "x-api-key: <key>". An unknown
  * path is 404, a known one with another method 405 with an Allow header.
  *
  * Connections: HTTP/1.1 keep-alive (pipelined requests are answered in
@@ -92,6 +97,9 @@ typedef struct server_opts {
                              * GET /v1/receipts/key returns its public half */
   const char *chat_template; /* borrowed: chat template text used instead of the model's; NULL = the
                              * model's. Its tool-call format and reasoning markers are detected from it */
+  int responses_max;        /* Responses-API answers kept for previous_response_id and GET;
+                             * 0 = SERVER_DEFAULT_RESPONSES */
+  size_t responses_max_bytes; /* bytes those answers may hold; 0 = SERVER_DEFAULT_RESPONSES_BYTES */
   const char *replica_id;   /* borrowed: this replica's name behind a load balancer, sent as the
                              * X-Power-Replica header of every response and as the label of
                              * power_replica_info in /metrics; 1..SERVER_REPLICA_ID_MAX bytes of
@@ -101,6 +109,8 @@ typedef struct server_opts {
 #define SERVER_DEFAULT_MAX_BODY ((size_t)8 << 20)
 #define SERVER_DEFAULT_HEADER_TIMEOUT 10.0 /* seconds */
 #define SERVER_DEFAULT_BODY_TIMEOUT 60.0   /* seconds */
+#define SERVER_DEFAULT_RESPONSES 1024
+#define SERVER_DEFAULT_RESPONSES_BYTES ((size_t)64 << 20)
 #define SERVER_REPLICA_ID_MAX 100
 
 /* Starts listening and serving e (borrowed: it must outlive the server).

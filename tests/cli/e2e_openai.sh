@@ -1,6 +1,7 @@
 #!/bin/sh
-# End-to-end tests of `power serve` with the official OpenAI client
-# (tests/e2e/*.test.mjs, run by node's built-in test runner).
+# End-to-end tests of `power serve` with the official clients: openai, and
+# ollama and @anthropic-ai/sdk for those APIs (tests/e2e/*.test.mjs, run by
+# node's built-in test runner; the browser test is e2e_browser.sh).
 # usage: e2e_openai.sh POWER_BIN SHARED_DIR
 # Needs node (>= 20) and the pinned client: npm ci --prefix tests/e2e
 set -u
@@ -19,10 +20,12 @@ if [ "$major" -lt 20 ]; then
   echo "FAIL: node $(node --version) is too old, the end-to-end tests need node >= 20"
   exit 1
 fi
-if [ ! -f "$e2e/node_modules/openai/package.json" ]; then
-  echo "FAIL: the openai client is not installed in tests/e2e/node_modules; run: npm ci --prefix tests/e2e"
-  exit 1
-fi
+for pkg in openai ollama @anthropic-ai/sdk; do
+  if [ ! -f "$e2e/node_modules/$pkg/package.json" ]; then
+    echo "FAIL: the $pkg client is not installed in tests/e2e/node_modules; run: npm ci --prefix tests/e2e"
+    exit 1
+  fi
+done
 [ -x "$bin" ] || { echo "FAIL: $bin is not an executable"; exit 1; }
 for m in syn-qwen2-Q4_K_M.gguf codelm-py-Q8_0.gguf; do
   [ -f "$shared/models/$m" ] || { echo "FAIL: missing test asset $shared/models/$m"; exit 1; }

@@ -31,6 +31,10 @@ check "run --model / -m twice exits 2" [ $? -eq 2 ]
 check "run --model twice is named" grep -q -- "--model given more than once" "$tmp/err"
 "$bin" serve --model "$model" --log-format yaml >/dev/null 2>"$tmp/err"
 check "serve --log-format yaml exits 2" [ $? -eq 2 ]
+"$bin" serve --model "$model" --responses-max 0 >/dev/null 2>"$tmp/err"
+check "serve --responses-max 0 exits 2" [ $? -eq 2 ]
+"$bin" serve --model "$model" --responses-bytes 12Q >/dev/null 2>"$tmp/err"
+check "serve --responses-bytes 12Q exits 2" [ $? -eq 2 ]
 "$bin" serve --model "$model" --cors "ftp://x" --port 0 >/dev/null 2>"$tmp/err"
 check "serve --cors with a bad origin exits 1" [ $? -eq 1 ]
 

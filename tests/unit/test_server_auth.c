@@ -83,5 +83,19 @@ int main(void) {
   CHECK(!auth_check(k, hdr));
   CHECK(auth_check(k, "Bearer a"));
   auth_keys_destroy(k);
+  /* A bare key (x-api-key): trimmed, no scheme; open without keys. */
+  {
+    auth_keys *kk = NULL;
+    uint8_t bare[32];
+    CHECK(auth_keys_create(NULL, "sk-bare", &kk, err) == 0);
+    CHECK(auth_identify_key(kk, "sk-bare", bare) == AUTH_KEY);
+    CHECK(auth_identify_key(kk, "  sk-bare \t", bare) == AUTH_KEY);
+    CHECK(auth_identify_key(kk, "Bearer sk-bare", bare) == AUTH_DENIED);
+    CHECK(auth_identify_key(kk, "sk-bar", bare) == AUTH_DENIED);
+    CHECK(auth_identify_key(kk, "", bare) == AUTH_DENIED);
+    CHECK(auth_identify_key(kk, NULL, bare) == AUTH_DENIED);
+    auth_keys_destroy(kk);
+    CHECK(auth_identify_key(NULL, NULL, bare) == AUTH_OPEN);
+  }
   TEST_DONE();
 }

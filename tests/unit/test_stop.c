@@ -208,5 +208,28 @@ int main(void) {
     }
     CHECK_EQ_INT(bad, 0);
   }
+  /* which: the index of the string that matched (the first to complete;
+   * -1 before any match and after a reset). */
+  {
+    stop_matcher m;
+    char serr[PW_ERRMAX], out[STOP_OUT_CAP(64)];
+    bool st = false;
+    const char *stops[] = {"zzz", "lo w", "o"};
+    CHECK_EQ_INT(stop_init(&m, stops, NULL, 3, serr), 0);
+    CHECK_EQ_INT(m.which, -1);
+    stop_feed(&m, "hel", 3, out, &st);
+    CHECK(!st);
+    CHECK_EQ_INT(m.which, -1);
+    stop_feed(&m, "lo world", 8, out, &st);
+    CHECK(st);
+    CHECK_EQ_INT(m.which, 2); /* "o" completes before "lo w" */
+    stop_reset(&m);
+    CHECK_EQ_INT(m.which, -1);
+    const char *two[] = {"abc", "b"};
+    CHECK_EQ_INT(stop_init(&m, two, NULL, 2, serr), 0);
+    stop_feed(&m, "xab", 3, out, &st);
+    CHECK(st);
+    CHECK_EQ_INT(m.which, 1);
+  }
   TEST_DONE();
 }
