@@ -98,7 +98,9 @@ int main(void) {
   int32_t bad[2] = {1, 1 << 30};
   CHECK_EQ_INT(prompt_check_ids(&pb, bad, 2, "tokens", &pe), PW_EINVAL);
   CHECK_STR(pe.param, "tokens");
-  CHECK_EQ_INT(prompt_chat(&pb, json_string("x"), NULL, &ids, &n, &pe), PW_EINVAL);
+  json_t *notarray = json_string("x");
+  CHECK_EQ_INT(prompt_chat(&pb, notarray, NULL, &ids, &n, &pe), PW_EINVAL);
+  json_decref(notarray);
   prompt_builder_free(&pb);
 
   /* tok_encode_spans: outside the spans exactly tok_encode; a bad span
