@@ -11,6 +11,8 @@
  * answers agree byte for byte. */
 #include "chat/toolcall.h"
 
+#include "base/strbuf.h"
+
 #include "base/error.h"
 #include "power.h"
 
@@ -83,63 +85,13 @@ bool tc_prompt_opens_reasoning(const char *text, size_t len) {
 
 /* ---- grammar --------------------------------------------------------------- */
 
-typedef struct gtext {
-  char *s;
-  size_t n, cap;
-  bool oom;
-} gtext;
+typedef pw_strbuf gtext;
+#define gt_add pw_strbuf_add
+#define gt_str pw_strbuf_str
+#define gt_fmt pw_strbuf_fmt
 
-static void gt_add(gtext *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (b->n + n + 1 > b->cap) {
-    size_t nc = b->cap ? b->cap * 2 : 1024;
-    while (nc < b->n + n + 1) nc *= 2;
-    char *ns = realloc(b->s, nc);
-    if (!ns) {
-      b->oom = true;
-      return;
-    }
-    b->s = ns;
-    b->cap = nc;
-  }
-  memcpy(b->s + b->n, s, n);
-  b->n += n;
-  b->s[b->n] = 0;
-}
-
-static void gt_str(gtext *b, const char *s) { gt_add(b, s, strlen(s)); }
-
-__attribute__((format(printf, 2, 3))) static void gt_fmt(gtext *b, const char *fmt, ...) {
-  char tmp[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-  va_end(ap);
-  if (n < 0 || (size_t)n >= sizeof tmp) {
-    b->oom = true;
-    return;
-  }
-  gt_add(b, tmp, (size_t)n);
-}
-
-/* A GBNF literal of s (escaping quotes, backslashes and control bytes). */
-static void gt_lit(gtext *b, const char *s) {
-  gt_add(b, "\"", 1);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') {
-      char e[2] = {'\\', (char)c};
-      gt_add(b, e, 2);
-    } else if (c == '\n') {
-      gt_add(b, "\\n", 2);
-    } else if (c < 0x20 || c == 0x7F) {
-      gt_fmt(b, "\\x%02X", c);
-    } else {
-      gt_add(b, (const char *)&c, 1);
-    }
-  }
-  gt_add(b, "\"", 1);
-}
+/* A GBNF literal of s */
+static void gt_lit(gtext *b, const char *s) { grammar_gbnf_literal(b, s, strlen(s)); }
 
 static const json_t *tool_fn(const json_t *tool) { return json_object_get(tool, "function"); }
 static const char *tool_name(const json_t *tool) { return json_string_value(json_object_get(tool_fn(tool), "name")); }

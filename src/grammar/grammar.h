@@ -208,4 +208,9 @@ typedef struct grammar_matcher_stats {
 } grammar_matcher_stats;
 void grammar_matcher_get_stats(const grammar_matcher *m, grammar_matcher_stats *out);
 
+/* Appends bytes s[0..n) to b as a GBNF string literal (quotes, backslashes
+ * and control bytes escaped), for code that writes grammar text. */
+struct pw_strbuf;
+void grammar_gbnf_literal(struct pw_strbuf *b, const char *s, size_t n);
+
 #endif

@@ -10,6 +10,8 @@
  * (the server maps response_format onto these functions). */
 #include "grammar/grammar.h"
 
+#include "base/strbuf.h"
+
 #include "base/error.h"
 #include "power.h"
 
@@ -75,45 +77,13 @@ const char *grammar_json_object_gbnf(void) { return k_object_gbnf; }
 
 /* ---- text buffers -------------------------------------------------------- */
 
-typedef struct gbuf {
-  char *s;
-  size_t n, cap;
-  bool oom;
-} gbuf;
-
-static void gb_add(gbuf *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (b->n + n + 1 > b->cap) {
-    size_t nc = b->cap ? b->cap * 2 : 256;
-    while (nc < b->n + n + 1) nc *= 2;
-    char *ns = realloc(b->s, nc);
-    if (!ns) {
-      b->oom = true;
-      return;
-    }
-    b->s = ns;
-    b->cap = nc;
-  }
-  memcpy(b->s + b->n, s, n);
-  b->n += n;
-  b->s[b->n] = 0;
-}
-
-static void gb_str(gbuf *b, const char *s) { gb_add(b, s, strlen(s)); }
-
-__attribute__((format(printf, 2, 3))) static void gb_fmt(gbuf *b, const char *fmt, ...) {
-  char tmp[512];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-  va_end(ap);
-  if (n < 0) return;
-  if ((size_t)n >= sizeof tmp) n = sizeof tmp - 1;
-  gb_add(b, tmp, (size_t)n);
-}
+typedef pw_strbuf gbuf;
+#define gb_add pw_strbuf_add
+#define gb_str pw_strbuf_str
+#define gb_fmt pw_strbuf_fmt
 
 /* A GBNF string literal of bytes s[0..n). */
-static void gb_lit(gbuf *b, const char *s, size_t n) {
+void grammar_gbnf_literal(pw_strbuf *b, const char *s, size_t n) {
   gb_add(b, "\"", 1);
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)s[i];
@@ -288,7 +258,7 @@ static void same_len(gbuf *b, const char *a, const char *z, int n) {
     return;
   }
   if (memcmp(a, z, (size_t)n) == 0) {
-    gb_lit(b, a, (size_t)n);
+    grammar_gbnf_literal(b, a, (size_t)n);
     return;
   }
   if (a[0] == z[0]) {
@@ -1006,7 +976,7 @@ static int gen_object(sc *c, json_t *props, json_t *req, json_t *addl, gbuf *e) 
       rc = fail(c, PW_ENOMEM, "out of memory");
       goto out;
     }
-    gb_lit(&kv, kj, strlen(kj));
+    grammar_gbnf_literal(&kv, kj, strlen(kj));
     free(kj);
     gb_fmt(&kv, " ws \":\" ws %s ws", vals[i]);
     char tn[24] = "", un[24] = "";
@@ -1212,7 +1182,7 @@ static void gen_literal(sc *c, json_t *v, gbuf *e) {
     fail(c, PW_ENOMEM, "out of memory");
     return;
   }
-  gb_lit(e, s, strlen(s));
+  grammar_gbnf_literal(e, s, strlen(s));
   free(s);
 }
 
