@@ -344,5 +344,6 @@ const char *engine_model_sha256(const engine *ce) {
 }
 
 uint64_t engine_model_size(const engine *e) { return (uint64_t)gguf_size(model_gguf(e->m)); }
+size_t engine_kv_bytes(const engine *e) { return model_kv_bytes(e->kv); }
 const char *engine_kernels(void) { return pw_tensor_kernels(); }
 

@@ -316,6 +316,9 @@ int engine_n_embd(const engine *e);
 const char *engine_model_sha256(const engine *e);
 /* Size of the model file in bytes. */
 uint64_t engine_model_size(const engine *e);
+/* Bytes of the KV cache reserved at creation (every slot, cache entries
+ * included): with engine_model_size, what the engine holds in memory. */
+size_t engine_kv_bytes(const engine *e);
 /* The kernel level in use ("scalar", "avx2", "avx512", "avx512-vbmi"):
  * receipts name it, since bits may differ across levels. Static string. */
 const char *engine_kernels(void);

@@ -424,3 +424,43 @@ void registry_counts(registry *r, int *loaded, int *loading, uint64_t *bytes) {
   if (loading) *loading = b;
   if (bytes) *bytes = by;
 }
+
+void registry_each(registry *r, void (*fn)(void *arg, const char *name, void *model), void *arg) {
+  pthread_mutex_lock(&r->mu);
+  for (size_t i = 0; i < r->n; i++)
+    if (r->e[i]->state == RS_READY) fn(arg, r->e[i]->name, r->e[i]->model);
+  pthread_mutex_unlock(&r->mu);
+}
+
+#define KEEP_MAX_S (10.0 * 365 * 86400)
+
+int registry_parse_keep_alive(const char *text, double *out_s) {
+  const char *p = text;
+  bool neg = false;
+  if (*p == '-' || *p == '+') neg = *p++ == '-';
+  if (!*p) return PW_EINVAL;
+  double total = 0;
+  int terms = 0;
+  while (*p && terms < 16) {
+    if (!((*p >= '0' && *p <= '9') || *p == '.')) return PW_EINVAL;
+    char *end;
+    double v = strtod(p, &end);
+    if (end == p || v != v) return PW_EINVAL;
+    p = end;
+    double unit;
+    if (!*p && terms == 0) unit = 1; /* a bare number: seconds */
+    else if (!strncmp(p, "ns", 2)) unit = 1e-9, p += 2;
+    else if (!strncmp(p, "us", 2)) unit = 1e-6, p += 2;
+    else if (!strncmp(p, "ms", 2)) unit = 1e-3, p += 2;
+    else if (*p == 's') unit = 1, p++;
+    else if (*p == 'm') unit = 60, p++;
+    else if (*p == 'h') unit = 3600, p++;
+    else return PW_EINVAL;
+    total += v * unit;
+    terms++;
+    if (total > KEEP_MAX_S) return PW_EINVAL;
+  }
+  if (*p) return PW_EINVAL;
+  *out_s = neg && total > 0 ? -1 : total;
+  return 0;
+}

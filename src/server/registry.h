@@ -114,7 +114,16 @@ int registry_tick(registry *r);
 int registry_list(registry *r, registry_info **out, size_t *n);
 /* One name's snapshot: 0, or PW_ENOTFOUND when never seen. */
 int registry_get(registry *r, const char *name, registry_info *out);
+/* Calls fn for every loaded (ready) model with the registry's lock held:
+ * fn must be quick and must not call the registry. */
+void registry_each(registry *r, void (*fn)(void *arg, const char *name, void *model), void *arg);
 /* Models loaded (ready) and loads in progress now. */
 void registry_counts(registry *r, int *loaded, int *loading, uint64_t *bytes);
+
+/* A keep-alive as Ollama takes it: a number of seconds ("300", "-1",
+ * "0.5") or a duration of decimal numbers with units ns, us, ms, s, m, h
+ * ("5m", "1h30m", "-1s"); any negative value means forever (-1 out).
+ * 0, or PW_EINVAL for anything else (empty, unknown unit, over 10 years). */
+int registry_parse_keep_alive(const char *text, double *out_s);
 
 #endif
