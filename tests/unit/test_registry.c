@@ -341,7 +341,26 @@ static void test_timer(void) {
   CHECK(registry_create(&o, &ops, &r, err) == PW_EINVAL);
 }
 
+static void test_parse_keep_alive(void) {
+  double v = 99;
+  CHECK(registry_parse_keep_alive("300", &v) == 0 && v == 300);
+  CHECK(registry_parse_keep_alive("0", &v) == 0 && v == 0);
+  CHECK(registry_parse_keep_alive("-1", &v) == 0 && v < 0);
+  CHECK(registry_parse_keep_alive("-5m", &v) == 0 && v < 0);
+  CHECK(registry_parse_keep_alive("5m", &v) == 0 && v == 300);
+  CHECK(registry_parse_keep_alive("1h30m", &v) == 0 && v == 5400);
+  CHECK(registry_parse_keep_alive("1.5s", &v) == 0 && v == 1.5);
+  CHECK(registry_parse_keep_alive("250ms", &v) == 0 && fabs(v - 0.25) < 1e-12);
+  CHECK(registry_parse_keep_alive("", &v) == PW_EINVAL);
+  CHECK(registry_parse_keep_alive("5x", &v) == PW_EINVAL);
+  CHECK(registry_parse_keep_alive("m", &v) == PW_EINVAL);
+  CHECK(registry_parse_keep_alive("5m3", &v) == PW_EINVAL);
+  CHECK(registry_parse_keep_alive("1e300h", &v) == PW_EINVAL);
+  CHECK(registry_parse_keep_alive("nan", &v) == PW_EINVAL);
+}
+
 int main(void) {
+  test_parse_keep_alive();
   test_lru();
   test_in_flight();
   test_budget();
