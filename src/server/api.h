@@ -200,6 +200,11 @@ int api_stops(json_t *v, const char *param, oai_request *r, oai_error *e);
 int api_schema_grammar(json_t *schema, const char *param, grammar **out, oai_error *e);
 /* The grammar of any JSON object (JSON mode). */
 int api_json_grammar(grammar **out, oai_error *e);
+/* keep_alive of a request object: a number of seconds or a duration string
+ * ("5m", "1h30m"); negative = forever (-1). *given tells whether it was
+ * there (null counts as absent); then the request's keep-alive is set
+ * (srv_set_keep_alive). 0 or 400 naming it. */
+int api_keep_alive(conn *k, json_t *root, bool *given, double *out, oai_error *e);
 /* A seed for a request that gave none (CSPRNG). */
 uint64_t api_random_seed(void);
 /* Text of a content given as a string or as an array of typed blocks whose

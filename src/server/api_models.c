@@ -74,19 +74,9 @@ static int body_keep_alive(conn *k, oai_error *e) {
     if (strcmp(json_object_iter_key(it), "keep_alive"))
       rc = oai_seterr(e, 400, "unsupported_field", json_object_iter_key(it), "'%.60s' is not a field of this endpoint",
                       json_object_iter_key(it));
-  json_t *ka = json_object_get(root, "keep_alive");
-  double v = 0;
-  if (!rc && ka && !json_is_null(ka)) {
-    if (json_is_number(ka)) {
-      v = json_number_value(ka);
-      if (v != v || v > 10.0 * 365 * 86400) rc = oai_seterr(e, 400, "invalid_value", "keep_alive", "'keep_alive' is out of range");
-      else if (v < 0) v = -1;
-    } else if (!json_is_string(ka) || registry_parse_keep_alive(json_string_value(ka), &v)) {
-      rc = oai_seterr(e, 400, "invalid_value", "keep_alive",
-                      "'keep_alive' must be a number of seconds or a duration such as \"5m\"");
-    }
-    if (!rc) srv_set_keep_alive(k, v);
-  }
+  bool given;
+  double v;
+  if (!rc) rc = api_keep_alive(k, root, &given, &v, e);
   json_decref(root);
   return rc;
 }

@@ -159,28 +159,6 @@ static bool nonempty(json_t *v) {
          !((json_is_array(v) && json_array_size(v) == 0) || (json_is_string(v) && json_string_length(v) == 0));
 }
 
-/* keep_alive: a number of seconds or a duration string; negative = keep
- * loaded. *given tells whether it was there. */
-static int parse_keep_alive(conn *k, json_t *root, bool *given, double *out, oai_error *e) {
-  json_t *ka = json_object_get(root, "keep_alive");
-  *given = false;
-  if (!ka || json_is_null(ka)) return 0;
-  double v;
-  if (json_is_number(ka)) {
-    v = json_number_value(ka);
-    if (v != v || v > 10.0 * 365 * 86400)
-      return oai_seterr(e, 400, "invalid_value", "keep_alive", "'keep_alive' is out of range (at most 10 years)");
-    if (v < 0) v = -1;
-  } else if (!json_is_string(ka) || registry_parse_keep_alive(json_string_value(ka), &v)) {
-    return oai_seterr(e, 400, json_is_string(ka) ? "invalid_value" : "invalid_type", "keep_alive",
-                      "'keep_alive' must be a number of seconds or a duration such as \"5m\", \"1h30m\", \"-1\"");
-  }
-  *given = true;
-  *out = v;
-  srv_set_keep_alive(k, v);
-  return 0;
-}
-
 /* What both generation endpoints share: model, stream, options, format,
  * keep_alive, think. nothing: the request has nothing to generate; then,
  * serving a store, keep_alive 0 sets *unload and the model is not loaded. */
@@ -196,7 +174,7 @@ static int parse_common(conn *k, struct MHD_Connection *c, oai_request *r, char 
   snprintf(model, OL_MODEL_MAX, "%s", m);
   r->stream = true; /* Ollama streams unless told not to */
   if (api_bool(root, "stream", "stream", &r->stream, e)) return PW_EINVAL;
-  if (parse_keep_alive(k, root, &has_keep, &keep, e)) return PW_EINVAL;
+  if (api_keep_alive(k, root, &has_keep, &keep, e)) return PW_EINVAL;
   if (nothing && has_keep && keep == 0 && srv_store(srv_server(k))) {
     *unload = true;
     return srv_models_unload(srv_store(srv_server(k)), m, e);
@@ -478,7 +456,7 @@ static enum MHD_Result embed(conn *k, struct MHD_Connection *c, bool legacy) {
   json_t *in = json_object_get(r.root, key);
   bool has_keep;
   double keep;
-  if (api_str(r.root, "model", "model", &m, &e) || parse_keep_alive(k, r.root, &has_keep, &keep, &e) ||
+  if (api_str(r.root, "model", "model", &m, &e) || api_keep_alive(k, r.root, &has_keep, &keep, &e) ||
       srv_use_model(k, c, m, false, &e))
     goto fail;
   if (api_bool(r.root, "truncate", "truncate", &truncate, &e)) goto fail;

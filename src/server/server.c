@@ -214,6 +214,7 @@ struct conn {
   bool anonymous;       /* no API keys configured: tenant "anonymous" */
   bool has_pending;     /* an error decided at the headers, answered once the (empty) body is in */
   unsigned preflight;   /* a CORS preflight: the path's RM_* methods; 0 = not one */
+  unsigned allow;       /* a 405: every RM_* method of the path's rows (the Allow header) */
   api_error_fn err;     /* error bodies' shape when no row matched (Ollama's under /api/); NULL = OpenAI's */
   oai_error pending;
   const char *origin;   /* the allowed Origin to echo (view, valid during the request); NULL = none */
@@ -472,7 +473,7 @@ static enum MHD_Result queue_error(conn *k, struct MHD_Connection *c, const oai_
     snprintf(hv, sizeof hv, "Bearer");
     hn = MHD_HTTP_HEADER_WWW_AUTHENTICATE;
   } else if (e->status == 405) {
-    methods_str(k->rt ? k->rt->methods : 0, k->s->cors != NULL, hv, sizeof hv);
+    methods_str(k->allow ? k->allow : k->rt ? k->rt->methods : 0, k->s->cors != NULL, hv, sizeof hv);
     hn = MHD_HTTP_HEADER_ALLOW;
   }
   return queue(k, c, e->status, "application/json", &b, hn, hv);
@@ -1297,8 +1298,10 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c, oai_ki
   oai_request r;
   oai_error e;
   oai_resp o;
+  bool has_keep;
+  double keep;
   if (oai_parse(kind, k->body.data, k->body.len, &r, &e)) return queue_error(k, c, &e);
-  if (check_model(k, c, r.model, &e)) {
+  if (api_keep_alive(k, r.root, &has_keep, &keep, &e) || check_model(k, c, r.model, &e)) {
     oai_request_free(&r);
     return queue_error(k, c, &e);
   }
@@ -1463,8 +1466,10 @@ static const embed_api oai_embed_api = {oai_embed_begin, oai_embed_item, oai_emb
 static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
   oai_request r;
   oai_error e;
+  bool has_keep;
+  double keep;
   if (oai_parse(OAI_EMBEDDING, k->body.data, k->body.len, &r, &e)) return queue_error(k, c, &e);
-  if (check_model(k, c, r.model, &e)) {
+  if (api_keep_alive(k, r.root, &has_keep, &keep, &e) || check_model(k, c, r.model, &e)) {
     oai_request_free(&r);
     return queue_error(k, c, &e);
   }
@@ -1481,7 +1486,8 @@ static enum MHD_Result handle_tokenize(conn *k, struct MHD_Connection *c) {
   sbuf out = {0};
   enum MHD_Result res;
   if (oai_parse(OAI_TOKENIZE, k->body.data, k->body.len, &r, &e)) return queue_error(k, c, &e);
-  if (check_model(k, c, r.model, &e)) {
+  /* One model: tokenize never looked at "model"; the store: it picks one. */
+  if (k->s->models && check_model(k, c, r.model, &e)) {
     res = queue_error(k, c, &e);
     goto done;
   }
@@ -1508,7 +1514,7 @@ static enum MHD_Result handle_detokenize(conn *k, struct MHD_Connection *c) {
   char *text = NULL;
   enum MHD_Result res;
   if (oai_parse(OAI_DETOKENIZE, k->body.data, k->body.len, &r, &e)) return queue_error(k, c, &e);
-  if (check_model(k, c, r.model, &e)) goto fail;
+  if (k->s->models && check_model(k, c, r.model, &e)) goto fail;
   const prompt_builder *pb = &k->m->pb;
   if (prompt_check_ids(pb, r.tokens, r.n_tokens, "tokens", &pe)) goto prompt_fail;
   size_t need = 0, cap = (size_t)r.n_tokens * 16 + 16;
@@ -1810,8 +1816,10 @@ static enum MHD_Result on_headers(server *s, conn *k, struct MHD_Connection *c, 
     k->rt = other;
     k->preflight = path_methods(url);
   } else if (!k->rt) {
-    if (other)
+    if (other) {
       oai_seterr(&k->pending, 405, "method_not_allowed", NULL, "Method %.16s is not allowed for %.200s", method, url);
+      k->allow = path_methods(url);
+    }
     else
       oai_seterr(&k->pending, 404, "unknown_url", NULL, "Unknown request URL: %.16s %.200s", method, url);
     k->rt = other; /* the Allow header of a 405 */

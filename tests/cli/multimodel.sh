@@ -63,6 +63,10 @@ post "$url_b" /v1/completions "$req_b" >"$tmp/sb.json"
 post "$url_a" /v1/completions "$req_b" >"$tmp/s_other.json"
 check "one model: another model is still 404" grep -q '"code":"model_not_found"' "$tmp/s_other.json"
 check "one model: the message names the served model" grep -q "this server serves 'codelm:q8'" "$tmp/s_other.json"
+curl -s --max-time 10 "$url_a/v1/ps" >"$tmp/s_ps.json"
+check "one model: /v1/ps shows it, never expiring" grep -q '"id":"codelm:q8".*"expires_in_s":null' "$tmp/s_ps.json"
+code=$(curl -s -o "$tmp/s_unload.json" -w '%{http_code}' --max-time 10 -X POST "$url_a/v1/models/codelm:q8/unload")
+check "one model: unload is 400 no_store" sh -c "[ $code = 400 ] && grep -q no_store '$tmp/s_unload.json'"
 stop_all
 check "single-model answers have outputs" [ -n "$(out_of "$tmp/sa.json")" ] && [ -n "$(out_of "$tmp/sb.json")" ]
 
@@ -123,6 +127,9 @@ check "no model in the request is 400 when serving the store" [ "$code" = 400 ]
 post "$url" /api/generate '{"model":"llama:q4","prompt":"x","stream":false,"keep_alive":0,"options":{"num_predict":1}}' >/dev/null
 curl -s --max-time 10 "$url/api/ps" >"$tmp/ps3.json"
 check "keep_alive 0 unloads after the request" grep -q '"models":\[\]' "$tmp/ps3.json"
+post "$url" /v1/chat/completions '{"model":"codelm:q8","messages":[{"role":"user","content":"x"}],"max_tokens":1,"keep_alive":0}' >/dev/null
+curl -s --max-time 10 "$url/v1/ps" >"$tmp/ps3b.json"
+check "keep_alive 0 in an OpenAI request unloads too" grep -q '"data":\[\]' "$tmp/ps3b.json"
 post "$url" /api/generate '{"model":"codelm:q8","keep_alive":"-1"}' >"$tmp/load.json"
 check "an empty prompt loads (done_reason load)" grep -q '"done_reason":"load"' "$tmp/load.json"
 "$bin" ps --port "${url##*:}" >"$tmp/ps.txt" 2>&1
@@ -138,8 +145,8 @@ curl -s --max-time 10 "$url/metrics" >"$tmp/metrics.txt"
 check "metrics: a loaded again after evictions" grep -Eq '^power_model_loads_total\{model="codelm:q8"\} [3-9]$' "$tmp/metrics.txt"
 check "metrics: a evicted" grep -Eq '^power_model_evictions_total\{model="codelm:q8"\} [1-9]' "$tmp/metrics.txt"
 check "metrics: loaded count" grep -q '^power_models_loaded 0$' "$tmp/metrics.txt"
-# 8 generations went to engines, most of them unloaded since: none is lost.
-check "metrics: engine counters of unloaded models kept" grep -q '^power_engine_requests_total 8$' "$tmp/metrics.txt"
+# 9 generations went to engines, most of them unloaded since: none is lost.
+check "metrics: engine counters of unloaded models kept" grep -q '^power_engine_requests_total 9$' "$tmp/metrics.txt"
 
 # Admin endpoints are refused without --allow-pull.
 code=$(curl -s -o "$tmp/del.json" -w '%{http_code}' --max-time 10 -X DELETE "$url/api/delete" -d '{"model":"llama:q4"}')
