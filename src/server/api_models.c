@@ -9,9 +9,10 @@
  *   DELETE /api/delete                 Ollama: remove from the store (admin)
  * Admin endpoints answer 403 unless the server was started with
  * --allow-pull, and need an API key when keys are configured (every
- * non-public route does). With one model (--model) there is no store: the
- * admin endpoints and unload answer 400 no_store; /v1/ps and load describe
- * the one model.
+ * non-public route does). With one model (--model) there is no store:
+ * /api/pull and /api/delete are 404 as they always were, DELETE and unload
+ * of /v1/models/{id} answer 400 no_store; /v1/ps and load describe the one
+ * model.
  * What it is not: the store or the registry (models.c, registry.c). */
 #include "server/api.h"
 
@@ -140,6 +141,13 @@ enum MHD_Result models_action(conn *k, struct MHD_Connection *c) {
 
 /* ---- Ollama ---------------------------------------------------------------- */
 
+/* With one model, Ollama's store endpoints are not there, as before. */
+static enum MHD_Result unknown_url(const char *what, conn *k, struct MHD_Connection *c) {
+  oai_error e;
+  oai_seterr(&e, 404, "unknown_url", NULL, "Unknown request URL: %s", what);
+  return srv_reply_error(k, c, &e);
+}
+
 /* A model name from "model" (or Ollama's older "name"). */
 static int ollama_name(json_t *root, const char **out, oai_error *e) {
   if (api_str(root, "model", "model", out, e)) return PW_EINVAL;
@@ -155,10 +163,7 @@ enum MHD_Result ollama_delete(conn *k, struct MHD_Connection *c) {
   size_t len;
   const char *body = srv_body(k, &len);
   const char *name;
-  if (!sm) {
-    no_store("DELETE /api/delete", &e);
-    return srv_reply_error(k, c, &e);
-  }
+  if (!sm) return unknown_url("DELETE /api/delete", k, c);
   if (srv_models_admin_check(sm, "Deleting models", &e)) return srv_reply_error(k, c, &e);
   if (api_parse_body(body, len, OAI_CHAT, &r, &e)) return srv_reply_error(k, c, &e);
   int rc = ollama_name(r.root, &name, &e) || srv_models_delete(sm, name, &e);
@@ -223,10 +228,7 @@ enum MHD_Result ollama_pull(conn *k, struct MHD_Connection *c) {
   oai_request r;
   size_t len;
   const char *body = srv_body(k, &len);
-  if (!sm) {
-    no_store("POST /api/pull", &e);
-    return srv_reply_error(k, c, &e);
-  }
+  if (!sm) return unknown_url("POST /api/pull", k, c);
   if (srv_models_admin_check(sm, "Pulling models", &e)) return srv_reply_error(k, c, &e);
   if (api_parse_body(body, len, OAI_CHAT, &r, &e)) return srv_reply_error(k, c, &e);
   const char *source = NULL, *name = NULL;
