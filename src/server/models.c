@@ -58,6 +58,9 @@ struct srv_models {
   engine_stats retired;     /* counters of engines already unloaded */
 };
 
+/* Every field of engine_stats, summed: a new field changes the size and
+ * stops the build here until it is added below. */
+_Static_assert(sizeof(engine_stats) == 312, "engine_stats changed: sum the new fields in stats_add");
 static void stats_add(engine_stats *a, const engine_stats *b) {
   a->active += b->active;
   a->queued += b->queued;
@@ -79,6 +82,8 @@ static void stats_add(engine_stats *a, const engine_stats *b) {
   a->spec_target_passes_total += b->spec_target_passes_total;
   a->spec_rounds_total += b->spec_rounds_total;
   a->spec_fallbacks_total += b->spec_fallbacks_total;
+  a->spec_declined_total += b->spec_declined_total;
+  a->spec_probes_total += b->spec_probes_total;
   a->spec_rollbacks_total += b->spec_rollbacks_total;
   a->cache_requests_total += b->cache_requests_total;
   a->cache_hits_total += b->cache_hits_total;
