@@ -59,8 +59,9 @@
  * /api/ps and /v1/ps what is loaded, POST /v1/models/{id}/load and
  * /unload load and unload one, POST /api/pull, DELETE /api/delete and
  * DELETE /v1/models/{id} change the store (refused with 403 unless
- * allowed). Without a store, a request naming another model is 404 and
- * those store endpoints answer for the one model (load/unload: 404 ...).
+ * allowed). Without a store, a request naming another model is 404 as
+ * before, /api/pull and /api/delete are 404, unload and DELETE
+ * /v1/models/{id} 400 no_store, and /v1/ps and load show the one model.
  *
  * What it is not: TLS (put a proxy in front), or a place that knows model
  * internals: it talks to the engine only through engine.h. */
