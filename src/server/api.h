@@ -97,6 +97,9 @@ int srv_keepalive_ms(server *s);
  * the store model (loaded when needed; models.h), held until the request
  * ends; an empty name is 400 whatever allow_empty says. */
 int srv_use_model(conn *k, struct MHD_Connection *c, const char *name, bool allow_empty, oai_error *e);
+/* Nanoseconds the request waited for its model (room and load) when
+ * serving the store; 0 when it was loaded already or with one model. */
+uint64_t srv_load_ns(conn *k);
 /* The store being served; NULL = one model. */
 srv_models *srv_store(server *s);
 /* The request's keep_alive in seconds (< 0 forever, 0 unload after it):

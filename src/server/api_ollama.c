@@ -194,6 +194,7 @@ static int parse_common(conn *k, struct MHD_Connection *c, oai_request *r, char 
 typedef struct ol_ctx {
   char model[OL_MODEL_MAX]; /* the name the client asked for, echoed */
   bool chat;                /* /api/chat (message) or /api/generate (response) */
+  uint64_t load_ns;         /* time this request waited for its model to load (store serving) */
 } ol_ctx;
 
 static void put_head(const ol_ctx *x, sbuf *out) {
@@ -219,12 +220,14 @@ static void put_text(const ol_ctx *x, const char *text, size_t n, sbuf *out) {
  * prompt's evaluation is timed from arrival to the first token (queueing
  * included), generation from there to the end. */
 static void put_done(const gen_view *v, sbuf *out) {
+  const ol_ctx *x = v->ctx;
   uint64_t total = v->t_end > v->t0 ? v->t_end - v->t0 : 0;
   uint64_t first = v->t_first ? v->t_first - v->t0 : total;
   sbuf_printf(out,
-              ",\"done_reason\":\"%s\",\"done\":true,\"total_duration\":%llu,\"load_duration\":0,"
+              ",\"done_reason\":\"%s\",\"done\":true,\"total_duration\":%llu,\"load_duration\":%llu,"
               "\"prompt_eval_count\":%d,\"prompt_eval_duration\":%llu,\"eval_count\":%d,\"eval_duration\":%llu",
               v->finish == ENGINE_FINISH_LENGTH ? "length" : "stop", (unsigned long long)total,
+              (unsigned long long)(x ? x->load_ns : 0),
               v->usage.prompt_tokens, (unsigned long long)first, v->usage.completion_tokens,
               (unsigned long long)(total - first));
   oai_put_receipt(v->o, out);
@@ -283,6 +286,7 @@ static enum MHD_Result load_only(conn *k, struct MHD_Connection *c, const ol_ctx
 
 static enum MHD_Result run(conn *k, struct MHD_Connection *c, oai_request *r, ol_ctx *x) {
   oai_resp o;
+  x->load_ns = srv_load_ns(k);
   oai_resp_init(&o, r->kind, engine_model_id(srv_engine(k)), engine_model_sha256(srv_engine(k)));
   return srv_generate(k, c, r, &o, &ol_api, x);
 }
@@ -412,6 +416,7 @@ fail:
 typedef struct ol_embed {
   const char *model; /* view */
   bool legacy;       /* /api/embeddings: one "embedding" */
+  uint64_t load_ns;  /* time waited for the model to load */
 } ol_embed;
 
 static void emb_begin(void *ctx, sbuf *out) {
@@ -435,8 +440,8 @@ static void emb_item(void *ctx, size_t index, const float *vec, int n, sbuf *out
 static void emb_end(void *ctx, long long prompt_tokens, uint64_t t0, uint64_t t_end, const oai_resp *ro, sbuf *out) {
   ol_embed *x = ctx;
   if (!x->legacy)
-    sbuf_printf(out, "],\"total_duration\":%llu,\"load_duration\":0,\"prompt_eval_count\":%lld",
-                (unsigned long long)(t_end - t0), prompt_tokens);
+    sbuf_printf(out, "],\"total_duration\":%llu,\"load_duration\":%llu,\"prompt_eval_count\":%lld",
+                (unsigned long long)(t_end - t0), (unsigned long long)x->load_ns, prompt_tokens);
   oai_put_receipt(ro, out);
   sbuf_puts(out, "}");
 }
@@ -493,7 +498,7 @@ static enum MHD_Result embed(conn *k, struct MHD_Connection *c, bool legacy) {
                       : "'input' must be a non-empty string or an array of at most 2048 of them");
     goto fail;
   }
-  ol_embed x = {m, legacy};
+  ol_embed x = {m, legacy, srv_load_ns(k)};
   return srv_embed(k, c, &r, truncate, &ol_embed_api, &x);
 fail:
   oai_request_free(&r);

@@ -227,6 +227,7 @@ struct conn {
                          * to its stream) */
   bool has_keep;        /* the request gave a keep_alive (keep_s seconds) */
   double keep_s;
+  uint64_t load_ns;     /* store serving: time spent acquiring a model that was not loaded */
 };
 
 static bool flag(const int *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE) != 0; }
@@ -873,6 +874,9 @@ static int bind_store_model(conn *k, struct MHD_Connection *c, const char *name,
   registry *reg = srv_models_registry(s->models);
   int fd = conn_fd(c), rc;
   registry_ref *ref = NULL;
+  registry_info before;
+  bool was_loaded = registry_get(reg, canon, &before) == 0 && before.loaded;
+  uint64_t t_acq = pw_now_ns();
   for (;;) {
     uint64_t now = pw_now_ns(), slice = now + (uint64_t)WAIT_SLICE_MS * 1000000u;
     rc = registry_acquire(reg, canon, size, slice < deadline ? slice : deadline, &ref, err);
@@ -891,6 +895,7 @@ static int bind_store_model(conn *k, struct MHD_Connection *c, const char *name,
   if (rc) return oai_seterr(e, 500, "model_load_failed", "model", "cannot load model '%s': %s", canon, err);
   k->ref = ref;
   k->m = registry_model(ref);
+  if (!was_loaded) k->load_ns = pw_now_ns() - t_acq;
   return 0;
 }
 
@@ -1641,6 +1646,7 @@ enum MHD_Result srv_reply_error(conn *k, struct MHD_Connection *c, const oai_err
 engine *srv_engine(conn *k) { return k->m->e; }
 const prompt_builder *srv_prompt(conn *k) { return &k->m->pb; }
 srv_models *srv_store(server *s) { return s->models; }
+uint64_t srv_load_ns(conn *k) { return k->load_ns; }
 void srv_set_keep_alive(conn *k, double seconds) {
   k->has_keep = true;
   k->keep_s = seconds;

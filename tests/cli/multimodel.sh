@@ -111,6 +111,7 @@ post "$url" /v1/completions '{"model":"llama","prompt":"Once upon a time","max_t
 check "a name without its tag picks the one tag" [ "$(out_of "$tmp/notag.json")" = "$(out_of "$tmp/sb.json")" ]
 post "$url" /api/generate '{"model":"codelm","prompt":"import os\n","raw":true,"stream":false,"options":{"temperature":0,"num_predict":4}}' >"$tmp/ol.json"
 check "Ollama generate through the store" grep -q '"done":true' "$tmp/ol.json"
+check "Ollama's load_duration counts the load it waited for" grep -Eq '"load_duration":[1-9]' "$tmp/ol.json"
 
 # Unknown model: 404 naming it, in OpenAI's and Ollama's shapes.
 post "$url" /v1/chat/completions '{"model":"no-such-model","messages":[{"role":"user","content":"hi"}]}' >"$tmp/404.json"
