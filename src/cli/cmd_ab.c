@@ -960,6 +960,10 @@ int cmd_ab(int argc, char **argv) {
       o.verify_curve = true;
       continue;
     }
+    if (cli_weights_is_flag(a)) {
+      cli_weights_parse("ab", &o.weights, a, NULL);
+      continue;
+    }
     if (i + 1 >= argc) {
       fprintf(stderr, "power ab: %s option %s\n", a[0] == '-' ? "unknown or value-less" : "unexpected argument", a);
       return 2;

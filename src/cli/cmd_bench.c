@@ -1076,7 +1076,7 @@ int cmd_bench(int argc, char **argv) {
     } else if ((sp = cli_weights_parse("bench", &o.weights, a, v)) != 0) {
       if (sp < 0) return 2;
       if (!strcmp(a, "--weights-io")) o.io_given = true;
-      i++;
+      i += sp == 1;
     } else if (!strcmp(a, "--cold")) {
       o.cold = 1;
     } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
