@@ -212,6 +212,16 @@ void cli_weights_apply(const cli_weights *w, engine_opts *eo) {
   eo->weights_hugepages = w->hugepages;
 }
 
+void cli_weights_model_opts(const cli_weights *w, weights_opts *wo) {
+  wo->io = w->io;
+  wo->key_file = w->key_file;
+  wo->mem_budget = w->mem_budget;
+  wo->mem_budget_frac = w->mem_budget_frac;
+  wo->residency = w->residency;
+  wo->mlock = w->mlock;
+  wo->hugepages = w->hugepages;
+}
+
 void cli_weights_usage(FILE *out) {
   fprintf(out,
           "  --weights-io S        read weights by mmap (default), pread (owned buffers) or\n"

@@ -6,6 +6,7 @@
 
 #include "cli/cli.h"
 #include "engine/engine.h"
+#include "weights/weights.h"
 #include "chat/prompt.h"
 
 #include <jansson.h>
@@ -64,6 +65,8 @@ int cli_weights_parse(const char *cmd, cli_weights *w, const char *a, const char
  * given. 0, or -1 with one line printed. */
 int cli_weights_finish(const char *cmd, cli_weights *w);
 void cli_weights_apply(const cli_weights *w, engine_opts *eo);
+/* The same for a model loaded directly (model_opts.weights). */
+void cli_weights_model_opts(const cli_weights *w, weights_opts *wo);
 void cli_weights_usage(FILE *out);
 
 typedef struct gen_opts {

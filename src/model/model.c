@@ -527,16 +527,17 @@ static const char *output_name(const model *m) {
 static int embed_rows(model_ctx *c, const model_entry *e, int n, char *err) {
   const model *m = c->m;
   const int E = m->hp.n_embd;
-  weights_rows wr;
-  weights_tensor_rows(m->w, "token_embd.weight", &wr);
+  if (!weights_streaming(m->w)) {
+    for (int t = 0; t < n; t++) pw_get_row(m->tok_embd.type, m->tok_embd.data, E, e[t].token, c->x + (size_t)t * E);
+    return 0;
+  }
+  /* a row's bytes (at most n_embd floats) through c->xn, free until the
+   * first layer's norm */
+  const uint64_t rb = pw_dtype_row_size(m->tok_embd.type, (uint64_t)E);
   for (int t = 0; t < n; t++) {
-    int k = 0;
-    while (k < wr.n && e[t].token >= wr.row0[k + 1]) k++;
-    const int u = k < wr.n ? wr.unit[k] : -1;
-    int rc = weights_acquire(m->w, u, err);
+    int rc = weights_copy(m->w, (const uint8_t *)m->tok_embd.data + (uint64_t)e[t].token * rb, (size_t)rb, c->xn, err);
     if (rc) return rc;
-    pw_get_row(m->tok_embd.type, m->tok_embd.data, E, e[t].token, c->x + (size_t)t * E);
-    weights_release(m->w, u);
+    pw_get_row(m->tok_embd.type, c->xn, E, 0, c->x + (size_t)t * E);
   }
   return 0;
 }

@@ -521,6 +521,38 @@ void weights_stream_release(wstream *s, int ui) {
   pthread_mutex_unlock(&s->mu);
 }
 
+/* Copies n bytes at src (inside the file's layout) to dst: from memory
+ * when its unit is resident (or it has none), else straight from the file
+ * - an embedding row must not cost the read of a whole piece. */
+int weights_stream_copy(wstream *s, const void *src, size_t n, void *dst, char *err) {
+  const uint64_t off = (uint64_t)((const uint8_t *)src - s->va);
+  PW_ASSERT(off <= gguf_size(s->f) && n <= gguf_size(s->f) - off);
+  pthread_mutex_lock(&s->mu);
+  bool mem = true;
+  for (int i = 0; i < s->n_units && mem; i++) {
+    const unit *u = &s->u[i];
+    if (!u->pinned && u->state != U_READY && off < u->b && off + n > u->a) mem = false;
+  }
+  if (mem) { /* resident units stay so while the lock is held */
+    memcpy(dst, src, n);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+  }
+  pthread_mutex_unlock(&s->mu);
+  uint8_t *d = dst;
+  while (n > 0) {
+    ssize_t got = pread(s->r.fd, d, n, (off_t)off);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return pw_seterr(err, PW_EIO, "%s: read at byte %llu: %s", s->path, (unsigned long long)off, strerror(errno));
+    if (got == 0)
+      return pw_seterr(err, PW_EFORMAT, "%s: truncated file: it ends before byte %llu", s->path,
+                       (unsigned long long)(off + n));
+    d += got;
+    n -= (size_t)got;
+  }
+  return 0;
+}
+
 /* ---- open / close --------------------------------------------------------------- */
 
 /* Reads the resident parts of [x, y) into the reserved range (pread and

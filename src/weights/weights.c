@@ -609,6 +609,12 @@ void weights_release(weights *w, int u) {
   if (w->st && u >= 0) weights_stream_release(w->st, u);
 }
 
+int weights_copy(weights *w, const void *src, size_t n, void *dst, char *err) {
+  if (w->st) return weights_stream_copy(w->st, src, n, dst, err);
+  memcpy(dst, src, n);
+  return 0;
+}
+
 bool weights_get_budget(const weights *w, weights_budget_info *out) {
   memset(out, 0, sizeof *out);
   if (!w || !w->st) return false;

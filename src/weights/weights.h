@@ -133,6 +133,10 @@ int weights_layer_unit(const weights *w, int il);
  * file changed or cannot be read) names the file and the unit. */
 int weights_acquire(weights *w, int u, char *err);
 void weights_release(weights *w, int u);
+/* Copies n weight bytes at src (a tensor address) into dst, reading them
+ * from the file when their unit is not resident (a row of a streamed
+ * matrix without the read of its whole piece). */
+int weights_copy(weights *w, const void *src, size_t n, void *dst, char *err);
 
 typedef struct weights_unit_info {
   char name[48];        /* "blk.3", "output.weight[0:21376)" */

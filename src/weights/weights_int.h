@@ -37,6 +37,7 @@ int weights_stream_layer_unit(const wstream *s, int il);
 void weights_stream_budget(wstream *s, weights_budget_info *out);
 void weights_stream_unit(wstream *s, int i, weights_unit_info *out);
 const char *weights_stream_path(const wstream *s);
+int weights_stream_copy(wstream *s, const void *src, size_t n, void *dst, char *err);
 
 /* The error for a failed mlock of n bytes: names RLIMIT_MEMLOCK's value. */
 int weights_mlock_error(const char *path, size_t n, int e, char *err);
