@@ -607,7 +607,7 @@ int weights_stream_open(const char *path, const weights_opts *o, wstream **out, 
   s->va = (uint8_t *)gguf_base(s->f);
   uint64_t budget = o->mem_budget;
   if (!budget) budget = (uint64_t)(o->mem_budget_frac * (double)gguf_size(s->f));
-  if (budget >= up(gguf_size(s->f), s->page)) { /* it all fits: no streaming */
+  if (budget >= gguf_size(s->f)) { /* it all fits: no streaming */
     if (hdr && s->f == hdr) s->f = NULL;
     gguf_close(hdr);
     weights_stream_close(s);
