@@ -14,6 +14,7 @@
 # bound, the stricter one). A budget below the file's minimum (the resident
 # base plus two buffers of its largest streamed unit) is refused by power
 # with that minimum, and the script then runs at the minimum instead.
+# RESIDENCY=lfru in the environment passes --residency lfru.
 # Load averages are printed beside every figure: on a shared machine they
 # say how much the figures can be trusted.
 set -eu
@@ -41,13 +42,14 @@ printf '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n'
 for s in $STRATS; do
   for b in $BUDGETS; do
     l=$(load)
-    out=$("$POWER" bench --model "$MODEL" -p 0 -n "$N" -r "$R" --weights-io "$s" --mem-budget "$b" 2>&1) || {
+    out=$("$POWER" bench --model "$MODEL" -p 0 -n "$N" -r "$R" --weights-io "$s" --mem-budget "$b" ${RESIDENCY:+--residency "$RESIDENCY"} 2>&1) || {
       min=$(printf '%s\n' "$out" | sed -n 's/.*minimum of \([0-9.]*\) MiB.*/\1/p')
       if [ -z "$min" ]; then printf '%s\n' "$out" >&2; exit 1; fi
       printf '| %s | %s | refused: below the minimum of %s MiB | | | | | | %s |\n' "$s" "$b" "$min" "$l"
       b=$(echo "$min" | awk '{ printf "%dK", $1 * 1024 + 1 }')
       l=$(load)
-      out=$("$POWER" bench --model "$MODEL" -p 0 -n "$N" -r "$R" --weights-io "$s" --mem-budget "$b" 2>&1)
+      out=$("$POWER" bench --model "$MODEL" -p 0 -n "$N" -r "$R" --weights-io "$s" --mem-budget "$b" \
+        ${RESIDENCY:+--residency "$RESIDENCY"} 2>&1)
     }
     tps=$(printf '%s\n' "$out" | awk -F'|' '/ tg[0-9]+ / { gsub(/ /, "", $8); print $8 }')
     line=$(printf '%s\n' "$out" | grep '^memory budget' || true)

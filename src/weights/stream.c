@@ -157,6 +157,7 @@ static int plan_pieces(wstream *s, tpieces *tp, const gguf_tensor *t, uint64_t p
   uint64_t row_bytes = t->nbytes / (uint64_t)rows;
   if (row_bytes * (uint64_t)rows != t->nbytes) rows = 1, row_bytes = t->nbytes;
   int64_t per = (int64_t)(piece / row_bytes);
+  if (per < (rows + 3999) / 4000) per = (rows + 3999) / 4000; /* at most 4000 pieces (s->u's room) */
   if (per < 1) per = 1;
   const int n = (int)((rows + per - 1) / per);
   const int first = s->n_units;
@@ -253,7 +254,7 @@ static int plan(wstream *s, uint64_t budget, char *err) {
     }
     if (hi[l] - lo[l] > piece) piece = hi[l] - lo[l];
   }
-  s->u = calloc(n_layer + 4096, sizeof *s->u);
+  s->u = calloc(n_layer + 8200, sizeof *s->u); /* layers, and two matrices of at most 4001 pieces */
   if (!s->u) {
     free(lo);
     free(hi);
