@@ -418,7 +418,10 @@ static int victim(const wstream *s, int keep) {
     const unit *b = &s->u[best];
     if (u->state == U_FAILED) return i;
     bool better = u->last < b->last;
-    if (s->bi.policy == WEIGHTS_RES_LFRU && u->hits != b->hits) better = u->hits < b->hits;
+    /* LFRU: fewest reuse hits first; among equals the most recently used,
+     * which a pass's cyclic order needs last - so the units that stay
+     * collect hits and keep their place instead of all taking turns */
+    if (s->bi.policy == WEIGHTS_RES_LFRU) better = u->hits != b->hits ? u->hits < b->hits : u->last > b->last;
     if (better) best = i;
   }
   return best;

@@ -57,9 +57,10 @@ const char *weights_io_name(int io);
 /* Which units a budget keeps, after the pinned ones:
  *   lru   the least recently used unit is evicted first
  *   lfru  the unit with the fewest reuse hits (uses that found it still
- *         resident from an earlier pass) first, the least recent among
- *         equals: a decode pass uses every unit once in the same order,
- *         where plain LRU evicts each unit just before its next use */
+ *         resident from an earlier pass) first, the most recently used
+ *         among equals: a decode pass uses every unit once in the same
+ *         order, where plain LRU evicts each unit just before its next use
+ *         and the most recent one is the one needed last */
 typedef enum weights_residency_policy { WEIGHTS_RES_LRU = 0, WEIGHTS_RES_LFRU = 1 } weights_residency_policy;
 int weights_residency_parse(const char *s); /* "lru" | "lfru" -> policy, or -1 */
 const char *weights_residency_name(int policy);
