@@ -85,7 +85,6 @@ struct wstream {
   int q_head, q_len;
   uint64_t clock;
   weights_budget_info bi;
-  bool locked;
 };
 
 /* ---- parsing the budget ------------------------------------------------------ */
@@ -681,7 +680,6 @@ int weights_stream_open(const char *path, const weights_opts *o, wstream **out, 
     if (i < ns) at = sorted[i]->b;
   }
   if (o->mlock && s->spare && (rc = lock_range(s, s->spare, (size_t)s->bi.pool_bytes, err))) goto fail;
-  s->locked = o->mlock;
   for (int i = 0; i < s->n_units; i++)
     if (s->u[i].pinned) s->u[i].state = U_READY;
   if (hdr) {
@@ -782,5 +780,3 @@ void weights_stream_unit(wstream *s, int i, weights_unit_info *out) {
   out->hits = u->hits;
   pthread_mutex_unlock(&s->mu);
 }
-
-const char *weights_stream_path(const wstream *s) { return s->path; }

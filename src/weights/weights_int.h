@@ -36,7 +36,6 @@ void weights_stream_tensor_rows(const wstream *s, const char *name, weights_rows
 int weights_stream_layer_unit(const wstream *s, int il);
 void weights_stream_budget(wstream *s, weights_budget_info *out);
 void weights_stream_unit(wstream *s, int i, weights_unit_info *out);
-const char *weights_stream_path(const wstream *s);
 int weights_stream_copy(wstream *s, const void *src, size_t n, void *dst, char *err);
 
 /* The error for a failed mlock of n bytes: names RLIMIT_MEMLOCK's value. */
