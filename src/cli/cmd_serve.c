@@ -196,7 +196,7 @@ int cmd_serve(int argc, char **argv) {
     if (!sc) sc = cli_weights_parse("serve", &wts, a, v);
     if (sc < 0) return 2;
     if (sc > 0) {
-      i++;
+      i += sc == 1;
       continue;
     }
     if (!v) {

@@ -82,6 +82,14 @@ typedef struct engine_opts {
    * draft model alike. */
   int weights_io;               /* weights_io: 0 = mmap, 1 = pread, 2 = direct */
   const char *weights_key_file; /* key of encrypted containers; NULL = plain files */
+  /* The model's alone (not a draft model's): a memory budget (bytes, or a
+   * share of the file in (0, 1]; 0 = all resident), the residency policy
+   * under it, and host controls of the weights' memory (weights.h). */
+  uint64_t weights_mem_budget;
+  double weights_mem_budget_frac;
+  int weights_residency;  /* weights_residency_policy */
+  bool weights_mlock;
+  bool weights_hugepages;
   int max_active;         /* sequences decoding at once (KV slots), 1..ENGINE_MAX_ACTIVE; 0 = the default */
   int max_queue;          /* requests waiting for a slot, 0..ENGINE_MAX_QUEUE; 0 = the default */
   int n_ctx;              /* context per sequence, ENGINE_MIN_CTX..ENGINE_MAX_CTX;
