@@ -65,7 +65,9 @@ static void serve_usage(FILE *out) {
           "  --max-loaded N         models loaded at once, loads in progress included (default 1);\n"
           "                         the least recently used idle model is unloaded to make room\n"
           "  --mem-budget BYTES     bytes of weights + KV loaded at once (suffixes K, M, G; default\n"
-          "                         no bound); before a load the file size is counted\n"
+          "                         no bound); before a load the file size is counted; a model\n"
+          "                         larger than the budget streams its layers within it\n"
+          "                         (with --model: that model's resident weights, see below)\n"
           "  --keep-alive DUR       how long an idle model stays loaded: seconds or a duration\n"
           "                         (5m, 1h30m); 0 = unload after each request; -1 = forever\n"
           "                         (default 5m); a request's keep_alive overrides it\n"
@@ -146,7 +148,6 @@ int cmd_serve(int argc, char **argv) {
   const char *model = NULL, *host = "127.0.0.1", *key_file = NULL, *receipt_key = NULL;
   const char *template_file = NULL;
   long max_loaded = 1;
-  size_t mem_budget = 0;
   double keep_alive = 300, load_wait = 0;
   bool allow_pull = false;
   long port = 11434, threads = 2, parallel = 4, queue = 16, ctx = 0, max_body = (long)SERVER_DEFAULT_MAX_BODY;
@@ -213,7 +214,7 @@ int cmd_serve(int argc, char **argv) {
                                        "--cors", "--header-timeout", "--body-timeout", "--max-connections",
                                        "--max-per-client", "--log-format", "--prompt-cache-tenant-entries",
                                        "--prompt-cache-tenant-bytes", "--receipt-key", "--responses-max",
-                                       "--responses-bytes", "--max-loaded", "--mem-budget", "--keep-alive",
+                                       "--responses-bytes", "--max-loaded", "--keep-alive",
                                        "--load-wait"};
     for (size_t k = 0; k < sizeof once / sizeof once[0]; k++)
       if (!strcmp(name, once[k]) && cli_once("serve", &seen, once[k])) return 2;
@@ -241,7 +242,6 @@ int cmd_serve(int argc, char **argv) {
     else if (!strcmp(a, "--responses-bytes")) bad = parse_bytes(a, v, &responses_bytes);
     else if (!strcmp(a, "--cors")) cors = v;
     else if (!strcmp(a, "--max-loaded")) bad = cli_parse_long("serve", a, v, 1, 1024, &max_loaded);
-    else if (!strcmp(a, "--mem-budget")) bad = parse_bytes(a, v, &mem_budget);
     else if (!strcmp(a, "--load-wait")) bad = cli_parse_double("serve", a, v, 0.1, 86400, &load_wait);
     else if (!strcmp(a, "--keep-alive")) {
       if (registry_parse_keep_alive(v, &keep_alive)) {
@@ -274,9 +274,20 @@ int cmd_serve(int argc, char **argv) {
   char err[PW_ERRMAX] = "";
   const char *env_model = getenv("POWER_MODEL");
   bool store_mode = !(model && *model) && !(env_model && *env_model);
-  bool store_flags = max_loaded != 1 || mem_budget || keep_alive != 300 || load_wait || allow_pull;
+  /* --mem-budget (parsed with the weights options) is one model's
+   * resident weights with --model, and what the loaded models may hold
+   * together when serving the store: there a model larger than the whole
+   * budget streams its layers within it. */
+  if (store_mode && wts.mem_budget_frac > 0) {
+    fprintf(stderr, "power serve: --mem-budget as a share of the model needs --model; serving the store, give "
+                    "bytes (suffixes K, M, G)\n");
+    return 2;
+  }
+  uint64_t mem_budget = store_mode ? wts.mem_budget : 0;
+  if (store_mode) wts.mem_budget = 0;
+  bool store_flags = max_loaded != 1 || keep_alive != 300 || load_wait || allow_pull;
   if (!store_mode && store_flags) {
-    fprintf(stderr, "power serve: --max-loaded, --mem-budget, --keep-alive, --load-wait and --allow-pull apply "
+    fprintf(stderr, "power serve: --max-loaded, --keep-alive, --load-wait and --allow-pull apply "
                     "when serving the store (without --model and POWER_MODEL)\n");
     return 2;
   }

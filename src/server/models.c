@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define DEFAULT_LOAD_WAIT_S 60.0
@@ -105,6 +106,11 @@ static int load_model(void *ctx, const char *name, void **model, uint64_t *bytes
   engine_opts eo = sm->eo;
   eo.model_path = path;
   eo.model_id = name;
+  /* A model larger than the whole budget streams its layers within it
+   * (its KV cache comes on top). */
+  struct stat fst;
+  bool streamed = sm->o.mem_budget && stat(path, &fst) == 0 && (uint64_t)fst.st_size > sm->o.mem_budget;
+  if (streamed) eo.weights_mem_budget = sm->o.mem_budget;
   engine *e = NULL;
   double t0 = pw_now_s();
   if ((rc = engine_create(&eo, &e, err))) return rc;
@@ -120,7 +126,7 @@ static int load_model(void *ctx, const char *name, void **model, uint64_t *bytes
     return rc;
   }
   *model = m;
-  *bytes = engine_model_size(e) + engine_kv_bytes(e);
+  *bytes = (streamed ? sm->o.mem_budget : engine_model_size(e)) + engine_kv_bytes(e);
   pw_log_notice("loaded %s in %.2f s (%.1f MiB with KV)", name, pw_now_s() - t0, (double)*bytes / (1 << 20));
   return 0;
 }
@@ -191,6 +197,7 @@ void srv_models_destroy(srv_models *sm) {
 
 registry *srv_models_registry(srv_models *sm) { return sm->reg; }
 double srv_models_load_wait(const srv_models *sm) { return sm->o.load_wait_s; }
+uint64_t srv_models_mem_budget(const srv_models *sm) { return sm->o.mem_budget; }
 
 /* ---- names ---------------------------------------------------------------- */
 

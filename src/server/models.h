@@ -65,6 +65,8 @@ int srv_models_create(const srv_models_opts *o, srv_models **out, char *err);
 void srv_models_destroy(srv_models *sm);
 registry *srv_models_registry(srv_models *sm);
 double srv_models_load_wait(const srv_models *sm);
+/* --mem-budget when serving the store; 0 = no bound. */
+uint64_t srv_models_mem_budget(const srv_models *sm);
 
 /* Resolves name (see above) into canon (STORE_NAME_MAX + 1 bytes) and
  * the model's file size. 0; 400 (empty or ambiguous name), 404

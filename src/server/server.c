@@ -871,6 +871,9 @@ static int bind_store_model(conn *k, struct MHD_Connection *c, const char *name,
   uint64_t size = 0, deadline = 0;
   if (srv_models_resolve(s->models, name, canon, &size, e) || request_deadline(k, c, &deadline, e)) return PW_EINVAL;
   if (!deadline) deadline = k->t0 + (uint64_t)(srv_models_load_wait(s->models) * 1e9);
+  /* A model larger than the budget streams within it (models.c). */
+  uint64_t budget = srv_models_mem_budget(s->models);
+  if (budget && size > budget) size = budget;
   registry *reg = srv_models_registry(s->models);
   int fd = conn_fd(c), rc;
   registry_ref *ref = NULL;

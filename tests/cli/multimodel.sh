@@ -176,6 +176,16 @@ curl -s --max-time 30 -H 'Authorization: Bearer k1' "$url/api/pull" -d "{\"model
 check "a failed pull streams its progress, then the error" sh -c "head -n 1 '$tmp/pull.txt' | grep -q '\"status\":\"pulling manifest\"' && tail -n 1 '$tmp/pull.txt' | grep -q '\"error\"'"
 stop_all
 
+# A budget smaller than a model: serving the store, that model streams its
+# layers within the budget and answers the same.
+start budget --mem-budget 2M --weights-io pread --no-request-log
+post "$url" /v1/completions "$req_a" >"$tmp/mbud.json"
+check "a model over the store budget streams and = a alone" [ "$(out_of "$tmp/mbud.json")" = "$(out_of "$tmp/sa.json")" ]
+stop_all
+"$bin" serve --mem-budget 50% --port 0 >/dev/null 2>"$tmp/err"
+check "a share as the store budget exits 2" [ $? -eq 2 ]
+check "... and says to give bytes" grep -q "give bytes" "$tmp/err"
+
 # Flags that only apply to store serving are refused with --model.
 "$bin" serve --model codelm:q8 --max-loaded 2 --port 0 >/dev/null 2>"$tmp/err"
 check "--max-loaded with --model exits 2" [ $? -eq 2 ]
