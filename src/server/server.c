@@ -76,6 +76,8 @@ static const route k_routes[] = {
     {"/chat/completions", RP_ROOT | RP_V1, RM_POST, "chat_completions", false, handle_chat, NULL},
     {"/completions", RP_ROOT | RP_V1, RM_POST, "completions", false, handle_completions, NULL},
     {"/embeddings", RP_ROOT | RP_V1, RM_POST, "embeddings", false, handle_embeddings, NULL},
+    {"/rerank", RP_ROOT | RP_V1, RM_POST, "rerank", false, rerank_handle, NULL},
+    {"/reranking", RP_ROOT | RP_V1, RM_POST, "rerank", false, rerank_handle, NULL},
     {"/models", RP_ROOT | RP_V1, RM_GET, "models", false, handle_models, NULL},
     {"/models/{id}", RP_ROOT | RP_V1, RM_GET, "models", false, handle_model, NULL},
     {"/health", RP_ROOT, RM_GET, "health", true, handle_health, NULL},
@@ -1042,6 +1044,12 @@ enum MHD_Result srv_generate(conn *k, struct MHD_Connection *c, oai_request *rin
     else if (r.prompts) k->log.prompt = json_dumps(r.prompts, JSON_COMPACT);
   }
   if (check_model(s, &r, &e)) goto fail;
+  if (engine_is_encoder(s->e)) {
+    oai_seterr(&e, 400, "unsupported_model", "model",
+               "model '%.100s' is an encoder: it does not generate text (it serves %s)", engine_model_id(s->e),
+               engine_get_pooling(s->e) == ENGINE_POOL_RANK ? "/v1/rerank" : "/v1/embeddings");
+    goto fail;
+  }
   for (int i = 0; i < r.sampling.n_logit_bias; i++)
     if (r.logit_bias[i].token >= tok_n_vocab(s->pb.vocab)) {
       oai_seterr(&e, 400, "invalid_value", "logit_bias", "'logit_bias' names token %d, outside the vocabulary of %d",
@@ -1259,9 +1267,17 @@ enum MHD_Result srv_embed(conn *k, struct MHD_Connection *c, oai_request *rin, b
   enum MHD_Result res;
   if (check_model(s, &r, &e)) goto fail;
   srv_caller who = {k->anonymous, k->tenant};
+  if ((engine_get_pooling(s->e) == ENGINE_POOL_RANK) != (api == &rerank_embed_api)) {
+    oai_seterr(&e, 400, "unsupported_model", "model",
+               api == &rerank_embed_api ? "model '%.100s' is not a reranker"
+                                        : "model '%.100s' is a reranker: it scores documents at /v1/rerank, it has "
+                                          "no embeddings",
+               engine_model_id(s->e));
+    goto fail;
+  }
   if (srv_receipt_begin_embed(&rcpt, &s->evm, k->body.data, k->body.len, &who, &e)) goto fail;
   rcpt.gen.replica = s->replica;
-  int n_embd = engine_n_embd(s->e);
+  int n_embd = engine_embedding_dim(s->e);
   if (r.dimensions && r.dimensions != n_embd) {
     /* Truncating an embedding is only meaningful for models trained for it
      * (Matryoshka representation learning), which a GGUF file does not
