@@ -49,16 +49,32 @@ static void wpm_word(const tok_vocab *v, const char *w, size_t n, void (*put)(vo
   for (size_t i = 0; i < k; i++) put(ctx, ids[i]);
 }
 
+/* Room for a word of n bytes in *w and as many ids in *ids (a piece is
+ * at least one byte), grown geometrically: scratch follows the longest
+ * word, not the text. */
+static int wpm_room(char **w, int32_t **ids, size_t *cap, size_t n) {
+  if (n <= *cap) return 0;
+  size_t c = *cap * 2 > n ? *cap * 2 : n;
+  char *nw = realloc(*w, c);
+  if (!nw) return PW_ENOMEM;
+  *w = nw;
+  int32_t *ni = realloc(*ids, c * sizeof *ni);
+  if (!ni) return PW_ENOMEM;
+  *ids = ni;
+  *cap = c;
+  return 0;
+}
+
 int tok_wpm_fragment(const tok_vocab *v, const char *text, size_t len, void (*put)(void *ctx, int32_t id),
                      void *ctx) {
-  /* a word: U+2581, then the normalized code points: one of them never
-   * takes more than 4 bytes, and came from at least 1 input byte */
-  char *w = malloc(3 + 4 * len + 1);
-  int32_t *ids = malloc((3 + 4 * len + 1) * sizeof *ids);
-  if (!w || !ids) {
-    free(w);
-    free(ids);
-    return PW_ENOMEM;
+  /* a word: U+2581, then the normalized code points (at most 4 bytes each) */
+  char *w = NULL;
+  int32_t *ids = NULL;
+  size_t cap = 0;
+  int rc = 0;
+  if (wpm_room(&w, &ids, &cap, 256)) {
+    rc = PW_ENOMEM;
+    goto done;
   }
   static const char k_mark[3] = {'\xE2', '\x96', '\x81'};
   memcpy(w, k_mark, 3);
@@ -83,6 +99,10 @@ int tok_wpm_fragment(const tok_vocab *v, const char *text, size_t len, void (*pu
     if (v->wpm_strip_accents && (fl & TOK_UF_M)) continue;
     uint8_t u[4];
     size_t ul = tok_utf8_encode(v->wpm_lower ? tok_lower(c) : c, u);
+    if (wpm_room(&w, &ids, &cap, wl + ul)) {
+      rc = PW_ENOMEM;
+      goto done;
+    }
     if ((fl & TOK_UF_P) || (c < 0x7F && (fl & TOK_UF_S)) || wpm_cjk(c)) {
       if (wl > 3) wpm_word(v, w, wl, put, ctx, ids);
       memcpy(w + 3, u, ul);
@@ -93,7 +113,8 @@ int tok_wpm_fragment(const tok_vocab *v, const char *text, size_t len, void (*pu
       wl += ul;
     }
   }
+done:
   free(w);
   free(ids);
-  return 0;
+  return rc;
 }
