@@ -8,7 +8,10 @@
 
 #include "base/error.h"
 #include "gguf/gguf.h"
+#include "gguf/writer.h"
 #include "tok/tok.h"
+
+#include <unistd.h>
 
 #include <stdint.h>
 #include <string.h>
@@ -161,6 +164,38 @@ static void test_hostile(const tok_vocab *v) {
   free(ids);
 }
 
+/* The normalizer's metadata: a cased vocabulary (lowercase false, and so
+ * no accent stripping unless asked) keeps case and accents. */
+static void test_normalizer_keys(const gguf_file *g, const tok_vocab *uncased) {
+  char err[PW_ERRMAX], path[] = "/tmp/power-wpm-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  if (fd < 0) return;
+  close(fd);
+  gguf_writer *w = gguf_writer_create();
+  CHECK(w && gguf_writer_copy_kvs_prefix(w, g, "tokenizer.", err) > 0);
+  CHECK(gguf_writer_set_bool(w, "tokenizer.ggml.normalizer.lowercase", false, err) == 0);
+  CHECK(gguf_writer_write(w, path, NULL, NULL, err) == 0);
+  gguf_writer_destroy(w);
+  gguf_file *g2 = NULL;
+  tok_vocab *cased = NULL;
+  CHECK(gguf_open(path, &g2, err) == 0);
+  if (g2) CHECK(tok_vocab_load(g2, &cased, err) == 0);
+  if (cased) {
+    int32_t a[16], b[16];
+    size_t na = enc(cased, "hello", 5, false, false, a, 16), nb = enc(uncased, "hello", 5, false, false, b, 16);
+    CHECK(na == nb && na == 1 && a[0] == b[0]);
+    na = enc(cased, "HELLO", 5, false, false, a, 16);
+    CHECK(na >= 1 && a[0] != b[0]); /* no "hello" from "HELLO" */
+    na = enc(cased, "caf\xC3\xA9", 5, false, false, a, 16);
+    nb = enc(cased, "cafe", 4, false, false, b, 16);
+    CHECK(na != nb || memcmp(a, b, na * sizeof *a) != 0); /* the accent stays */
+  }
+  tok_vocab_destroy(cased);
+  gguf_close(g2);
+  unlink(path);
+}
+
 int main(void) {
   char err[PW_ERRMAX];
   gguf_file *g = NULL;
@@ -171,6 +206,7 @@ int main(void) {
     test_conformance(v);
     test_shape(v);
     test_hostile(v);
+    test_normalizer_keys(g, v);
   }
   tok_vocab_destroy(v);
   gguf_close(g);
