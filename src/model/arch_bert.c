@@ -227,7 +227,9 @@ static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int i
     be->rope(c, c->q, n, hp->n_head, false);
     be->rope(c, c->k, n, hp->n_head_kv, false);
   }
-  be->kv_store(c, kv, e, n, il);
+  /* every layer writes and reads the one KV slot an encoder has (model.c):
+   * a layer's K/V are used up before the next layer's overwrite them */
+  be->kv_store(c, kv, e, n, L->kv_slot);
   const model_entry *ea = e;
   if (!causal_attn(m)) {
     /* every entry sees its sequence up to the sequence's last entry of the
@@ -240,7 +242,7 @@ static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int i
     }
     ea = full;
   }
-  be->attention(c, kv, ea, n, il, 1.0f / sqrtf((float)hd), 0);
+  be->attention(c, kv, ea, n, L->kv_slot, 1.0f / sqrtf((float)hd), 0);
   be->matmul(c, &L->wo, c->att, n, c->xn);
   be->add_rows(c, c->xn, L->bo, n, E);
   be->add(c, c->xn, c->xn, c->x, (int64_t)n * E);

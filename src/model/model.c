@@ -206,6 +206,12 @@ static int bind_weights(model *m, char *err) {
     if (m->layers[il].rs_slot >= 0) m->layers[il].rs_slot = m->n_rs_layers++;
     else m->layers[il].kv_slot = m->n_kv_layers++;
   }
+  /* an encoder's K and V live for one layer of one pass: its layers share
+   * one slot of the cache */
+  if (m->ad->encoder) {
+    for (int il = 0; il < hp->n_layer; il++) m->layers[il].kv_slot = 0;
+    m->n_kv_layers = 1;
+  }
   return 0;
 }
 

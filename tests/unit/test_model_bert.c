@@ -10,7 +10,8 @@
  * through tests/peer/llamacpp-embed.mjs (node-llama-cpp's prebuilt release,
  * CPU) and through the engine: vectors must have cosine >= 0.9999 with
  * llama.cpp's (the issue's bar), reranker scores must agree within
- * TOL_SCORE. Then: the same vectors whatever else is in the batch, a
+ * TOL_SCORE. Then: the same vectors whatever else is in the batch and on
+ * 1 thread as on 2, a
  * generation request refused (PW_EINVAL), an input beyond the context
  * (PW_ECONTEXT), a context beyond bert's position table and speculation
  * refused at engine_create.
@@ -171,6 +172,17 @@ static void check_model(const char *label, const char *path, bool rank) {
   for (int s = 0; s < n_seq; s++) engine_embed(e, &seqs[s], &lens[s], 1, &alone[s]);
   for (int s = 0; s < n_seq; s++)
     CHECK_MSG(memcmp(mine[s], alone[s], (size_t)dim * sizeof(float)) == 0, "%s: sequence %d differs alone", label, s);
+  /* and on one thread */
+  engine_opts o1 = o;
+  o1.n_threads = 1;
+  engine *e1 = create_engine(&o1);
+  if (e1) {
+    engine_embed(e1, seqs, lens, n_seq, alone);
+    for (int s = 0; s < n_seq; s++)
+      CHECK_MSG(memcmp(mine[s], alone[s], (size_t)dim * sizeof(float)) == 0, "%s: sequence %d differs on 1 thread",
+                label, s);
+    engine_destroy(e1);
+  }
   json_t *j = peer_embed(path, seqs, lens, n_seq);
   CHECK_MSG(j != NULL, "%s: llama.cpp did not run", label);
   json_t *vecs = j ? json_object_get(j, "vectors") : NULL;
