@@ -101,6 +101,12 @@ describe('encoders: embeddings and rerank', () => {
     const r = await post(emb, '/v1/rerank', { query: 'q', documents: ['a'] });
     assert.equal(r.status, 400);
     assert.equal(r.json.error.code, 'model_not_reranker');
+    const g = await post(emb, '/api/generate', { model: emb.modelId, prompt: 'hi', stream: false });
+    assert.equal(g.status, 400, g.text);
+    assert.match(g.json.error, /does not generate text/);
+    const show = await post(emb, '/api/show', { model: emb.modelId });
+    assert.equal(show.status, 200, show.text);
+    assert.deepEqual(show.json.capabilities, ['embedding']);
   });
 
   it('rerank: sorted scores, top_n, return_documents, usage', T, async () => {
