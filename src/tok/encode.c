@@ -9,7 +9,9 @@
  *     each word's bytes merge lowest-rank pair first (a bigram heap over a
  *     linked list of symbols);
  *  4. WordPiece (wpm.c): per text fragment, BERT's normalizer and greedy
- *     longest-match pieces.
+ *     longest-match pieces;
+ *  5. unigram (ugm.c): per text fragment, the charsmap normalizer and the
+ *     best-scoring segmentation.
  * All scratch is allocated per call, so concurrent calls share nothing
  * mutable. Not here: vocabulary loading (vocab.c), pre-tokenizer rules
  * (pretok.c). */
@@ -493,6 +495,8 @@ int tok_encode_spans(const tok_vocab *v, const char *text, size_t len, bool add_
     }
     if (v->kind == TOK_KIND_WPM) {
       rc = tok_wpm_fragment(v, text + f.off, f.len, put_cb, &sk);
+    } else if (v->kind == TOK_KIND_UGM) {
+      rc = tok_ugm_fragment(v, text + f.off, f.len, put_cb, &sk);
     } else if (v->kind == TOK_KIND_SPM) {
       rc = spm_fragment(v, text + f.off, f.len, v->add_space_prefix && prev_special, &ss, &sk, err);
       prev_special = false;
