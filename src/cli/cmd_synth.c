@@ -235,13 +235,14 @@ static int sy_build(sy_ctx *c, int n_layer, int64_t n_vocab) {
  * (bert: separate Q/K/V with biases, absolute positions, GELU MLP with
  * biases; nomic-bert: fused QKV, SwiGLU MLP, no biases), and a reranker's
  * classification head. */
-static int sy_build_enc(sy_ctx *c, int n_layer, int64_t n_vocab) {
+static int sy_build_enc(sy_ctx *c, int n_layer, int64_t n_vocab, uint32_t n_types) {
   const synth_model *m = c->m;
   const bool nomic = !strcmp(m->arch, "nomic-bert");
   const int64_t e = m->n_embd, ff = m->n_ff;
   int rc = 0;
   rc |= sy_add(c, "token_embd.weight", 2, e, n_vocab, SY_MATRIX, 0.05f);
-  rc |= sy_add(c, "token_types.weight", 2, e, 2, SY_MATRIX, 0.05f);
+  /* one row per token type of the vocabulary (llama.cpp checks the shape) */
+  if (n_types > 0) rc |= sy_add(c, "token_types.weight", 2, e, n_types, SY_MATRIX, 0.05f);
   if (!nomic) rc |= sy_add(c, "position_embd.weight", 2, e, m->n_ctx, SY_MATRIX, 0.05f);
   rc |= sy_add(c, "token_embd_norm.weight", 1, e, 1, SY_NORM, 0.02f);
   rc |= sy_add(c, "token_embd_norm.bias", 1, e, 1, SY_BIAS, 0.02f);
@@ -527,7 +528,13 @@ int cmd_synth(int argc, char **argv) {
     if (!c.rope) goto oom;
     sy_rope_factors(m, c.rope);
   }
-  if (enc >= 0 ? sy_build_enc(&c, n_layer, (int64_t)toks.n) : sy_build(&c, n_layer, (int64_t)toks.n)) goto oom;
+  uint32_t n_types = 2; /* BERT's two sentence types unless the vocabulary says */
+  gguf_get_u32(vf, "tokenizer.ggml.token_type_count", &n_types);
+  if (n_types > 16) {
+    fprintf(stderr, "power synth: %s: token_type_count %u is not a plausible count\n", vocab, n_types);
+    goto done;
+  }
+  if (enc >= 0 ? sy_build_enc(&c, n_layer, (int64_t)toks.n, n_types) : sy_build(&c, n_layer, (int64_t)toks.n)) goto oom;
   qsort(c.t, (size_t)c.n, sizeof *c.t, sy_cmp);
   names = calloc((size_t)c.n, sizeof *names);
   w = gguf_writer_create();

@@ -6,11 +6,12 @@
  * each pooling (cls as published, mean, last; F16 and Q8_0),
  * nomic-embed-text-v1.5 (mean; Q8_0 and F16), and the
  * ms-marco-minilm-l6-v2 cross-encoder (rank pooling through its
- * classification head). For each, texts tokenized by Power's WordPiece go
+ * classification head), and two with XLM-RoBERTa's unigram vocabulary (as
+ * bge-m3-style files have). For each, texts tokenized by Power go
  * through tests/peer/llamacpp-embed.mjs (node-llama-cpp's prebuilt release,
  * CPU) and through the engine: vectors must have cosine >= 0.9999 with
  * llama.cpp's (the issue's bar), reranker scores must agree within
- * TOL_SCORE. Then: the same vectors whatever else is in the batch and on
+ * TOL_SCORE_F16 / TOL_SCORE_Q8. Then: the same vectors whatever else is in the batch and on
  * 1 thread as on 2, a
  * generation request refused (PW_EINVAL), an input beyond the context
  * (PW_ECONTEXT), a context beyond bert's position table and speculation
@@ -32,11 +33,18 @@
 #endif
 
 #define TOL_COS 0.9999
-/* raw reranker scores: |Power - llama.cpp| (scores here are of order 0.1-1;
- * both sides keep K/V in F16) */
-#define TOL_SCORE 2e-3
+/* raw reranker scores (of order 0.1-1 here): |Power - llama.cpp|, by the
+ * weight type. Both sides keep K/V in F16 and round activations to the
+ * weights' dot-product type in their own order; Q8_0's pooled states agree
+ * to about 2e-3 relative (cosine 0.999998), which the head carries into
+ * the score. Measured worst: F16 1.7e-4, Q8_0 4.5e-3. */
+#define TOL_SCORE_F16 1e-3
+#define TOL_SCORE_Q8 1e-2
 
 #define VOCAB POWER_PEER_ASSETS "/ggml-vocab-bert-bge.gguf"
+/* XLM-RoBERTa's unigram vocabulary (250k pieces), as bge-m3 and its
+ * rerankers use on the bert architecture */
+#define VOCAB_UGM POWER_PEER_ASSETS "/ggml-vocab-nomic-bert-moe.gguf"
 #define MAX_SEQ 8
 #define MAX_LEN 256
 
@@ -90,10 +98,10 @@ static json_t *peer_embed(const char *model_path, int32_t seqs[][MAX_LEN], const
   return j;
 }
 
-static int synth(const char *arch, const char *type, const char *extra, const char *out) {
+static int synth(const char *arch, const char *vocab, const char *type, const char *extra, const char *out) {
   char cmd[2048];
   snprintf(cmd, sizeof cmd, "'%s' synth --arch %s --vocab '%s' --out '%s' --type %s --layers 2 %s --quiet", bin(),
-           arch, VOCAB, out, type, extra);
+           arch, vocab, out, type, extra);
   int rc = sh(cmd);
   CHECK_MSG(rc == 0, "synth %s %s %s failed", arch, type, extra);
   return rc;
@@ -132,7 +140,7 @@ static double cosine(const float *a, const double *b, int n) {
 }
 
 /* One model: Power's vectors against llama.cpp's, then batch invariance. */
-static void check_model(const char *label, const char *path, bool rank) {
+static void check_model(const char *label, const char *path, bool rank, double tol_score) {
   engine_opts o = {.model_path = path, .n_threads = 2, .max_active = 4};
   engine *e = create_engine(&o);
   if (!e) return;
@@ -147,8 +155,9 @@ static void check_model(const char *label, const char *path, bool rank) {
       lens[n_seq++] = (int)n;
     }
   } else {
-    /* [CLS] query [SEP] document [SEP]: what node-llama-cpp evaluates for
-     * the pair (it appends the end token the server's format omits) */
+    /* [CLS] query [SEP] document [SEP] (XLM-RoBERTa: <s> query </s>
+     * document </s>): what node-llama-cpp evaluates for the pair (with a
+     * WordPiece vocabulary it appends the end token the server omits) */
     for (int t = 1; t < N_TEXTS; t++) {
       size_t nq = 0, nd = 0;
       int32_t *s = seqs[n_seq];
@@ -198,7 +207,8 @@ static void check_model(const char *label, const char *path, bool rank) {
     if (rank) {
       double d = fabs(mine[s][0] - ref[0]);
       if (d > worst_score) worst_score = d;
-      CHECK_MSG(d <= TOL_SCORE, "%s: pair %d: score %.6f, llama.cpp %.6f", label, s, mine[s][0], ref[0]);
+      CHECK_MSG(d <= tol_score, "%s: pair %d: score %.6f, llama.cpp %.6f (tolerance %g)", label, s, mine[s][0], ref[0],
+                tol_score);
     } else {
       double c = cosine(mine[s], ref, dim);
       if (c < worst_cos) worst_cos = c;
@@ -275,20 +285,24 @@ int main(void) {
   static const struct {
     const char *label, *arch, *type, *extra;
     bool rank;
+    const char *vocab;
   } cases[] = {
-      {"bge-small F16 cls", "bge-small-en-v1.5", "F16", "", false},
-      {"bge-small F16 mean", "bge-small-en-v1.5", "F16", "--pooling mean", false},
-      {"bge-small Q8_0 last", "bge-small-en-v1.5", "Q8_0", "--pooling last", false},
-      {"bge-small Q8_0 cls", "bge-small-en-v1.5", "Q8_0", "--pooling cls", false},
-      {"nomic-embed Q8_0 mean", "nomic-embed-text-v1.5", "Q8_0", "", false},
-      {"nomic-embed F16 cls", "nomic-embed-text-v1.5", "F16", "--pooling cls", false},
-      {"ms-marco reranker F16 rank", "ms-marco-minilm-l6-v2", "F16", "", true},
-      {"ms-marco reranker Q8_0 rank", "ms-marco-minilm-l6-v2", "Q8_0", "", true},
+      {"bge-small F16 cls", "bge-small-en-v1.5", "F16", "", false, VOCAB},
+      {"bge-small F16 mean", "bge-small-en-v1.5", "F16", "--pooling mean", false, VOCAB},
+      {"bge-small Q8_0 last", "bge-small-en-v1.5", "Q8_0", "--pooling last", false, VOCAB},
+      {"bge-small Q8_0 cls", "bge-small-en-v1.5", "Q8_0", "--pooling cls", false, VOCAB},
+      {"nomic-embed Q8_0 mean", "nomic-embed-text-v1.5", "Q8_0", "", false, VOCAB},
+      {"nomic-embed F16 cls", "nomic-embed-text-v1.5", "F16", "--pooling cls", false, VOCAB},
+      {"ms-marco reranker F16 rank", "ms-marco-minilm-l6-v2", "F16", "", true, VOCAB},
+      {"ms-marco reranker Q8_0 rank", "ms-marco-minilm-l6-v2", "Q8_0", "", true, VOCAB},
+      {"reranker, XLM-R vocab, Q8_0", "ms-marco-minilm-l6-v2", "Q8_0", "", true, VOCAB_UGM},
+      {"bge-small, XLM-R vocab, Q8_0 mean", "bge-small-en-v1.5", "Q8_0", "--pooling mean", false, VOCAB_UGM},
   };
   char path[512];
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     snprintf(path, sizeof path, "%s/m%zu.gguf", g_tmp, i);
-    if (synth(cases[i].arch, cases[i].type, cases[i].extra, path) == 0) check_model(cases[i].label, path, cases[i].rank);
+    if (synth(cases[i].arch, cases[i].vocab, cases[i].type, cases[i].extra, path) == 0)
+      check_model(cases[i].label, path, cases[i].rank, strcmp(cases[i].type, "F16") ? TOL_SCORE_Q8 : TOL_SCORE_F16);
     if (i == 0) check_refusals(path);
     unlink(path);
   }
