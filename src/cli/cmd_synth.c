@@ -71,7 +71,33 @@ static const synth_model k_models[] = {
      0, 0, 0, false, 0, false, 0, 4, 128, 16, 16, 4, 64, {11, 11, 10, 0}},
     {"qwen3.5-2b", "qwen35", "Qwen3.5 2B", 2048, 24, 8, 2, 256, 6144, 262144, 1e7f, 1e-6f, false, true, true, 0, 0,
      0, 0, false, 0, false, 0, 4, 128, 16, 16, 4, 64, {11, 11, 10, 0}},
+    /* encoders (k_enc below); rms_eps holds their LayerNorm epsilon */
+    {"bge-small-en-v1.5", "bert", "BGE small en v1.5", 384, 12, 12, 12, 32, 1536, 512, 1e4f, 1e-12f, true, false, true,
+     0, 0, 0, 0, false, 0, false, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
+    {"nomic-embed-text-v1.5", "nomic-bert", "Nomic Embed Text v1.5", 768, 12, 12, 12, 64, 3072, 2048, 1000.0f, 1e-12f,
+     false, false, true, 0, 0, 0, 0, false, 0, true, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
+    {"ms-marco-minilm-l6-v2", "bert", "MS MARCO MiniLM L6 v2 cross-encoder", 384, 6, 12, 12, 32, 1536, 512, 1e4f,
+     1e-12f, true, false, true, 0, 0, 0, 0, false, 0, false, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
 };
+
+/* The encoders among k_models: their pooling ({arch}.pooling_type, as
+ * llama.cpp numbers it: 1 mean, 2 cls, 3 last, 4 rank) and whether they
+ * carry a reranker's classification head (cls, cls.output). */
+static const struct {
+  const char *id;
+  uint32_t pooling;
+  bool rank_head;
+} k_enc[] = {
+    {"bge-small-en-v1.5", 2, false},
+    {"nomic-embed-text-v1.5", 1, false},
+    {"ms-marco-minilm-l6-v2", 4, true},
+};
+
+static int sy_enc_index(const synth_model *m) {
+  for (size_t i = 0; i < sizeof k_enc / sizeof k_enc[0]; i++)
+    if (!strcmp(k_enc[i].id, m->id)) return (int)i;
+  return -1;
+}
 
 /* SY_DECAY: qwen35's A = -exp(A_log), negative */
 typedef enum sy_kind { SY_MATRIX, SY_NORM, SY_BIAS, SY_ROPE, SY_ROPE_LONG, SY_ROPE_SHORT, SY_DECAY } sy_kind;
@@ -97,6 +123,7 @@ typedef struct sy_ctx {
   double t0;
   const sy_tensor *cur;
   bool mtp; /* qwen35: write an MTP block after the layers */
+  int enc;  /* index in k_enc, or -1 */
 } sy_ctx;
 
 static uint64_t fnv1a(const char *s) {
@@ -204,6 +231,77 @@ static int sy_build(sy_ctx *c, int n_layer, int64_t n_vocab) {
   return rc ? PW_ENOMEM : 0;
 }
 
+/* The tensors of a BERT-family encoder as llama.cpp's converter names them
+ * (bert: separate Q/K/V with biases, absolute positions, GELU MLP with
+ * biases; nomic-bert: fused QKV, SwiGLU MLP, no biases), and a reranker's
+ * classification head. */
+static int sy_build_enc(sy_ctx *c, int n_layer, int64_t n_vocab, uint32_t n_types) {
+  const synth_model *m = c->m;
+  const bool nomic = !strcmp(m->arch, "nomic-bert");
+  const int64_t e = m->n_embd, ff = m->n_ff;
+  int rc = 0;
+  rc |= sy_add(c, "token_embd.weight", 2, e, n_vocab, SY_MATRIX, 0.05f);
+  /* one row per token type of the vocabulary (llama.cpp checks the shape) */
+  if (n_types > 0) rc |= sy_add(c, "token_types.weight", 2, e, n_types, SY_MATRIX, 0.05f);
+  if (!nomic) rc |= sy_add(c, "position_embd.weight", 2, e, m->n_ctx, SY_MATRIX, 0.05f);
+  rc |= sy_add(c, "token_embd_norm.weight", 1, e, 1, SY_NORM, 0.02f);
+  rc |= sy_add(c, "token_embd_norm.bias", 1, e, 1, SY_BIAS, 0.02f);
+  if (k_enc[c->enc].rank_head) {
+    rc |= sy_add(c, "cls.weight", 2, e, e, SY_MATRIX, 0.05f);
+    rc |= sy_add(c, "cls.bias", 1, e, 1, SY_BIAS, 0.02f);
+    rc |= sy_add(c, "cls.output.weight", 2, e, 1, SY_MATRIX, 0.05f);
+    rc |= sy_add(c, "cls.output.bias", 1, 1, 1, SY_BIAS, 0.02f);
+  }
+  for (int il = 0; il < n_layer; il++) {
+    char n[64];
+#define ADD(suffix, nd, a, b, kind, std) \
+  (snprintf(n, sizeof n, "blk.%d.%s", il, suffix), rc |= sy_add(c, n, nd, a, b, kind, std))
+    if (nomic) {
+      ADD("attn_qkv.weight", 2, e, 3 * e, SY_MATRIX, 0.02f);
+    } else {
+      ADD("attn_q.weight", 2, e, e, SY_MATRIX, 0.02f);
+      ADD("attn_k.weight", 2, e, e, SY_MATRIX, 0.02f);
+      ADD("attn_v.weight", 2, e, e, SY_MATRIX, 0.02f);
+      ADD("attn_q.bias", 1, e, 1, SY_BIAS, 0.02f);
+      ADD("attn_k.bias", 1, e, 1, SY_BIAS, 0.02f);
+      ADD("attn_v.bias", 1, e, 1, SY_BIAS, 0.02f);
+    }
+    ADD("attn_output.weight", 2, e, e, SY_MATRIX, 0.02f);
+    if (!nomic) ADD("attn_output.bias", 1, e, 1, SY_BIAS, 0.02f);
+    ADD("attn_output_norm.weight", 1, e, 1, SY_NORM, 0.02f);
+    ADD("attn_output_norm.bias", 1, e, 1, SY_BIAS, 0.02f);
+    ADD("ffn_up.weight", 2, e, ff, SY_MATRIX, 0.02f);
+    if (nomic) ADD("ffn_gate.weight", 2, e, ff, SY_MATRIX, 0.02f);
+    ADD("ffn_down.weight", 2, ff, e, SY_MATRIX, 0.02f);
+    if (!nomic) {
+      ADD("ffn_up.bias", 1, ff, 1, SY_BIAS, 0.02f);
+      ADD("ffn_down.bias", 1, e, 1, SY_BIAS, 0.02f);
+    }
+    ADD("layer_output_norm.weight", 1, e, 1, SY_NORM, 0.02f);
+    ADD("layer_output_norm.bias", 1, e, 1, SY_BIAS, 0.02f);
+#undef ADD
+  }
+  return rc ? PW_ENOMEM : 0;
+}
+
+/* An encoder's hyperparameters, as llama.cpp's converter writes them. */
+static int sy_enc_meta(gguf_writer *w, const synth_model *m, int n_layer, uint32_t pooling, char *err) {
+  char key[160];
+#define KEY(s) (snprintf(key, sizeof key, "%s.%s", m->arch, s), key)
+  if (gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)n_layer, err) ||
+      gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)m->n_ctx, err) ||
+      gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)m->n_embd, err) ||
+      gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)m->n_ff, err) ||
+      gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)m->n_head, err) ||
+      gguf_writer_set_f32(w, KEY("attention.layer_norm_epsilon"), m->rms_eps, err) ||
+      gguf_writer_set_bool(w, KEY("attention.causal"), false, err) ||
+      gguf_writer_set_u32(w, KEY("pooling_type"), pooling, err))
+    return -1;
+  if (!strcmp(m->arch, "nomic-bert") && gguf_writer_set_f32(w, KEY("rope.freq_base"), m->rope_base, err)) return -1;
+#undef KEY
+  return 0;
+}
+
 /* llama3 rope scaling as llama.cpp's converter bakes it into rope_freqs:
  * a per-dimension divisor of the rotation frequency (1 for short
  * wavelengths, factor for long ones, smooth in between). */
@@ -293,6 +391,7 @@ static void synth_usage(FILE *out) {
           "  --yarn F,CTX    YaRN rope scaling by F over an original context of CTX positions\n"
           "  --orig-ctx N    override the original context of LongRoPE models (quick tests of the long factors)\n"
           "  --mtp           qwen3.5: add the MTP block (nextn) after the layers\n"
+          "  --pooling P     encoders: mean, cls, last or rank (rank needs a reranker; default: the model's)\n"
           "  --threads N     generation threads (default 2; the output is the same for any N)\n"
           "  --quiet         no progress on stderr\n",
           quant_ftype_names());
@@ -301,6 +400,7 @@ static void synth_usage(FILE *out) {
 int cmd_synth(int argc, char **argv) {
   const char *arch = NULL, *vocab = NULL, *outp = NULL, *type = "F16";
   long seed = 1, layers = 0, threads = 2, window = 0, yarn_ctx = 0, orig_ctx = 0;
+  const char *pooling = NULL;
   double yarn_factor = 0;
   int quiet = 0;
   bool mtp = false;
@@ -320,7 +420,7 @@ int cmd_synth(int argc, char **argv) {
       continue;
     }
     bool known = !strcmp(a, "--arch") || !strcmp(a, "--vocab") || !strcmp(a, "--out") || !strcmp(a, "-o") ||
-                 !strcmp(a, "--type") || !strcmp(a, "--seed") || !strcmp(a, "--layers") || !strcmp(a, "--window") || !strcmp(a, "--yarn") || !strcmp(a, "--orig-ctx") ||
+                 !strcmp(a, "--type") || !strcmp(a, "--seed") || !strcmp(a, "--layers") || !strcmp(a, "--window") || !strcmp(a, "--yarn") || !strcmp(a, "--orig-ctx") || !strcmp(a, "--pooling") ||
                  !strcmp(a, "--threads") || !strcmp(a, "-t");
     if (!known) {
       fprintf(stderr, "power synth: unknown argument %s (try --help)\n", a);
@@ -335,6 +435,7 @@ int cmd_synth(int argc, char **argv) {
     else if (!strcmp(a, "--vocab")) vocab = v;
     else if (!strcmp(a, "--out") || !strcmp(a, "-o")) outp = v;
     else if (!strcmp(a, "--type")) type = v;
+    else if (!strcmp(a, "--pooling")) pooling = v;
     else if (!strcmp(a, "--seed")) {
       if (cli_parse_long("synth", a, v, 0, 0x7fffffffL, &seed)) return 2;
     } else if (!strcmp(a, "--layers")) {
@@ -378,6 +479,23 @@ int cmd_synth(int argc, char **argv) {
     fprintf(stderr, "power synth: --window: %s has no sliding window\n", m->id);
     return 2;
   }
+  const int enc = sy_enc_index(m);
+  uint32_t pool_type = enc >= 0 ? k_enc[enc].pooling : 0;
+  if (pooling) {
+    static const char *const k_pool[] = {"", "mean", "cls", "last", "rank"};
+    pool_type = 0;
+    for (uint32_t i = 1; i < 5; i++)
+      if (!strcmp(pooling, k_pool[i])) pool_type = i;
+    if (enc < 0 || pool_type == 0 || (pool_type == 4 && !k_enc[enc].rank_head)) {
+      fprintf(stderr, "power synth: --pooling '%s': %s\n", pooling,
+              enc < 0 ? "only encoders pool" : pool_type == 0 ? "not mean, cls, last or rank" : "rank needs a reranker");
+      return 2;
+    }
+  }
+  if (enc >= 0 && yarn_factor > 0) {
+    fprintf(stderr, "power synth: --yarn: %s has no RoPE scaling\n", m->id);
+    return 2;
+  }
   const quant_ftype *q = quant_ftype_find(type);
   if (!q) {
     fprintf(stderr, "power synth: unknown --type '%s' (known: %s)\n", type, quant_ftype_names());
@@ -393,6 +511,7 @@ int cmd_synth(int argc, char **argv) {
   c.seed = (uint64_t)seed;
   c.quiet = quiet;
   c.mtp = mtp;
+  c.enc = enc;
   if (gguf_open(vocab, &vf, err)) {
     fprintf(stderr, "power synth: %s: %s\n", vocab, err);
     goto done;
@@ -409,7 +528,13 @@ int cmd_synth(int argc, char **argv) {
     if (!c.rope) goto oom;
     sy_rope_factors(m, c.rope);
   }
-  if (sy_build(&c, n_layer, (int64_t)toks.n)) goto oom;
+  uint32_t n_types = 2; /* BERT's two sentence types unless the vocabulary says */
+  gguf_get_u32(vf, "tokenizer.ggml.token_type_count", &n_types);
+  if (n_types > 16) {
+    fprintf(stderr, "power synth: %s: token_type_count %u is not a plausible count\n", vocab, n_types);
+    goto done;
+  }
+  if (enc >= 0 ? sy_build_enc(&c, n_layer, (int64_t)toks.n, n_types) : sy_build(&c, n_layer, (int64_t)toks.n)) goto oom;
   qsort(c.t, (size_t)c.n, sizeof *c.t, sy_cmp);
   names = calloc((size_t)c.n, sizeof *names);
   w = gguf_writer_create();
@@ -420,6 +545,7 @@ int cmd_synth(int argc, char **argv) {
   for (int i = 0; i < c.n; i++) {
     sy_tensor *t = &c.t[i];
     t->out_type = quant_mix_converts(t->name, t->n_dims) ? quant_mix_type(&mix, t->name, t->ne) : PW_DT_F32;
+    if (!strcmp(t->name, "token_types.weight")) t->out_type = PW_DT_F32; /* llama.cpp never quantizes it */
     if (gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->out_type, err)) goto fail;
   }
   /* Metadata in the order llama.cpp's converter writes it. */
@@ -428,7 +554,11 @@ int cmd_synth(int argc, char **argv) {
            n_layer != m->n_layer ? ", fewer layers" : "", window > 0 ? ", another window" : "");
   const char *a = m->arch;
 #define KEY(s) (snprintf(key, sizeof key, "%s.%s", a, s), key)
-  if (gguf_writer_set_str(w, "general.architecture", a, err) || gguf_writer_set_str(w, "general.type", "model", err) ||
+  if (enc >= 0 && (gguf_writer_set_str(w, "general.architecture", a, err) ||
+                   gguf_writer_set_str(w, "general.type", "model", err) ||
+                   gguf_writer_set_str(w, "general.name", title, err) || sy_enc_meta(w, m, n_layer, pool_type, err)))
+    goto fail;
+  if (enc < 0 && (gguf_writer_set_str(w, "general.architecture", a, err) || gguf_writer_set_str(w, "general.type", "model", err) ||
       gguf_writer_set_str(w, "general.name", title, err) ||
       gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)(n_layer + (mtp ? 1 : 0)), err) ||
       gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)m->n_ctx, err) ||
@@ -437,7 +567,7 @@ int cmd_synth(int argc, char **argv) {
       gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)m->n_head, err) ||
       gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)m->n_head_kv, err) ||
       gguf_writer_set_f32(w, KEY("rope.freq_base"), m->rope_base, err) ||
-      gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), m->rms_eps, err))
+      gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), m->rms_eps, err)))
     goto fail;
   if (m->head_dim != m->n_embd / m->n_head &&
       (gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)m->head_dim, err) ||

@@ -371,8 +371,26 @@ int engine_submit(engine *e, const engine_params *p, engine_req **out, char *err
  * Returns 0 with *ev filled, or PW_ETIMEOUT if none arrived in time. After
  * DONE/ERROR no more events come: further calls return PW_EINVAL at once. */
 int engine_next(engine_req *r, engine_event *ev, int timeout_ms);
-/* For embedding requests after DONE: the L2-normalised mean-pooled vector
- * (n_embd floats, borrowed until release). */
+/* How an embedding is pooled. Decoders: the mean over the prompt. Encoders
+ * (bert, nomic-bert) as their metadata says; they compute embeddings only:
+ * a request that is not an embedding fails with PW_EINVAL, each prompt is
+ * evaluated whole in one pass (bidirectional attention), and the prompt
+ * cache and speculation do not apply. */
+typedef enum engine_pooling {
+  ENGINE_POOL_MEAN = 1, /* mean over the prompt's final states */
+  ENGINE_POOL_CLS = 2,  /* the first token's state */
+  ENGINE_POOL_LAST = 3, /* the last token's state */
+  ENGINE_POOL_RANK = 4, /* a reranker: the classification head's scores */
+} engine_pooling;
+bool engine_is_encoder(const engine *e);
+engine_pooling engine_get_pooling(const engine *e);
+/* Values engine_embedding gives: n_embd, or the head's score count for
+ * ENGINE_POOL_RANK. */
+int engine_embedding_dim(const engine *e);
+/* For embedding requests after DONE: the L2-normalised pooled vector
+ * (engine_embedding_dim floats, borrowed until release); with
+ * ENGINE_POOL_RANK the raw scores of the classification head, not
+ * normalised (the relevance score is the first, as llama.cpp's). */
 const float *engine_embedding(const engine_req *r);
 /* Asks the engine to stop the request; it leaves the batch within a step
  * and ends with DONE (finish CANCEL). Never blocks. */

@@ -108,8 +108,8 @@ struct engine_req {
   stop_matcher sm;   /* stop strings and their held-back prefix */
   char *txt;         /* [txt_cap] text ready for the next event, owned */
   int txt_len, txt_cap;
-  double *embd_acc;  /* [n_embd] running sum of final hidden states, owned */
-  float *embd;       /* [n_embd] the result, owned */
+  double *embd_acc;  /* [n_embd] running sum (mean pooling) or the chosen state, owned */
+  float *embd;       /* [max(n_embd, n_scores)] the result, owned */
   cache_ent *ent;    /* the cache entry this request took (busy), or NULL */
   engine_usage u;    /* cached_tokens and the speculation counters */
   /* speculation */
@@ -148,6 +148,10 @@ struct engine {
   model_kv *kv;
   model_ctx *ctx;
   int n_vocab, n_embd, n_ctx;
+  /* an encoder (model_is_encoder): embeddings only, each prompt in one
+   * pass; its pooling (engine_pooling values) and score count */
+  bool encoder;
+  int pooling, n_scores;
   long n_passes;       /* target forward passes run (engine thread) */
   int n_slots;         /* KV sequences: max_active + cache entries */
   size_t tok_bytes;    /* KV bytes of one position (target + draft) */

@@ -243,6 +243,7 @@ static step_plan step_plan_batch(engine *e) {
     engine_req *r = e->run[i];
     if (r->n_fed >= r->n_prompt) continue;
     int c = r->n_prompt - r->n_fed;
+    if (e->encoder && c > budget) continue; /* its whole input, in a later step */
     if (c > budget) c = budget;
     budget -= c;
     sp.prefill += c;

@@ -17,7 +17,8 @@
 #include <string.h>
 
 const model_arch_ops *const model_archs[] = {&model_arch_llama,  &model_arch_qwen2, &model_arch_qwen3, &model_arch_gemma3,
-                                             &model_arch_phi3,   &model_arch_qwen35, NULL};
+                                             &model_arch_phi3,   &model_arch_qwen35, &model_arch_bert,
+                                             &model_arch_nomic_bert, NULL};
 
 /* ---- loading ---------------------------------------------------------- */
 
@@ -185,12 +186,16 @@ static int bind_weights(model *m, char *err) {
   if (te->ne[1] < 1 || te->ne[1] > (1u << 24)) return pw_seterr(err, PW_EFORMAT, "token_embd.weight: bad vocabulary size");
   hp->n_vocab = (int32_t)te->ne[1];
   if ((rc = model_bind_weight(f, "token_embd.weight", hp->n_embd, hp->n_vocab, &m->tok_embd, true, err))) return rc;
-  rc = model_bind_weight(f, "output.weight", hp->n_embd, hp->n_vocab, &m->output, false, err);
-  if (rc < 0) return rc;
-  if (rc == 1) m->output = m->tok_embd; /* tied output */
-  if ((rc = model_bind_vec(f, "output_norm.weight", hp->n_embd, &m->output_norm, true, err))) return rc;
-  rc = model_bind_vec(f, "rope_freqs.weight", hp->n_rot / 2, &m->rope_freqs, false, err);
-  if (rc < 0) return rc;
+  if (!m->ad->encoder) { /* an encoder has no output head (arch_bert.c binds its own) */
+    rc = model_bind_weight(f, "output.weight", hp->n_embd, hp->n_vocab, &m->output, false, err);
+    if (rc < 0) return rc;
+    if (rc == 1) m->output = m->tok_embd; /* tied output */
+    if ((rc = model_bind_vec(f, "output_norm.weight", hp->n_embd, &m->output_norm, true, err))) return rc;
+    rc = model_bind_vec(f, "rope_freqs.weight", hp->n_rot / 2, &m->rope_freqs, false, err);
+    if (rc < 0) return rc;
+  } else {
+    m->output = m->tok_embd; /* never multiplied: sizes the logits scratch only */
+  }
   m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
   if (!m->layers) return pw_seterr(err, PW_ENOMEM, "out of memory");
   for (int il = 0; il < hp->n_layer; il++) {
@@ -200,6 +205,12 @@ static int bind_weights(model *m, char *err) {
      * state instead */
     if (m->layers[il].rs_slot >= 0) m->layers[il].rs_slot = m->n_rs_layers++;
     else m->layers[il].kv_slot = m->n_kv_layers++;
+  }
+  /* an encoder's K and V live for one layer of one pass: its layers share
+   * one slot of the cache */
+  if (m->ad->encoder) {
+    for (int il = 0; il < hp->n_layer; il++) m->layers[il].kv_slot = 0;
+    m->n_kv_layers = 1;
   }
   return 0;
 }
@@ -268,6 +279,9 @@ void model_destroy(model *m) {
 }
 
 const model_hparams *model_hp(const model *m) { return &m->hp; }
+bool model_is_encoder(const model *m) { return m->ad->encoder; }
+model_pooling model_get_pooling(const model *m) { return m->pooling; }
+int model_n_cls_out(const model *m) { return m->n_cls_out; }
 bool model_has_recurrent(const model *m) { return m->n_rs_layers > 0; }
 const gguf_file *model_gguf(const model *m) { return m->f; }
 const gguf_residency *model_residency(const model *m) { return &m->res; }
@@ -599,11 +613,13 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
   if (kv->n_rs_layer > 0)
     for (int t = 0; t < n; t++)
       if (e[t].pos == 0) rs_reset(kv, e[t].seq);
+  if (m->ad->encoder && logits) return pw_seterr(err, PW_EINVAL, "%s is an embedding model: it has no logits", hp->arch_name);
   const int E = hp->n_embd;
   const model_backend *be = m->be;
   int rc = embed_rows(c, e, n, err);
   if (rc) return rc;
   if (hp->emb_scale != 0) be->scale(c, c->x, c->x, hp->emb_scale, (int64_t)n * E);
+  if (m->ad->embed && (rc = m->ad->embed(c, e, n, err)) < 0) return rc;
   be->begin(c, e, n);
   for (int il = 0; il < hp->n_layer; il++) {
     /* under a memory budget the layer's weights are streamed in: held
@@ -619,7 +635,10 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
   int nw = 0;
   for (int t = 0; t < n; t++)
     if (e[t].want_logits) {
-      be->rmsnorm(c, c->rows + (size_t)nw * E, c->x + (size_t)t * E, m->output_norm, 1, E, hp->rms_eps);
+      if (m->ad->encoder) /* the last layer ends with its own norm */
+        memcpy(c->rows + (size_t)nw * E, c->x + (size_t)t * E, (size_t)E * sizeof(float));
+      else
+        be->rmsnorm(c, c->rows + (size_t)nw * E, c->x + (size_t)t * E, m->output_norm, 1, E, hp->rms_eps);
       nw++;
     }
   if (nw == 0) return 0;

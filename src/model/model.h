@@ -33,8 +33,20 @@ typedef enum model_arch {
   MODEL_ARCH_QWEN3,
   MODEL_ARCH_GEMMA3,
   MODEL_ARCH_PHI3,
-  MODEL_ARCH_QWEN35
+  MODEL_ARCH_QWEN35,
+  MODEL_ARCH_BERT,
+  MODEL_ARCH_NOMIC_BERT
 } model_arch;
+
+/* How an encoder's hidden states become one vector per sequence
+ * ({arch}.pooling_type, llama.cpp's values). */
+typedef enum model_pooling {
+  MODEL_POOLING_NONE = 0, /* a decoder (no pooling of its own) */
+  MODEL_POOLING_MEAN = 1,
+  MODEL_POOLING_CLS = 2,  /* the first token's state */
+  MODEL_POOLING_LAST = 3, /* the last token's state */
+  MODEL_POOLING_RANK = 4, /* the first token's state through the classification head: scores */
+} model_pooling;
 
 typedef struct model_hparams {
   model_arch arch;
@@ -92,6 +104,18 @@ typedef struct model_opts {
   weights_opts weights; /* read strategy and key (weights.h); its pool is
                          * ignored: the model's pool decrypts. {0} = mmap */
 } model_opts;
+
+/* Encoders (bert, nomic-bert) compute embeddings only: no logits, no
+ * generation. Their model_forward needs each sequence's whole input in one
+ * pass (attention is bidirectional): positions start at 0 and every entry
+ * of a sequence is in the batch; hidden gets the last layer's states of
+ * the entries with want_logits, without a final norm, and logits must be
+ * NULL. */
+bool model_is_encoder(const model *m);
+/* The metadata's pooling (MEAN when an encoder's file names none; NONE
+ * for decoders) and, for RANK, the classification head's outputs (>= 1). */
+model_pooling model_get_pooling(const model *m);
+int model_n_cls_out(const model *m);
 
 /* Opens and validates a model; owns its weights (weights_open). */
 int model_load(const char *path, const model_opts *opts, model **out, char *err);
@@ -160,5 +184,8 @@ void model_ctx_destroy(model_ctx *c);
  * the KV cache lengths (positions written past the old length are ignored). */
 int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float *logits, float *hidden,
                   char *err);
+/* RANK pooling (model_get_pooling): scores[model_n_cls_out] of one pooled
+ * state [n_embd] through the classification head, on c's scratch. */
+void model_rank_head(model_ctx *c, const float *pooled, float *scores);
 
 #endif

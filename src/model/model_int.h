@@ -12,6 +12,8 @@
  *   arch_phi3.c    Phi-3's block (fused QKV and gate/up, LongRoPE)
  *   arch_qwen35.c  Qwen3.5's hybrid block: gated DeltaNet layers with a
  *                  recurrent state, and gated full-attention layers
+ *   arch_bert.c    the BERT-family encoders (bert, nomic-bert): post-norm
+ *                  blocks with bidirectional attention, pooling heads
  *   backend_cpu.c  the op interface on the CPU kernels of tensor/
  *   backend_cpu_dnet.c  the CPU's DeltaNet recurrence (conv1d + gated
  *                  delta rule over the per-sequence state)
@@ -53,6 +55,12 @@ typedef struct layer_w {
   const float *ssm_dt;   /* [n_v_heads] bias added to alpha */
   const float *ssm_a;    /* [n_v_heads] -exp(A_log) */
   const float *ssm_norm; /* [d_state] */
+  /* Encoders (arch_bert.c): fused QKV [n_embd -> 3 n_embd] (nomic-bert) or
+   * NULL data; biases of the output and MLP projections (or NULL); the
+   * post-attention and output LayerNorms (weight and bias, [n_embd]) */
+  model_weight wqkv;
+  const float *bo, *b_up, *b_down;
+  const float *attn_out_norm, *attn_out_norm_b, *out_norm, *out_norm_b;
 } layer_w;
 
 /* The MTP block (qwen35 nextn): a full-attention decoder block fed with
@@ -87,6 +95,18 @@ struct model {
   bool pool_borrowed;    /* opts->pool: not ours to destroy */
   unsigned mm_hints;     /* PW_MM_RESIDENT for files that fit in cache */
   gguf_residency res;    /* how the weights are held (weights_residency) */
+  /* Encoders (arch_bert.c; NULL/0 otherwise): the token-type row 0 and the
+   * absolute positions added to the token embeddings, the LayerNorm after
+   * them, the classification head of rerankers (cls: [n_embd -> n_embd],
+   * tanh, cls_out: [n_embd -> n_cls_out]), the pooling of the metadata. */
+  model_weight type_embd;   /* token_types rows of n_embd (row 0 is used), or data NULL */
+  model_weight pos_embd;    /* n_ctx_train rows of n_embd, or data NULL */
+  const float *tok_norm, *tok_norm_b;
+  model_weight cls, cls_out;
+  const float *cls_b, *cls_out_b;
+  int n_cls_out;
+  model_pooling pooling;
+  bool enc_causal;          /* {arch}.attention.causal: a causal mask after all */
 };
 
 struct model_kv {
@@ -166,6 +186,11 @@ struct model_backend {
   void (*swiglu)(model_ctx *c, float *g, const float *u, int64_t n);
   /* g = gelu(g) * u over n elements (tanh form, as ggml's table) */
   void (*geglu)(model_ctx *c, float *g, const float *u, int64_t n);
+  /* rows of dim: y = LayerNorm(x) * w + b (b may be NULL; y may be x) */
+  void (*layernorm)(model_ctx *c, float *y, const float *x, const float *w, const float *b, int rows, int dim,
+                    float eps);
+  /* y = gelu(x) over n elements (as ggml's table) */
+  void (*gelu)(model_ctx *c, float *y, const float *x, int64_t n);
   /* y = x * s over n elements */
   void (*scale)(model_ctx *c, float *y, const float *x, float s, int64_t n);
   /* y *= sigmoid(g) over n elements */
@@ -195,6 +220,14 @@ struct model_arch_ops {
   int (*load_hparams)(model *m, char *err);
   /* Binds layer il's weights into m->layers[il]. */
   int (*bind_layer)(model *m, int il, char *err);
+  /* Encoders: after the token rows are gathered into c->x and before the
+   * layers (type and position embeddings, their norm); may refuse the
+   * batch (e.g. a position past the model's). NULL: nothing. */
+  int (*embed)(model_ctx *c, const model_entry *e, int n, char *err);
+  /* An encoder: bidirectional attention over each sequence's entries of the
+   * pass, no output norm or logits (model_forward gives the last layer's
+   * hidden states). */
+  bool encoder;
   /* Bytes of matmul scratch layer il needs for a pass of max_batch. */
   size_t (*scratch_size)(const model *m, int il, int max_batch);
   /* Runs layer il over the pass: c->x in, c->x out. */
@@ -209,7 +242,7 @@ struct model_arch_ops {
 /* NULL-terminated rows (model.c). */
 extern const model_arch_ops *const model_archs[];
 extern const model_arch_ops model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma3,
-    model_arch_phi3, model_arch_qwen35;
+    model_arch_phi3, model_arch_qwen35, model_arch_bert, model_arch_nomic_bert;
 
 /* model.c: binding helpers for the architectures' files */
 int model_bind_weight(const gguf_file *f, const char *name, int64_t n_in, int64_t n_out, model_weight *w,

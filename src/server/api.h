@@ -131,6 +131,11 @@ enum MHD_Result srv_embed(conn *k, struct MHD_Connection *c, oai_request *r, boo
                           void *ctx);
 
 /* ---- adapters ---------------------------------------------------------- */
+/* Rerank (api_rerank.c): POST /v1/rerank over srv_embed with this
+ * renderer, the one embed_api allowed on a reranker. */
+enum MHD_Result rerank_handle(conn *k, struct MHD_Connection *c);
+extern const embed_api rerank_embed_api;
+
 extern const gen_api oai_gen_api; /* OpenAI chat/completions (server.c) */
 
 /* Ollama (api_ollama.c) */

@@ -608,7 +608,10 @@ enum MHD_Result ollama_show(conn *k, struct MHD_Connection *c) {
   sbuf_json_str(&out, engine_model_id(en), strlen(engine_model_id(en)));
   sbuf_printf(&out, ",\"general.file_sha256\":\"%s\",\"power.context_length\":%d,\"power.embedding_length\":%d}",
               engine_model_sha256(en), engine_n_ctx(en), engine_n_embd(en));
-  sbuf_puts(&out, ",\"capabilities\":[\"completion\",\"embedding\"]");
+  /* an encoder embeds (or, a reranker, scores) but does not generate */
+  sbuf_puts(&out, !engine_is_encoder(en)                         ? ",\"capabilities\":[\"completion\",\"embedding\"]"
+                  : engine_get_pooling(en) == ENGINE_POOL_RANK ? ",\"capabilities\":[]"
+                                                               : ",\"capabilities\":[\"embedding\"]");
   put_time(srv_started(s), "modified_at", &out);
   sbuf_puts(&out, "}");
   return srv_reply_json(k, c, 200, &out);

@@ -77,6 +77,8 @@ static const route k_routes[] = {
     {"/chat/completions", RP_ROOT | RP_V1, RM_POST, "chat_completions", false, handle_chat, NULL},
     {"/completions", RP_ROOT | RP_V1, RM_POST, "completions", false, handle_completions, NULL},
     {"/embeddings", RP_ROOT | RP_V1, RM_POST, "embeddings", false, handle_embeddings, NULL},
+    {"/rerank", RP_ROOT | RP_V1, RM_POST, "rerank", false, rerank_handle, NULL},
+    {"/reranking", RP_ROOT | RP_V1, RM_POST, "rerank", false, rerank_handle, NULL},
     {"/models", RP_ROOT | RP_V1, RM_GET, "models", false, handle_models, NULL},
     {"/models/{id}", RP_ROOT | RP_V1, RM_GET, "models", false, handle_model, NULL},
     {"/models/{id}", RP_ROOT | RP_V1, RM_POST, "models_admin", false, models_action, NULL},   /* .../load, /unload */
@@ -1114,6 +1116,12 @@ enum MHD_Result srv_generate(conn *k, struct MHD_Connection *c, oai_request *rin
   }
   if (!k->m && check_model(k, c, r.model, &e)) goto fail;
   srv_model *m = k->m;
+  if (engine_is_encoder(m->e)) {
+    oai_seterr(&e, 400, "unsupported_model", "model",
+               "model '%.100s' is an encoder: it does not generate text (it serves %s)", engine_model_id(m->e),
+               engine_get_pooling(m->e) == ENGINE_POOL_RANK ? "/v1/rerank" : "/v1/embeddings");
+    goto fail;
+  }
   /* The identity of the model that answers: adapters may have made o
    * before the request was bound to its model. */
   o.model = engine_model_id(m->e);
@@ -1343,9 +1351,17 @@ enum MHD_Result srv_embed(conn *k, struct MHD_Connection *c, oai_request *rin, b
   if (!k->m && check_model(k, c, r.model, &e)) goto fail;
   srv_model *m = k->m;
   srv_caller who = {k->anonymous, k->tenant};
+  if ((engine_get_pooling(m->e) == ENGINE_POOL_RANK) != (api == &rerank_embed_api)) {
+    oai_seterr(&e, 400, "unsupported_model", "model",
+               api == &rerank_embed_api ? "model '%.100s' is not a reranker"
+                                        : "model '%.100s' is a reranker: it scores documents at /v1/rerank, it has "
+                                          "no embeddings",
+               engine_model_id(m->e));
+    goto fail;
+  }
   if (srv_receipt_begin_embed(&rcpt, &m->evm, k->body.data, k->body.len, &who, &e)) goto fail;
   rcpt.gen.replica = s->replica;
-  int n_embd = engine_n_embd(m->e);
+  int n_embd = engine_embedding_dim(m->e);
   if (r.dimensions && r.dimensions != n_embd) {
     /* Truncating an embedding is only meaningful for models trained for it
      * (Matryoshka representation learning), which a GGUF file does not

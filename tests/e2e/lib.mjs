@@ -55,7 +55,9 @@ export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
  */
 export async function startServer({ model, args = [], env: extra = {}, readyMs = 30000 }) {
   const { bin } = env();
-  const argv = ['serve', ...(model === null ? [] : ['--model', modelPath(model)]), '--host', '127.0.0.1', '--port', '0', ...args];
+  // null serves the store; an absolute path names a model outside the shared folder (one a test wrote)
+  const argv = ['serve', ...(model === null ? [] : ['--model', path.isAbsolute(model) ? model : modelPath(model)]),
+    '--host', '127.0.0.1', '--port', '0', ...args];
   // A null value in extra removes that variable from the server's environment.
   const childEnv = { ...process.env, ...extra };
   for (const [k, v] of Object.entries(extra)) if (v === null) delete childEnv[k];
