@@ -1,7 +1,7 @@
 /* traits.c - fills the per-dtype kernel tables once: scalar references
  * first, then one table per SIMD level the CPU supports (each level starts
- * from the one below and replaces what it implements), and installs the
- * highest level allowed by the environment. Not a kernel file: the kernels
+ * from the AVX2 table, AVX2 from the scalar one, and replaces what it
+ * implements), and installs the highest level allowed by the environment. Not a kernel file: the kernels
  * live in quants.c and arch/. */
 #include "tensor/traits.h"
 

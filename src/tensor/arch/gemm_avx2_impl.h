@@ -53,6 +53,12 @@
  * Q4_0/Q5_0 sum their offsets at the end of the chunk */
 #define CHUNK 32
 
+/* The tiles of one or two tokens (a decode step: four streams, or four
+ * adjacent rows) prefetch each row this far ahead, one prefetch per block,
+ * as the four-row kernels of the K-quants do (the distance the AVX-512
+ * level measured best for four streams, quants_avx512.c). */
+#define STREAM_PF_BYTES 2048
+
 /* the loops over a tile's rows and tokens, unrolled so the accumulators
  * stay in registers */
 #define UNROLL _Pragma("GCC unroll 8")
@@ -142,6 +148,7 @@ AI void tile(const int kind, const int R, const int T, const int64_t nb, const u
       UNROLL
       for (int r = 0; r < R; r++) {
         const __m256i q = wcodes(kind, wr[r] + (size_t)(b0 + b) * bs);
+        if (T <= 2) _mm_prefetch((const char *)wr[r] + (size_t)(b0 + b) * bs + STREAM_PF_BYTES, _MM_HINT_T0);
         u[r] = kind == KQ8_0 ? _mm256_sign_epi8(q, q) : q;
         s[r] = q;
         d[r] = h2f(*(const pw_half *)(wr[r] + (size_t)(b0 + b) * bs));
