@@ -86,9 +86,10 @@ static bool ends_with(const char *s, const char *suf) {
 }
 
 /* As llama.cpp: matrices, except the small conv1d kernels of recurrent
- * layers (their kernel reads F32 taps). */
+ * layers (their kernel reads F32 taps) and the routers of mixtures of
+ * experts (ffn_gate_inp: a choice between experts is kept exact). */
 bool quant_mix_converts(const char *name, uint32_t n_dims) {
-  return n_dims >= 2 && ends_with(name, "weight") && !strstr(name, "ssm_conv1d");
+  return n_dims >= 2 && ends_with(name, "weight") && !strstr(name, "ssm_conv1d") && !strstr(name, "ffn_gate_inp");
 }
 
 void quant_mix_init(quant_mix *m, const quant_ftype *q, const char *const *names, int n, int n_gqa) {

@@ -328,6 +328,7 @@ const model_backend model_backend_cpu = {
     .scale = cpu_scale,
     .mul_sigmoid = cpu_mul_sigmoid,
     .delta_net = model_cpu_delta_net,
+    .moe_ffn = model_cpu_moe_ffn,
     .prefetch_weights = cpu_prefetch_weights,
     .prefetch_vec = cpu_prefetch_vec,
 };
