@@ -73,18 +73,24 @@ static const synth_model k_models[] = {
      0, 0, false, 0, false, 0, 4, 128, 16, 16, 4, 64, {11, 11, 10, 0}},
     {"qwen3-30b-a3b", "qwen3moe", "Qwen3 30B A3B", 2048, 48, 32, 4, 128, 6144, 40960, 1e6f, 1e-6f, false, true, false,
      0, 0, 0, 0, false, 0, false, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
+    {"qwen1.5-moe-a2.7b", "qwen2moe", "Qwen1.5 MoE A2.7B", 2048, 24, 16, 16, 128, 5632, 8192, 1e6f, 1e-6f, true, false,
+     false, 0, 0, 0, 0, false, 0, false, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
 };
 
 /* Mixture-of-experts geometry of the models that have one: the MLP of
  * every layer is a router (ffn_gate_inp) and n_expert stacked SwiGLU
- * experts of n_ff_exp (ffn_{gate,up,down}_exps, 3-D). */
+ * experts of n_ff_exp (ffn_{gate,up,down}_exps, 3-D), and where n_ff_shexp
+ * > 0 a shared expert beside them (ffn_{gate,up,down}_shexp) with its
+ * sigmoid gate (ffn_gate_inp_shexp, [n_embd, 1] as the converter writes
+ * it). */
 typedef struct synth_moe {
   const char *id;
-  int n_expert, n_expert_used, n_ff_exp;
+  int n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
 } synth_moe;
 
 static const synth_moe k_moe[] = {
-    {"qwen3-30b-a3b", 128, 8, 768},
+    {"qwen3-30b-a3b", 128, 8, 768, 0},
+    {"qwen1.5-moe-a2.7b", 60, 4, 1408, 5632},
 };
 
 /* SY_DECAY: qwen35's A = -exp(A_log), negative */
@@ -218,6 +224,13 @@ static int sy_build(sy_ctx *c, int n_layer, int64_t n_vocab) {
       ADD3("ffn_up_exps.weight", e, F);
       ADD3("ffn_down_exps.weight", F, e);
 #undef ADD3
+      if (c->moe->n_ff_shexp > 0) {
+        const int64_t S = c->moe->n_ff_shexp;
+        ADD("ffn_gate_inp_shexp.weight", 2, e, 1, SY_MATRIX, 0.02f);
+        ADD("ffn_gate_shexp.weight", 2, e, S, SY_MATRIX, 0.02f);
+        ADD("ffn_up_shexp.weight", 2, e, S, SY_MATRIX, 0.02f);
+        ADD("ffn_down_shexp.weight", 2, S, e, SY_MATRIX, 0.02f);
+      }
     } else if (m->fused) {
       ADD("ffn_up.weight", 2, e, 2 * (int64_t)m->n_ff, SY_MATRIX, 0.02f);
     } else {
@@ -510,7 +523,9 @@ int cmd_synth(int argc, char **argv) {
   }
   if (moe && (gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)c.n_expert, err) ||
               gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)moe->n_expert_used, err) ||
-              gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)moe->n_ff_exp, err)))
+              gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)moe->n_ff_exp, err) ||
+              (moe->n_ff_shexp > 0 &&
+               gguf_writer_set_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)moe->n_ff_shexp, err))))
     goto fail;
   if (m->longrope_ctx > 0) {
     /* Phi-3's converter: attn_factor = sqrt(1 + ln(scale) / ln(original context)) */

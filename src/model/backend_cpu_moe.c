@@ -10,6 +10,9 @@
  *            F16's smallest normal, as llama.cpp) where hp says so, then
  *            scaled where hp says so
  *   experts  y = sum of weight * down(silu(gate x) * up x)
+ *   shared   (where the layer has one) y += sigmoid(x . g) * the shared
+ *            expert's SwiGLU of x, computed after the routed ones; the
+ *            sigmoid as llama.cpp's qwen2moe graph, silu(v) / v
  *
  * Speed: the entries of a pass are gathered by expert, so each expert
  * that any entry chose runs once over all its entries (its weights are
@@ -22,8 +25,7 @@
  * matmul.h). llama.cpp sums in top-k order instead: the same terms, a
  * rounding apart.
  *
- * Not here: the attention and norms around it (arch_qwen3moe.c); shared
- * experts. */
+ * Not here: the attention and norms around it (arch_qwen3moe.c). */
 #include "model/model_int.h"
 
 #include "base/error.h"
@@ -33,7 +35,8 @@
 #include <string.h>
 
 /* Scratch layout (floats, then int32 in float-sized slots), for a pass of
- * B entries, k experts each, n_exp experts, n_embd E, expert width F:
+ * B entries, k experts each, n_exp experts, n_embd E, expert width F (or
+ * the shared expert's, when wider):
  *   logits [B][n_exp]  wsel [B][k]  isel [B][k]  count [n_exp + 1]
  *   list [B][k]        xg [B][E]    g, u [B][F]  d [B][E]
  * One expert is chosen at most once per entry, so it sees at most B rows. */
@@ -45,7 +48,7 @@ typedef struct moe_scratch {
 
 static size_t lay(const model_hparams *hp, int B, float *base, moe_scratch *s) {
   const size_t b = (size_t)B, k = (size_t)hp->n_expert_used, ne = (size_t)hp->n_expert, E = (size_t)hp->n_embd,
-               F = (size_t)hp->n_ff_exp;
+               F = (size_t)(hp->n_ff_shexp > hp->n_ff_exp ? hp->n_ff_shexp : hp->n_ff_exp);
   /* each block starts on a cache line (16 floats) */
 #define ROUND(x) (((x) + 15) / 16 * 16)
   const size_t sz[9] = {ROUND(b * ne), ROUND(b * k), ROUND(b * k), ROUND(ne + 1), ROUND(b * k),
@@ -140,6 +143,8 @@ void model_cpu_moe_ffn(model_ctx *c, const layer_w *L, const float *x, int n, fl
   for (int ex = 0; ex < ne; ex++) {
     const int r0 = s.start[ex], cnt = s.start[ex + 1] - r0;
     if (cnt == 0) continue;
+    int next = ex + 1; /* the next expert with entries, for the hints */
+    while (next < ne && s.start[next + 1] == s.start[next]) next++;
     const float *xe = x;
     if (n > 1) { /* one entry needs no gathering */
       for (int r = 0; r < cnt; r++)
@@ -149,9 +154,19 @@ void model_cpu_moe_ffn(model_ctx *c, const layer_w *L, const float *x, int n, fl
     const model_weight wg = model_expert(&L->gate_exps, ex), wu = model_expert(&L->up_exps, ex),
                        wd = model_expert(&L->down_exps, ex);
     const pw_mm_op gu[2] = {{wg.type, wg.data, F, s.g}, {wu.type, wu.data, F, s.u}};
+    /* the workers bring in the start of the next matrix while this thread
+     * does the steps in between alone (SwiGLU; the sums and the next
+     * gather) */
+    const pw_mm_op dn = {wd.type, wd.data, E, s.d};
+    m->be->prefetch_weights(c, &dn, 1, F, cnt);
     pw_matmul_multi_ex(m->pool, gu, 2, E, xe, cnt, c->mm_scratch, hints);
     m->be->swiglu(c, s.g, s.u, (int64_t)cnt * F);
-    pw_matmul_ex(m->pool, wd.type, wd.data, F, E, s.g, cnt, s.d, c->mm_scratch, hints);
+    if (next < ne) {
+      const model_weight ng = model_expert(&L->gate_exps, next), nu = model_expert(&L->up_exps, next);
+      const pw_mm_op ngu[2] = {{ng.type, ng.data, F, s.g}, {nu.type, nu.data, F, s.u}};
+      m->be->prefetch_weights(c, ngu, 2, E, s.start[next + 1] - s.start[next]);
+    }
+    pw_matmul_multi_ex(m->pool, &dn, 1, F, s.g, cnt, c->mm_scratch, hints);
     for (int r = 0; r < cnt; r++) {
       const int t = s.list[r0 + r] / k;
       const float w = s.wsel[s.list[r0 + r]];
@@ -159,5 +174,21 @@ void model_cpu_moe_ffn(model_ctx *c, const layer_w *L, const float *x, int n, fl
       const float *dr = s.d + (size_t)r * E;
       for (int i = 0; i < E; i++) yt[i] += w * dr[i];
     }
+  }
+  if (!L->gate_shexp.data) return;
+  /* the shared expert over every entry (s.logits: its gate, [n][1]) */
+  const int64_t S = L->gate_shexp.n_out;
+  const pw_mm_op gu[2] = {{L->gate_shexp.type, L->gate_shexp.data, S, s.g},
+                          {L->up_shexp.type, L->up_shexp.data, S, s.u}};
+  pw_matmul_multi_ex(m->pool, gu, 2, E, x, n, c->mm_scratch, m->mm_hints);
+  pw_matmul_ex(m->pool, L->gate_inp_shexp.type, L->gate_inp_shexp.data, E, 1, x, n, s.logits, c->mm_scratch,
+               m->mm_hints);
+  m->be->swiglu(c, s.g, s.u, (int64_t)n * S);
+  pw_matmul_ex(m->pool, L->down_shexp.type, L->down_shexp.data, S, E, s.g, n, s.d, c->mm_scratch, m->mm_hints);
+  for (int t = 0; t < n; t++) {
+    const float v = s.logits[t], gate = v / (1.0f + expf(-v)) / v;
+    float *yt = y + (size_t)t * E;
+    const float *dr = s.d + (size_t)t * E;
+    for (int i = 0; i < E; i++) yt[i] += dr[i] * gate;
   }
 }

@@ -6,7 +6,8 @@
  * RMSNorm), all with a SwiGLU MLP, and `gemma3` (scaled embeddings,
  * sandwich norms, Q/K norm, sliding-window layers between global ones, a
  * GeGLU MLP), `phi3` (fused QKV and gate/up projections, LongRoPE) and
- * `qwen3moe` (qwen3's attention, a routed mixture-of-experts MLP).
+ * `qwen3moe` (qwen3's attention, a routed mixture-of-experts MLP) and
+ * `qwen2moe` (qwen2's attention, routed experts beside a gated shared one).
  * Weights are views into the bytes weights/ holds: the GGUF mapping by
  * default, or an owned (possibly decrypted) copy.
  *
@@ -35,7 +36,8 @@ typedef enum model_arch {
   MODEL_ARCH_GEMMA3,
   MODEL_ARCH_PHI3,
   MODEL_ARCH_QWEN35,
-  MODEL_ARCH_QWEN3MOE
+  MODEL_ARCH_QWEN3MOE,
+  MODEL_ARCH_QWEN2MOE
 } model_arch;
 
 typedef struct model_hparams {
@@ -81,6 +83,7 @@ typedef struct model_hparams {
   int32_t n_ff_exp;      /* hidden size of one expert */
   bool expert_norm;      /* the top-k weights are divided by their sum */
   float expert_scale;    /* the top-k weights are multiplied by this (0, 1: none) */
+  int32_t n_ff_shexp;    /* hidden size of the shared expert (qwen2moe; 0 = none) */
 } model_hparams;
 
 /* A weight matrix: n_out rows of n_in elements of `type` (view). */

@@ -12,8 +12,8 @@
  *   arch_phi3.c    Phi-3's block (fused QKV and gate/up, LongRoPE)
  *   arch_qwen35.c  Qwen3.5's hybrid block: gated DeltaNet layers with a
  *                  recurrent state, and gated full-attention layers
- *   arch_qwen3moe.c  Qwen3-MoE's block: qwen3's attention, then a routed
- *                  mixture-of-experts MLP (the moe_ffn op)
+ *   arch_qwen3moe.c  Qwen3-MoE's and Qwen2-MoE's blocks: their attention,
+ *                  then a routed mixture-of-experts MLP (the moe_ffn op)
  *   backend_cpu.c  the op interface on the CPU kernels of tensor/
  *   backend_cpu_dnet.c  the CPU's DeltaNet recurrence (conv1d + gated
  *                  delta rule over the per-sequence state)
@@ -63,6 +63,10 @@ typedef struct layer_w {
    * [n_embd -> n_ff_exp], down [n_ff_exp -> n_embd]); expert e's rows
    * start e * n_out rows further in the same tensor (model_expert). */
   model_weight ffn_gate_inp, gate_exps, up_exps, down_exps;
+  /* the shared expert, every token's (qwen2moe; data NULL: none):
+   * [n_embd -> n_ff_shexp] SwiGLU, its output scaled by
+   * sigmoid(x . gate_inp_shexp), gate_inp_shexp [n_embd -> 1] F32 */
+  model_weight gate_shexp, up_shexp, down_shexp, gate_inp_shexp;
 } layer_w;
 
 /* Expert e of a stacked expert tensor bound as expert 0 (a view). */
@@ -195,8 +199,9 @@ struct model_backend {
   /* The mixture-of-experts MLP of layer L over the pass: y[n][n_embd] =
    * sum over each entry's top-k experts (router softmax, top-k, weights
    * normalised and scaled as hp says) of weight * down(silu(gate x) * up
-   * x), x = [n][n_embd] (y may not alias x). scratch: moe_scratch_floats
-   * floats. */
+   * x), plus the shared expert's output times its sigmoid gate where L has
+   * one; x = [n][n_embd] (y may not alias x). scratch:
+   * model_moe_scratch_floats floats. */
   void (*moe_ffn)(model_ctx *c, const layer_w *L, const float *x, int n, float *y, float *scratch);
   /* Hints, no-ops where meaningless: the weights of the next matmul of a
    * pass of n entries, and a small vector needed soon. */
@@ -232,7 +237,7 @@ struct model_arch_ops {
 /* NULL-terminated rows (model.c). */
 extern const model_arch_ops *const model_archs[];
 extern const model_arch_ops model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma3,
-    model_arch_phi3, model_arch_qwen35, model_arch_qwen3moe;
+    model_arch_phi3, model_arch_qwen35, model_arch_qwen3moe, model_arch_qwen2moe;
 
 /* model.c: binding helpers for the architectures' files */
 int model_bind_weight(const gguf_file *f, const char *name, int64_t n_in, int64_t n_out, model_weight *w,

@@ -1,7 +1,8 @@
 /* test_model.c - forward-pass contracts: batch invariance (an entry's logits
  * are bit-identical alone or batched with other sequences), thread-count
  * invariance, KV truncation and replay (rollback), and clean errors for bad
- * batches and bad models; for llama, qwen2, qwen3, gemma3 and qwen3moe. */
+ * batches and bad models; for llama, qwen2, qwen3, gemma3, qwen3moe and
+ * qwen2moe. */
 #include "base/error.h"
 #include "model/model.h"
 #include "test.h"
@@ -153,8 +154,23 @@ static void test_invariance_qwen3moe(void) {
   unlink(path);
 }
 
+/* Qwen2-MoE (two layers of 12 experts, 4 per token, and the shared
+ * expert): batched against alone, 1 against 2 threads. */
+static void test_invariance_qwen2moe(void) {
+  char path[256], cmd[1024];
+  snprintf(path, sizeof path, "/tmp/pw_test_model_qwen2moe_%d.gguf", (int)getpid());
+  snprintf(cmd, sizeof cmd,
+           "'%s' synth --arch qwen1.5-moe-a2.7b --vocab '%s/tokenizer/ggml-vocab-llama-spm.gguf' --out '%s' --type Q8_0 "
+           "--layers 2 --experts 12 --quiet",
+           POWER_BIN, POWER_SHARED_DIR, path);
+  CHECK_MSG(system(cmd) == 0, "synth qwen1.5-moe-a2.7b failed");
+  test_invariance_path(path, "qwen1.5-moe-a2.7b (synth, 12 experts)");
+  unlink(path);
+}
+
 int main(void) {
   test_invariance_qwen3moe();
+  test_invariance_qwen2moe();
   test_invariance_gemma3();
   test_invariance("syn-llama-Q4_K_M.gguf");
   test_invariance("syn-qwen3-Q8_0.gguf");
