@@ -212,7 +212,14 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   pthread_mutex_init(&e->gv_mu, NULL);
   eng_cond_init_monotonic(&e->work_cv);
   eng_cond_init_monotonic(&e->idle_cv);
-  model_opts mo = {.n_threads = o.n_threads, .weights = {.io = o.weights_io, .key_file = o.weights_key_file}};
+  model_opts mo = {.n_threads = o.n_threads,
+                   .weights = {.io = o.weights_io,
+                               .key_file = o.weights_key_file,
+                               .mem_budget = o.weights_mem_budget,
+                               .mem_budget_frac = o.weights_mem_budget_frac,
+                               .residency = o.weights_residency,
+                               .mlock = o.weights_mlock,
+                               .hugepages = o.weights_hugepages}};
   if ((rc = model_load(o.model_path, &mo, &e->m, err)) < 0) goto fail;
   const model_hparams *hp = model_hp(e->m);
   if ((rc = tok_vocab_load(model_gguf(e->m), &e->vocab, err)) < 0) goto fail;
@@ -362,8 +369,14 @@ const char *engine_model_sha256(const engine *ce) {
     uint8_t dig[32];
     if (!e->have_file_id || !pw_sha256_cache_get(&e->file_id, dig)) {
       const gguf_file *f = model_gguf(e->m);
-      pw_sha256(gguf_base(f), (size_t)gguf_size(f), dig);
-      if (e->have_file_id && e->file_id.size == (uint64_t)gguf_size(f)) pw_sha256_cache_put(&e->file_id, dig);
+      char err[PW_ERRMAX];
+      /* under a memory budget the bytes are not all resident: re-read */
+      const bool ok = weights_sha256(model_weights(e->m), dig, err) == 0;
+      if (!ok) {
+        pw_log(PW_LOG_ERROR, "model digest: %s", err);
+        memset(dig, 0, sizeof dig);
+      }
+      if (ok && e->have_file_id && e->file_id.size == (uint64_t)gguf_size(f)) pw_sha256_cache_put(&e->file_id, dig);
     }
     pw_hex(dig, 32, e->sha256);
     e->sha_done = true;
@@ -373,5 +386,6 @@ const char *engine_model_sha256(const engine *ce) {
 }
 
 uint64_t engine_model_size(const engine *e) { return (uint64_t)gguf_size(model_gguf(e->m)); }
+size_t engine_kv_bytes(const engine *e) { return model_kv_bytes(e->kv); }
 const char *engine_kernels(void) { return pw_tensor_kernels(); }
 

@@ -82,6 +82,14 @@ typedef struct engine_opts {
    * draft model alike. */
   int weights_io;               /* weights_io: 0 = mmap, 1 = pread, 2 = direct */
   const char *weights_key_file; /* key of encrypted containers; NULL = plain files */
+  /* The model's alone (not a draft model's): a memory budget (bytes, or a
+   * share of the file in (0, 1]; 0 = all resident), the residency policy
+   * under it, and host controls of the weights' memory (weights.h). */
+  uint64_t weights_mem_budget;
+  double weights_mem_budget_frac;
+  int weights_residency;  /* weights_residency_policy */
+  bool weights_mlock;
+  bool weights_hugepages;
   int max_active;         /* sequences decoding at once (KV slots), 1..ENGINE_MAX_ACTIVE; 0 = the default */
   int max_queue;          /* requests waiting for a slot, 0..ENGINE_MAX_QUEUE; 0 = the default */
   int n_ctx;              /* context per sequence, ENGINE_MIN_CTX..ENGINE_MAX_CTX;
@@ -348,6 +356,9 @@ int engine_n_embd(const engine *e);
 const char *engine_model_sha256(const engine *e);
 /* Size of the model file in bytes. */
 uint64_t engine_model_size(const engine *e);
+/* Bytes of the KV cache reserved at creation (every slot, cache entries
+ * included): with engine_model_size, what the engine holds in memory. */
+size_t engine_kv_bytes(const engine *e);
 /* The kernel level in use ("scalar", "avx2", "avx512", "avx512-vbmi"):
  * receipts name it, since bits may differ across levels. Static string. */
 const char *engine_kernels(void);

@@ -237,6 +237,14 @@ int model_load(const char *path, const model_opts *opts, model **out, char *err)
            m->res.bytes / 1048576.0, wi->io == WEIGHTS_IO_MMAP && !wi->encrypted ? "mapped" : "read",
            weights_io_name(wi->io), wi->encrypted ? ", decrypted" : "", wi->read_s, m->res.huge_bytes / 1048576.0,
            m->res.refreshed ? " (page cache re-read to get them)" : "");
+  weights_budget_info bi;
+  if (weights_get_budget(m->w, &bi))
+    pw_log(PW_LOG_INFO,
+           "model %s: memory budget %.1f MiB (%s): %.1f MiB always resident, %.1f MiB pinned, %.1f MiB streamed "
+           "through a pool of %.1f MiB",
+           path, bi.budget / 1048576.0, weights_residency_name(bi.policy), bi.base_bytes / 1048576.0,
+           bi.pinned_bytes / 1048576.0, (gguf_size(m->f) - bi.base_bytes - bi.pinned_bytes) / 1048576.0,
+           bi.pool_bytes / 1048576.0);
   if (wi->encrypted)
     pw_log(PW_LOG_INFO, "model %s: decrypted %.1f MiB in %.3f s on %d threads (AES-GCM %.2f GB/s per core)%s", path,
            wi->bytes / 1048576.0, wi->decrypt_s, wi->decrypt_threads,
@@ -265,6 +273,7 @@ bool model_has_recurrent(const model *m) { return m->n_rs_layers > 0; }
 const gguf_file *model_gguf(const model *m) { return m->f; }
 const gguf_residency *model_residency(const model *m) { return &m->res; }
 const weights_info *model_weights_info(const model *m) { return weights_get_info(m->w); }
+weights *model_weights(const model *m) { return m->w; }
 pw_pool *model_pool(const model *m) { return m->pool; }
 
 /* Buffers the kernels stream through start on a cache line: they are read
@@ -507,6 +516,58 @@ void model_ctx_destroy(model_ctx *c) {
   free(c);
 }
 
+/* ---- streamed matrices (a memory budget, weights.h) ----------------------
+ * The embedding and output matrices stream in row pieces: an entry's row
+ * is read with its piece held; the logits are computed piece by piece, one
+ * entry at a time when there are several (batch invariance: the same bits
+ * as one matmul over all of them). */
+static const char *output_name(const model *m) {
+  return m->output.data == m->tok_embd.data ? "token_embd.weight" : "output.weight";
+}
+
+static int embed_rows(model_ctx *c, const model_entry *e, int n, char *err) {
+  const model *m = c->m;
+  const int E = m->hp.n_embd;
+  if (!weights_streaming(m->w)) {
+    for (int t = 0; t < n; t++) pw_get_row(m->tok_embd.type, m->tok_embd.data, E, e[t].token, c->x + (size_t)t * E);
+    return 0;
+  }
+  /* a row's bytes (at most n_embd floats) through c->xn, free until the
+   * first layer's norm */
+  const uint64_t rb = pw_dtype_row_size(m->tok_embd.type, (uint64_t)E);
+  for (int t = 0; t < n; t++) {
+    int rc = weights_copy(m->w, (const uint8_t *)m->tok_embd.data + (uint64_t)e[t].token * rb, (size_t)rb, c->xn, err);
+    if (rc) return rc;
+    pw_get_row(m->tok_embd.type, c->xn, E, 0, c->x + (size_t)t * E);
+  }
+  return 0;
+}
+
+static int output_logits(model_ctx *c, int nw, float *logits, char *err) {
+  const model *m = c->m;
+  weights_rows wr;
+  weights_tensor_rows(m->w, output_name(m), &wr);
+  if (wr.n == 0) {
+    m->be->matmul(c, &m->output, c->rows, nw, logits);
+    return 0;
+  }
+  const int E = m->hp.n_embd;
+  const uint64_t rb = pw_dtype_row_size(m->output.type, (uint64_t)m->output.n_in);
+  for (int k = 0; k < wr.n; k++) {
+    model_weight piece = m->output;
+    piece.data = (const uint8_t *)m->output.data + (uint64_t)wr.row0[k] * rb;
+    piece.n_out = wr.row0[k + 1] - wr.row0[k];
+    int rc = weights_acquire(m->w, wr.unit[k], err);
+    if (rc) return rc;
+    if (nw == 1) m->be->matmul(c, &piece, c->rows, 1, logits + wr.row0[k]);
+    else
+      for (int i = 0; i < nw; i++)
+        m->be->matmul(c, &piece, c->rows + (size_t)i * E, 1, logits + (size_t)i * m->hp.n_vocab + wr.row0[k]);
+    weights_release(m->w, wr.unit[k]);
+  }
+  return 0;
+}
+
 int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float *logits, float *hidden,
                   char *err) {
   const model *m = c->m;
@@ -541,10 +602,18 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
       if (e[t].pos == 0) rs_reset(kv, e[t].seq);
   const int E = hp->n_embd;
   const model_backend *be = m->be;
-  for (int t = 0; t < n; t++) pw_get_row(m->tok_embd.type, m->tok_embd.data, E, e[t].token, c->x + (size_t)t * E);
+  int rc = embed_rows(c, e, n, err);
+  if (rc) return rc;
   if (hp->emb_scale != 0) be->scale(c, c->x, c->x, hp->emb_scale, (int64_t)n * E);
   be->begin(c, e, n);
-  for (int il = 0; il < hp->n_layer; il++) m->ad->layer(c, kv, e, n, il);
+  for (int il = 0; il < hp->n_layer; il++) {
+    /* under a memory budget the layer's weights are streamed in: held
+     * for the layer, the next one read meanwhile (weights.h) */
+    const int u = weights_layer_unit(m->w, il);
+    if ((rc = weights_acquire(m->w, u, err))) return rc;
+    m->ad->layer(c, kv, e, n, il);
+    weights_release(m->w, u);
+  }
   for (int t = 0; t < n; t++) kv->len[e[t].seq] = e[t].pos + 1 > kv->len[e[t].seq] ? e[t].pos + 1 : kv->len[e[t].seq];
   if (kv->n_rs_layer > 0)
     for (int t = 0; t < n; t++) kv->rs_len[e[t].seq] = kv->len[e[t].seq];
@@ -559,7 +628,7 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
   if (logits) {
     /* the next step starts with layer 0's q, k and v */
     m->ad->prefetch_layer(c, 0, nw);
-    be->matmul(c, &m->output, c->rows, nw, logits);
+    if ((rc = output_logits(c, nw, logits, err))) return rc;
     if (hp->logit_softcap > 0) { /* cap * tanh(logits / cap), as llama.cpp's scale, tanh, scale */
       const float cap = hp->logit_softcap;
       for (size_t i = 0; i < (size_t)nw * hp->n_vocab; i++) logits[i] = tanhf(logits[i] * (1.0f / cap)) * cap;

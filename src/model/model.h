@@ -115,6 +115,9 @@ const gguf_file *model_gguf(const model *m);
  * model_load) and what their load did */
 const gguf_residency *model_residency(const model *m);
 const weights_info *model_weights_info(const model *m);
+/* The weights the model reads (borrowed; lives as long as the model):
+ * budget and streaming figures (weights_get_budget), the file's digest. */
+weights *model_weights(const model *m);
 pw_pool *model_pool(const model *m);
 
 /* KV cache: n_seq sequences of up to n_ctx positions each, F16, allocated
