@@ -288,7 +288,8 @@ static double bench_batch_tg(bench_run *b, int n) {
  * most bytes in the layers, and the bytes one decode step reads. Decode reads every
  * tensor once except the embedding table, of which it reads one row; when
  * the output projection is tied to the embedding, that table is read whole
- * as the output matrix and so counts. */
+ * as the output matrix and so counts. Of a mixture of experts' stacked
+ * expert tensors one token reads expert_used_count experts. */
 typedef struct bench_facts {
   uint64_t file_bytes, params, bytes_per_token;
   const char *main_type;
@@ -299,6 +300,12 @@ static void model_facts(const gguf_file *f, bench_facts *out) {
   memset(out, 0, sizeof *out);
   out->file_bytes = gguf_size(f);
   bool has_output = gguf_find_tensor(f, "output.weight") != NULL;
+  char arch[32] = "", key[64];
+  uint32_t n_used = 0;
+  if (gguf_get_cstr(f, "general.architecture", arch, sizeof arch)) {
+    snprintf(key, sizeof key, "%s.expert_used_count", arch);
+    gguf_get_u32(f, key, &n_used);
+  }
   for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
     const gguf_tensor *t = gguf_tensor_at(f, i);
     uint64_t ne = 1;
@@ -308,6 +315,11 @@ static void model_facts(const gguf_file *f, bench_facts *out) {
      * output matrix alone can outweigh them. */
     if (t->type < 64 && t->name.len > 4 && !memcmp(t->name.ptr, "blk.", 4)) by_type[t->type] += t->nbytes;
     if (has_output && gguf_str_eq(t->name, "token_embd.weight")) continue;
+    /* a stacked expert tensor: one token reads only its experts */
+    if (n_used > 0 && t->n_dims == 3 && t->ne[2] >= n_used) {
+      out->bytes_per_token += t->nbytes / t->ne[2] * n_used;
+      continue;
+    }
     out->bytes_per_token += t->nbytes;
   }
   uint32_t best = 0;

@@ -78,6 +78,26 @@ static const synth_model k_models[] = {
      false, false, true, 0, 0, 0, 0, false, 0, true, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
     {"ms-marco-minilm-l6-v2", "bert", "MS MARCO MiniLM L6 v2 cross-encoder", 384, 6, 12, 12, 32, 1536, 512, 1e4f,
      1e-12f, true, false, true, 0, 0, 0, 0, false, 0, false, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
+    {"qwen3-30b-a3b", "qwen3moe", "Qwen3 30B A3B", 2048, 48, 32, 4, 128, 6144, 40960, 1e6f, 1e-6f, false, true, false,
+     0, 0, 0, 0, false, 0, false, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
+    {"qwen1.5-moe-a2.7b", "qwen2moe", "Qwen1.5 MoE A2.7B", 2048, 24, 16, 16, 128, 5632, 8192, 1e6f, 1e-6f, true, false,
+     false, 0, 0, 0, 0, false, 0, false, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
+};
+
+/* Mixture-of-experts geometry of the models that have one: the MLP of
+ * every layer is a router (ffn_gate_inp) and n_expert stacked SwiGLU
+ * experts of n_ff_exp (ffn_{gate,up,down}_exps, 3-D), and where n_ff_shexp
+ * > 0 a shared expert beside them (ffn_{gate,up,down}_shexp) with its
+ * sigmoid gate (ffn_gate_inp_shexp, [n_embd, 1] as the converter writes
+ * it). */
+typedef struct synth_moe {
+  const char *id;
+  int n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
+} synth_moe;
+
+static const synth_moe k_moe[] = {
+    {"qwen3-30b-a3b", 128, 8, 768, 0},
+    {"qwen1.5-moe-a2.7b", 60, 4, 1408, 5632},
 };
 
 /* The encoders among k_models: their pooling ({arch}.pooling_type, as
@@ -124,6 +144,8 @@ typedef struct sy_ctx {
   const sy_tensor *cur;
   bool mtp; /* qwen35: write an MTP block after the layers */
   int enc;  /* index in k_enc, or -1 */
+  int n_expert; /* > 0: the MLPs are mixtures of this many experts (moe) */
+  const synth_moe *moe;
 } sy_ctx;
 
 static uint64_t fnv1a(const char *s) {
@@ -151,6 +173,13 @@ static int sy_add(sy_ctx *c, const char *name, uint32_t n_dims, uint64_t ne0, ui
   t->std = std;
   t->name_hash = fnv1a(name);
   return 0;
+}
+
+/* a stacked expert tensor: n_exp matrices of ne1 rows of ne0 */
+static int sy_add3(sy_ctx *c, const char *name, uint64_t ne0, uint64_t ne1, uint64_t n_exp, float std) {
+  int rc = sy_add(c, name, 3, ne0, ne1, SY_MATRIX, std);
+  if (!rc) c->t[c->n - 1].ne[2] = n_exp;
+  return rc;
 }
 
 /* qwen35: is layer il a gated DeltaNet layer */
@@ -213,13 +242,29 @@ static int sy_build(sy_ctx *c, int n_layer, int64_t n_vocab) {
     }
     /* qwen35 names its pre-MLP norm post_attention_norm */
     ADD(m->ssm_d_conv > 0 ? "post_attention_norm.weight" : "ffn_norm.weight", 1, e, 1, SY_NORM, 0.02f);
-    if (m->fused) {
+    if (c->n_expert > 0) {
+      /* the router stays F32 (llama.cpp's quantizer leaves it) */
+      const int64_t F = c->moe->n_ff_exp, X = c->n_expert;
+      ADD("ffn_gate_inp.weight", 2, e, X, SY_MATRIX, 0.02f);
+#define ADD3(suffix, a, b) (snprintf(n, sizeof n, "blk.%d.%s", il, suffix), rc |= sy_add3(c, n, a, b, X, 0.02f))
+      ADD3("ffn_gate_exps.weight", e, F);
+      ADD3("ffn_up_exps.weight", e, F);
+      ADD3("ffn_down_exps.weight", F, e);
+#undef ADD3
+      if (c->moe->n_ff_shexp > 0) {
+        const int64_t S = c->moe->n_ff_shexp;
+        ADD("ffn_gate_inp_shexp.weight", 2, e, 1, SY_MATRIX, 0.02f);
+        ADD("ffn_gate_shexp.weight", 2, e, S, SY_MATRIX, 0.02f);
+        ADD("ffn_up_shexp.weight", 2, e, S, SY_MATRIX, 0.02f);
+        ADD("ffn_down_shexp.weight", 2, S, e, SY_MATRIX, 0.02f);
+      }
+    } else if (m->fused) {
       ADD("ffn_up.weight", 2, e, 2 * (int64_t)m->n_ff, SY_MATRIX, 0.02f);
     } else {
       ADD("ffn_gate.weight", 2, e, m->n_ff, SY_MATRIX, 0.02f);
       ADD("ffn_up.weight", 2, e, m->n_ff, SY_MATRIX, 0.02f);
     }
-    ADD("ffn_down.weight", 2, m->n_ff, e, SY_MATRIX, 0.02f);
+    if (c->n_expert == 0) ADD("ffn_down.weight", 2, m->n_ff, e, SY_MATRIX, 0.02f);
     if (mtp) {
       ADD("nextn.eh_proj.weight", 2, 2 * e, e, SY_MATRIX, 0.02f);
       ADD("nextn.enorm.weight", 1, e, 1, SY_NORM, 0.02f);
@@ -368,7 +413,8 @@ static int sy_data(void *p, uint64_t i, gguf_emit_fn emit, void *sink, char *err
     fprintf(stderr, "[%4llu/%4d] %-28s [%6llu, %6llu] %-5s (%.1fs)\n", (unsigned long long)i + 1, c->n, t->name,
             (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], pw_dtype_name(t->out_type),
             pw_now_s() - c->t0);
-  return quant_stream(c->pool, sy_row, c, (int64_t)t->ne[1], (int64_t)t->ne[0], t->out_type, emit, sink, err);
+  return quant_stream(c->pool, sy_row, c, (int64_t)(t->ne[1] * t->ne[2]), (int64_t)t->ne[0], t->out_type, emit, sink,
+                      err);
 }
 
 static int sy_cmp(const void *a, const void *b) {
@@ -392,6 +438,8 @@ static void synth_usage(FILE *out) {
           "  --orig-ctx N    override the original context of LongRoPE models (quick tests of the long factors)\n"
           "  --mtp           qwen3.5: add the MTP block (nextn) after the layers\n"
           "  --pooling P     encoders: mean, cls, last or rank (rank needs a reranker; default: the model's)\n"
+          "  --experts N     mixture-of-experts models: N experts per layer instead of the model's (at least\n"
+          "                  its experts per token; quick tests)\n"
           "  --threads N     generation threads (default 2; the output is the same for any N)\n"
           "  --quiet         no progress on stderr\n",
           quant_ftype_names());
@@ -399,7 +447,7 @@ static void synth_usage(FILE *out) {
 
 int cmd_synth(int argc, char **argv) {
   const char *arch = NULL, *vocab = NULL, *outp = NULL, *type = "F16";
-  long seed = 1, layers = 0, threads = 2, window = 0, yarn_ctx = 0, orig_ctx = 0;
+  long seed = 1, layers = 0, threads = 2, window = 0, yarn_ctx = 0, orig_ctx = 0, experts = 0;
   const char *pooling = NULL;
   double yarn_factor = 0;
   int quiet = 0;
@@ -420,7 +468,7 @@ int cmd_synth(int argc, char **argv) {
       continue;
     }
     bool known = !strcmp(a, "--arch") || !strcmp(a, "--vocab") || !strcmp(a, "--out") || !strcmp(a, "-o") ||
-                 !strcmp(a, "--type") || !strcmp(a, "--seed") || !strcmp(a, "--layers") || !strcmp(a, "--window") || !strcmp(a, "--yarn") || !strcmp(a, "--orig-ctx") || !strcmp(a, "--pooling") ||
+                 !strcmp(a, "--type") || !strcmp(a, "--seed") || !strcmp(a, "--layers") || !strcmp(a, "--window") || !strcmp(a, "--yarn") || !strcmp(a, "--orig-ctx") || !strcmp(a, "--pooling") || !strcmp(a, "--experts") ||
                  !strcmp(a, "--threads") || !strcmp(a, "-t");
     if (!known) {
       fprintf(stderr, "power synth: unknown argument %s (try --help)\n", a);
@@ -448,6 +496,8 @@ int cmd_synth(int argc, char **argv) {
         fprintf(stderr, "power synth: --yarn takes FACTOR,CONTEXT (FACTOR in (1, 1024]), not '%s'\n", v);
         return 2;
       }
+    } else if (!strcmp(a, "--experts")) {
+      if (cli_parse_long("synth", a, v, 1, 512, &experts)) return 2;
     } else if (!strcmp(a, "--orig-ctx")) {
       if (cli_parse_long("synth", a, v, 1, 1 << 24, &orig_ctx)) return 2;
     } else if (!strcmp(a, "--window")) {
@@ -469,6 +519,18 @@ int cmd_synth(int argc, char **argv) {
   }
   if (mtp && m->ssm_d_conv == 0) {
     fprintf(stderr, "power synth: --mtp: %s has no MTP block\n", m->id);
+    return 2;
+  }
+  const synth_moe *moe = NULL;
+  for (size_t i = 0; i < sizeof k_moe / sizeof k_moe[0]; i++)
+    if (!strcmp(m->id, k_moe[i].id)) moe = &k_moe[i];
+  if (experts > 0 && !moe) {
+    fprintf(stderr, "power synth: --experts: %s is not a mixture of experts\n", m->id);
+    return 2;
+  }
+  if (moe && experts > 0 && experts < moe->n_expert_used) {
+    fprintf(stderr, "power synth: --experts %ld: %s routes each token to %d experts\n", experts, m->id,
+            moe->n_expert_used);
     return 2;
   }
   if (orig_ctx > 0 && m->longrope_ctx == 0) {
@@ -512,6 +574,8 @@ int cmd_synth(int argc, char **argv) {
   c.quiet = quiet;
   c.mtp = mtp;
   c.enc = enc;
+  c.moe = moe;
+  c.n_expert = moe ? (experts > 0 ? (int)experts : moe->n_expert) : 0;
   if (gguf_open(vocab, &vf, err)) {
     fprintf(stderr, "power synth: %s: %s\n", vocab, err);
     goto done;
@@ -550,8 +614,9 @@ int cmd_synth(int argc, char **argv) {
   }
   /* Metadata in the order llama.cpp's converter writes it. */
   char title[96];
-  snprintf(title, sizeof title, "%s (synthetic weights, seed %ld%s%s)", m->title, seed,
-           n_layer != m->n_layer ? ", fewer layers" : "", window > 0 ? ", another window" : "");
+  snprintf(title, sizeof title, "%s (synthetic weights, seed %ld%s%s%s)", m->title, seed,
+           n_layer != m->n_layer ? ", fewer layers" : "", window > 0 ? ", another window" : "",
+           moe && c.n_expert != moe->n_expert ? ", other expert count" : "");
   const char *a = m->arch;
 #define KEY(s) (snprintf(key, sizeof key, "%s.%s", a, s), key)
   if (enc >= 0 && (gguf_writer_set_str(w, "general.architecture", a, err) ||
@@ -586,6 +651,12 @@ int cmd_synth(int argc, char **argv) {
         (mtp && gguf_writer_set_u32(w, KEY("nextn_predict_layers"), 1, err)))
       goto fail;
   }
+  if (moe && (gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)c.n_expert, err) ||
+              gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)moe->n_expert_used, err) ||
+              gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)moe->n_ff_exp, err) ||
+              (moe->n_ff_shexp > 0 &&
+               gguf_writer_set_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)moe->n_ff_shexp, err))))
+    goto fail;
   if (m->longrope_ctx > 0) {
     /* Phi-3's converter: attn_factor = sqrt(1 + ln(scale) / ln(original context)) */
     int oc = orig_ctx > 0 ? (int)orig_ctx : m->longrope_ctx;

@@ -341,6 +341,7 @@ const model_backend model_backend_cpu = {
     .layernorm = cpu_layernorm,
     .gelu = cpu_gelu,
     .delta_net = model_cpu_delta_net,
+    .moe_ffn = model_cpu_moe_ffn,
     .prefetch_weights = cpu_prefetch_weights,
     .prefetch_vec = cpu_prefetch_vec,
 };

@@ -14,9 +14,13 @@
  *                  recurrent state, and gated full-attention layers
  *   arch_bert.c    the BERT-family encoders (bert, nomic-bert): post-norm
  *                  blocks with bidirectional attention, pooling heads
+ *   arch_qwen3moe.c  Qwen3-MoE's and Qwen2-MoE's blocks: their attention,
+ *                  then a routed mixture-of-experts MLP (the moe_ffn op)
  *   backend_cpu.c  the op interface on the CPU kernels of tensor/
  *   backend_cpu_dnet.c  the CPU's DeltaNet recurrence (conv1d + gated
  *                  delta rule over the per-sequence state)
+ *   backend_cpu_moe.c  the CPU's mixture-of-experts MLP (router, top-k,
+ *                  the tokens of a pass gathered by expert)
  *
  * A new architecture is one arch_*.c file (its hyperparameters, weight
  * binding and layer function, written over model_backend's ops) and a row
@@ -27,6 +31,7 @@
 
 #include "model/model.h"
 
+#include "tensor/dtype.h"
 #include "tensor/matmul.h"
 
 #include <stdbool.h>
@@ -61,7 +66,23 @@ typedef struct layer_w {
   model_weight wqkv;
   const float *bo, *b_up, *b_down;
   const float *attn_out_norm, *attn_out_norm_b, *out_norm, *out_norm_b;
+  /* Mixture of experts (hp.n_expert > 0): the router [n_embd -> n_expert]
+   * and the stacked experts, each bound as expert 0's matrix (gate/up
+   * [n_embd -> n_ff_exp], down [n_ff_exp -> n_embd]); expert e's rows
+   * start e * n_out rows further in the same tensor (model_expert). */
+  model_weight ffn_gate_inp, gate_exps, up_exps, down_exps;
+  /* the shared expert, every token's (qwen2moe; data NULL: none):
+   * [n_embd -> n_ff_shexp] SwiGLU, its output scaled by
+   * sigmoid(x . gate_inp_shexp), gate_inp_shexp [n_embd -> 1] F32 */
+  model_weight gate_shexp, up_shexp, down_shexp, gate_inp_shexp;
 } layer_w;
+
+/* Expert e of a stacked expert tensor bound as expert 0 (a view). */
+static inline model_weight model_expert(const model_weight *w, int e) {
+  model_weight v = *w;
+  v.data = (const char *)w->data + pw_dtype_row_size(w->type, (uint64_t)w->n_in) * (uint64_t)w->n_out * (uint64_t)e;
+  return v;
+}
 
 /* The MTP block (qwen35 nextn): a full-attention decoder block fed with
  * the last hidden state and the next token's embedding. Loaded when the
@@ -200,6 +221,13 @@ struct model_backend {
    * delta-rule update of each sequence's state, entry by entry in order,
    * and the readout (kv's recurrent state is updated in place). */
   void (*delta_net)(model_ctx *c, model_kv *kv, const model_entry *e, int n, const model_dnet_args *a);
+  /* The mixture-of-experts MLP of layer L over the pass: y[n][n_embd] =
+   * sum over each entry's top-k experts (router softmax, top-k, weights
+   * normalised and scaled as hp says) of weight * down(silu(gate x) * up
+   * x), plus the shared expert's output times its sigmoid gate where L has
+   * one; x = [n][n_embd] (y may not alias x). scratch:
+   * model_moe_scratch_floats floats. */
+  void (*moe_ffn)(model_ctx *c, const layer_w *L, const float *x, int n, float *y, float *scratch);
   /* Hints, no-ops where meaningless: the weights of the next matmul of a
    * pass of n entries, and a small vector needed soon. */
   void (*prefetch_weights)(model_ctx *c, const pw_mm_op *ops, int n_ops, int64_t n_in, int n);
@@ -242,7 +270,8 @@ struct model_arch_ops {
 /* NULL-terminated rows (model.c). */
 extern const model_arch_ops *const model_archs[];
 extern const model_arch_ops model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma3,
-    model_arch_phi3, model_arch_qwen35, model_arch_bert, model_arch_nomic_bert;
+    model_arch_phi3, model_arch_qwen35, model_arch_bert, model_arch_nomic_bert, model_arch_qwen3moe,
+    model_arch_qwen2moe;
 
 /* model.c: binding helpers for the architectures' files */
 int model_bind_weight(const gguf_file *f, const char *name, int64_t n_in, int64_t n_out, model_weight *w,
@@ -250,6 +279,10 @@ int model_bind_weight(const gguf_file *f, const char *name, int64_t n_in, int64_
 int model_bind_vec(const gguf_file *f, const char *name, int64_t n, const float **out, bool required, char *err);
 /* the CPU's delta_net op (backend_cpu_dnet.c) */
 void model_cpu_delta_net(model_ctx *c, model_kv *kv, const model_entry *e, int n, const model_dnet_args *a);
+/* the CPU's moe_ffn op (backend_cpu_moe.c), and the floats of scratch it
+ * needs for a pass of max_batch entries */
+void model_cpu_moe_ffn(model_ctx *c, const layer_w *L, const float *x, int n, float *y, float *scratch);
+size_t model_moe_scratch_floats(const model_hparams *hp, int max_batch);
 /* element offset of (KV layer slot, seq, KV head, position) in the cache */
 static inline size_t model_kv_off(const model_kv *kv, int layer, int seq, int head, int pos) {
   return ((((size_t)layer * kv->n_seq + seq) * kv->n_head_kv + head) * kv->n_ctx + pos) * kv->head_dim;
