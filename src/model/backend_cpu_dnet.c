@@ -36,91 +36,92 @@ typedef struct dnet_job {
   const model_entry *e;
   int n;
   const model_dnet_args *a;
+  const pw_ops *ops; /* fetched once: the wrappers re-check initialisation per call */
 } dnet_job;
 
-/* conv1d + SiLU over a range of channels: each channel's window advances
- * through the entries in order. */
-static void conv_worker(void *ctx, int ith, int nth) {
-  const dnet_job *j = ctx;
+/* conv1d + SiLU of one channel over every entry of the pass, in order: the
+ * window of each entry's sequence advances by one input per entry. */
+static void conv_channel(const dnet_job *j, long ch) {
   const model_kv *kv = j->kv;
   const int cd = kv->conv_dim, cw = kv->conv_w, nc = cw + 1, rl = j->a->rs_slot;
-  const float *w = j->a->L->conv1d;
-  long lo, hi;
-  pw_split(cd, ith, nth, &lo, &hi);
+  const float *k = j->a->L->conv1d + (size_t)ch * nc;
   for (int t = 0; t < j->n; t++) {
-    float *win = model_kv_conv(kv, rl, j->e[t].seq);
-    const float *x = j->a->qkv + (size_t)t * cd;
-    float *y = j->a->conv_out + (size_t)t * cd;
-    for (long ch = lo; ch < hi; ch++) {
-      float *s = win + (size_t)ch * cw;
-      const float *k = w + (size_t)ch * nc;
-      /* summed in float in tap order, as ggml's ssm_conv */
-      float sum = 0.0f;
-      for (int i = 0; i < cw; i++) sum += s[i] * k[i];
-      sum += x[ch] * k[cw];
-      for (int i = 0; i + 1 < cw; i++) s[i] = s[i + 1];
-      if (cw > 0) s[cw - 1] = x[ch];
-      y[ch] = sum / (1.0f + expf(-sum));
-    }
+    float *s = model_kv_conv(kv, rl, j->e[t].seq) + (size_t)ch * cw;
+    const float x = j->a->qkv[(size_t)t * cd + ch];
+    /* summed in float in tap order, as ggml's ssm_conv */
+    float sum = 0.0f;
+    for (int i = 0; i < cw; i++) sum += s[i] * k[i];
+    sum += x * k[cw];
+    for (int i = 0; i + 1 < cw; i++) s[i] = s[i + 1];
+    if (cw > 0) s[cw - 1] = x;
+    j->a->conv_out[(size_t)t * cd + ch] = sum / (1.0f + expf(-sum));
   }
 }
 
 /* x / max(||x||, eps), the sum of squares in double as ggml's l2_norm */
-static void l2_norm(float *x, int n, float eps) {
+static void l2_norm(const pw_ops *ops, float *x, int n, float eps) {
   double sum = 0;
   for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
   const float scale = 1.0f / fmaxf(sqrtf((float)sum), eps);
-  pw_scale(x, x, scale, n);
+  ops->scale(x, x, scale, n);
 }
 
-static void norm_worker(void *ctx, int ith, int nth) {
-  const dnet_job *j = ctx;
-  const model_hparams *hp = &j->c->m->hp;
-  const int cd = j->kv->conv_dim, dk = hp->ssm_d_state, hk = hp->ssm_n_group;
-  long lo, hi;
-  pw_split((long)j->n * 2 * hk, ith, nth, &lo, &hi);
-  for (long r = lo; r < hi; r++) {
-    const long t = r / (2 * hk), h = r % (2 * hk); /* q heads, then k heads */
-    l2_norm(j->a->conv_out + (size_t)t * cd + (size_t)h * dk, dk, hp->rms_eps);
-  }
-}
-
-/* the delta rule for a range of value heads, every entry in order */
-static void state_worker(void *ctx, int ith, int nth) {
+/* One pool run per layer: a thread owns a range of key heads and the value
+ * heads that read them (value head h reads key head h % n_k_heads, as
+ * llama.cpp tiles them), so it convolves exactly the channels it then
+ * normalises and feeds to its states, and needs nothing from the other
+ * threads: no barrier between the conv, the norms and the delta rule. Each
+ * value is computed by the same code in the same order as with any other
+ * split, so the bits do not depend on the thread count. */
+static void dnet_worker(void *ctx, int ith, int nth) {
   const dnet_job *j = ctx;
   const model_hparams *hp = &j->c->m->hp;
   const model_kv *kv = j->kv;
   const layer_w *L = j->a->L;
+  const pw_ops *ops = j->ops;
   const int cd = kv->conv_dim, S = hp->ssm_d_state, hk = hp->ssm_n_group, hv = hp->ssm_dt_rank;
   const float scale = 1.0f / sqrtf((float)S);
   long lo, hi;
-  pw_split(hv, ith, nth, &lo, &hi);
-  for (long h = lo; h < hi; h++) {
-    const long kh = h % hk;
-    for (int t = 0; t < j->n; t++) {
-      float *M = model_kv_ssm(kv, j->a->rs_slot, j->e[t].seq) + (size_t)h * S * S;
-      const float *row = j->a->conv_out + (size_t)t * cd;
-      const float *q = row + (size_t)kh * S, *k = row + (size_t)(hk + kh) * S, *v = row + (size_t)2 * hk * S + h * S;
-      const float a = j->a->alpha[(size_t)t * hv + h] + L->ssm_dt[h];
-      const float sp = a > 20.0f ? a : logf(1.0f + expf(a));
-      const float decay = expf(sp * L->ssm_a[h]);
-      const float beta = 1.0f / (1.0f + expf(-j->a->beta[(size_t)t * hv + h]));
-      float *o = j->a->out + (size_t)t * hv * S + (size_t)h * S;
-      for (int r = 0; r < S; r++) {
-        float *m = M + (size_t)r * S;
-        pw_scale(m, m, decay, S);
-        const float d = (v[r] - pw_dot_f32(S, m, k)) * beta;
-        pw_axpy(m, d, k, S);
-        o[r] = pw_dot_f32(S, m, q) * scale;
-      }
-    }
+  pw_split(hk, ith, nth, &lo, &hi);
+  if (lo >= hi) return;
+  /* conv: the q and k channels of the key heads, the v channels of their
+   * value heads */
+  for (long kh = lo; kh < hi; kh++) {
+    for (long ch = kh * S; ch < (kh + 1) * S; ch++) conv_channel(j, ch);
+    for (long ch = (hk + kh) * S; ch < (hk + kh + 1) * S; ch++) conv_channel(j, ch);
+    for (long h = kh; h < hv; h += hk)
+      for (long ch = 2 * (long)hk * S + h * S; ch < 2 * (long)hk * S + (h + 1) * S; ch++) conv_channel(j, ch);
   }
+  for (int t = 0; t < j->n; t++)
+    for (long kh = lo; kh < hi; kh++) {
+      float *row = j->a->conv_out + (size_t)t * cd;
+      l2_norm(ops, row + (size_t)kh * S, S, hp->rms_eps);
+      l2_norm(ops, row + (size_t)(hk + kh) * S, S, hp->rms_eps);
+    }
+  /* the delta rule, every entry in order */
+  for (long kh = lo; kh < hi; kh++)
+    for (long h = kh; h < hv; h += hk)
+      for (int t = 0; t < j->n; t++) {
+        float *M = model_kv_ssm(kv, j->a->rs_slot, j->e[t].seq) + (size_t)h * S * S;
+        const float *row = j->a->conv_out + (size_t)t * cd;
+        const float *q = row + (size_t)kh * S, *k = row + (size_t)(hk + kh) * S,
+                    *v = row + (size_t)2 * hk * S + h * S;
+        const float a = j->a->alpha[(size_t)t * hv + h] + L->ssm_dt[h];
+        const float sp = a > 20.0f ? a : logf(1.0f + expf(a));
+        const float decay = expf(sp * L->ssm_a[h]);
+        const float beta = 1.0f / (1.0f + expf(-j->a->beta[(size_t)t * hv + h]));
+        float *o = j->a->out + (size_t)t * hv * S + (size_t)h * S;
+        for (int r = 0; r < S; r++) {
+          float *m = M + (size_t)r * S;
+          ops->scale(m, m, decay, S);
+          const float d = (v[r] - ops->dot(S, m, k)) * beta;
+          ops->axpy(m, d, k, S);
+          o[r] = ops->dot(S, m, q) * scale;
+        }
+      }
 }
 
 void model_cpu_delta_net(model_ctx *c, model_kv *kv, const model_entry *e, int n, const model_dnet_args *a) {
-  dnet_job j = {c, kv, e, n, a};
-  pw_pool *p = c->m->pool;
-  pw_pool_run(p, conv_worker, &j);
-  pw_pool_run(p, norm_worker, &j);
-  pw_pool_run(p, state_worker, &j);
+  dnet_job j = {c, kv, e, n, a, pw_ops_get()};
+  pw_pool_run(c->m->pool, dnet_worker, &j);
 }
