@@ -281,14 +281,16 @@ static void *alloc_lines(size_t bytes) {
 
 /* ---- KV cache --------------------------------------------------------- */
 
-int model_kv_create(const model *m, int n_seq, int n_ctx, model_kv **out, char *err) {
+/* A cache of n_kv_layers attention layers, with the model's recurrent
+ * state when rs (the decoder's cache) or without (the MTP block's). */
+static int kv_create(const model *m, int n_seq, int n_ctx, int n_kv_layers, bool rs, model_kv **out, char *err) {
   *out = NULL;
   if (n_seq < 1 || n_seq > 4096 || n_ctx < 1 || n_ctx > (1 << 22))
     return pw_seterr(err, PW_EINVAL, "invalid KV cache size: %d sequences x %d positions", n_seq, n_ctx);
   model_kv *kv = calloc(1, sizeof *kv);
   if (!kv) return pw_seterr(err, PW_ENOMEM, "out of memory");
   const model_hparams *hp = &m->hp;
-  kv->n_layer = m->n_kv_layers;
+  kv->n_layer = n_kv_layers;
   kv->n_seq = n_seq;
   kv->n_ctx = n_ctx;
   kv->n_head_kv = hp->n_head_kv;
@@ -302,7 +304,7 @@ int model_kv_create(const model *m, int n_seq, int n_ctx, model_kv **out, char *
     model_kv_destroy(kv);
     return pw_seterr(err, PW_ENOMEM, "out of memory for a KV cache of %zu MiB", 2 * n * 2 >> 20);
   }
-  if (m->n_rs_layers > 0) {
+  if (rs && m->n_rs_layers > 0) {
     kv->n_rs_layer = m->n_rs_layers;
     kv->conv_w = hp->ssm_d_conv - 1;
     kv->conv_dim = hp->ssm_d_inner + 2 * hp->ssm_n_group * hp->ssm_d_state;
@@ -320,6 +322,18 @@ int model_kv_create(const model *m, int n_seq, int n_ctx, model_kv **out, char *
   }
   *out = kv;
   return 0;
+}
+
+int model_kv_create(const model *m, int n_seq, int n_ctx, model_kv **out, char *err) {
+  return kv_create(m, n_seq, n_ctx, m->n_kv_layers, true, out, err);
+}
+
+bool model_has_mtp(const model *m) { return m->has_mtp; }
+
+int model_mtp_kv_create(const model *m, int n_seq, int n_ctx, model_kv **out, char *err) {
+  *out = NULL;
+  if (!m->has_mtp) return pw_seterr(err, PW_EUNSUPPORTED, "the model has no MTP block");
+  return kv_create(m, n_seq, n_ctx, 1, false, out, err);
 }
 
 void model_kv_destroy(model_kv *kv) {
@@ -474,6 +488,7 @@ int model_ctx_create(const model *m, int max_batch, int max_ctx, model_ctx **out
   }
   size_t so = pw_matmul_scratch_size(m->output.type, m->output.n_in, max_batch);
   if (so > mm) mm = so;
+  if (m->has_mtp && (so = model_mtp_scratch_size(m, max_batch)) > mm) mm = so;
   c->mm_scratch = alloc_lines(mm ? mm : 1);
   if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->rows ||
       !c->rope_cos || !c->rope_sin || !c->att_groups || !c->mm_scratch || (act && !c->arch_act) ||
@@ -565,4 +580,10 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
     }
   }
   return 0;
+}
+
+void model_ctx_hidden(model_ctx *c, int n, float *out) {
+  const model *m = c->m;
+  PW_ASSERT(n >= 0 && n <= c->max_batch);
+  m->be->rmsnorm(c, out, c->x, m->output_norm, n, m->hp.n_embd, m->hp.rms_eps);
 }

@@ -215,6 +215,8 @@ extern const model_arch_ops model_arch_llama, model_arch_qwen2, model_arch_qwen3
 int model_bind_weight(const gguf_file *f, const char *name, int64_t n_in, int64_t n_out, model_weight *w,
                       bool required, char *err);
 int model_bind_vec(const gguf_file *f, const char *name, int64_t n, const float **out, bool required, char *err);
+/* arch_qwen35.c: matmul scratch of an MTP pass of max_batch entries */
+size_t model_mtp_scratch_size(const model *m, int max_batch);
 /* the CPU's delta_net op (backend_cpu_dnet.c) */
 void model_cpu_delta_net(model_ctx *c, model_kv *kv, const model_entry *e, int n, const model_dnet_args *a);
 /* element offset of (KV layer slot, seq, KV head, position) in the cache */
