@@ -311,7 +311,7 @@ static int kv_create(const model *m, int n_seq, int n_ctx, int n_kv_layers, bool
     kv->n_v_heads = hp->ssm_dt_rank;
     kv->d_state = hp->ssm_d_state;
     size_t nc = (size_t)kv->n_rs_layer * n_seq * kv->conv_dim * kv->conv_w;
-    size_t ns = (size_t)kv->n_rs_layer * n_seq * kv->n_v_heads * kv->d_state * kv->d_state;
+    size_t ns = (size_t)kv->n_rs_layer * n_seq * kv->n_v_heads * model_kv_ssm_head(kv);
     kv->conv = alloc_lines((nc ? nc : 1) * sizeof(float));
     kv->ssm = alloc_lines(ns * sizeof(float));
     if (!kv->conv || !kv->ssm) {
@@ -352,7 +352,7 @@ int model_kv_n_ctx(const model_kv *kv) { return kv->n_ctx; }
 int model_kv_len(const model_kv *kv, int seq) { return kv->len[seq]; }
 static size_t seq_state_floats(const model_kv *kv) {
   return (size_t)kv->n_rs_layer *
-         ((size_t)kv->conv_dim * kv->conv_w + (size_t)kv->n_v_heads * kv->d_state * kv->d_state);
+         ((size_t)kv->conv_dim * kv->conv_w + (size_t)kv->n_v_heads * model_kv_ssm_head(kv));
 }
 
 size_t model_kv_bytes(const model_kv *kv) {
@@ -364,7 +364,7 @@ size_t model_kv_bytes(const model_kv *kv) {
 static void rs_reset(model_kv *kv, int seq) {
   for (int l = 0; l < kv->n_rs_layer; l++) {
     memset(model_kv_conv(kv, l, seq), 0, (size_t)kv->conv_dim * kv->conv_w * sizeof(float));
-    memset(model_kv_ssm(kv, l, seq), 0, (size_t)kv->n_v_heads * kv->d_state * kv->d_state * sizeof(float));
+    memset(model_kv_ssm(kv, l, seq), 0, (size_t)kv->n_v_heads * model_kv_ssm_head(kv) * sizeof(float));
   }
   kv->rs_len[seq] = 0;
 }
@@ -393,7 +393,7 @@ void model_kv_state_save(const model_kv *kv, int seq, void *buf) {
   const int64_t len = kv->rs_len[seq];
   memcpy(buf, &len, sizeof len);
   float *p = (float *)((char *)buf + sizeof len);
-  const size_t nc = (size_t)kv->conv_dim * kv->conv_w, ns = (size_t)kv->n_v_heads * kv->d_state * kv->d_state;
+  const size_t nc = (size_t)kv->conv_dim * kv->conv_w, ns = (size_t)kv->n_v_heads * model_kv_ssm_head(kv);
   for (int l = 0; l < kv->n_rs_layer; l++) {
     memcpy(p, model_kv_conv(kv, l, seq), nc * sizeof(float));
     memcpy(p + nc, model_kv_ssm(kv, l, seq), ns * sizeof(float));
@@ -410,7 +410,7 @@ int model_kv_state_restore(model_kv *kv, int seq, const void *buf, char *err) {
     return pw_seterr(err, PW_EINVAL, "state snapshot of %lld positions does not fit sequence %d of %d", (long long)len,
                      seq, kv->len[seq]);
   const float *p = (const float *)((const char *)buf + sizeof len);
-  const size_t nc = (size_t)kv->conv_dim * kv->conv_w, ns = (size_t)kv->n_v_heads * kv->d_state * kv->d_state;
+  const size_t nc = (size_t)kv->conv_dim * kv->conv_w, ns = (size_t)kv->n_v_heads * model_kv_ssm_head(kv);
   for (int l = 0; l < kv->n_rs_layer; l++) {
     memcpy(model_kv_conv(kv, l, seq), p, nc * sizeof(float));
     memcpy(model_kv_ssm(kv, l, seq), p + nc, ns * sizeof(float));
@@ -434,7 +434,7 @@ void model_kv_copy(model_kv *kv, int dst, int src, int len) {
       for (int l = 0; l < kv->n_rs_layer; l++) {
         memcpy(model_kv_conv(kv, l, dst), model_kv_conv(kv, l, src), (size_t)kv->conv_dim * kv->conv_w * sizeof(float));
         memcpy(model_kv_ssm(kv, l, dst), model_kv_ssm(kv, l, src),
-               (size_t)kv->n_v_heads * kv->d_state * kv->d_state * sizeof(float));
+               (size_t)kv->n_v_heads * model_kv_ssm_head(kv) * sizeof(float));
       }
       kv->rs_len[dst] = len;
     }
