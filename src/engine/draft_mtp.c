@@ -105,6 +105,12 @@ static int create(engine *e, const engine_opts *o, char *err) {
   return 0;
 }
 
+static bool slot_speculates(const engine *e, int seq) {
+  for (int p = 0; p < e->n_part; p++)
+    if (e->part[p]->slot == seq) return e->part[p]->spec;
+  return false;
+}
+
 /* After a target pass over ents[n] (e->ctx still holds it): the block runs
  * over the same entries, each paired with the target's hidden state one
  * position before it, so its cache follows the target's. */
@@ -112,13 +118,19 @@ static void observe_pass(engine *e, const model_entry *ents, int n) {
   mtp_state *s = e->dstate;
   const size_t E = (size_t)s->E;
   model_ctx_hidden(e->ctx, n, s->hid);
+  /* a request that stopped speculating (the adaptive fallback) will not
+   * ask for proposals again: its slot is no longer followed */
+  for (int p = 0; p < e->n_part; p++)
+    if (!e->part[p]->spec) s->valid[e->part[p]->slot] = false;
   int m = 0;
   for (int t = 0; t < n;) {
     const int seq = ents[t].seq, p0 = ents[t].pos;
     int c = 1;
     while (t + c < n && ents[t + c].seq == seq) c++;
     bool ok;
-    if (p0 == 0) {
+    if (p0 == 0 && !slot_speculates(e, seq)) {
+      ok = false;
+    } else if (p0 == 0) {
       model_kv_truncate(s->mkv, seq, 0);
       s->valid[seq] = true;
       memset(s->hin + (size_t)m * E, 0, E * sizeof(float));
