@@ -44,7 +44,7 @@ int spec_opts_parse(const char *cmd, spec_opts *s, const char *a, const char *v)
   if (!strcmp(a, "--spec")) {
     int m = engine_spec_parse(v);
     if (m < 0) {
-      fprintf(stderr, "power %s: unknown --spec mode '%s' (off, prompt-lookup, ngram or draft)\n", cmd, v);
+      fprintf(stderr, "power %s: unknown --spec mode '%s' (off, prompt-lookup, ngram, draft or mtp)\n", cmd, v);
       return -1;
     }
     s->mode = m;
@@ -97,7 +97,8 @@ void spec_opts_apply(const spec_opts *s, engine_opts *eo) {
 void spec_opts_usage(FILE *out) {
   fprintf(out,
           "  --spec MODE           exact speculative decoding: off (default), prompt-lookup,\n"
-          "                        ngram, or draft (with --spec-draft-model); output is the same\n"
+          "                        ngram, draft (with --spec-draft-model), or mtp (the model's\n"
+          "                        own MTP block, qwen3.5 files that have one); output is the same\n"
           "  --spec-draft-model M  draft GGUF for --spec draft (same vocabulary as the model)\n"
           "  --spec-draft-max K    most tokens proposed per round, 1.." CLI_STR(ENGINE_SPEC_MAX_K) " (default " CLI_STR(
           ENGINE_DEFAULT_SPEC_K) ")\n"

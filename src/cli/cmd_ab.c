@@ -167,7 +167,7 @@ static int config_parse(const char *which, const char *text, ab_config *c) {
     if (!strcmp(key, "spec")) {
       c->spec_mode = engine_spec_parse(val);
       if (c->spec_mode < 0) {
-        fprintf(stderr, "power ab: --%s: unknown spec mode '%s' (off, prompt-lookup, ngram, draft)\n", which, val);
+        fprintf(stderr, "power ab: --%s: unknown spec mode '%s' (off, prompt-lookup, ngram, draft, mtp)\n", which, val);
         return -1;
       }
       spec_given = true;

@@ -158,6 +158,8 @@ typedef enum engine_spec_mode {
   ENGINE_SPEC_PROMPT_LOOKUP = 1, /* copy what followed the last n-gram's match in the prompt */
   ENGINE_SPEC_NGRAM = 2,         /* the same over prompt and generated text */
   ENGINE_SPEC_DRAFT = 3,         /* a smaller GGUF with the same vocabulary, greedy */
+  ENGINE_SPEC_MTP = 4,           /* the model's own MTP block (qwen35 nextn), greedy; a model
+                                  * without one is an engine_create error */
 } engine_spec_mode;
 
 typedef enum engine_spec_policy {
@@ -169,7 +171,7 @@ typedef enum engine_spec_policy {
 int engine_spec_policy_parse(const char *name);
 const char *engine_spec_policy_name(int policy);
 
-/* "off", "prompt-lookup", "ngram", "draft" -> mode; -1 if unknown. */
+/* "off", "prompt-lookup", "ngram", "draft", "mtp" -> mode; -1 if unknown. */
 int engine_spec_parse(const char *name);
 const char *engine_spec_name(int mode);
 

@@ -240,6 +240,10 @@ struct drafter_ops {
   /* The target committed r's tokens up to r->n_fed after verifying a
    * round of r->n_prop proposals with `accepted` of them accepted. */
   void (*observe_commit)(engine *e, engine_req *r, int accepted);
+  /* After each successful target pass over the generation batch ents[n],
+   * before its verification: e->ctx still holds the pass
+   * (model_ctx_hidden). */
+  void (*observe_pass)(engine *e, const model_entry *ents, int n);
   /* The KV of slot was cut back to n positions (a commit after
    * verification, prefix reuse, a slot freed with n = 0): drop what the
    * drafter holds past n for that slot. */
@@ -249,7 +253,12 @@ struct drafter_ops {
 /* NULL-terminated, one row per drafter (spec.c). */
 extern const drafter_ops *const engine_drafters[];
 const drafter_ops *eng_drafter(int mode);
-extern const drafter_ops eng_draft_prompt_lookup, eng_draft_ngram, eng_draft_model;
+extern const drafter_ops eng_draft_prompt_lookup, eng_draft_ngram, eng_draft_model, eng_draft_mtp;
+/* Testing only (draft_mtp.c): when set, called with each request's MTP
+ * proposals after they are made, and may overwrite them (not their count),
+ * so tests can force chosen proposals to be accepted or rejected. NULL in
+ * the product. */
+extern void (*eng_mtp_test_hook)(engine_req *r, int32_t *prop, int n);
 
 /* ---- shared between the engine's files ------------------------------------ */
 

@@ -304,14 +304,16 @@ static void *alloc_lines(size_t bytes) {
 
 /* ---- KV cache --------------------------------------------------------- */
 
-int model_kv_create(const model *m, int n_seq, int n_ctx, model_kv **out, char *err) {
+/* A cache of n_kv_layers attention layers, with the model's recurrent
+ * state when rs (the decoder's cache) or without (the MTP block's). */
+static int kv_create(const model *m, int n_seq, int n_ctx, int n_kv_layers, bool rs, model_kv **out, char *err) {
   *out = NULL;
   if (n_seq < 1 || n_seq > 4096 || n_ctx < 1 || n_ctx > (1 << 22))
     return pw_seterr(err, PW_EINVAL, "invalid KV cache size: %d sequences x %d positions", n_seq, n_ctx);
   model_kv *kv = calloc(1, sizeof *kv);
   if (!kv) return pw_seterr(err, PW_ENOMEM, "out of memory");
   const model_hparams *hp = &m->hp;
-  kv->n_layer = m->n_kv_layers;
+  kv->n_layer = n_kv_layers;
   kv->n_seq = n_seq;
   kv->n_ctx = n_ctx;
   kv->n_head_kv = hp->n_head_kv;
@@ -325,14 +327,14 @@ int model_kv_create(const model *m, int n_seq, int n_ctx, model_kv **out, char *
     model_kv_destroy(kv);
     return pw_seterr(err, PW_ENOMEM, "out of memory for a KV cache of %zu MiB", 2 * n * 2 >> 20);
   }
-  if (m->n_rs_layers > 0) {
+  if (rs && m->n_rs_layers > 0) {
     kv->n_rs_layer = m->n_rs_layers;
     kv->conv_w = hp->ssm_d_conv - 1;
     kv->conv_dim = hp->ssm_d_inner + 2 * hp->ssm_n_group * hp->ssm_d_state;
     kv->n_v_heads = hp->ssm_dt_rank;
     kv->d_state = hp->ssm_d_state;
     size_t nc = (size_t)kv->n_rs_layer * n_seq * kv->conv_dim * kv->conv_w;
-    size_t ns = (size_t)kv->n_rs_layer * n_seq * kv->n_v_heads * kv->d_state * kv->d_state;
+    size_t ns = (size_t)kv->n_rs_layer * n_seq * kv->n_v_heads * model_kv_ssm_head(kv);
     kv->conv = alloc_lines((nc ? nc : 1) * sizeof(float));
     kv->ssm = alloc_lines(ns * sizeof(float));
     if (!kv->conv || !kv->ssm) {
@@ -343,6 +345,18 @@ int model_kv_create(const model *m, int n_seq, int n_ctx, model_kv **out, char *
   }
   *out = kv;
   return 0;
+}
+
+int model_kv_create(const model *m, int n_seq, int n_ctx, model_kv **out, char *err) {
+  return kv_create(m, n_seq, n_ctx, m->n_kv_layers, true, out, err);
+}
+
+bool model_has_mtp(const model *m) { return m->has_mtp; }
+
+int model_mtp_kv_create(const model *m, int n_seq, int n_ctx, model_kv **out, char *err) {
+  *out = NULL;
+  if (!m->has_mtp) return pw_seterr(err, PW_EUNSUPPORTED, "the model has no MTP block");
+  return kv_create(m, n_seq, n_ctx, 1, false, out, err);
 }
 
 void model_kv_destroy(model_kv *kv) {
@@ -361,7 +375,7 @@ int model_kv_n_ctx(const model_kv *kv) { return kv->n_ctx; }
 int model_kv_len(const model_kv *kv, int seq) { return kv->len[seq]; }
 static size_t seq_state_floats(const model_kv *kv) {
   return (size_t)kv->n_rs_layer *
-         ((size_t)kv->conv_dim * kv->conv_w + (size_t)kv->n_v_heads * kv->d_state * kv->d_state);
+         ((size_t)kv->conv_dim * kv->conv_w + (size_t)kv->n_v_heads * model_kv_ssm_head(kv));
 }
 
 size_t model_kv_bytes(const model_kv *kv) {
@@ -373,7 +387,7 @@ size_t model_kv_bytes(const model_kv *kv) {
 static void rs_reset(model_kv *kv, int seq) {
   for (int l = 0; l < kv->n_rs_layer; l++) {
     memset(model_kv_conv(kv, l, seq), 0, (size_t)kv->conv_dim * kv->conv_w * sizeof(float));
-    memset(model_kv_ssm(kv, l, seq), 0, (size_t)kv->n_v_heads * kv->d_state * kv->d_state * sizeof(float));
+    memset(model_kv_ssm(kv, l, seq), 0, (size_t)kv->n_v_heads * model_kv_ssm_head(kv) * sizeof(float));
   }
   kv->rs_len[seq] = 0;
 }
@@ -402,7 +416,7 @@ void model_kv_state_save(const model_kv *kv, int seq, void *buf) {
   const int64_t len = kv->rs_len[seq];
   memcpy(buf, &len, sizeof len);
   float *p = (float *)((char *)buf + sizeof len);
-  const size_t nc = (size_t)kv->conv_dim * kv->conv_w, ns = (size_t)kv->n_v_heads * kv->d_state * kv->d_state;
+  const size_t nc = (size_t)kv->conv_dim * kv->conv_w, ns = (size_t)kv->n_v_heads * model_kv_ssm_head(kv);
   for (int l = 0; l < kv->n_rs_layer; l++) {
     memcpy(p, model_kv_conv(kv, l, seq), nc * sizeof(float));
     memcpy(p + nc, model_kv_ssm(kv, l, seq), ns * sizeof(float));
@@ -419,7 +433,7 @@ int model_kv_state_restore(model_kv *kv, int seq, const void *buf, char *err) {
     return pw_seterr(err, PW_EINVAL, "state snapshot of %lld positions does not fit sequence %d of %d", (long long)len,
                      seq, kv->len[seq]);
   const float *p = (const float *)((const char *)buf + sizeof len);
-  const size_t nc = (size_t)kv->conv_dim * kv->conv_w, ns = (size_t)kv->n_v_heads * kv->d_state * kv->d_state;
+  const size_t nc = (size_t)kv->conv_dim * kv->conv_w, ns = (size_t)kv->n_v_heads * model_kv_ssm_head(kv);
   for (int l = 0; l < kv->n_rs_layer; l++) {
     memcpy(model_kv_conv(kv, l, seq), p, nc * sizeof(float));
     memcpy(model_kv_ssm(kv, l, seq), p + nc, ns * sizeof(float));
@@ -443,7 +457,7 @@ void model_kv_copy(model_kv *kv, int dst, int src, int len) {
       for (int l = 0; l < kv->n_rs_layer; l++) {
         memcpy(model_kv_conv(kv, l, dst), model_kv_conv(kv, l, src), (size_t)kv->conv_dim * kv->conv_w * sizeof(float));
         memcpy(model_kv_ssm(kv, l, dst), model_kv_ssm(kv, l, src),
-               (size_t)kv->n_v_heads * kv->d_state * kv->d_state * sizeof(float));
+               (size_t)kv->n_v_heads * model_kv_ssm_head(kv) * sizeof(float));
       }
       kv->rs_len[dst] = len;
     }
@@ -497,6 +511,7 @@ int model_ctx_create(const model *m, int max_batch, int max_ctx, model_ctx **out
   }
   size_t so = pw_matmul_scratch_size(m->output.type, m->output.n_in, max_batch);
   if (so > mm) mm = so;
+  if (m->has_mtp && (so = model_mtp_scratch_size(m, max_batch)) > mm) mm = so;
   c->mm_scratch = alloc_lines(mm ? mm : 1);
   if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->rows ||
       !c->rope_cos || !c->rope_sin || !c->att_groups || !c->mm_scratch || (act && !c->arch_act) ||
@@ -653,4 +668,10 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
     }
   }
   return 0;
+}
+
+void model_ctx_hidden(model_ctx *c, int n, float *out) {
+  const model *m = c->m;
+  PW_ASSERT(n >= 0 && n <= c->max_batch);
+  m->be->rmsnorm(c, out, c->x, m->output_norm, n, m->hp.n_embd, m->hp.rms_eps);
 }

@@ -199,4 +199,29 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
  * state [n_embd] through the classification head, on c's scratch. */
 void model_rank_head(model_ctx *c, const float *pooled, float *scores);
 
+/* The final normalised hidden states (output_norm of the last layer's
+ * output) of every entry of c's last model_forward, in entry order, into
+ * out[n][n_embd]; n = that pass's entry count. Valid until c runs another
+ * pass. */
+void model_ctx_hidden(model_ctx *c, int n, float *out);
+
+/* ---- multi-token prediction (qwen35's MTP block, "nextn") ----------------
+ * The block proposes the token after next: for an entry (seq, pos, token)
+ * and h, the target's normalised hidden state at pos - 1 (model_ctx_hidden;
+ * zeros at pos 0), or the block's own h_out of the previous entry when
+ * proposals are chained, it runs eh_proj([enorm(embed(token));
+ * hnorm(h)]), one gated full-attention block over its own KV cache, the
+ * head norm and the shared output head: logits for the token at pos + 1.
+ * Its KV cache (model_mtp_kv_create) holds one attention layer per
+ * sequence, with the same position rules as model_forward's. */
+bool model_has_mtp(const model *m);
+int model_mtp_kv_create(const model *m, int n_seq, int n_ctx, model_kv **out, char *err);
+/* h: [n][n_embd] (borrowed); logits: [n_want][n_vocab] for entries with
+ * want_logits (may be NULL); h_out: optional [n_want][n_embd], the block's
+ * normalised output for the same entries. c comes from model_ctx_create
+ * for this model (its scratch covers the block) and must not be the one
+ * whose hidden states are still needed. PW_EUNSUPPORTED without a block. */
+int model_mtp_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, const float *h, float *logits,
+                      float *h_out, char *err);
+
 #endif

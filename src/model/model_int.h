@@ -137,9 +137,12 @@ struct model_kv {
   uint16_t *k, *v;
   int *len;        /* [n_seq] */
   /* Recurrent state (n_rs_layer > 0): per layer and sequence, the conv
-   * window [conv_dim][d_conv - 1] and the delta-rule state
-   * [n_v_heads][d_state][d_state] (row j of a head's matrix is column j of
-   * the state S: the update and the readout stream whole rows). */
+   * window [conv_dim][d_conv - 1] and the delta-rule state of each value
+   * head in blocks of MODEL_DNET_BLOCK positions (backend_cpu_dnet.c):
+   * the state S at the start of the current block [d_state][d_state] (row
+   * j of the matrix is column j of S: the readout streams whole rows),
+   * then the block's keys [BLOCK][d_state], deltas [BLOCK][d_state] and
+   * cumulative log decays [BLOCK] so far (model_kv_ssm_head floats). */
   int n_rs_layer, conv_dim, conv_w, n_v_heads, d_state;
   float *conv, *ssm;
   int *rs_len;     /* [n_seq] positions the state reflects; -1 = invalid */
@@ -148,8 +151,16 @@ struct model_kv {
 static inline float *model_kv_conv(const model_kv *kv, int rl, int seq) {
   return kv->conv + ((size_t)rl * kv->n_seq + seq) * kv->conv_dim * kv->conv_w;
 }
+/* Positions per block of the chunked delta rule: the state matrix changes
+ * once per block (a rank-BLOCK update), and each position's output is
+ * computed from the block's starting state and the block's earlier
+ * positions, the same way whatever the passes the positions came in. */
+#define MODEL_DNET_BLOCK 32
+static inline size_t model_kv_ssm_head(const model_kv *kv) {
+  return (size_t)kv->d_state * kv->d_state + (size_t)MODEL_DNET_BLOCK * (2 * (size_t)kv->d_state + 1);
+}
 static inline float *model_kv_ssm(const model_kv *kv, int rl, int seq) {
-  return kv->ssm + ((size_t)rl * kv->n_seq + seq) * kv->n_v_heads * kv->d_state * kv->d_state;
+  return kv->ssm + ((size_t)rl * kv->n_seq + seq) * kv->n_v_heads * model_kv_ssm_head(kv);
 }
 
 struct model_ctx {
@@ -277,6 +288,8 @@ extern const model_arch_ops model_arch_llama, model_arch_qwen2, model_arch_qwen3
 int model_bind_weight(const gguf_file *f, const char *name, int64_t n_in, int64_t n_out, model_weight *w,
                       bool required, char *err);
 int model_bind_vec(const gguf_file *f, const char *name, int64_t n, const float **out, bool required, char *err);
+/* arch_qwen35.c: matmul scratch of an MTP pass of max_batch entries */
+size_t model_mtp_scratch_size(const model *m, int max_batch);
 /* the CPU's delta_net op (backend_cpu_dnet.c) */
 void model_cpu_delta_net(model_ctx *c, model_kv *kv, const model_entry *e, int n, const model_dnet_args *a);
 /* the CPU's moe_ffn op (backend_cpu_moe.c), and the floats of scratch it

@@ -245,6 +245,16 @@ int main(void) {
     unlink(p);
   }
 
+  /* qwen3.5 over 72 positions: the chunked delta rule's blocks of 32 are
+   * folded into the state twice and a third is part-filled. */
+  if (!only || !*only || strstr("qwen3.5-0.8b F16 72 positions", only)) {
+    int32_t lids[72];
+    for (int i = 0; i < 72; i++) lids[i] = qids[i % 12] + (i / 12) * 7;
+    snprintf(p, sizeof p, "%s/q35long.gguf", g_tmp);
+    if (synth("qwen3.5-0.8b", "qwen2", "F16", "--layers 4", p) == 0) compare("qwen3.5-0.8b F16 72 positions", p, lids, 72);
+    unlink(p);
+  }
+
   /* The non-linear types, quantized by Power from one F16 synth file (the
    * 0.5B shape's 896-wide rows take IQ4_XS's IQ4_NL fallback, as in
    * llama.cpp's IQ4_XS files of that model; its 4864-wide ffn_down stays
