@@ -179,12 +179,13 @@ static int alloc_buffers(engine *e, const engine_opts *o, char *err) {
   e->grow = malloc((size_t)e->n_vocab * sizeof *e->grow);
   e->cache = e->n_cache ? calloc((size_t)e->n_cache, sizeof *e->cache) : NULL;
   e->pass_ns = calloc((size_t)o->step_tokens + 1, sizeof *e->pass_ns);
+  e->pass_seen = calloc((size_t)o->step_tokens + 1, sizeof *e->pass_seen);
   if (o->spec_cost_fixed) {
     e->n_cost_fixed = o->spec_cost_n;
     if ((e->cost_fixed = malloc((size_t)o->spec_cost_n * sizeof *e->cost_fixed)))
       memcpy(e->cost_fixed, o->spec_cost_fixed, (size_t)o->spec_cost_n * sizeof *e->cost_fixed);
   }
-  if (!e->pass_ns || (o->spec_cost_fixed && !e->cost_fixed) || !e->sbuf || !e->grow || !e->run || !e->part || !e->free_slots || !e->ents || !e->eents || !e->eowner || !e->logits ||
+  if (!e->pass_ns || !e->pass_seen || (o->spec_cost_fixed && !e->cost_fixed) || !e->sbuf || !e->grow || !e->run || !e->part || !e->free_slots || !e->ents || !e->eents || !e->eowner || !e->logits ||
       !e->hidden || !e->dbuf || (e->n_cache && !e->cache))
     return pw_seterr(err, PW_ENOMEM, "engine: out of memory for batch buffers");
   for (int i = 0; i < e->n_cache; i++) {
@@ -334,6 +335,7 @@ void engine_destroy(engine *e) {
   free(e->eowner);
   free(e->logits);
   free(e->pass_ns);
+  free(e->pass_seen);
   free(e->cost_fixed);
   free(e->hidden);
   free(e->dbuf);

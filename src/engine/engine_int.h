@@ -46,6 +46,7 @@ typedef struct drafter_ops drafter_ops;
 #define SPEC_PROBE_MIN 16  /* declined steps before the first probe ... */
 #define SPEC_PROBE_MAX 256 /* ... doubling after each probe, up to this */
 #define SPEC_PROBE_K 3     /* most proposals of a probe */
+#define SPEC_COST_STALE 64 /* passes after which a size's measured time counts as not seen */
 #define CACHE_MAX_ENTRIES 4096
 
 _Static_assert(ENGINE_MAX_STOP <= STOP_MAX_STRINGS && ENGINE_MAX_STOP_LEN <= STOP_MAX_LEN,
@@ -206,6 +207,7 @@ struct engine {
    * in 1..step_tokens (an average that follows the latest passes; 0 = no
    * pass of n entries seen yet), or the fixed test costs (owned copies) */
   double *pass_ns;
+  long *pass_seen;     /* [step_tokens + 1] n_passes when pass_ns[n] was last updated */
   double *cost_fixed;
   int n_cost_fixed;
   float *hidden;       /* [step_tokens][n_embd] final hidden states of an embedding batch */

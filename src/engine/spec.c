@@ -87,25 +87,32 @@ static void spec_adapt(engine *e, engine_req *r, int k, int a) {
     spec_adapt_acceptance(e, r, k, a);
 }
 
-/* Records the time of a generation step of n entries (sched.c). */
+/* Records the time of a generation step of n entries (sched.c). A time
+ * more than twice the average counts as twice it: one step slowed by
+ * something else on the machine must not make a width look expensive for
+ * long (a real rise still gets through, doubling per step). */
 void eng_spec_observe_pass(engine *e, int n, uint64_t ns) {
   if (n < 1 || n > e->o.step_tokens || ns == 0) return;
-  double *c = &e->pass_ns[n];
-  *c = *c > 0 ? *c + 0.25 * ((double)ns - *c) : (double)ns;
+  double *c = &e->pass_ns[n], x = (double)ns;
+  if (*c > 0 && x > 2 * *c) x = 2 * *c;
+  *c = *c > 0 ? *c + 0.25 * (x - *c) : x;
+  e->pass_seen[n] = e->n_passes;
 }
 
 /* The time of a generation step of n entries: the fixed test cost, the
- * measured average, or, for a size not seen yet, the time of the largest
- * smaller size seen (else of the smallest larger one): optimistic, so a
- * width that was never tried looks cheap, is tried, and is then measured.
- * 0 = no step seen at all. */
+ * measured average, or, for a size not seen in the last SPEC_COST_STALE
+ * passes, the time of the largest smaller size seen (else of the smallest
+ * larger one): optimistic, so a width that was never tried, or not for a
+ * while, looks cheap, is tried, and is then measured again. 0 = no step
+ * seen at all. */
 static double pass_cost(const engine *e, int n) {
   if (e->cost_fixed) return e->cost_fixed[(n < e->n_cost_fixed ? n : e->n_cost_fixed) - 1];
   int cap = e->o.step_tokens;
   if (n > cap) n = cap;
   const double *c = e->pass_ns;
+  long fresh = e->n_passes - SPEC_COST_STALE;
   for (int i = n; i >= 1; i--)
-    if (c[i] > 0) return c[i];
+    if (c[i] > 0 && (i < n || e->pass_seen[i] >= fresh)) return c[i];
   for (int i = n + 1; i <= cap; i++)
     if (c[i] > 0) return c[i];
   return 0;
