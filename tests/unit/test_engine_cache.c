@@ -32,6 +32,9 @@ static engine *make_failing(int entries, size_t bytes, double ttl, int spec_mode
   engine_opts o = {.fail_pass = fail_pass, .model_path = k_model, .n_threads = 2, .max_active = 2, .max_queue = 8, .n_ctx = 256,
                    .step_tokens = 64, .prompt_cache_entries = entries, .prompt_cache_bytes = bytes,
                    .prompt_cache_ttl_s = ttl, .spec_mode = spec_mode,
+                   /* widths from acceptance alone: the cost policy's depend on
+                    * timings, and test_failed_pass counts passes */
+                   .spec_policy = ENGINE_SPEC_POLICY_ACCEPTANCE,
                    .spec_draft_model = POWER_SHARED_DIR "/models/codelm-py-draft-F32.gguf"};
   return create_engine(&o);
 }

@@ -869,6 +869,9 @@ static void test_speculation(void) {
   eo.max_active = 2;
   CHECK_MSG(engine_create(&eo, &eoff, err) == 0, "%s", err);
   eo.spec_mode = ENGINE_SPEC_PROMPT_LOOKUP;
+  /* every request must draft (checked below): widths from acceptance, not
+   * from this machine's timings */
+  eo.spec_policy = ENGINE_SPEC_POLICY_ACCEPTANCE;
   CHECK_MSG(engine_create(&eo, &eon, err) == 0, "%s", err);
   FILE *log = tmpfile();
   server_opts so = {0};
