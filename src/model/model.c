@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/mem.h"
+#include "tensor/attn.h"
 #include "tensor/dtype.h"
 #include "tensor/traits.h"
 
@@ -464,6 +465,20 @@ int model_ctx_create(const model *m, int max_batch, int max_ctx, model_ctx **out
     c->rope_sin_swa = malloc(B * hp->head_dim / 2 * sizeof(float));
   }
   c->att_groups = malloc((B + 1) * sizeof(int));
+  bool split_err = false;
+  if (pw_attn_spans(max_ctx) > 1) {
+    /* enough rows for one span of a full batch, and up to about 16 MiB for
+     * several spans per wave (fewer waves, fewer pool runs) */
+    const size_t one = B * hp->n_head, all = one * (size_t)pw_attn_spans(max_ctx);
+    size_t rows = ((size_t)16 << 20) / (((size_t)hp->head_dim + 2) * sizeof(float));
+    if (rows > all) rows = all;
+    if (rows < one) rows = one;
+    c->att_part_rows = rows;
+    c->att_part = alloc_lines(rows * hp->head_dim * sizeof(float));
+    c->att_part_ms = malloc(rows * 2 * sizeof(float));
+    c->att_rms = malloc(one * 2 * sizeof(float));
+    split_err = !c->att_part || !c->att_part_ms || !c->att_rms;
+  }
   size_t act = m->ad->act_floats ? m->ad->act_floats(m, max_batch) : 0;
   if (act) c->arch_act = alloc_lines(act * sizeof(float));
   /* Scratch for the largest activation quantization of any matmul. */
@@ -476,7 +491,7 @@ int model_ctx_create(const model *m, int max_batch, int max_ctx, model_ctx **out
   if (so > mm) mm = so;
   c->mm_scratch = alloc_lines(mm ? mm : 1);
   if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->rows ||
-      !c->rope_cos || !c->rope_sin || !c->att_groups || !c->mm_scratch || (act && !c->arch_act) ||
+      !c->rope_cos || !c->rope_sin || !c->att_groups || !c->mm_scratch || (act && !c->arch_act) || split_err ||
       (hp->n_swa > 0 && (!c->rope_cos_swa || !c->rope_sin_swa))) {
     model_ctx_destroy(c);
     return pw_seterr(err, PW_ENOMEM, "out of memory for batch scratch");
@@ -498,6 +513,9 @@ void model_ctx_destroy(model_ctx *c) {
   free(c->rows);
   free(c->rope_cos);
   free(c->rope_sin);
+  free(c->att_part);
+  free(c->att_part_ms);
+  free(c->att_rms);
   free(c->rope_cos_swa);
   free(c->rope_sin_swa);
   free(c->att_groups);

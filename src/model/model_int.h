@@ -120,6 +120,12 @@ struct model_ctx {
   float *rope_cos_swa, *rope_sin_swa; /* the same with the local layers' base, or NULL */
   int *att_groups;      /* [max_batch] first entry of each attention group */
   int n_att_groups;     /* groups of the current pass */
+  /* Split attention (backend_cpu.c), allocated when max_ctx exceeds one
+   * span: per wave, span states of att_part_rows rows (head_dim floats in
+   * att_part, max and sum in att_part_ms), and the running max and sum of
+   * each (entry, query head) in att_rms [max_batch][n_head][2]. */
+  float *att_part, *att_part_ms, *att_rms;
+  size_t att_part_rows;
   float *arch_act;      /* the architecture's own activations (act_floats) */
   void *mm_scratch;
 };

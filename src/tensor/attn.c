@@ -7,8 +7,10 @@
 
 #include <math.h>
 
-void pw_attn_ref(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd,
-                 float scale, float *out) {
+/* The online softmax over n_pos keys from an empty state; acc gets the
+ * f32 values of the F16 accumulator. */
+static void ref_state(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd,
+                      float scale, float *acc_out, float *m_out, float *s_out) {
   PW_ASSERT(hd > 0 && hd <= PW_ATTN_MAX_HD && n_pos >= 1);
   float qh[PW_ATTN_MAX_HD];
   uint16_t acc[PW_ATTN_MAX_HD];
@@ -34,8 +36,36 @@ void pw_attn_ref(const float *q, const uint16_t *k, const uint16_t *v, size_t st
     for (int i = 0; i < hd; i++) acc[i] = pw_fp32_to_fp16(pw_fp16_to_fp32(acc[i]) + pw_fp16_to_fp32(vr[i]) * vs);
     S = S * ms + vs;
   }
-  float inv = 1.0f / S;
-  for (int i = 0; i < hd; i++) out[i] = pw_fp16_to_fp32(acc[i]) * inv;
+  for (int i = 0; i < hd; i++) acc_out[i] = pw_fp16_to_fp32(acc[i]);
+  *m_out = M;
+  *s_out = S;
+}
+
+void pw_attn_ref_part(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd,
+                      float scale, float *acc, float *ms) {
+  ref_state(q, k, v, stride, n_pos, hd, scale, acc, &ms[0], &ms[1]);
+}
+
+void pw_attn_ref(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd,
+                 float scale, float *out) {
+  float M, S;
+  ref_state(q, k, v, stride, n_pos, hd, scale, out, &M, &S);
+  const float inv = 1.0f / S;
+  for (int i = 0; i < hd; i++) out[i] *= inv;
+}
+
+void pw_attn_fold(float *racc, float *rms, const float *acc, const float *ms, int hd) {
+  const float mc = ms[0], sc = ms[1];
+  if (sc == 0.0f) return;
+  const float M = rms[0], mn = mc > M ? mc : M, so = expf(M - mn), sn = expf(mc - mn);
+  for (int i = 0; i < hd; i++) racc[i] = racc[i] * so + acc[i] * sn;
+  rms[1] = rms[1] * so + sc * sn;
+  rms[0] = mn;
+}
+
+void pw_attn_finish(float *racc, const float *rms, int hd) {
+  const float inv = rms[1] != 0.0f ? 1.0f / rms[1] : 0.0f;
+  for (int i = 0; i < hd; i++) racc[i] *= inv;
 }
 
 pw_attn_fn pw_attn_get(void) {
@@ -47,6 +77,17 @@ pw_attn_fn pw_attn_get(void) {
 static void attn_ref_multi(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
                            size_t stride, int hd, float scale, float *const *out) {
   for (int h = 0; h < nq; h++) pw_attn_ref(q[h], k, v, stride, n_pos[h], hd, scale, out[h]);
+}
+
+static void attn_ref_part(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
+                          size_t stride, int hd, float scale, float *const *out, float *ms) {
+  for (int h = 0; h < nq; h++) pw_attn_ref_part(q[h], k, v, stride, n_pos[h], hd, scale, out[h], ms + 2 * h);
+}
+
+pw_attn_part_fn pw_attn_part_get(void) {
+  pw_tensor_init();
+  const int lvl = pw_tensor_level();
+  return lvl >= PW_IMPL_AVX512 ? attn_avx512_part : lvl >= PW_IMPL_AVX2 ? attn_avx2_part : attn_ref_part;
 }
 
 pw_attn_multi_fn pw_attn_multi_get(void) {

@@ -2,7 +2,9 @@
  * and the AVX2 one where a wider one is installed,
  * against the scalar reference, and the reference against a double
  * precision softmax-attention (within F16 accumulation error), and the
- * several-query kernel against the single-query one (bit-identical). */
+ * several-query kernel against the single-query one (bit-identical); the
+ * split form (spans, folded in order) against the unsplit reference and
+ * against itself in any grouping of queries and folds. */
 #include "tensor/attn.h"
 #include "tensor/quants.h"
 #include "tensor/traits.h"
@@ -16,7 +18,98 @@ static float frand(void) {
   return (float)((double)(g_rng >> 11) * 0x1.0p-53 * 2.0 - 1.0);
 }
 
+/* Split attention over n positions (several spans): the installed span
+ * kernel on a group of queries, folded in span order, against the unsplit
+ * reference (within F16 accumulation error: the split restarts the F16
+ * accumulator per span, which only helps), the scalar span reference
+ * folded the same way (close), and the same fold done in two waves (the
+ * same bits). One span gives the unsplit kernel's bits. */
+static void test_split(int hd, int n) {
+  pw_attn_part_fn part = pw_attn_part_get();
+  pw_attn_multi_fn multi = pw_attn_multi_get();
+  const size_t stride = (size_t)hd;
+  uint16_t *k = malloc(sizeof(uint16_t) * stride * n), *v = malloc(sizeof(uint16_t) * stride * n);
+  for (size_t i = 0; i < stride * (size_t)n; i++) {
+    k[i] = pw_fp32_to_fp16(frand() * 2);
+    v[i] = pw_fp32_to_fp16(frand());
+  }
+  const float scale = 1.0f / sqrtf((float)hd);
+  enum { NQ = 7 };
+  float qs[NQ][256], ref[256], full[NQ][256];
+  const float *qp[NQ];
+  int np_full[NQ];
+  for (int h = 0; h < NQ; h++) {
+    for (int i = 0; i < hd; i++) qs[h][i] = frand() * 3;
+    qp[h] = qs[h];
+    np_full[h] = n - h * 37; /* different prefix lengths in one group */
+  }
+  const int spans = pw_attn_spans(n);
+  float *acc = malloc(sizeof(float) * (size_t)spans * NQ * hd), *acc_ref = malloc(sizeof(float) * (size_t)hd);
+  float *ms = malloc(sizeof(float) * (size_t)spans * NQ * 2);
+  for (int si = 0; si < spans; si++) {
+    const int p0 = si * PW_ATTN_SPLIT;
+    const float *qq[NQ];
+    float *op[NQ];
+    int np[NQ], nq = 0, idx[NQ];
+    for (int h = 0; h < NQ; h++) {
+      if (np_full[h] <= p0) continue;
+      qq[nq] = qs[h];
+      op[nq] = acc + ((size_t)si * NQ + h) * hd;
+      np[nq] = np_full[h] - p0 < PW_ATTN_SPLIT ? np_full[h] - p0 : PW_ATTN_SPLIT;
+      idx[nq++] = h;
+    }
+    float msg[2 * NQ];
+    part(qq, np, nq, k + (size_t)p0 * stride, v + (size_t)p0 * stride, stride, hd, scale, op, msg);
+    for (int i = 0; i < NQ; i++) ms[((size_t)si * NQ + i) * 2 + 1] = 0; /* absent: empty */
+    for (int i = 0; i < nq; i++) memcpy(ms + ((size_t)si * NQ + idx[i]) * 2, msg + 2 * i, 2 * sizeof(float));
+  }
+  for (int h = 0; h < NQ; h++) {
+    const int hs = pw_attn_spans(np_full[h]);
+    /* in one go, and in two waves */
+    float one[256] = {0}, two[256] = {0}, rms1[2] = {-INFINITY, 0}, rms2[2] = {-INFINITY, 0};
+    for (int si = 0; si < hs; si++)
+      pw_attn_fold(one, rms1, acc + ((size_t)si * NQ + h) * hd, ms + ((size_t)si * NQ + h) * 2, hd);
+    pw_attn_finish(one, rms1, hd);
+    for (int si = 0; si < hs; si++) {
+      pw_attn_fold(two, rms2, acc + ((size_t)si * NQ + h) * hd, ms + ((size_t)si * NQ + h) * 2, hd);
+      if (si == hs / 2) memcpy(full[h], two, sizeof(float) * hd); /* a copy between waves */
+    }
+    pw_attn_finish(two, rms2, hd);
+    CHECK_MSG(memcmp(one, two, sizeof(float) * hd) == 0, "hd %d n %d: folds in waves differ", hd, np_full[h]);
+    /* the scalar span reference, folded */
+    float sref[256] = {0}, rms3[2] = {-INFINITY, 0};
+    for (int si = 0; si < hs; si++) {
+      const int p0 = si * PW_ATTN_SPLIT, npos = np_full[h] - p0 < PW_ATTN_SPLIT ? np_full[h] - p0 : PW_ATTN_SPLIT;
+      float m2[2];
+      pw_attn_ref_part(qs[h], k + (size_t)p0 * stride, v + (size_t)p0 * stride, stride, npos, hd, scale, acc_ref, m2);
+      pw_attn_fold(sref, rms3, acc_ref, m2, hd);
+    }
+    pw_attn_finish(sref, rms3, hd);
+    pw_attn_ref(qs[h], k, v, stride, np_full[h], hd, scale, ref);
+    for (int i = 0; i < hd; i++) {
+      CHECK_MSG(fabsf(one[i] - sref[i]) <= 2e-3f, "hd %d n %d: split %g vs split ref %g", hd, np_full[h], one[i],
+                sref[i]);
+      CHECK_MSG(fabsf(one[i] - ref[i]) <= 2e-3f + 1e-3f * sqrtf((float)np_full[h]), "hd %d n %d: split %g vs ref %g",
+                hd, np_full[h], one[i], ref[i]);
+    }
+    if (hs == 1) {
+      float *o = full[h];
+      multi(&qp[h], &np_full[h], 1, k, v, stride, hd, scale, &o);
+      CHECK_MSG(memcmp(o, one, sizeof(float) * hd) == 0, "hd %d n %d: one span differs from unsplit", hd, n);
+    }
+  }
+  free(acc);
+  free(acc_ref);
+  free(ms);
+  free(k);
+  free(v);
+}
+
 int main(void) {
+  test_split(64, 300);
+  test_split(64, 1500);
+  test_split(128, 2100);
+  test_split(40, 1100);
   const int hds[] = {8, 32, 64, 128, 40};
   const int npos[] = {1, 2, 7, 100, 513};
   pw_attn_fn fast = pw_attn_get();

@@ -21,6 +21,11 @@ static void attn_narrow(const float *const *q, const int *n_pos, int nq, const u
   for (int h = 0; h < nq; h++) pw_attn_ref(q[h], k, v, stride, n_pos[h], hd, scale, out[h]);
 }
 
+static void attn_narrow_part(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
+                             size_t stride, int hd, float scale, float *const *out, float *ms) {
+  for (int h = 0; h < nq; h++) pw_attn_ref_part(q[h], k, v, stride, n_pos[h], hd, scale, out[h], ms + 2 * h);
+}
+
 #define VT __m256
 #define VW 8
 #define V_LOAD(p) _mm256_load_ps(p)
@@ -37,5 +42,7 @@ static void attn_narrow(const float *const *q, const int *n_pos, int nq, const u
 #define ATTN_MULTI attn_avx2_multi
 #define ATTN_SINGLE attn_avx2
 #define ATTN_NARROW attn_narrow
+#define ATTN_PART attn_avx2_part
+#define ATTN_NARROW_PART attn_narrow_part
 
 #include "tensor/arch/attn_impl.h"
