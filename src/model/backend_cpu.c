@@ -162,14 +162,16 @@ static void cpu_rope(model_ctx *c, float *v, int n_tok, int n_heads, bool swa) {
   }
 }
 
+/* K and V rows into the cache in its types (quantized as llama.cpp
+ * stores them: the type's row quantization) */
 static void cpu_kv_store(model_ctx *c, model_kv *kv, const model_entry *e, int n, int il) {
   const model_hparams *hp = &c->m->hp;
   const int hd = hp->head_dim, kvd = hp->n_head_kv * hd;
-  const pw_from_float_fn to_f16 = pw_traits_get(PW_DT_F16)->from_float;
+  const pw_from_float_fn to_k = pw_traits_get(kv->type_k)->from_float, to_v = pw_traits_get(kv->type_v)->from_float;
   for (int t = 0; t < n; t++)
     for (int h = 0; h < hp->n_head_kv; h++) {
-      to_f16(c->k + (size_t)t * kvd + (size_t)h * hd, kv->k + model_kv_off(kv, il, e[t].seq, h, e[t].pos), hd);
-      to_f16(c->v + (size_t)t * kvd + (size_t)h * hd, kv->v + model_kv_off(kv, il, e[t].seq, h, e[t].pos), hd);
+      to_k(c->k + (size_t)t * kvd + (size_t)h * hd, model_kv_k(kv, il, e[t].seq, h, e[t].pos), hd);
+      to_v(c->v + (size_t)t * kvd + (size_t)h * hd, model_kv_v(kv, il, e[t].seq, h, e[t].pos), hd);
     }
 }
 
@@ -180,8 +182,9 @@ typedef struct attn_job {
   int layer;
   int n_groups; /* runs of consecutive entries of one sequence: c->att_groups */
   int heads;    /* query heads per work item: the GQA group, or 1 */
-  pw_attn_multi_fn attn;
+  pw_attn_multi_fn attn; /* F16 K and V */
   pw_attn_part_fn part;
+  bool f16;     /* the cache is F16 (else pw_attn_kvq) */
   float scale;  /* of q K^T */
   int window;   /* > 0: each query sees at most the last `window` positions */
   int s0, ns;   /* the wave: spans [s0, s0 + ns) of the split */
@@ -218,6 +221,25 @@ static void cpu_swiglu(model_ctx *c, float *g, const float *u, int64_t n) {
   pw_pool_run(m->pool, swiglu_worker, &j);
 }
 
+/* The kernel of the cache's types on nq queries over the rows from
+ * position p0 of (layer, seq, KV head hk): normalised outputs, or (ms)
+ * span states. */
+static void attn_call(const attn_job *j, int seq, int hk, int p0, const float *const *q, const int *np, int nq,
+                      float *const *out, float *ms) {
+  const model_kv *kv = j->kv;
+  const int hd = kv->head_dim;
+  if (j->f16) {
+    const uint16_t *k = (const uint16_t *)model_kv_k(kv, j->layer, seq, hk, p0);
+    const uint16_t *v = (const uint16_t *)model_kv_v(kv, j->layer, seq, hk, p0);
+    if (ms) j->part(q, np, nq, k, v, (size_t)hd, hd, j->scale, out, ms);
+    else j->attn(q, np, nq, k, v, (size_t)hd, hd, j->scale, out);
+    return;
+  }
+  const pw_attn_kv a = {model_kv_k(kv, j->layer, seq, hk, p0), model_kv_v(kv, j->layer, seq, hk, p0), kv->row_k,
+                        kv->row_v, kv->type_k, kv->type_v};
+  pw_attn_kvq(&a, q, np, nq, hd, j->scale, out, ms, 0);
+}
+
 /* Sliding-window layers: one item is a group and a block of query heads;
  * each token's keys start at its own position, so its query heads go
  * through the kernel on their own (windows are short: no split). */
@@ -226,9 +248,7 @@ static void attn_window(attn_job *j, long w) {
   const model_hparams *hp = &c->m->hp;
   const int hd = hp->head_dim, gqa = hp->n_head / hp->n_head_kv, per_group = hp->n_head / j->heads;
   const int g = (int)(w / per_group), h0 = (int)(w % per_group) * j->heads, hk = h0 / gqa;
-  const model_entry *en = &j->e[c->att_groups[g]];
-  const uint16_t *k0 = j->kv->k + model_kv_off(j->kv, j->layer, en->seq, hk, 0);
-  const uint16_t *v0 = j->kv->v + model_kv_off(j->kv, j->layer, en->seq, hk, 0);
+  const int seq = j->e[c->att_groups[g]].seq;
   for (int t = c->att_groups[g]; t < c->att_groups[g + 1]; t++) {
     const float *qp[PW_ATTN_GROUP_MAX];
     float *op[PW_ATTN_GROUP_MAX];
@@ -239,7 +259,7 @@ static void attn_window(attn_job *j, long w) {
       op[nq] = c->att + ((size_t)t * hp->n_head + h) * hd;
       np[nq++] = j->e[t].pos + 1 - start;
     }
-    j->attn(qp, np, nq, k0 + (size_t)start * hd, v0 + (size_t)start * hd, (size_t)hd, hd, j->scale, op);
+    attn_call(j, seq, hk, start, qp, np, nq, op, NULL);
   }
 }
 
@@ -259,9 +279,7 @@ static void attn_span(attn_job *j, long w) {
   const int t0 = c->att_groups[g], t1 = c->att_groups[g + 1];
   const int p0 = si * PW_ATTN_SPLIT;
   if (j->e[t1 - 1].pos + 1 <= p0) return; /* the group's prefixes end before this span */
-  const model_entry *en = &j->e[t0];
-  const uint16_t *k0 = j->kv->k + model_kv_off(j->kv, j->layer, en->seq, hk, p0);
-  const uint16_t *v0 = j->kv->v + model_kv_off(j->kv, j->layer, en->seq, hk, p0);
+  const int seq = j->e[t0].seq;
   const float *qs[PW_ATTN_GROUP_MAX], *qp[PW_ATTN_GROUP_MAX];
   float *os[PW_ATTN_GROUP_MAX], *op[PW_ATTN_GROUP_MAX];
   float ms[2 * PW_ATTN_GROUP_MAX];
@@ -285,19 +303,19 @@ static void attn_span(attn_job *j, long w) {
         np[nm++] = n_pos - p0 < PW_ATTN_SPLIT ? n_pos - p0 : PW_ATTN_SPLIT;
       }
       if (n1 == PW_ATTN_GROUP_MAX) {
-        j->attn(qs, ns_, n1, k0, v0, (size_t)hd, hd, j->scale, os);
+        attn_call(j, seq, hk, p0, qs, ns_, n1, os, NULL);
         n1 = 0;
       }
       if (nm == PW_ATTN_GROUP_MAX) {
-        j->part(qp, np, nm, k0, v0, (size_t)hd, hd, j->scale, op, ms);
+        attn_call(j, seq, hk, p0, qp, np, nm, op, ms);
         for (int i = 0; i < nm; i++) memcpy(msrow[i], ms + 2 * i, 2 * sizeof(float));
         nm = 0;
       }
     }
   }
-  if (n1) j->attn(qs, ns_, n1, k0, v0, (size_t)hd, hd, j->scale, os);
+  if (n1) attn_call(j, seq, hk, p0, qs, ns_, n1, os, NULL);
   if (nm) {
-    j->part(qp, np, nm, k0, v0, (size_t)hd, hd, j->scale, op, ms);
+    attn_call(j, seq, hk, p0, qp, np, nm, op, ms);
     for (int i = 0; i < nm; i++) memcpy(msrow[i], ms + 2 * i, 2 * sizeof(float));
   }
 }
@@ -376,7 +394,8 @@ static void cpu_attention(model_ctx *c, model_kv *kv, const model_entry *e, int 
   }
   const long units = (long)c->n_att_groups * hp->n_head_kv * (window > 0 ? 1 : wave);
   attn_job job = {c, kv, e, il, c->n_att_groups, units >= nth ? hp->n_head / hp->n_head_kv : 1,
-                  pw_attn_multi_get(), pw_attn_part_get(), scale, window, 0, wave, 0};
+                  pw_attn_multi_get(), pw_attn_part_get(), kv->type_k == PW_DT_F16 && kv->type_v == PW_DT_F16,
+                  scale, window, 0, wave, 0};
   for (int s0 = 0; s0 < max_spans; s0 += wave) {
     job.s0 = s0;
     job.ns = max_spans - s0 < wave ? max_spans - s0 : wave;

@@ -91,9 +91,13 @@ struct model {
 
 struct model_kv {
   int n_layer, n_seq, n_ctx, n_head_kv, head_dim;
-  /* [n_layer][n_seq][n_head_kv][n_ctx][head_dim] F16: each KV head's rows
-   * are contiguous, one stream for the thread that attends over them */
-  uint16_t *k, *v;
+  /* [n_layer][n_seq][n_head_kv][n_ctx] rows of head_dim values in
+   * type_k / type_v (F16, Q8_0, Q4_0), row_k / row_v bytes each: each KV
+   * head's rows are contiguous, one stream for the thread that attends
+   * over them */
+  uint8_t *k, *v;
+  uint32_t type_k, type_v;
+  size_t row_k, row_v;
   int *len;        /* [n_seq] */
   /* Recurrent state (n_rs_layer > 0): per layer and sequence, the conv
    * window [conv_dim][d_conv - 1] and the delta-rule state
@@ -223,9 +227,16 @@ int model_bind_weight(const gguf_file *f, const char *name, int64_t n_in, int64_
 int model_bind_vec(const gguf_file *f, const char *name, int64_t n, const float **out, bool required, char *err);
 /* the CPU's delta_net op (backend_cpu_dnet.c) */
 void model_cpu_delta_net(model_ctx *c, model_kv *kv, const model_entry *e, int n, const model_dnet_args *a);
-/* element offset of (KV layer slot, seq, KV head, position) in the cache */
-static inline size_t model_kv_off(const model_kv *kv, int layer, int seq, int head, int pos) {
-  return ((((size_t)layer * kv->n_seq + seq) * kv->n_head_kv + head) * kv->n_ctx + pos) * kv->head_dim;
+/* row of (KV layer slot, seq, KV head, position) in the cache, and where
+ * its K and V bytes are */
+static inline size_t model_kv_row(const model_kv *kv, int layer, int seq, int head, int pos) {
+  return (((size_t)layer * kv->n_seq + seq) * kv->n_head_kv + head) * kv->n_ctx + pos;
+}
+static inline uint8_t *model_kv_k(const model_kv *kv, int layer, int seq, int head, int pos) {
+  return kv->k + model_kv_row(kv, layer, seq, head, pos) * kv->row_k;
+}
+static inline uint8_t *model_kv_v(const model_kv *kv, int layer, int seq, int head, int pos) {
+  return kv->v + model_kv_row(kv, layer, seq, head, pos) * kv->row_v;
 }
 
 /* ---- what the architectures' blocks share (arch_common.c) -------------------

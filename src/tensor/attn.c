@@ -1,11 +1,15 @@
-/* attn.c - scalar reference of the F16 flash-attention kernel and dispatch. */
+/* attn.c - scalar reference of the F16 flash-attention kernel and dispatch,
+ * the merge of split spans, and the kernel for quantized K/V caches. */
 #include "tensor/attn.h"
 
 #include "base/error.h"
+#include "tensor/dtype.h"
 #include "tensor/quants.h"
 #include "tensor/traits.h"
 
 #include <math.h>
+#include <stdbool.h>
+#include <string.h>
 
 /* The online softmax over n_pos keys from an empty state; acc gets the
  * f32 values of the F16 accumulator. */
@@ -94,4 +98,69 @@ pw_attn_multi_fn pw_attn_multi_get(void) {
   pw_tensor_init();
   const int lvl = pw_tensor_level();
   return lvl >= PW_IMPL_AVX512 ? attn_avx512_multi : lvl >= PW_IMPL_AVX2 ? attn_avx2_multi : attn_ref_multi;
+}
+
+static inline float round16(float x) { return pw_fp16_to_fp32(pw_fp32_to_fp16(x)); }
+
+void pw_attn_kvq(const pw_attn_kv *kv, const float *const *q, const int *n_pos, int nq, int hd, float scale,
+                 float *const *out, float *ms, int ref) {
+  enum { NX = PW_VEC_DOT_MAX_NX };
+  const pw_traits *tk = ref ? pw_traits_ref(kv->k_type) : pw_traits_get(kv->k_type);
+  const pw_traits *tv = ref ? pw_traits_ref(kv->v_type) : pw_traits_get(kv->v_type);
+  PW_ASSERT(tk && tv && tk->vec_dot && nq >= 1 && nq <= PW_ATTN_GROUP_MAX && hd > 0 && hd <= PW_ATTN_KVQ_MAX_HD);
+  const pw_traits *tq = ref ? pw_traits_ref(tk->vec_dot_type) : pw_traits_get(tk->vec_dot_type);
+  PW_ASSERT(tq && hd % (int)tk->blck == 0 && hd % (int)tv->blck == 0 && hd % (int)tq->blck == 0);
+  const bool v16 = kv->v_type == PW_DT_F16;
+  /* q in K's dot-product type: one row per query (F16 rows are the widest) */
+  const size_t qrow = (size_t)hd / tq->blck * tq->type_size;
+  _Alignas(64) uint8_t qq[PW_ATTN_GROUP_MAX * PW_ATTN_KVQ_MAX_HD * 2];
+  _Alignas(64) float acc[PW_ATTN_GROUP_MAX][PW_ATTN_KVQ_MAX_HD];
+  _Alignas(64) float vf[PW_ATTN_KVQ_MAX_HD];
+  float M[PW_ATTN_GROUP_MAX], S[PW_ATTN_GROUP_MAX], s[PW_ATTN_GROUP_MAX];
+  int n_max = 0;
+  for (int h = 0; h < nq; h++) {
+    tq->from_float(q[h], qq + (size_t)h * qrow, hd);
+    memset(acc[h], 0, sizeof(float) * (size_t)hd);
+    M[h] = -INFINITY;
+    S[h] = 0;
+    if (n_pos[h] > n_max) n_max = n_pos[h];
+  }
+  const uint8_t *kr = kv->k, *vr = kv->v;
+  for (int p = 0; p < n_max; p++, kr += kv->k_row, vr += kv->v_row) {
+    /* the next rows on their way (the cache streams from memory) */
+    __builtin_prefetch(kr + 4 * kv->k_row);
+    __builtin_prefetch(vr + 4 * kv->v_row);
+    for (int h = 0; h < nq; h += NX) tk->vec_dot(hd, kr, qq + (size_t)h * qrow, qrow, nq - h < NX ? nq - h : NX, s + h);
+    tv->to_float(vr, vf, hd);
+    for (int h = 0; h < nq; h++) {
+      if (p >= n_pos[h]) continue;
+      const float sc = s[h] * scale;
+      float *a = acc[h], msc = 1.0f, vs = 1.0f;
+      if (sc > M[h]) {
+        msc = expf(M[h] - sc);
+        M[h] = sc;
+        if (v16)
+          for (int i = 0; i < hd; i++) a[i] = round16(a[i] * msc);
+        else
+          for (int i = 0; i < hd; i++) a[i] *= msc;
+      } else {
+        vs = expf(sc - M[h]);
+      }
+      if (v16)
+        for (int i = 0; i < hd; i++) a[i] = round16(fmaf(vf[i], vs, a[i]));
+      else
+        for (int i = 0; i < hd; i++) a[i] += vf[i] * vs;
+      S[h] = S[h] * msc + vs;
+    }
+  }
+  for (int h = 0; h < nq; h++) {
+    if (ms) {
+      memcpy(out[h], acc[h], sizeof(float) * (size_t)hd);
+      ms[2 * h] = M[h];
+      ms[2 * h + 1] = S[h];
+    } else {
+      const float inv = 1.0f / S[h];
+      for (int i = 0; i < hd; i++) out[h][i] = acc[h][i] * inv;
+    }
+  }
 }

@@ -61,6 +61,27 @@ static inline int pw_attn_spans(int n_pos) { return (n_pos + PW_ATTN_SPLIT - 1) 
 void pw_attn_fold(float *racc, float *rms, const float *acc, const float *ms, int hd);
 void pw_attn_finish(float *racc, const float *rms, int hd);
 
+/* Attention over a cache whose K and V rows are each F16, Q8_0 or Q4_0,
+ * with llama.cpp's semantics for those types: q is converted to K's
+ * dot-product type (F16 for F16, Q8_0 for the quantized types) and
+ * s_p = vec_dot(K_p, q) * scale; an F16 V is accumulated in F16 as above,
+ * a quantized V is converted to f32 and accumulated in f32. The q.K dot
+ * products of up to 8 queries share each K row read (the type's vec_dot
+ * over several activation rows), and each V row is converted once for all
+ * the queries. Otherwise as pw_attn_part_fn (ms NULL: normalised outputs,
+ * as pw_attn_multi_fn): nq <= PW_ATTN_GROUP_MAX, hd <= PW_ATTN_KVQ_MAX_HD
+ * and a multiple of the types' blocks. The installed row kernels, or
+ * (ref) the scalar references; each query's result is the same bits
+ * whatever other queries share the call. */
+typedef struct pw_attn_kv {
+  const void *k, *v;   /* the first row */
+  size_t k_row, v_row; /* bytes from one row to the next */
+  uint32_t k_type, v_type;
+} pw_attn_kv;
+#define PW_ATTN_KVQ_MAX_HD 256
+void pw_attn_kvq(const pw_attn_kv *kv, const float *const *q, const int *n_pos, int nq, int hd, float scale,
+                 float *const *out, float *ms, int ref);
+
 /* The installed (fastest) kernel and the scalar reference. */
 pw_attn_fn pw_attn_get(void);
 pw_attn_multi_fn pw_attn_multi_get(void);

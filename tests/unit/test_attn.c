@@ -6,6 +6,7 @@
  * split form (spans, folded in order) against the unsplit reference and
  * against itself in any grouping of queries and folds. */
 #include "tensor/attn.h"
+#include "tensor/dtype.h"
 #include "tensor/quants.h"
 #include "tensor/traits.h"
 #include "test.h"
@@ -105,7 +106,91 @@ static void test_split(int hd, int n) {
   free(v);
 }
 
+/* The kernel for quantized caches: for each K/V type pair, the installed
+ * row kernels against the scalar references (close), against a double
+ * precision attention over the dequantized cache with q as the K dot
+ * product sees it (within the quantization of q and the accumulation),
+ * several queries in one call the same bits as each alone, and the span
+ * form folded equal to the normalised form for one span. F16/F16 agrees
+ * with pw_attn_ref (the same semantics). */
+static void test_kvq(uint32_t tk, uint32_t tv, int hd, int n) {
+  const pw_traits *k_tr = pw_traits_get(tk), *v_tr = pw_traits_get(tv);
+  const size_t rk = (size_t)hd / k_tr->blck * k_tr->type_size, rv = (size_t)hd / v_tr->blck * v_tr->type_size;
+  uint8_t *k = malloc(rk * n), *v = malloc(rv * n);
+  float *kf = malloc(sizeof(float) * hd * n), *vf = malloc(sizeof(float) * hd * n), row[256];
+  for (int p = 0; p < n; p++) {
+    for (int i = 0; i < hd; i++) row[i] = frand() * 2;
+    k_tr->from_float(row, k + p * rk, hd);
+    pw_traits_ref(tk)->to_float(k + p * rk, kf + (size_t)p * hd, hd);
+    for (int i = 0; i < hd; i++) row[i] = frand();
+    v_tr->from_float(row, v + p * rv, hd);
+    pw_traits_ref(tv)->to_float(v + p * rv, vf + (size_t)p * hd, hd);
+  }
+  enum { NQ = 9 };
+  float qs[NQ][256], o_fast[NQ][256], o_ref[NQ][256], o_one[256];
+  const float *qp[NQ];
+  float *of[NQ], *orf[NQ];
+  int np[NQ];
+  for (int h = 0; h < NQ; h++) {
+    for (int i = 0; i < hd; i++) qs[h][i] = frand() * 3;
+    qp[h] = qs[h];
+    of[h] = o_fast[h];
+    orf[h] = o_ref[h];
+    np[h] = h == 0 ? n : 1 + (h * 131) % n;
+  }
+  const pw_attn_kv a = {k, v, rk, rv, tk, tv};
+  const float scale = 1.0f / sqrtf((float)hd);
+  pw_attn_kvq(&a, qp, np, NQ, hd, scale, of, NULL, 0);
+  pw_attn_kvq(&a, qp, np, NQ, hd, scale, orf, NULL, 1);
+  const double tol_q = tk == PW_DT_Q4_0 ? 0.08 : tk == PW_DT_Q8_0 ? 0.02 : 0.004; /* q as the dot sees it */
+  for (int h = 0; h < NQ; h++) {
+    float *o1 = o_one;
+    pw_attn_kvq(&a, &qp[h], &np[h], 1, hd, scale, &o1, NULL, 0);
+    CHECK_MSG(memcmp(o_one, o_fast[h], sizeof(float) * hd) == 0, "kvq %u/%u: query %d differs alone", tk, tv, h);
+    /* double precision over the dequantized cache */
+    double *s = malloc(sizeof(double) * n), mx = -1e300, sum = 0;
+    for (int p = 0; p < np[h]; p++) {
+      double d = 0;
+      for (int i = 0; i < hd; i++) d += (double)qs[h][i] * kf[(size_t)p * hd + i];
+      s[p] = d * scale;
+      if (s[p] > mx) mx = s[p];
+    }
+    for (int p = 0; p < np[h]; p++) sum += (s[p] = exp(s[p] - mx));
+    for (int i = 0; i < hd; i++) {
+      double e = 0;
+      for (int p = 0; p < np[h]; p++) e += s[p] / sum * vf[(size_t)p * hd + i];
+      CHECK_MSG(fabs(o_fast[h][i] - o_ref[h][i]) <= 2e-3, "kvq %u/%u hd %d: fast %g vs ref %g", tk, tv, hd,
+                o_fast[h][i], o_ref[h][i]);
+      CHECK_MSG(fabs(o_ref[h][i] - e) <= tol_q + 1e-3 * sqrt((double)np[h]), "kvq %u/%u hd %d n %d: ref %g vs exact %g",
+                tk, tv, hd, np[h], o_ref[h][i], e);
+    }
+    free(s);
+  }
+  /* one span, unnormalised then folded: the normalised bits */
+  float acc[256], ms[2], racc[256] = {0}, rms[2] = {-INFINITY, 0};
+  float *ap = acc;
+  pw_attn_kvq(&a, &qp[0], &np[0], 1, hd, scale, &ap, ms, 0);
+  pw_attn_fold(racc, rms, acc, ms, hd);
+  pw_attn_finish(racc, rms, hd);
+  CHECK_MSG(memcmp(racc, o_fast[0], sizeof(float) * hd) == 0, "kvq %u/%u: span form differs", tk, tv);
+  if (tk == PW_DT_F16 && tv == PW_DT_F16) {
+    float o2[256];
+    pw_attn_ref(qs[0], (const uint16_t *)k, (const uint16_t *)v, (size_t)hd, n, hd, scale, o2);
+    for (int i = 0; i < hd; i++) CHECK_MSG(fabsf(o2[i] - o_ref[0][i]) <= 2e-3f, "kvq f16: %g vs pw_attn_ref %g", o_ref[0][i], o2[i]);
+  }
+  free(k);
+  free(v);
+  free(kf);
+  free(vf);
+}
+
 int main(void) {
+  const uint32_t kv_types[] = {PW_DT_F16, PW_DT_Q8_0, PW_DT_Q4_0};
+  for (int a = 0; a < 3; a++)
+    for (int b = 0; b < 3; b++) {
+      test_kvq(kv_types[a], kv_types[b], 64, 700);
+      test_kvq(kv_types[a], kv_types[b], 128, 90);
+    }
   test_split(64, 300);
   test_split(64, 1500);
   test_split(128, 2100);

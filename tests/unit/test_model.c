@@ -132,11 +132,11 @@ static void test_invariance_gemma3(void) {
  * sequence's tokens, with the prefix fed in chunks of different sizes. */
 #define DEPTH_N 2100
 #define DEPTH_LAST 6
-static float *run_depth(model *m, int chunk, int mode, int V) {
+static float *run_depth(model *m, const model_kv_opts *ko, int chunk, int mode, int V) {
   char err[PW_ERRMAX];
   model_kv *kv;
   model_ctx *c;
-  CHECK(model_kv_create(m, 2, DEPTH_N + 8, &kv, err) == 0);
+  CHECK_MSG(model_kv_create_ex(m, 2, DEPTH_N + 8, ko, &kv, err) == 0, "%s", err);
   CHECK(model_ctx_create(m, 2 * chunk, DEPTH_N + 8, &c, err) == 0);
   float *out = malloc(sizeof(float) * (size_t)V * DEPTH_LAST), *lg = malloc(sizeof(float) * (size_t)V * 2 * chunk);
   model_entry *e = malloc(sizeof(model_entry) * 2 * (size_t)chunk);
@@ -171,7 +171,8 @@ static float *run_depth(model *m, int chunk, int mode, int V) {
   return out;
 }
 
-static void test_depth(const char *file) {
+static void test_depth(const char *file, const char *kt, const char *vt) {
+  const model_kv_opts ko = {(uint32_t)model_kv_type_parse(kt), (uint32_t)model_kv_type_parse(vt)};
   char path[1024], err[PW_ERRMAX];
   snprintf(path, sizeof path, "%s/models/%s", POWER_SHARED_DIR, file);
   float *res[3];
@@ -183,20 +184,23 @@ static void test_depth(const char *file) {
     V = model_hp(m)->n_vocab;
     /* 1 thread: decode alone after chunks of 64; 2: one batch of 96 at
      * the end; 3: beside another sequence, chunks of 150 */
-    res[th - 1] = run_depth(m, th == 1 ? 64 : th == 2 ? 96 : 150, th - 1, V);
+    res[th - 1] = run_depth(m, &ko, th == 1 ? 64 : th == 2 ? 96 : 150, th - 1, V);
     model_destroy(m);
   }
   for (int th = 2; th <= 3; th++)
     for (int p = 0; p < DEPTH_LAST; p++)
       CHECK_MSG(memcmp(res[0] + (size_t)p * V, res[th - 1] + (size_t)p * V, sizeof(float) * V) == 0,
-                "%s at depth: position %d differs between 1 thread (decode alone) and %d (%s)", file,
-                DEPTH_N - DEPTH_LAST + p, th, th == 2 ? "prefill batch" : "batched with another sequence");
+                "%s at depth, KV %s/%s: position %d differs between 1 thread (decode alone) and %d (%s)", file, kt,
+                vt, DEPTH_N - DEPTH_LAST + p, th, th == 2 ? "prefill batch" : "batched with another sequence");
   for (int i = 0; i < 3; i++) free(res[i]);
 }
 
 int main(void) {
-  test_depth("syn-llama-Q4_K_M.gguf");
-  test_depth("syn-qwen2-Q4_K_M.gguf");
+  test_depth("syn-llama-Q4_K_M.gguf", "f16", "f16");
+  test_depth("syn-qwen2-Q4_K_M.gguf", "f16", "f16");
+  test_depth("syn-llama-Q4_K_M.gguf", "q8_0", "q8_0");
+  test_depth("syn-llama-Q4_K_M.gguf", "q4_0", "f16");
+  test_depth("syn-qwen2-Q4_K_M.gguf", "f16", "q4_0");
   test_invariance_gemma3();
   test_invariance("syn-llama-Q4_K_M.gguf");
   test_invariance("syn-qwen3-Q8_0.gguf");
