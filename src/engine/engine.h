@@ -82,6 +82,11 @@ typedef struct engine_opts {
    * draft model alike. */
   int weights_io;               /* weights_io: 0 = mmap, 1 = pread, 2 = direct */
   const char *weights_key_file; /* key of encrypted containers; NULL = plain files */
+  /* KV cache types of the model (not of a draft model, which keeps F16):
+   * model_kv_type_parse ids (F16, Q8_0, Q4_0); 0 = F16. Speculation and
+   * prefix reuse stay exact with any type: a position's K/V rows are
+   * stored once and read back the same whoever reads them. */
+  uint32_t kv_type_k, kv_type_v;
   int max_active;         /* sequences decoding at once (KV slots), 1..ENGINE_MAX_ACTIVE; 0 = the default */
   int max_queue;          /* requests waiting for a slot, 0..ENGINE_MAX_QUEUE; 0 = the default */
   int n_ctx;              /* context per sequence, ENGINE_MIN_CTX..ENGINE_MAX_CTX;
@@ -275,6 +280,9 @@ typedef struct engine_stats {
    * entries (and more than the bound before); the last, the rest */
   uint64_t batch_steps_by_size[ENGINE_BATCH_BUCKETS + 1];
   size_t kv_bytes_in_use;      /* KV bytes of the positions held by running sequences and cache entries */
+  size_t kv_bytes_total;       /* the model's KV cache as allocated (all slots, all positions) */
+  size_t kv_bytes_f16;         /* what it would take with F16 K and V (the saving is the difference) */
+  const char *kv_type_k, *kv_type_v; /* "f16", "q8_0", "q4_0" (static strings) */
   /* speculation */
   uint64_t spec_drafted_total, spec_accepted_total, spec_emitted_total;
   uint64_t spec_target_passes_total; /* target passes giving tokens to requests still speculating */

@@ -396,6 +396,8 @@ size_t model_kv_bytes_f16(const model_kv *kv) {
          (size_t)kv->n_seq * seq_state_floats(kv) * sizeof(float);
 }
 
+size_t model_kv_pos_bytes(const model_kv *kv) { return (size_t)kv->n_layer * kv->n_head_kv * (kv->row_k + kv->row_v); }
+
 uint32_t model_kv_type_k(const model_kv *kv) { return kv->type_k; }
 uint32_t model_kv_type_v(const model_kv *kv) { return kv->type_v; }
 

@@ -126,6 +126,9 @@ uint32_t model_kv_type_k(const model_kv *kv);
 uint32_t model_kv_type_v(const model_kv *kv);
 /* what the same cache would take in F16 (for the memory a quantized one saves) */
 size_t model_kv_bytes_f16(const model_kv *kv);
+/* K and V bytes of one position of one sequence, all layers: what a decode
+ * step reads per cached position */
+size_t model_kv_pos_bytes(const model_kv *kv);
 void model_kv_destroy(model_kv *kv);
 int model_kv_n_seq(const model_kv *kv);
 /* True when the model keeps a recurrent state per sequence beside the KV
