@@ -23,12 +23,17 @@ void gen_opts_default(gen_opts *o) {
 }
 
 int spec_opts_parse(const char *cmd, spec_opts *s, const char *a, const char *v) {
-  if (strcmp(a, "--spec") && strcmp(a, "--spec-draft-model") && strcmp(a, "--spec-draft-max")) return 0;
+  if (strcmp(a, "--spec") && strcmp(a, "--spec-draft-model") && strcmp(a, "--spec-draft-max") &&
+      strcmp(a, "--spec-policy"))
+    return 0;
   if (!v) {
     fprintf(stderr, "power %s: option %s needs a value\n", cmd, a);
     return -1;
   }
-  unsigned bit = !strcmp(a, "--spec") ? 1u : !strcmp(a, "--spec-draft-model") ? 2u : 4u;
+  unsigned bit = !strcmp(a, "--spec")               ? 1u
+                 : !strcmp(a, "--spec-draft-model") ? 2u
+                 : !strcmp(a, "--spec-draft-max")   ? 4u
+                                                    : 8u;
   if (s->given & bit) {
     fprintf(stderr, "power %s: %s given more than once\n", cmd, a);
     return -1;
@@ -52,6 +57,12 @@ int spec_opts_parse(const char *cmd, spec_opts *s, const char *a, const char *v)
       fprintf(stderr, "power %s: --spec-draft-model: %s\n", cmd, err);
       return -1;
     }
+  } else if (bit == 8u) {
+    s->policy = engine_spec_policy_parse(v);
+    if (s->policy < 0) {
+      fprintf(stderr, "power %s: unknown --spec-policy '%s' (cost or acceptance)\n", cmd, v);
+      return -1;
+    }
   } else if (cli_parse_long(cmd, a, v, 1, ENGINE_SPEC_MAX_K, &s->draft_max)) {
     return -1;
   }
@@ -61,6 +72,10 @@ int spec_opts_parse(const char *cmd, spec_opts *s, const char *a, const char *v)
 int spec_opts_check(const char *cmd, const spec_opts *s) {
   if (s->mode == ENGINE_SPEC_DRAFT && !s->draft_model) {
     fprintf(stderr, "power %s: --spec draft needs --spec-draft-model M (a GGUF with the same vocabulary)\n", cmd);
+    return -1;
+  }
+  if (s->mode == ENGINE_SPEC_OFF && (s->given & 12u)) {
+    fprintf(stderr, "power %s: %s goes with --spec MODE\n", cmd, (s->given & 4u) ? "--spec-draft-max" : "--spec-policy");
     return -1;
   }
   if (s->mode != ENGINE_SPEC_DRAFT && s->draft_model) {
@@ -74,6 +89,7 @@ void spec_opts_apply(const spec_opts *s, engine_opts *eo) {
   eo->spec_mode = s->mode;
   eo->spec_draft_model = s->draft_model;
   eo->spec_draft_max = (int)s->draft_max;
+  eo->spec_policy = s->policy;
 }
 
 void spec_opts_usage(FILE *out) {
@@ -82,7 +98,10 @@ void spec_opts_usage(FILE *out) {
           "                        ngram, or draft (with --spec-draft-model); output is the same\n"
           "  --spec-draft-model M  draft GGUF for --spec draft (same vocabulary as the model)\n"
           "  --spec-draft-max K    most tokens proposed per round, 1.." CLI_STR(ENGINE_SPEC_MAX_K) " (default " CLI_STR(
-          ENGINE_DEFAULT_SPEC_K) ")\n");
+          ENGINE_DEFAULT_SPEC_K) ")\n"
+          "  --spec-policy P       cost (default: proposals only when the measured cost of\n"
+          "                        verifying them is below what they are expected to save)\n"
+          "                        or acceptance (widths from acceptance alone)\n");
 }
 
 int cli_weights_parse(const char *cmd, cli_weights *w, const char *a, const char *v) {

@@ -20,6 +20,7 @@ typedef struct spec_opts {
   int mode;                /* engine_spec_mode */
   const char *draft_model; /* borrowed from argv; NULL = none */
   long draft_max;          /* 0 = the engine's default */
+  int policy;              /* engine_spec_policy */
   unsigned given;          /* options seen (bits in option order): each may appear once */
 } spec_opts;
 

@@ -107,6 +107,7 @@ typedef struct ab_config {
   int spec_mode;    /* ENGINE_SPEC_* */
   char draft[1024]; /* draft model path ("" = none) */
   int k;            /* spec_draft_max; 0 = engine default */
+  int policy;       /* engine_spec_policy */
   bool cache;       /* prefix cache on */
   int parallel;     /* requests in flight */
 } ab_config;
@@ -126,7 +127,8 @@ static void ab_usage(FILE *out) {
           "usage: power ab --model M --workload W.jsonl --baseline CFG --candidate CFG [options]\n"
           "       power ab --verify-curve --model M [--kmax 16] [--reps 5] [--prompt-len 256]\n"
           "  CFG is key=value[,key=value...]: spec=off|prompt-lookup|ngram|draft, draft=PATH,\n"
-          "      k=N (proposals per round), cache=on|off (prefix cache, default off),\n"
+          "      k=N (proposals per round), policy=cost|acceptance (speculation widths),\n"
+          "      cache=on|off (prefix cache, default off),\n"
           "      parallel=N (requests in flight, default 1)\n"
           "  --rounds N       rounds, each runs both orders (default 4, at least 2)\n"
           "  -t, --threads N  kernel threads (default " CLI_STR(ENGINE_DEFAULT_THREADS) ")\n"
@@ -178,6 +180,12 @@ static int config_parse(const char *which, const char *text, ab_config *c) {
     } else if (!strcmp(key, "k")) {
       if (cli_parse_long("ab", "k", val, 0, 32, &l)) return -1;
       c->k = (int)l;
+    } else if (!strcmp(key, "policy")) {
+      c->policy = engine_spec_policy_parse(val);
+      if (c->policy < 0) {
+        fprintf(stderr, "power ab: --%s: policy must be cost or acceptance, got '%s'\n", which, val);
+        return -1;
+      }
     } else if (!strcmp(key, "cache")) {
       if (strcmp(val, "on") && strcmp(val, "off")) {
         fprintf(stderr, "power ab: --%s: cache must be on or off, got '%s'\n", which, val);
@@ -188,7 +196,7 @@ static int config_parse(const char *which, const char *text, ab_config *c) {
       if (cli_parse_long("ab", "parallel", val, 1, AB_MAX_PARALLEL, &l)) return -1;
       c->parallel = (int)l;
     } else {
-      fprintf(stderr, "power ab: --%s: unknown key '%s' (spec, draft, k, cache, parallel)\n", which, key);
+      fprintf(stderr, "power ab: --%s: unknown key '%s' (spec, draft, k, policy, cache, parallel)\n", which, key);
       return -1;
     }
   }
@@ -534,6 +542,8 @@ static json_t *stats_json(const engine_stats *s) {
   json_t *o = json_object();
   json_object_set_new(o, "spec_rounds", json_integer((json_int_t)s->spec_rounds_total));
   json_object_set_new(o, "spec_fallbacks", json_integer((json_int_t)s->spec_fallbacks_total));
+  json_object_set_new(o, "spec_declined", json_integer((json_int_t)s->spec_declined_total));
+  json_object_set_new(o, "spec_probes", json_integer((json_int_t)s->spec_probes_total));
   json_object_set_new(o, "cache_hits", json_integer((json_int_t)s->cache_hits_total));
   json_object_set_new(o, "cache_misses", json_integer((json_int_t)s->cache_misses_total));
   json_object_set_new(o, "cache_reused_tokens", json_integer((json_int_t)s->cache_reused_tokens_total));
@@ -627,6 +637,8 @@ static void stats_delta(const engine_stats *a, const engine_stats *b, engine_sta
 #define AB_D(f) d->f = b->f - a->f
   AB_D(spec_rounds_total);
   AB_D(spec_fallbacks_total);
+  AB_D(spec_declined_total);
+  AB_D(spec_probes_total);
   AB_D(cache_hits_total);
   AB_D(cache_misses_total);
   AB_D(cache_reused_tokens_total);
@@ -647,6 +659,7 @@ static int engine_for(const ab_opts *o, const char *model_path, const ab_config 
   eo.spec_mode = c->spec_mode;
   eo.spec_draft_model = c->draft[0] ? c->draft : NULL;
   eo.spec_draft_max = c->k;
+  eo.spec_policy = c->policy;
   eo.prompt_cache_entries = c->cache ? 0 : -1;
   return engine_create(&eo, out, err);
 }

@@ -77,6 +77,17 @@ int engine_spec_parse(const char *name) {
   return -1;
 }
 
+int engine_spec_policy_parse(const char *name) {
+  if (!name) return -1;
+  if (strcmp(name, "cost") == 0) return ENGINE_SPEC_POLICY_COST;
+  if (strcmp(name, "acceptance") == 0) return ENGINE_SPEC_POLICY_ACCEPTANCE;
+  return -1;
+}
+
+const char *engine_spec_policy_name(int policy) {
+  return policy == ENGINE_SPEC_POLICY_COST ? "cost" : policy == ENGINE_SPEC_POLICY_ACCEPTANCE ? "acceptance" : "unknown";
+}
+
 const char *engine_spec_name(int mode) {
   if (mode == ENGINE_SPEC_OFF) return "off";
   const drafter_ops *d = eng_drafter(mode);
@@ -116,6 +127,15 @@ static int resolve_opts(const engine_opts *opts, engine_opts *out, const drafter
   const drafter_ops *drafter = *d = o.spec_mode == ENGINE_SPEC_OFF ? NULL : eng_drafter(o.spec_mode);
   if (o.spec_mode != ENGINE_SPEC_OFF && !drafter)
     return pw_seterr(err, PW_EINVAL, "engine: unknown speculation mode %d", o.spec_mode);
+  if (o.spec_policy != ENGINE_SPEC_POLICY_COST && o.spec_policy != ENGINE_SPEC_POLICY_ACCEPTANCE)
+    return pw_seterr(err, PW_EINVAL, "engine: unknown spec_policy %d", o.spec_policy);
+  if (o.spec_cost_fixed) {
+    if (o.spec_cost_n < 1 || o.spec_cost_n > 4096)
+      return pw_seterr(err, PW_EINVAL, "engine: spec_cost_n %d out of range [1, 4096]", o.spec_cost_n);
+    for (int i = 0; i < o.spec_cost_n; i++)
+      if (!(o.spec_cost_fixed[i] > 0 && o.spec_cost_fixed[i] < 1e300))
+        return pw_seterr(err, PW_EINVAL, "engine: spec_cost_fixed[%d] is not a positive number", i);
+  }
   if (o.spec_draft_max < 1 || o.spec_draft_max > SPEC_MAX_K)
     return pw_seterr(err, PW_EINVAL, "engine: spec_draft_max %d out of range [1, %d]", o.spec_draft_max, SPEC_MAX_K);
   if (drafter && drafter->needs_model && (!o.spec_draft_model || !*o.spec_draft_model))
@@ -158,7 +178,13 @@ static int alloc_buffers(engine *e, const engine_opts *o, char *err) {
   e->sbuf = malloc(STOP_OUT_CAP(e->dbuf_cap));
   e->grow = malloc((size_t)e->n_vocab * sizeof *e->grow);
   e->cache = e->n_cache ? calloc((size_t)e->n_cache, sizeof *e->cache) : NULL;
-  if (!e->sbuf || !e->grow || !e->run || !e->part || !e->free_slots || !e->ents || !e->eents || !e->eowner || !e->logits ||
+  e->pass_ns = calloc((size_t)o->step_tokens + 1, sizeof *e->pass_ns);
+  if (o->spec_cost_fixed) {
+    e->n_cost_fixed = o->spec_cost_n;
+    if ((e->cost_fixed = malloc((size_t)o->spec_cost_n * sizeof *e->cost_fixed)))
+      memcpy(e->cost_fixed, o->spec_cost_fixed, (size_t)o->spec_cost_n * sizeof *e->cost_fixed);
+  }
+  if (!e->pass_ns || (o->spec_cost_fixed && !e->cost_fixed) || !e->sbuf || !e->grow || !e->run || !e->part || !e->free_slots || !e->ents || !e->eents || !e->eowner || !e->logits ||
       !e->hidden || !e->dbuf || (e->n_cache && !e->cache))
     return pw_seterr(err, PW_ENOMEM, "engine: out of memory for batch buffers");
   for (int i = 0; i < e->n_cache; i++) {
@@ -236,6 +262,7 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   o.model_path = NULL;
   o.spec_draft_model = NULL;
   e->o = o;
+  e->o.spec_cost_fixed = NULL; /* the caller's array is not kept (e->cost_fixed is) */
   e->st.max_active = o.max_active;
   e->st.max_queue = o.max_queue;
   if (pthread_create(&e->thread, NULL, eng_main, e) != 0) {
@@ -276,6 +303,8 @@ void engine_destroy(engine *e) {
   free(e->rents);
   free(e->eowner);
   free(e->logits);
+  free(e->pass_ns);
+  free(e->cost_fixed);
   free(e->hidden);
   free(e->dbuf);
   free(e->sbuf);

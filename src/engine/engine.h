@@ -99,6 +99,7 @@ typedef struct engine_opts {
   int spec_mode;                /* engine_spec_mode; 0 = ENGINE_SPEC_OFF */
   const char *spec_draft_model; /* GGUF of the draft model for ENGINE_SPEC_DRAFT */
   int spec_draft_max;           /* K: most proposals per round, 1..ENGINE_SPEC_MAX_K; 0 = the default */
+  int spec_policy;              /* engine_spec_policy; 0 = ENGINE_SPEC_POLICY_COST */
   /* Keyed prefix reuse (see "Prefix cache" below). */
   int prompt_cache_entries;     /* most cached sequences; 0 = 8; -1 = disabled */
   size_t prompt_cache_bytes;    /* most KV bytes held by entries; 0 = 1 GiB */
@@ -110,6 +111,12 @@ typedef struct engine_opts {
    * if the model had (PW_EINTERNAL), so tests can check what a failed
    * batch leaves behind. 0 = never. */
   long fail_pass;
+  /* Testing: the cost policy takes spec_cost_fixed[n - 1] as the time of a
+   * target pass of n entries (n <= spec_cost_n; larger n cost the last)
+   * instead of measuring passes, so its choices are reproducible. NULL =
+   * measure. */
+  const double *spec_cost_fixed;
+  int spec_cost_n;
 } engine_opts;
 
 /* Speculation: each round proposes up to K tokens, verifies the committed
@@ -120,10 +127,22 @@ typedef struct engine_opts {
  * is byte-identical to ENGINE_SPEC_OFF: greedy, and seeded sampling too
  * (the target's choice at each position is drawn exactly as without
  * speculation, with the same RNG consumption). K adapts per request
- * (grows after a fully accepted round, moves towards accepted + 1 after a
- * rejection); a request whose acceptance stays below 20% over its last 8
- * rounds with proposals falls back to target-only decoding for the rest of
- * it (spec_fallbacks_total). Prompt-lookup and n-gram look for the last 4-,
+ * under one of two policies:
+ * - cost (the default): the engine times its target passes by their number
+ *   of entries, keeps each request's rate of accepted proposals (a decayed
+ *   count of accepted tokens and of rejections), and gives a request each
+ *   round the width that maximises the step's expected tokens per second,
+ *   which is no proposals at all when verifying them costs more than they
+ *   are expected to save. A request that gets no proposals keeps probing
+ *   with a short round after 16, 32, ... (at most 256) steps without one,
+ *   so a copy-heavy stretch later in the output is still found; the
+ *   probes are the only price speculation can cost.
+ * - acceptance: K grows after a fully accepted round and moves towards
+ *   accepted + 1 after a rejection; a request whose acceptance stays below
+ *   20% over its last 8 rounds with proposals falls back to target-only
+ *   decoding for the rest of it (spec_fallbacks_total).
+ * Either way, which tokens come out never depends on the policy, only how
+ * many target passes they take. Prompt-lookup and n-gram look for the last 4-,
  * then 3-, 2-, 1-gram (latest occurrence first); no match = a plain decode
  * step. Verification entries count toward step_tokens: each generating
  * sequence first gets its decode entry, proposals then share what is left
@@ -137,6 +156,15 @@ typedef enum engine_spec_mode {
   ENGINE_SPEC_NGRAM = 2,         /* the same over prompt and generated text */
   ENGINE_SPEC_DRAFT = 3,         /* a smaller GGUF with the same vocabulary, greedy */
 } engine_spec_mode;
+
+typedef enum engine_spec_policy {
+  ENGINE_SPEC_POLICY_COST = 0,       /* widths from measured pass costs and acceptance */
+  ENGINE_SPEC_POLICY_ACCEPTANCE = 1, /* widths from acceptance alone, with a fallback */
+} engine_spec_policy;
+
+/* "cost", "acceptance" -> policy; -1 if unknown. */
+int engine_spec_policy_parse(const char *name);
+const char *engine_spec_policy_name(int policy);
 
 /* "off", "prompt-lookup", "ngram", "draft" -> mode; -1 if unknown. */
 int engine_spec_parse(const char *name);
@@ -288,6 +316,10 @@ typedef struct engine_stats {
   uint64_t spec_target_passes_total; /* target passes giving tokens to requests still speculating */
   uint64_t spec_rounds_total;        /* rounds with at least one proposal */
   uint64_t spec_fallbacks_total;     /* requests that stopped speculating (low acceptance) */
+  uint64_t spec_declined_total;      /* cost policy: decode steps of speculating requests given no
+                                      * proposals because verifying them would cost more than
+                                      * they are expected to save */
+  uint64_t spec_probes_total;        /* cost policy: short rounds after declined steps */
   uint64_t spec_rollbacks_total;     /* recurrent-state models: rounds whose state went back to the
                                       * snapshot before the pass and re-ran the accepted prefix */
   /* prefix cache: requests with a key; hits reuse >= 1 token; reused and

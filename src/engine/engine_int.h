@@ -38,6 +38,14 @@ typedef struct drafter_ops drafter_ops;
 #define SPEC_NGRAM_MAX 4   /* lookup tries n-grams of this length down to 1 */
 #define SPEC_WINDOW 8      /* rounds with proposals judged for the fallback */
 #define SPEC_MIN_RATE 0.2  /* acceptance below this over a full window: stop speculating */
+/* cost policy (spec.c) */
+#define SPEC_PRIOR_N 2.0f  /* prior verified ... */
+#define SPEC_PRIOR_A 1.5f  /* ... and accepted proposals at each position of a new request */
+#define SPEC_DECAY 0.8f    /* weight of the older rounds in acc_n/acc_a per round */
+#define SPEC_MARGIN 1.03   /* proposals must promise this much more tokens per second */
+#define SPEC_PROBE_MIN 16  /* declined steps before the first probe ... */
+#define SPEC_PROBE_MAX 256 /* ... doubling after each probe, up to this */
+#define SPEC_PROBE_K 3     /* most proposals of a probe */
 #define CACHE_MAX_ENTRIES 4096
 
 _Static_assert(ENGINE_MAX_STOP <= STOP_MAX_STRINGS && ENGINE_MAX_STOP_LEN <= STOP_MAX_LEN,
@@ -109,6 +117,11 @@ struct engine_req {
   int spec_k;        /* adaptive width in [1, K] */
   int win_d[SPEC_WINDOW], win_a[SPEC_WINDOW]; /* drafted/accepted of recent rounds */
   int win_n, win_pos;
+  /* cost policy: per proposal position i, decayed counts of rounds that
+   * verified it (all before it accepted) and of those that accepted it */
+  float acc_n[SPEC_MAX_K], acc_a[SPEC_MAX_K];
+  int spec_idle;     /* cost policy: steps since this request last had proposals */
+  int spec_gap;      /* cost policy: idle steps before the next probe */
   /* ---- per step scratch ---- */
   int32_t prop[SPEC_MAX_K]; /* this round's proposals */
   int n_prop;
@@ -123,6 +136,7 @@ struct engine_req {
 typedef struct stat_delta {
   uint64_t prompt_tokens, generated_tokens, batch_entries;
   uint64_t spec_drafted, spec_accepted, spec_emitted, spec_target_passes, spec_rounds, spec_fallbacks;
+  uint64_t spec_declined, spec_probes;
   uint64_t spec_refeeds;
   uint64_t cache_requests, cache_hits, cache_misses, cache_reused, cache_evaluated, cache_evictions;
 } stat_delta;
@@ -184,6 +198,12 @@ struct engine {
   size_t snap_bytes;
   model_entry *rents;
   int rows_cap;
+  /* cost policy: the time of a generation step by its entries, [n] for n
+   * in 1..step_tokens (an average that follows the latest passes; 0 = no
+   * pass of n entries seen yet), or the fixed test costs (owned copies) */
+  double *pass_ns;
+  double *cost_fixed;
+  int n_cost_fixed;
   float *hidden;       /* [step_tokens][n_embd] final hidden states of an embedding batch */
   char *dbuf;          /* [dbuf_cap] detokenizer output of one token */
   size_t dbuf_cap;
@@ -257,6 +277,7 @@ bool eng_seq_emit(engine *e, engine_req *r, const float *row, int32_t *tok_out, 
 
 /* spec.c */
 void eng_spec_plan(engine *e, int extra);
+void eng_spec_observe_pass(engine *e, int n, uint64_t ns);
 bool eng_seq_verify(engine *e, engine_req *r, const float *rows, engine_finish *fin, int *st, const char **msg);
 
 /* embed.c */

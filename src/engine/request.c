@@ -243,6 +243,13 @@ int engine_submit(engine *e, const engine_params *p, engine_req **out, char *err
   if (p->has_cache_key) memcpy(r->owner, p->cache_owner, sizeof r->owner);
   r->spec = e->o.spec_mode != ENGINE_SPEC_OFF && !p->spec_off && !p->embedding;
   r->spec_k = e->o.spec_draft_max;
+  /* Cost policy prior: as if 3 of 4 proposals were accepted at every
+   * position, so a new request speculates and the measurements start. */
+  for (int i = 0; i < SPEC_MAX_K; i++) {
+    r->acc_n[i] = SPEC_PRIOR_N;
+    r->acc_a[i] = SPEC_PRIOR_A;
+  }
+  r->spec_gap = SPEC_PROBE_MIN;
   r->embedding = p->embedding;
   r->ignore_eos = p->ignore_eos;
   r->want_logprobs = p->want_logprobs;

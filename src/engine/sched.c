@@ -28,6 +28,8 @@ void eng_stats_flush_locked(engine *e) {
   s->spec_target_passes_total += d->spec_target_passes;
   s->spec_rounds_total += d->spec_rounds;
   s->spec_fallbacks_total += d->spec_fallbacks;
+  s->spec_declined_total += d->spec_declined;
+  s->spec_probes_total += d->spec_probes;
   s->spec_rollbacks_total += d->spec_refeeds;
   s->cache_requests_total += d->cache_requests;
   s->cache_hits_total += d->cache_hits;
@@ -274,6 +276,7 @@ static step_plan step_plan_batch(engine *e) {
  * last commit until it ends); the others carry on. */
 static void step_generate(engine *e, int n) {
   int rc;
+  uint64_t t0 = pw_now_ns();
   e->n_passes++;
   if (e->o.fail_pass > 0 && e->n_passes == e->o.fail_pass)
     rc = pw_seterr(e->err, PW_EINTERNAL, "forward pass %ld failed (injected)", e->n_passes);
@@ -315,6 +318,9 @@ static void step_generate(engine *e, int n) {
     }
     if (!alive) eng_run_end_req(e, r, fin, st, msg);
   }
+  /* The cost policy's measure: the whole step (snapshots, forward pass,
+   * verification and any re-run after a rejection) by its entries. */
+  eng_spec_observe_pass(e, n, pw_now_ns() - t0);
 }
 
 /* Runs the embedding batch: hidden states, no logits. */

@@ -27,20 +27,18 @@ const drafter_ops *eng_drafter(int mode) {
  * n_prompt + max_tokens <= n_ctx. */
 static int spec_want(const engine *e, const engine_req *r) {
   if (!r->spec) return 0;
-  int k = r->spec_k;
+  int k = e->o.spec_policy == ENGINE_SPEC_POLICY_COST ? e->o.spec_draft_max : r->spec_k;
   int left = r->max_tokens - r->n_gen - 1;
   if (k > left) k = left;
-  (void)e;
   return k > 0 ? k : 0;
 }
 
 
-/* The adaptive width after a round of k proposals with a accepted: grow
- * after full acceptance, move towards a + 1 after a rejection; fall back to
- * target-only decoding when the acceptance over the last SPEC_WINDOW rounds
- * stays below SPEC_MIN_RATE, so speculation never makes a request much
- * slower than without it. */
-static void spec_adapt(engine *e, engine_req *r, int k, int a) {
+/* Acceptance policy: the adaptive width after a round of k proposals with
+ * a accepted: grow after full acceptance, move towards a + 1 after a
+ * rejection; fall back to target-only decoding when the acceptance over
+ * the last SPEC_WINDOW rounds stays below SPEC_MIN_RATE. */
+static void spec_adapt_acceptance(engine *e, engine_req *r, int k, int a) {
   int K = e->o.spec_draft_max;
   if (a >= k) {
     r->spec_k += r->spec_k / 2 > 1 ? r->spec_k / 2 : 1;
@@ -66,6 +64,92 @@ static void spec_adapt(engine *e, engine_req *r, int k, int a) {
   }
 }
 
+/* ---- cost policy ------------------------------------------------------------ */
+
+/* After a round of k proposals with a accepted: positions 1..a were
+ * verified and accepted, position a + 1 (if a < k) verified and refused.
+ * Kept per position because acceptance comes in runs (a copied stretch
+ * is right for many tokens or wrong from the first), which one rate for
+ * all positions would miss; older rounds weigh less, so a request that
+ * starts or stops copying is followed. */
+static void spec_adapt_cost(engine_req *r, int k, int a) {
+  for (int i = 0; i < k && i <= a; i++) {
+    r->acc_n[i] = r->acc_n[i] * SPEC_DECAY + 1;
+    r->acc_a[i] = r->acc_a[i] * SPEC_DECAY + (i < a ? 1 : 0);
+  }
+}
+
+static void spec_adapt(engine *e, engine_req *r, int k, int a) {
+  if (e->o.spec_policy == ENGINE_SPEC_POLICY_COST)
+    spec_adapt_cost(r, k, a);
+  else
+    spec_adapt_acceptance(e, r, k, a);
+}
+
+/* Records the time of a generation step of n entries (sched.c). */
+void eng_spec_observe_pass(engine *e, int n, uint64_t ns) {
+  if (n < 1 || n > e->o.step_tokens || ns == 0) return;
+  double *c = &e->pass_ns[n];
+  *c = *c > 0 ? *c + 0.25 * ((double)ns - *c) : (double)ns;
+}
+
+/* The time of a generation step of n entries: the fixed test cost, the
+ * measured average, or, for a size not seen yet, the time of the largest
+ * smaller size seen (else of the smallest larger one): optimistic, so a
+ * width that was never tried looks cheap, is tried, and is then measured.
+ * 0 = no step seen at all. */
+static double pass_cost(const engine *e, int n) {
+  if (e->cost_fixed) return e->cost_fixed[(n < e->n_cost_fixed ? n : e->n_cost_fixed) - 1];
+  int cap = e->o.step_tokens;
+  if (n > cap) n = cap;
+  const double *c = e->pass_ns;
+  for (int i = n; i >= 1; i--)
+    if (c[i] > 0) return c[i];
+  for (int i = n + 1; i <= cap; i++)
+    if (c[i] > 0) return c[i];
+  return 0;
+}
+
+/* Expected tokens of a round of k proposals for r: one, plus the chance
+ * that proposals 1..j are all accepted, for each j <= k. */
+static double spec_expect(const engine_req *r, int k) {
+  double sum = 1, t = 1;
+  for (int i = 0; i < k; i++) sum += (t *= (double)r->acc_a[i] / r->acc_n[i]);
+  return sum;
+}
+
+/* Cost policy: of 0..k proposals for r, the number that gives the step the
+ * most expected tokens per unit of time, where the step has n entries
+ * and t expected tokens so far (fixed = prompts fill the step whatever
+ * the proposals, so they cost no time of their own). Proposals must beat
+ * none by SPEC_MARGIN. None for too long: a probe of SPEC_PROBE_K. */
+static int spec_cost_width(engine *e, engine_req *r, int k, int n, double t, bool fixed) {
+  if (k == 0) return 0;
+  double c0 = pass_cost(e, n);
+  int best = k;
+  if (c0 > 0) {
+    double bv = t / c0 * SPEC_MARGIN;
+    best = 0;
+    for (int j = 1; j <= k; j++) {
+      double v = (t - 1 + spec_expect(r, j)) / (fixed ? c0 : pass_cost(e, n + j));
+      if (v > bv) {
+        best = j;
+        bv = v;
+      }
+    }
+  }
+  if (best > 0) {
+    r->spec_idle = 0;
+    r->spec_gap = SPEC_PROBE_MIN;
+    return best;
+  }
+  e->d.spec_declined++;
+  if (++r->spec_idle < r->spec_gap) return 0;
+  r->spec_idle = 0;
+  r->spec_gap = r->spec_gap * 2 < SPEC_PROBE_MAX ? r->spec_gap * 2 : SPEC_PROBE_MAX;
+  e->d.spec_probes++;
+  return k < SPEC_PROBE_K ? k : SPEC_PROBE_K;
+}
 
 /* Verifies a decode round of r: rows [1 + n_prop][n_vocab] are the target's
  * logits after last, p0, ..., p(n_prop-1). Emits tokens while the target's
@@ -134,14 +218,30 @@ bool eng_seq_verify(engine *e, engine_req *r, const float *rows, engine_finish *
  * budget, oldest request first; then batched drafters propose for all. */
 void eng_spec_plan(engine *e, int extra) {
   const drafter_ops *d = e->drafter;
+  bool cost = e->o.spec_policy == ENGINE_SPEC_POLICY_COST, waiting = false;
+  int n = 0; /* entries of the step so far: one per generating sequence */
+  for (int i = 0; i < e->n_run; i++) {
+    const engine_req *r = e->run[i];
+    if (r->embedding || r->n_fed < r->n_prompt)
+      waiting = waiting || !r->embedding;
+    else
+      n++;
+  }
+  double t = n; /* expected tokens of the step so far */
+  if (waiting) n += extra;
   for (int i = 0; i < e->n_run && extra > 0; i++) {
     engine_req *r = e->run[i];
     if (r->embedding || r->n_fed < r->n_prompt) continue;
     int k = spec_want(e, r);
     if (k > extra) k = extra;
+    if (cost && r->spec) k = spec_cost_width(e, r, k, n, t, waiting);
     if (k > 0 && d->propose) k = d->propose(e, r, k);
     r->n_prop = k;
     extra -= k;
+    if (cost && k > 0) {
+      if (!waiting) n += k;
+      t += spec_expect(r, k) - 1;
+    }
   }
   if (d->propose_batch) d->propose_batch(e);
   /* Proposals the grammar refuses would be rejected anyway: cut them. */

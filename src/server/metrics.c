@@ -217,6 +217,13 @@ void metrics_render(const metrics *m, const engine_stats *st, sbuf *out) {
   counter(out, "power_spec_rounds_total", "Speculative draft-and-verify rounds.", st->spec_rounds_total);
   counter(out, "power_spec_fallbacks_total", "Requests that fell back to target-only decoding (low acceptance).",
           st->spec_fallbacks_total);
+  counter(out, "power_spec_declined_total",
+          "Decode steps given no proposals because verifying them would cost more than they save.",
+          st->spec_declined_total);
+  counter(out, "power_spec_probes_total", "Short speculative rounds after declined steps.", st->spec_probes_total);
+  counter(out, "power_spec_rollbacks_total",
+          "Recurrent-state models: rounds whose state went back to its snapshot and re-ran the accepted prefix.",
+          st->spec_rollbacks_total);
   /* Keyed prefix cache. */
   counter(out, "power_prompt_cache_requests_total", "Requests that carried a prompt cache key.",
           st->cache_requests_total);

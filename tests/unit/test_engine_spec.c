@@ -34,11 +34,23 @@
 /* the KV cache types of the engines made (0: F16) */
 static uint32_t g_kv_k, g_kv_v;
 
+/* The policy of the engines make() creates. By default the cost policy
+ * with verification costed as free (every pass costs the same), so each
+ * round gets the most proposals whatever the machine's timings: the
+ * exactness checks then see as much speculation as they can. */
+static const double k_free[1] = {1.0};
+static struct {
+  int policy;
+  const double *cost; /* NULL = measured */
+  int n_cost;
+} g_pol = {ENGINE_SPEC_POLICY_COST, k_free, 1};
+
 static engine *make(const char *model, int mode, const char *draft, int max_active) {
   engine_opts o = {.model_path = model, .n_threads = 2, .max_active = max_active, .max_queue = 16, .n_ctx = 256,
                    .kv_type_k = g_kv_k, .kv_type_v = g_kv_v,
                    .step_tokens = 96, .spec_mode = mode, .spec_draft_model = draft, .spec_draft_max = 8,
-                   .prompt_cache_entries = -1};
+                   .prompt_cache_entries = -1, .spec_policy = g_pol.policy, .spec_cost_fixed = g_pol.cost,
+                   .spec_cost_n = g_pol.n_cost};
   return create_engine(&o);
 }
 
@@ -286,7 +298,9 @@ static void test_acceptance(void) {
  * failing, the request falls back and the output is unchanged. */
 static void test_fallback(void) {
   const char *m = MODELS "codelm-py-Q8_0.gguf";
+  g_pol.policy = ENGINE_SPEC_POLICY_ACCEPTANCE;
   engine *off = make(m, ENGINE_SPEC_OFF, NULL, 2), *e = make(m, ENGINE_SPEC_NGRAM, NULL, 2);
+  g_pol.policy = ENGINE_SPEC_POLICY_COST;
   if (!off || !e) goto out;
   static int32_t pr[128];
   for (int i = 0; i < 100; i++) pr[i] = 300 + (int32_t)((i * 2654435761u) % 3700);
@@ -307,6 +321,67 @@ static void test_fallback(void) {
 out:
   engine_destroy(off);
   engine_destroy(e);
+}
+
+/* The cost policy on copy-heavy code. Verification costed as it would be
+ * if it were compute-bound (a pass of n entries costs n): proposals never
+ * pay, so the request decodes without them except for its probes, short
+ * rounds after 16, 32, ... declined steps. Costed as cheap (8 entries for
+ * the price of 1.5): it speculates at once. Measured costs: whatever it
+ * chooses, the output is the same. Always the same tokens as without
+ * speculation. */
+static void test_cost_policy(void) {
+  const char *m = MODELS "codelm-py-F32.gguf";
+  static const double linear[33] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17,
+                                    18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33};
+  static const double cheap[9] = {1.0, 1.05, 1.1, 1.15, 1.2, 1.3, 1.35, 1.4, 1.5};
+  int gen = SMALL ? 40 : 100;
+  engine *off = make(m, ENGINE_SPEC_OFF, NULL, 2);
+  if (!off) return;
+  static int32_t pr[256];
+  int n = encode(off, k_copy, pr, 256);
+  if (n + gen > 256) gen = 256 - n;
+  engine_params p = params(pr, n, gen, false, 0);
+  static result ref, got;
+  run_many(off, &p, 1, &ref);
+  engine_destroy(off);
+  struct {
+    const char *name;
+    const double *cost;
+    int n_cost;
+  } pc[3] = {{"linear", linear, 33}, {"cheap", cheap, 9}, {"measured", NULL, 0}};
+  for (int c = 0; c < 3; c++) {
+    g_pol.cost = pc[c].cost;
+    g_pol.n_cost = pc[c].n_cost;
+    engine *e = make(m, ENGINE_SPEC_PROMPT_LOOKUP, NULL, 2);
+    g_pol.cost = k_free;
+    g_pol.n_cost = 1;
+    if (!e) return;
+    run_many(e, &p, 1, &got);
+    CHECK_MSG(same_exact(&ref, &got), "cost policy (%s costs) changes the output", pc[c].name);
+    check_usage(&got);
+    engine_stats st;
+    engine_get_stats(e, &st);
+    fprintf(stderr,
+            "  cost policy, %-8s costs: %d tokens in %d passes, drafted %d accepted %d, %llu declined steps, "
+            "%llu probes\n",
+            pc[c].name, got.n_tok, got.usage.target_passes, got.usage.spec_drafted, got.usage.spec_accepted,
+            (unsigned long long)st.spec_declined_total, (unsigned long long)st.spec_probes_total);
+    if (c == 0) {
+      /* The first round runs on the prior before any acceptance is known;
+       * after that only probes (at most SPEC_PROBE_K = 3 proposals). */
+      CHECK(st.spec_declined_total > 0);
+      CHECK(st.spec_probes_total >= 1);
+      CHECK_MSG(got.usage.spec_drafted <= 8 + 3 * (int)st.spec_probes_total, "drafted %d with %llu probes",
+                got.usage.spec_drafted, (unsigned long long)st.spec_probes_total);
+      CHECK(got.usage.target_passes >= gen - 8 - 3 * (int)st.spec_probes_total);
+    } else if (c == 1) {
+      CHECK_EQ_INT((int)st.spec_declined_total, 0);
+      CHECK_MSG((double)got.n_tok / got.usage.target_passes > 1.5, "cheap costs: %d tokens in %d passes",
+                got.n_tok, got.usage.target_passes);
+    }
+    engine_destroy(e);
+  }
 }
 
 /* A grammar stays exact under speculation: a lazy one (free text until
@@ -358,6 +433,19 @@ static void test_draft_mismatch(void) {
   CHECK_EQ_INT(engine_create(&o, &e, err), PW_EINVAL);
   o.spec_mode = 9;
   CHECK_EQ_INT(engine_create(&o, &e, err), PW_EINVAL);
+  o.spec_mode = ENGINE_SPEC_NGRAM;
+  o.spec_policy = 7;
+  CHECK_EQ_INT(engine_create(&o, &e, err), PW_EINVAL);
+  o.spec_policy = ENGINE_SPEC_POLICY_COST;
+  static const double bad[2] = {1.0, -2.0};
+  o.spec_cost_fixed = bad;
+  o.spec_cost_n = 2;
+  CHECK_EQ_INT(engine_create(&o, &e, err), PW_EINVAL);
+  CHECK(strstr(err, "spec_cost_fixed[1]") != NULL);
+  CHECK_EQ_INT(engine_spec_policy_parse("cost"), ENGINE_SPEC_POLICY_COST);
+  CHECK_EQ_INT(engine_spec_policy_parse("acceptance"), ENGINE_SPEC_POLICY_ACCEPTANCE);
+  CHECK_EQ_INT(engine_spec_policy_parse("fastest"), -1);
+  CHECK_STR(engine_spec_policy_name(ENGINE_SPEC_POLICY_ACCEPTANCE), "acceptance");
   CHECK_EQ_INT(engine_spec_parse("prompt-lookup"), ENGINE_SPEC_PROMPT_LOOKUP);
   CHECK_EQ_INT(engine_spec_parse("ngram"), ENGINE_SPEC_NGRAM);
   CHECK_EQ_INT(engine_spec_parse("draft"), ENGINE_SPEC_DRAFT);
@@ -379,6 +467,7 @@ int main(void) {
   }
   double t0 = pw_now_s();
   test_draft_mismatch();
+  test_cost_policy();
   test_grammar_spec();
   /* The sanitizer builds check the engine's memory and threads, the same
    * code for every model: one trained and one random model there. */

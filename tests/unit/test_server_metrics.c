@@ -155,6 +155,9 @@ int main(void) {
   st.spec_target_passes_total = 25;
   st.spec_rounds_total = 24;
   st.spec_fallbacks_total = 1;
+  st.spec_declined_total = 31;
+  st.spec_probes_total = 3;
+  st.spec_rollbacks_total = 7;
   st.cache_requests_total = 10;
   st.cache_hits_total = 6;
   st.cache_misses_total = 4;
@@ -195,6 +198,9 @@ int main(void) {
       "power_spec_target_passes_total 25\n",
       "power_spec_rounds_total 24\n",
       "power_spec_fallbacks_total 1\n",
+      "# TYPE power_spec_declined_total counter\npower_spec_declined_total 31\n",
+      "power_spec_probes_total 3\n",
+      "power_spec_rollbacks_total 7\n",
       "# TYPE power_prompt_cache_requests_total counter\npower_prompt_cache_requests_total 10\n",
       "power_prompt_cache_hits_total 6\n",
       "power_prompt_cache_misses_total 4\n",
