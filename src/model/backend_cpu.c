@@ -269,7 +269,7 @@ static void attn_window(attn_job *j, long w) {
  * from memory about once per pass, not once per group. An entry whose
  * prefix is a single span gets its normalised output straight into c->att
  * (the unsplit kernel's bits); the others leave the span's state in
- * c->att_part (row ((t * n_head + h) * ns + si - s0)) for attn_fold. */
+ * c->att_part (row ((t * n_head + h) * ns + si - s0)) for fold_worker. */
 static void attn_span(attn_job *j, long w) {
   model_ctx *c = j->c;
   const model_hparams *hp = &c->m->hp;
@@ -283,7 +283,7 @@ static void attn_span(attn_job *j, long w) {
   const float *qs[PW_ATTN_GROUP_MAX], *qp[PW_ATTN_GROUP_MAX];
   float *os[PW_ATTN_GROUP_MAX], *op[PW_ATTN_GROUP_MAX];
   float ms[2 * PW_ATTN_GROUP_MAX];
-  int ns_[PW_ATTN_GROUP_MAX], np[PW_ATTN_GROUP_MAX], n1 = 0, nm = 0;
+  int n1pos[PW_ATTN_GROUP_MAX], np[PW_ATTN_GROUP_MAX], n1 = 0, nm = 0;
   float *msrow[PW_ATTN_GROUP_MAX];
   for (int t = t0; t < t1; t++) {
     const int n_pos = j->e[t].pos + 1;
@@ -294,7 +294,7 @@ static void attn_span(attn_job *j, long w) {
       if (!split) {
         qs[n1] = q;
         os[n1] = c->att + ((size_t)t * hp->n_head + h) * hd;
-        ns_[n1++] = n_pos;
+        n1pos[n1++] = n_pos;
       } else {
         const size_t row = ((size_t)t * hp->n_head + h) * j->ns + (size_t)(si - j->s0);
         qp[nm] = q;
@@ -303,7 +303,7 @@ static void attn_span(attn_job *j, long w) {
         np[nm++] = n_pos - p0 < PW_ATTN_SPLIT ? n_pos - p0 : PW_ATTN_SPLIT;
       }
       if (n1 == PW_ATTN_GROUP_MAX) {
-        attn_call(j, seq, hk, p0, qs, ns_, n1, os, NULL);
+        attn_call(j, seq, hk, p0, qs, n1pos, n1, os, NULL);
         n1 = 0;
       }
       if (nm == PW_ATTN_GROUP_MAX) {
@@ -313,7 +313,7 @@ static void attn_span(attn_job *j, long w) {
       }
     }
   }
-  if (n1) attn_call(j, seq, hk, p0, qs, ns_, n1, os, NULL);
+  if (n1) attn_call(j, seq, hk, p0, qs, n1pos, n1, os, NULL);
   if (nm) {
     attn_call(j, seq, hk, p0, qp, np, nm, op, ms);
     for (int i = 0; i < nm; i++) memcpy(msrow[i], ms + 2 * i, 2 * sizeof(float));
