@@ -111,6 +111,9 @@ void pw_attn_kvq(const pw_attn_kv *kv, const float *const *q, const int *n_pos, 
   const pw_traits *tq = ref ? pw_traits_ref(tk->vec_dot_type) : pw_traits_get(tk->vec_dot_type);
   PW_ASSERT(tq && hd % (int)tk->blck == 0 && hd % (int)tv->blck == 0 && hd % (int)tq->blck == 0);
   const bool v16 = kv->v_type == PW_DT_F16;
+  /* the accumulator updates in vectors where the CPU has them (the same
+   * arithmetic: multiply, fused multiply-add, F16 rounding) */
+  const bool vec = !ref && pw_tensor_level() >= PW_IMPL_AVX2 && hd % 8 == 0;
   /* q in K's dot-product type: one row per query (F16 rows are the widest) */
   const size_t qrow = (size_t)hd / tq->blck * tq->type_size;
   _Alignas(64) uint8_t qq[PW_ATTN_GROUP_MAX * PW_ATTN_KVQ_MAX_HD * 2];
@@ -128,14 +131,26 @@ void pw_attn_kvq(const pw_attn_kv *kv, const float *const *q, const int *n_pos, 
   const uint8_t *kr = kv->k, *vr = kv->v;
   for (int p = 0; p < n_max; p++, kr += kv->k_row, vr += kv->v_row) {
     /* the next rows on their way (the cache streams from memory) */
-    __builtin_prefetch(kr + 4 * kv->k_row);
-    __builtin_prefetch(vr + 4 * kv->v_row);
+    __builtin_prefetch(kr + 8 * kv->k_row);
+    __builtin_prefetch(vr + 8 * kv->v_row);
     for (int h = 0; h < nq; h += NX) tk->vec_dot(hd, kr, qq + (size_t)h * qrow, qrow, nq - h < NX ? nq - h : NX, s + h);
     tv->to_float(vr, vf, hd);
     for (int h = 0; h < nq; h++) {
       if (p >= n_pos[h]) continue;
       const float sc = s[h] * scale;
       float *a = acc[h], msc = 1.0f, vs = 1.0f;
+      if (vec) {
+        const int grow = sc > M[h];
+        if (grow) {
+          msc = expf(M[h] - sc);
+          M[h] = sc;
+        } else {
+          vs = expf(sc - M[h]);
+        }
+        attn_avx2_kvq_update(a, vf, msc, vs, grow, v16, hd);
+        S[h] = S[h] * msc + vs;
+        continue;
+      }
       if (sc > M[h]) {
         msc = expf(M[h] - sc);
         M[h] = sc;
@@ -149,7 +164,7 @@ void pw_attn_kvq(const pw_attn_kv *kv, const float *const *q, const int *n_pos, 
       if (v16)
         for (int i = 0; i < hd; i++) a[i] = round16(fmaf(vf[i], vs, a[i]));
       else
-        for (int i = 0; i < hd; i++) a[i] += vf[i] * vs;
+        for (int i = 0; i < hd; i++) a[i] = fmaf(vf[i], vs, a[i]);
       S[h] = S[h] * msc + vs;
     }
   }

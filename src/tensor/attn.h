@@ -97,6 +97,11 @@ void attn_avx2_multi(const float *const *q, const int *n_pos, int nq, const uint
                      size_t stride, int hd, float scale, float *const *out);
 void attn_avx2_part(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
                     size_t stride, int hd, float scale, float *const *out, float *ms);
+/* Internal: one key's update of a quantized-cache kernel's accumulator
+ * (hd a multiple of 8): a = a * ms when grow, then a = fma(v, vs, a), each
+ * step rounded to F16 when f16acc (an F16 V), as the scalar loop of
+ * pw_attn_kvq does. */
+void attn_avx2_kvq_update(float *a, const float *v, float ms, float vs, int grow, int f16acc, int hd);
 /* Internal: the AVX-512 variants (arch/attn_avx512.c). */
 void attn_avx512(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd,
                  float scale, float *out);
