@@ -28,15 +28,14 @@ static void attn_narrow_part(const float *const *q, const int *n_pos, int nq, co
 
 void attn_avx2_kvq_update(float *a, const float *v, float ms, float vs, int grow, int f16acc, int hd) {
   const __m256 m = _mm256_set1_ps(ms), s = _mm256_set1_ps(vs);
-  const int rnd = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   for (int i = 0; i < hd; i += 8) {
     __m256 x = _mm256_loadu_ps(a + i);
     if (grow) {
       x = _mm256_mul_ps(x, m);
-      if (f16acc) x = _mm256_cvtph_ps(_mm256_cvtps_ph(x, rnd));
+      if (f16acc) x = _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
     x = _mm256_fmadd_ps(_mm256_loadu_ps(v + i), s, x);
-    if (f16acc) x = _mm256_cvtph_ps(_mm256_cvtps_ph(x, rnd));
+    if (f16acc) x = _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     _mm256_storeu_ps(a + i, x);
   }
 }
