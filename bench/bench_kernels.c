@@ -1,5 +1,5 @@
 /* bench_kernels.c - microbenchmark of the vec_dot kernels of every
- * implementation level the CPU has (scalar, avx2, avx512vnni): GB/s of
+ * implementation level the CPU has (scalar, avx2, avx2vnni, avx512vnni): GB/s of
  * weight bytes streamed per core for 4096-wide rows (BENCH_N=896 in the
  * environment: 896-wide, as in a 0.5B model; types whose blocks do not
  * divide the width are left out), with 1 activation row
@@ -100,7 +100,7 @@ int main(int argc, char **argv) {
   static const uint32_t types[] = {PW_DT_F16,  PW_DT_Q4_0, PW_DT_Q4_1, PW_DT_Q5_0, PW_DT_Q5_1, PW_DT_Q8_0,
                                    PW_DT_Q2_K, PW_DT_Q3_K, PW_DT_Q4_K, PW_DT_Q5_K, PW_DT_Q6_K,
                                    PW_DT_IQ4_NL, PW_DT_IQ4_XS, PW_DT_MXFP4};
-  static const char *lvl_name[PW_IMPL_COUNT] = {"scalar", "avx2", "avx512"};
+  static const char *lvl_name[PW_IMPL_COUNT] = {"scalar", "avx2", "avx2vnni", "avx512"};
   const int64_t n = getenv("BENCH_N") ? atoll(getenv("BENCH_N")) : 4096;
   if (n < 32 || n % 32) {
     fprintf(stderr, "bench_kernels: BENCH_N must be a positive multiple of 32\n");

@@ -10,8 +10,11 @@
 #include "tok/tok.h"
 #include "weights/weights.h"
 
+#include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 void gen_opts_default(gen_opts *o) {
@@ -42,7 +45,7 @@ int spec_opts_parse(const char *cmd, spec_opts *s, const char *a, const char *v)
   if (!strcmp(a, "--spec")) {
     int m = engine_spec_parse(v);
     if (m < 0) {
-      fprintf(stderr, "power %s: unknown --spec mode '%s' (off, prompt-lookup, ngram or draft)\n", cmd, v);
+      fprintf(stderr, "power %s: unknown --spec mode '%s' (off, prompt-lookup, ngram, draft or mtp)\n", cmd, v);
       return -1;
     }
     s->mode = m;
@@ -95,7 +98,8 @@ void spec_opts_apply(const spec_opts *s, engine_opts *eo) {
 void spec_opts_usage(FILE *out) {
   fprintf(out,
           "  --spec MODE           exact speculative decoding: off (default), prompt-lookup,\n"
-          "                        ngram, or draft (with --spec-draft-model); output is the same\n"
+          "                        ngram, draft (with --spec-draft-model), or mtp (the model's\n"
+          "                        own MTP block, qwen3.5 files that have one); output is the same\n"
           "  --spec-draft-model M  draft GGUF for --spec draft (same vocabulary as the model)\n"
           "  --spec-draft-max K    most tokens proposed per round, 1.." CLI_STR(ENGINE_SPEC_MAX_K) " (default " CLI_STR(
           ENGINE_DEFAULT_SPEC_K) ")\n"
@@ -104,8 +108,22 @@ void spec_opts_usage(FILE *out) {
           "                        or acceptance (widths from acceptance alone)\n");
 }
 
+bool cli_weights_is_flag(const char *a) { return !strcmp(a, "--mlock") || !strcmp(a, "--hugepages"); }
+
 int cli_weights_parse(const char *cmd, cli_weights *w, const char *a, const char *v) {
-  if (strcmp(a, "--weights-io") && strcmp(a, "--weights-key-file")) return 0;
+  if (!strcmp(a, "--mlock")) {
+    w->mlock = true;
+    return 2;
+  }
+  if (!strcmp(a, "--hugepages")) {
+    w->hugepages = true;
+    return 2;
+  }
+  static const char *const with_value[] = {"--weights-io", "--weights-key-file", "--mem-budget", "--residency",
+                                           "--cpu-affinity", "--priority"};
+  bool ours = false;
+  for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) ours |= !strcmp(a, with_value[k]);
+  if (!ours) return 0;
   if (!v || !*v) {
     fprintf(stderr, "power %s: option %s needs a value\n", cmd, a);
     return -1;
@@ -117,10 +135,63 @@ int cli_weights_parse(const char *cmd, cli_weights *w, const char *a, const char
       return -1;
     }
     w->io = io;
+  } else if (!strcmp(a, "--mem-budget")) {
+    char err[PW_ERRMAX];
+    if (weights_budget_parse(v, &w->mem_budget, &w->mem_budget_frac, err)) {
+      fprintf(stderr, "power %s: --mem-budget: %s\n", cmd, err);
+      return -1;
+    }
+  } else if (!strcmp(a, "--residency")) {
+    int p = weights_residency_parse(v);
+    if (p < 0) {
+      fprintf(stderr, "power %s: unknown --residency '%s' (lru or lfru)\n", cmd, v);
+      return -1;
+    }
+    w->residency = p;
+    w->residency_given = true;
+  } else if (!strcmp(a, "--cpu-affinity")) {
+    w->cpu_affinity = v;
+  } else if (!strcmp(a, "--priority")) {
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end || n < -20 || n > 19) {
+      fprintf(stderr, "power %s: --priority '%s': expected a nice value from -20 to 19\n", cmd, v);
+      return -1;
+    }
+    w->priority = (int)n;
+    w->priority_given = true;
   } else {
     w->key_file = v;
   }
   return 1;
+}
+
+/* "0-3,6" -> the set; -1 with a message naming what is wrong. */
+static int parse_cpu_list(const char *cmd, const char *s, cpu_set_t *set) {
+  CPU_ZERO(set);
+  const char *p = s;
+  while (*p) {
+    char *end;
+    long lo = strtol(p, &end, 10), hi = lo;
+    if (end == p || lo < 0) goto bad;
+    p = end;
+    if (*p == '-') {
+      hi = strtol(p + 1, &end, 10);
+      if (end == p + 1 || hi < lo) goto bad;
+      p = end;
+    }
+    if (hi >= CPU_SETSIZE) {
+      fprintf(stderr, "power %s: --cpu-affinity '%s': CPU %ld is beyond %d\n", cmd, s, hi, CPU_SETSIZE - 1);
+      return -1;
+    }
+    for (long c = lo; c <= hi; c++) CPU_SET((int)c, set);
+    if (*p == ',') p++;
+    else if (*p) goto bad;
+  }
+  if (CPU_COUNT(set) > 0) return 0;
+bad:
+  fprintf(stderr, "power %s: --cpu-affinity '%s': expected a CPU list such as 0-3,6\n", cmd, s);
+  return -1;
 }
 
 int cli_weights_finish(const char *cmd, cli_weights *w) {
@@ -128,13 +199,48 @@ int cli_weights_finish(const char *cmd, cli_weights *w) {
     const char *env = getenv("POWER_WEIGHTS_KEY_FILE");
     if (env && *env) w->key_file = env;
   }
-  (void)cmd;
+  if (w->residency_given && !w->mem_budget && !w->mem_budget_frac) {
+    fprintf(stderr, "power %s: --residency chooses what stays resident under --mem-budget; give a budget too\n", cmd);
+    return -1;
+  }
+  if (w->cpu_affinity) {
+    cpu_set_t set;
+    if (parse_cpu_list(cmd, w->cpu_affinity, &set)) return -1;
+    if (sched_setaffinity(0, sizeof set, &set)) {
+      fprintf(stderr, "power %s: --cpu-affinity '%s': %s (are those CPUs online and allowed here?)\n", cmd,
+              w->cpu_affinity, strerror(errno));
+      return -1;
+    }
+  }
+  if (w->priority_given) {
+    errno = 0;
+    if (setpriority(PRIO_PROCESS, 0, w->priority)) {
+      fprintf(stderr, "power %s: --priority %d: %s (a negative nice value needs CAP_SYS_NICE or RLIMIT_NICE)\n",
+              cmd, w->priority, strerror(errno));
+      return -1;
+    }
+  }
   return 0;
 }
 
 void cli_weights_apply(const cli_weights *w, engine_opts *eo) {
   eo->weights_io = w->io;
   eo->weights_key_file = w->key_file;
+  eo->weights_mem_budget = w->mem_budget;
+  eo->weights_mem_budget_frac = w->mem_budget_frac;
+  eo->weights_residency = w->residency;
+  eo->weights_mlock = w->mlock;
+  eo->weights_hugepages = w->hugepages;
+}
+
+void cli_weights_model_opts(const cli_weights *w, weights_opts *wo) {
+  wo->io = w->io;
+  wo->key_file = w->key_file;
+  wo->mem_budget = w->mem_budget;
+  wo->mem_budget_frac = w->mem_budget_frac;
+  wo->residency = w->residency;
+  wo->mlock = w->mlock;
+  wo->hugepages = w->hugepages;
 }
 
 void cli_weights_usage(FILE *out) {
@@ -142,7 +248,19 @@ void cli_weights_usage(FILE *out) {
           "  --weights-io S        read weights by mmap (default), pread (owned buffers) or\n"
           "                        direct (O_DIRECT); outputs are the same with each\n"
           "  --weights-key-file K  key of an encrypted model (power encrypt); else\n"
-          "                        $POWER_WEIGHTS_KEY_FILE\n");
+          "                        $POWER_WEIGHTS_KEY_FILE\n"
+          "  --mem-budget B        at most B bytes of the model resident (K, M, G suffixes, or\n"
+          "                        P%% of the file); the other layers stream from the file\n"
+          "                        while the one before computes; outputs are the same\n"
+          "  --residency P         what stays under a budget after the pinned parts: lru\n"
+          "                        (default) or lfru (fewest reuse hits, then most recent:\n"
+          "                        suits the passes' cyclic order); see power inspect --residency\n"
+          "  --mlock               lock the resident weights in memory (an error when\n"
+          "                        RLIMIT_MEMLOCK does not allow it)\n"
+          "  --hugepages           2 MiB pages for owned weight buffers (pread, direct); an\n"
+          "                        error where transparent huge pages are off\n"
+          "  --cpu-affinity LIST   run the process's threads (the kernel pool's) on these CPUs\n"
+          "  --priority N          nice value of the process, -20..19\n");
 }
 
 int cli_kv_parse(const char *cmd, cli_kv *kv, const char *a, const char *v) {
@@ -213,8 +331,8 @@ int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i) 
   if (!sc) sc = cli_weights_parse(cmd, &o->weights, a, v);
   if (!sc) sc = cli_kv_parse(cmd, &o->kv, a, v);
   if (sc) {
-    if (sc > 0) (*i)++;
-    return sc;
+    if (sc == 1) (*i)++;
+    return sc < 0 ? sc : 1;
   }
   static const char *with_value[] = {"--model", "-m", "-n", "--n-predict", "--threads", "-t", "--ctx",
                                      "--temperature", "--temp", "--top-k", "--top-p", "--min-p",

@@ -6,6 +6,7 @@
 
 #include "cli/cli.h"
 #include "engine/engine.h"
+#include "weights/weights.h"
 #include "chat/prompt.h"
 
 #include <jansson.h>
@@ -42,14 +43,31 @@ void spec_opts_usage(FILE *out);
 typedef struct cli_weights {
   int io;               /* weights_io */
   const char *key_file; /* borrowed from argv or the environment; NULL = plain */
+  uint64_t mem_budget;  /* --mem-budget B: bytes, or */
+  double mem_budget_frac; /* --mem-budget P%: share of the file */
+  int residency;        /* --residency lru|lfru */
+  bool residency_given;
+  bool mlock, hugepages;
+  /* host controls of the process, applied by cli_weights_finish before
+   * any thread starts, so the kernel pool's threads inherit them */
+  const char *cpu_affinity; /* --cpu-affinity LIST ("0-3,6"); NULL = all */
+  int priority;             /* --priority N: nice value, -20..19 */
+  bool priority_given;
 } cli_weights;
 
-/* As spec_opts_parse: 1 consumed (with its value), 0 not ours, -1 bad. */
+/* True for the options of cli_weights that take no value (--mlock,
+ * --hugepages): cli_weights_parse returns 2 for them. */
+bool cli_weights_is_flag(const char *a);
+
+/* As spec_opts_parse: 1 consumed (with its value), 2 consumed (a flag,
+ * no value), 0 not ours, -1 bad. */
 int cli_weights_parse(const char *cmd, cli_weights *w, const char *a, const char *v);
 /* After all options: takes $POWER_WEIGHTS_KEY_FILE when no key file was
  * given. 0, or -1 with one line printed. */
 int cli_weights_finish(const char *cmd, cli_weights *w);
 void cli_weights_apply(const cli_weights *w, engine_opts *eo);
+/* The same for a model loaded directly (model_opts.weights). */
+void cli_weights_model_opts(const cli_weights *w, weights_opts *wo);
 void cli_weights_usage(FILE *out);
 
 /* KV cache types, shared by run, chat, serve and bench (llama.cpp's

@@ -167,7 +167,7 @@ static int config_parse(const char *which, const char *text, ab_config *c) {
     if (!strcmp(key, "spec")) {
       c->spec_mode = engine_spec_parse(val);
       if (c->spec_mode < 0) {
-        fprintf(stderr, "power ab: --%s: unknown spec mode '%s' (off, prompt-lookup, ngram, draft)\n", which, val);
+        fprintf(stderr, "power ab: --%s: unknown spec mode '%s' (off, prompt-lookup, ngram, draft, mtp)\n", which, val);
         return -1;
       }
       spec_given = true;
@@ -827,8 +827,8 @@ static int run_curve(const ab_opts *o) {
   float *logits = NULL;
   double *ms = NULL, *tmp = NULL;
   void *snap = NULL;
-  model_opts mo = {.n_threads = (int)o->threads,
-                   .weights = {.io = o->weights.io, .key_file = o->weights.key_file}};
+  model_opts mo = {.n_threads = (int)o->threads};
+  cli_weights_model_opts(&o->weights, &mo.weights);
   if (model_load(path, &mo, &m, err)) {
     fprintf(stderr, "power ab: %s: %s\n", path, err);
     return 1;
@@ -971,6 +971,10 @@ int cmd_ab(int argc, char **argv) {
     }
     if (!strcmp(a, "--verify-curve")) {
       o.verify_curve = true;
+      continue;
+    }
+    if (cli_weights_is_flag(a)) {
+      cli_weights_parse("ab", &o.weights, a, NULL);
       continue;
     }
     if (i + 1 >= argc) {

@@ -290,7 +290,8 @@ static double bench_batch_tg(bench_run *b, int n) {
  * most bytes in the layers, and the bytes one decode step reads. Decode reads every
  * tensor once except the embedding table, of which it reads one row; when
  * the output projection is tied to the embedding, that table is read whole
- * as the output matrix and so counts. */
+ * as the output matrix and so counts. Of a mixture of experts' stacked
+ * expert tensors one token reads expert_used_count experts. */
 typedef struct bench_facts {
   uint64_t file_bytes, params, bytes_per_token;
   const char *main_type;
@@ -301,6 +302,12 @@ static void model_facts(const gguf_file *f, bench_facts *out) {
   memset(out, 0, sizeof *out);
   out->file_bytes = gguf_size(f);
   bool has_output = gguf_find_tensor(f, "output.weight") != NULL;
+  char arch[32] = "", key[64];
+  uint32_t n_used = 0;
+  if (gguf_get_cstr(f, "general.architecture", arch, sizeof arch)) {
+    snprintf(key, sizeof key, "%s.expert_used_count", arch);
+    gguf_get_u32(f, key, &n_used);
+  }
   for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
     const gguf_tensor *t = gguf_tensor_at(f, i);
     uint64_t ne = 1;
@@ -310,6 +317,11 @@ static void model_facts(const gguf_file *f, bench_facts *out) {
      * output matrix alone can outweigh them. */
     if (t->type < 64 && t->name.len > 4 && !memcmp(t->name.ptr, "blk.", 4)) by_type[t->type] += t->nbytes;
     if (has_output && gguf_str_eq(t->name, "token_embd.weight")) continue;
+    /* a stacked expert tensor: one token reads only its experts */
+    if (n_used > 0 && t->n_dims == 3 && t->ne[2] >= n_used) {
+      out->bytes_per_token += t->nbytes / t->ne[2] * n_used;
+      continue;
+    }
     out->bytes_per_token += t->nbytes;
   }
   uint32_t best = 0;
@@ -822,8 +834,10 @@ static int run_model(const bench_opts *o) {
   bench_series pp = {vals, 0, 0, 0, 0}, tg = {vals + r, 0, 0, 0, 0}, btg = {vals + 2 * r, 0, 0, 0, 0};
   bench_spec bs = {.off = {vals + 3 * r, 0, 0, 0, 0}, .on = {vals + 4 * r, 0, 0, 0, 0}};
   pw_rng_seed(&b.rng, o->seed);
-  model_opts mo = {.n_threads = (int)o->threads,
-                   .weights = {.io = o->weights.io, .key_file = o->weights.key_file}};
+  model_opts mo = {.n_threads = (int)o->threads};
+  cli_weights_model_opts(&o->weights, &mo.weights);
+  weights_budget_info bi0 = {0}, bi1 = {0};
+  double t_loop = 0;
   if (!vals) {
     fprintf(stderr, "power bench: out of memory\n");
     goto done;
@@ -868,6 +882,8 @@ static int run_model(const bench_opts *o) {
   }
   /* Interleave the figures rep by rep so slow drift on a shared machine
    * spreads over all of them rather than hitting one. */
+  weights_get_budget(model_weights(b.m), &bi0);
+  t_loop = pw_now_s();
   for (int k = 0; k < r; k++) {
     double v;
     if (p > 0) {
@@ -883,6 +899,8 @@ static int run_model(const bench_opts *o) {
       btg.v[btg.n++] = v;
     }
   }
+  t_loop = pw_now_s() - t_loop;
+  weights_get_budget(model_weights(b.m), &bi1);
   series_finish(&pp);
   series_finish(&tg);
   series_finish(&btg);
@@ -896,6 +914,21 @@ static int run_model(const bench_opts *o) {
     print_json(&b, path, &fx, &pp, &tg, &btg, &bs);
   else
     print_md(&b, path, &fx, &pp, &tg, &btg, &bs);
+  if (bi1.budget) {
+    /* what streaming did over the timed runs: bytes read per decode step
+     * (when only tg ran), the reader's rate, and how long the forward
+     * passes waited for it */
+    const double rd = (double)(bi1.read_bytes - bi0.read_bytes), rs = bi1.read_s - bi0.read_s;
+    const long steps = p == 0 && nb == 0 ? r * (n + 1) : 0; /* bench_tg: one untimed pass first */
+    printf("memory budget %.1f MiB (%s): %.1f MiB always resident, %.1f MiB pinned, pool %.1f MiB; timed runs "
+           "streamed %.1f MiB",
+           bi1.budget / 1048576.0, weights_residency_name(bi1.policy), bi1.base_bytes / 1048576.0,
+           bi1.pinned_bytes / 1048576.0, bi1.pool_bytes / 1048576.0, rd / 1048576.0);
+    if (steps) printf(" (%.1f MiB per decode step)", rd / 1048576.0 / (double)steps);
+    printf(" in %llu reads (%llu reuse hits) at %.2f GB/s while reading; passes waited %.2f s of %.2f s\n",
+           (unsigned long long)(bi1.loads - bi0.loads), (unsigned long long)(bi1.hits - bi0.hits),
+           rs > 0 ? rd / rs / 1e9 : 0.0, bi1.wait_s - bi0.wait_s, t_loop);
+  }
   status = 0;
   if (bs.on.n && !bs.parity) {
     fprintf(stderr, "power bench: speculative output differs from the output without speculation\n");
@@ -943,7 +976,9 @@ static int cold_once(const bench_opts *o, const char *path, cold_row *row, int k
   if (!rc) rc = weights_cached_bytes(path, &cached, size, err);
   if (rc) return rc;
   if (cached > row->cached_max) row->cached_max = cached;
-  model_opts mo = {.n_threads = (int)o->threads, .weights = {.io = row->io, .key_file = o->weights.key_file}};
+  model_opts mo = {.n_threads = (int)o->threads};
+  cli_weights_model_opts(&o->weights, &mo.weights);
+  mo.weights.io = row->io;
   model *m = NULL;
   model_kv *kv = NULL;
   model_ctx *ctx = NULL;
@@ -1103,7 +1138,7 @@ int cmd_bench(int argc, char **argv) {
     } else if ((sp = cli_weights_parse("bench", &o.weights, a, v)) != 0) {
       if (sp < 0) return 2;
       if (!strcmp(a, "--weights-io")) o.io_given = true;
-      i++;
+      i += sp == 1;
     } else if (!strcmp(a, "--cold")) {
       o.cold = 1;
     } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {

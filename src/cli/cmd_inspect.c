@@ -1,5 +1,7 @@
 /* cmd_inspect.c - `power inspect MODEL [--sha256] [--kv] [--tensors]
- * [-o text|json]`: summarizes a GGUF file (sizes in human units, the
+ * [-o text|json]`, and `power inspect MODEL --residency --mem-budget B
+ * [--residency-policy lru|lfru] [--weights-io S]`: what a memory budget
+ * keeps resident. Summarizes a GGUF file (sizes in human units, the
  * quantization the file states in general.file_type), as text or as one
  * JSON object; for an invalid file prints one line naming the defect and
  * exits non-zero. Wiring only: the facts come from the gguf layer. */
@@ -8,6 +10,7 @@
 #include "cli/cli.h"
 #include "gguf/gguf.h"
 #include "tensor/dtype.h"
+#include "weights/weights.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -73,14 +76,79 @@ static json_t *kv_json(const gguf_kv *kv) {
   return j ? j : json_string(buf);
 }
 
+/* The plan a budget makes: its parts, the policy, the resident set. */
+static int inspect_residency(const char *path, const weights_opts *wo) {
+  char err[PW_ERRMAX], a[32], b[32], c[32], d[32];
+  weights *w = NULL;
+  if (!wo->mem_budget && !wo->mem_budget_frac) {
+    fprintf(stderr, "power inspect: --residency needs --mem-budget B (bytes with K/M/G, or P%%)\n");
+    return 2;
+  }
+  if (weights_open(path, wo, &w, err)) {
+    fprintf(stderr, "power inspect: %s\n", err);
+    return 1;
+  }
+  weights_budget_info bi;
+  if (!weights_get_budget(w, &bi)) {
+    human_bytes(gguf_size(weights_gguf(w)), a, sizeof a);
+    printf("budget holds the whole file (%s): everything resident, nothing streams\n", a);
+    weights_close(w);
+    return 0;
+  }
+  human_bytes(bi.budget, a, sizeof a);
+  human_bytes(bi.min_budget, b, sizeof b);
+  printf("memory budget   %s (the smallest this file accepts: %s)\n", a, b);
+  printf("read strategy   %s\n", weights_io_name(weights_get_info(w)->io));
+  printf("policy          pinned: embedding and output rows, first and last layer, as the budget\n"
+         "                allows; the rest streams, evicted by %s\n", weights_residency_name(bi.policy));
+  human_bytes(bi.base_bytes, a, sizeof a);
+  human_bytes(bi.pinned_bytes, b, sizeof b);
+  human_bytes(bi.pool_bytes, c, sizeof c);
+  human_bytes(bi.chunk, d, sizeof d);
+  printf("resident        %s always (header, small tensors, shared pages), %s pinned,\n"
+         "                %s pool for streamed units (granule %s)\n", a, b, c, d);
+  printf("%-36s %12s  %s\n", "unit", "bytes", "residency");
+  uint64_t streamed = 0;
+  for (int i = 0; i < bi.n_units; i++) {
+    weights_unit_info u;
+    weights_get_unit(w, i, &u);
+    human_bytes(u.bytes, a, sizeof a);
+    printf("%-36s %12s  %s\n", u.name, a, u.pinned ? "pinned" : "streamed");
+    if (!u.pinned) streamed += u.bytes;
+  }
+  human_bytes(streamed, a, sizeof a);
+  printf("streamed per pass: up to %s\n", a);
+  weights_close(w);
+  return 0;
+}
+
 int cmd_inspect(int argc, char **argv) {
   const char *path = NULL;
+  bool want_res = false;
+  weights_opts wo = {0};
   int want_sha = 0, want_kv = 0, want_tensors = 0, json_out = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--sha256")) want_sha = 1;
     else if (!strcmp(argv[i], "--kv")) want_kv = 1;
     else if (!strcmp(argv[i], "--tensors")) want_tensors = 1;
-    else if (!strcmp(argv[i], "--model") && i + 1 < argc) path = argv[++i];
+    else if (!strcmp(argv[i], "--residency")) want_res = true;
+    else if (!strcmp(argv[i], "--mem-budget") && i + 1 < argc) {
+      char e[PW_ERRMAX];
+      if (weights_budget_parse(argv[++i], &wo.mem_budget, &wo.mem_budget_frac, e)) {
+        fprintf(stderr, "power inspect: --mem-budget: %s\n", e);
+        return 2;
+      }
+    } else if (!strcmp(argv[i], "--residency-policy") && i + 1 < argc) {
+      if ((wo.residency = weights_residency_parse(argv[++i])) < 0) {
+        fprintf(stderr, "power inspect: unknown --residency-policy '%s' (lru or lfru)\n", argv[i]);
+        return 2;
+      }
+    } else if (!strcmp(argv[i], "--weights-io") && i + 1 < argc) {
+      if ((wo.io = weights_io_parse(argv[++i])) < 0) {
+        fprintf(stderr, "power inspect: unknown --weights-io '%s' (mmap, pread or direct)\n", argv[i]);
+        return 2;
+      }
+    } else if (!strcmp(argv[i], "--model") && i + 1 < argc) path = argv[++i];
     else if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) && i + 1 < argc) {
       const char *v = argv[++i];
       if (!strcmp(v, "json")) json_out = 1;
@@ -90,7 +158,9 @@ int cmd_inspect(int argc, char **argv) {
         return 2;
       }
     } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      printf("usage: power inspect MODEL.gguf [--sha256] [--kv] [--tensors] [-o text|json]\n");
+      printf("usage: power inspect MODEL.gguf [--sha256] [--kv] [--tensors] [-o text|json]\n"
+             "       power inspect MODEL.gguf --residency --mem-budget B [--residency-policy lru|lfru]\n"
+             "                     [--weights-io S]   what a memory budget keeps resident\n");
       return 0;
     } else if (argv[i][0] == '-') {
       fprintf(stderr, "power inspect: unknown option '%s'\n", argv[i]);
@@ -102,6 +172,11 @@ int cmd_inspect(int argc, char **argv) {
   if (!path) {
     fprintf(stderr, "power inspect: %s\n", err);
     return 1;
+  }
+  if (want_res) return inspect_residency(path, &wo);
+  if (wo.mem_budget || wo.mem_budget_frac) {
+    fprintf(stderr, "power inspect: --mem-budget goes with --residency\n");
+    return 2;
   }
   char hex[65] = "";
   if (want_sha) {

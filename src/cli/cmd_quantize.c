@@ -80,15 +80,18 @@ bool quant_ftype_is_quantized(const quant_ftype *q) {
   return q->base != PW_DT_F32 && q->base != PW_DT_F16 && q->base != PW_DT_BF16;
 }
 
+static int layer_of(const char *s);
+
 static bool ends_with(const char *s, const char *suf) {
   size_t a = strlen(s), b = strlen(suf);
   return a >= b && !memcmp(s + a - b, suf, b);
 }
 
 /* As llama.cpp: matrices, except the small conv1d kernels of recurrent
- * layers (their kernel reads F32 taps). */
+ * layers (their kernel reads F32 taps) and the routers of mixtures of
+ * experts (ffn_gate_inp: a choice between experts is kept exact). */
 bool quant_mix_converts(const char *name, uint32_t n_dims) {
-  return n_dims >= 2 && ends_with(name, "weight") && !strstr(name, "ssm_conv1d");
+  return n_dims >= 2 && ends_with(name, "weight") && !strstr(name, "ssm_conv1d") && !strstr(name, "ffn_gate_inp");
 }
 
 void quant_mix_init(quant_mix *m, const quant_ftype *q, const char *const *names, int n, int n_gqa) {
@@ -99,6 +102,9 @@ void quant_mix_init(quant_mix *m, const quant_ftype *q, const char *const *names
     if (strstr(names[i], "attn_v.weight") || strstr(names[i], "attn_qkv.weight")) m->n_attn_v++;
     if (strstr(names[i], "ffn_down")) m->n_ffn_down++;
     if (!strcmp(names[i], "output.weight")) m->has_output = true;
+    if (strstr(names[i], "_exps.")) m->moe = true;
+    const int l = layer_of(names[i]);
+    if (l >= m->n_layer) m->n_layer = l + 1;
   }
 }
 
@@ -135,6 +141,10 @@ uint32_t quant_mix_type(quant_mix *m, const char *name, const uint64_t *ne) {
     m->i_attn_v++;
   } else if (strstr(name, "ffn_down")) {
     int i = m->i_ffn_down, n = m->n_ffn_down;
+    if (m->moe) {
+      i = layer_of(name);
+      n = m->n_layer;
+    }
     if (ft == QF_Q2_K) t = PW_DT_Q3_K;
     else if (ft == QF_Q3_K_M) t = i < n / 16 ? PW_DT_Q5_K : PW_DT_Q4_K;
     else if (ft == QF_Q3_K_L) t = PW_DT_Q5_K;

@@ -1,5 +1,7 @@
 /* cmd_serve.c - `power serve`: loads a model into an engine and serves it
- * over HTTP until SIGTERM/SIGINT, then shuts down gracefully: with
+ * over HTTP (or, without --model and POWER_MODEL, serves the models of the
+ * store, loaded on demand) until SIGTERM/SIGINT, then shuts down
+ * gracefully: with
  * --drain-delay, first answer /health with 503 for that long while still
  * serving (a load balancer takes the replica out of its pool), then stop
  * accepting, let running requests finish (bounded), stop, exit 0.
@@ -12,6 +14,7 @@
 #include "cli/cli.h"
 #include "cli/cli_gen.h"
 #include "engine/engine.h"
+#include "server/registry.h"
 #include "server/server.h"
 #include "store/store.h"
 
@@ -53,6 +56,26 @@ static int parse_cache_entries(const char *opt, const char *v, long *out) {
 static void serve_usage(FILE *out) {
   fprintf(out,
           "usage: power serve [--model M] [options]\n"
+          "  --model M              serve one model: a store name or a GGUF path (also POWER_MODEL).\n"
+          "                         Without it, serve every model of the store ($POWER_HOME,\n"
+          "                         default ~/.power): the request's \"model\" picks one by its store\n"
+          "                         name (or the name without its :tag when only one tag exists),\n"
+          "                         loaded on its first request\n"
+          "Serving the store:\n"
+          "  --max-loaded N         models loaded at once, loads in progress included (default 1);\n"
+          "                         the least recently used idle model is unloaded to make room\n"
+          "  --mem-budget BYTES     bytes of weights + KV loaded at once (suffixes K, M, G; default\n"
+          "                         no bound); before a load the file size is counted; a model\n"
+          "                         larger than the budget streams its layers within it\n"
+          "                         (with --model: that model's resident weights, see below)\n"
+          "  --keep-alive DUR       how long an idle model stays loaded: seconds or a duration\n"
+          "                         (5m, 1h30m); 0 = unload after each request; -1 = forever\n"
+          "                         (default 5m); a request's keep_alive overrides it\n"
+          "  --load-wait S          how long a request without a deadline waits for room or for\n"
+          "                         its model's load before 503 with Retry-After (default 60)\n"
+          "  --allow-pull           serve POST /api/pull, DELETE /api/delete and DELETE\n"
+          "                         /v1/models/{id} (off by default: 403); API keys apply\n"
+          "Options:\n"
           "  --host ADDR            listen address (default 127.0.0.1)\n"
           "  --port N               TCP port (default 11434; 0 = any free port)\n"
           "  --threads N            kernel threads (default 2)\n"
@@ -125,6 +148,9 @@ static int parse_bytes(const char *opt, const char *v, size_t *out) {
 int cmd_serve(int argc, char **argv) {
   const char *model = NULL, *host = "127.0.0.1", *key_file = NULL, *receipt_key = NULL;
   const char *template_file = NULL;
+  long max_loaded = 1;
+  double keep_alive = 300, load_wait = 0;
+  bool allow_pull = false;
   long port = 11434, threads = 2, parallel = 4, queue = 16, ctx = 0, max_body = (long)SERVER_DEFAULT_MAX_BODY;
   double timeout_s = 0, drain_s = SERVE_DRAIN_MS / 1000.0, drain_delay_s = 0;
   const char *replica_id = NULL;
@@ -165,12 +191,16 @@ int cmd_serve(int argc, char **argv) {
       no_log = true;
       continue;
     }
+    if (!strcmp(a, "--allow-pull")) {
+      allow_pull = true;
+      continue;
+    }
     int sc = spec_opts_parse("serve", &spec, a, v);
     if (!sc) sc = cli_weights_parse("serve", &wts, a, v);
     if (!sc) sc = cli_kv_parse("serve", &kvt, a, v);
     if (sc < 0) return 2;
     if (sc > 0) {
-      i++;
+      i += sc == 1;
       continue;
     }
     if (!v) {
@@ -187,7 +217,8 @@ int cmd_serve(int argc, char **argv) {
                                        "--cors", "--header-timeout", "--body-timeout", "--max-connections",
                                        "--max-per-client", "--log-format", "--prompt-cache-tenant-entries",
                                        "--prompt-cache-tenant-bytes", "--receipt-key", "--responses-max",
-                                       "--responses-bytes"};
+                                       "--responses-bytes", "--max-loaded", "--keep-alive",
+                                       "--load-wait"};
     for (size_t k = 0; k < sizeof once / sizeof once[0]; k++)
       if (!strcmp(name, once[k]) && cli_once("serve", &seen, once[k])) return 2;
     if (!strcmp(a, "--model") || !strcmp(a, "-m")) model = v;
@@ -213,6 +244,15 @@ int cmd_serve(int argc, char **argv) {
     else if (!strcmp(a, "--responses-max")) bad = cli_parse_long("serve", a, v, 1, 1 << 20, &responses_max);
     else if (!strcmp(a, "--responses-bytes")) bad = parse_bytes(a, v, &responses_bytes);
     else if (!strcmp(a, "--cors")) cors = v;
+    else if (!strcmp(a, "--max-loaded")) bad = cli_parse_long("serve", a, v, 1, 1024, &max_loaded);
+    else if (!strcmp(a, "--load-wait")) bad = cli_parse_double("serve", a, v, 0.1, 86400, &load_wait);
+    else if (!strcmp(a, "--keep-alive")) {
+      if (registry_parse_keep_alive(v, &keep_alive)) {
+        fprintf(stderr, "power serve: invalid value for --keep-alive: '%s' (seconds, or a duration such as 5m, "
+                        "1h30m; 0 = unload when idle; -1 = forever)\n", v);
+        bad = 1;
+      }
+    }
     else if (!strcmp(a, "--header-timeout")) bad = cli_parse_double("serve", a, v, 0.1, 3600, &header_s);
     else if (!strcmp(a, "--body-timeout")) bad = cli_parse_double("serve", a, v, 0.1, 86400, &body_s);
     else if (!strcmp(a, "--max-connections")) bad = cli_parse_long("serve", a, v, 1, 65536, &max_conn);
@@ -235,7 +275,31 @@ int cmd_serve(int argc, char **argv) {
   if (log_text) log_requests = 2;
   if (no_log) log_requests = 0;
   char err[PW_ERRMAX] = "";
-  const char *path = cli_resolve_model(model, err, sizeof err);
+  const char *env_model = getenv("POWER_MODEL");
+  bool store_mode = !(model && *model) && !(env_model && *env_model);
+  /* --mem-budget (parsed with the weights options) is one model's
+   * resident weights with --model, and what the loaded models may hold
+   * together when serving the store: there a model larger than the whole
+   * budget streams its layers within it. */
+  if (store_mode && wts.mem_budget_frac > 0) {
+    fprintf(stderr, "power serve: --mem-budget as a share of the model needs --model; serving the store, give "
+                    "bytes (suffixes K, M, G)\n");
+    return 2;
+  }
+  uint64_t mem_budget = store_mode ? wts.mem_budget : 0;
+  if (store_mode) wts.mem_budget = 0;
+  bool store_flags = max_loaded != 1 || keep_alive != 300 || load_wait || allow_pull;
+  if (!store_mode && store_flags) {
+    fprintf(stderr, "power serve: --max-loaded, --keep-alive, --load-wait and --allow-pull apply "
+                    "when serving the store (without --model and POWER_MODEL)\n");
+    return 2;
+  }
+  if (store_mode && (template_file || spec.draft_model)) {
+    fprintf(stderr, "power serve: %s applies to one model: give --model with it\n",
+            template_file ? "--chat-template-file" : "a draft model");
+    return 2;
+  }
+  const char *path = store_mode ? "" : cli_resolve_model(model, err, sizeof err);
   if (!path) {
     fprintf(stderr, "power serve: %s\n", err);
     return 1;
@@ -270,6 +334,7 @@ int cmd_serve(int argc, char **argv) {
   /* A store name (the path is its blob): clients see the name. */
   char name[STORE_NAME_MAX + 1], e2[PW_ERRMAX];
   if (model && path != model && !store_name_check(model, name, e2)) eo.model_id = name;
+  else if (!model && env_model && path != env_model && !store_name_check(env_model, name, e2)) eo.model_id = name;
   eo.n_threads = (int)threads;
   eo.max_active = (int)parallel;
   eo.max_queue = (int)queue;
@@ -283,14 +348,25 @@ int cmd_serve(int argc, char **argv) {
   eo.prompt_cache_owner_entries = (int)tenant_entries;
   eo.prompt_cache_owner_bytes = tenant_bytes;
   engine *e = NULL;
-  if (engine_create(&eo, &e, err)) {
-    fprintf(stderr, "power serve: %s\n", err);
-    return 1;
+  srv_models_opts mo = {0};
+  if (store_mode) {
+    mo.engine = &eo;
+    mo.max_loaded = (int)max_loaded;
+    mo.mem_budget = mem_budget;
+    mo.keep_alive_s = keep_alive;
+    mo.load_wait_s = load_wait;
+    mo.allow_admin = allow_pull;
+  } else {
+    if (engine_create(&eo, &e, err)) {
+      fprintf(stderr, "power serve: %s\n", err);
+      return 1;
+    }
+    /* Hash the model before answering anything: every response carries the
+     * identity (system_fingerprint), and /health is up only once it is known. */
+    (void)engine_model_sha256(e);
   }
-  /* Hash the model before answering anything: every response carries the
-   * identity (system_fingerprint), and /health is up only once it is known. */
-  (void)engine_model_sha256(e);
   server_opts so = {0};
+  so.store = store_mode ? &mo : NULL;
   so.host = host;
   so.port = (int)port;
   so.max_body = (size_t)max_body;
@@ -320,7 +396,17 @@ int cmd_serve(int argc, char **argv) {
   }
   /* The bound port, also when --port 0 let the system pick one. */
   const char *fmt = strchr(host, ':') ? "serving %s on http://[%s]:%d" : "serving %s on http://%s:%d";
-  pw_log_notice(fmt, engine_model_id(e), host, server_port(s));
+  char what[STORE_PATH_MAX + 64];
+  if (store_mode) {
+    char kas[32];
+    if (keep_alive < 0) snprintf(kas, sizeof kas, "forever");
+    else snprintf(kas, sizeof kas, "%gs", keep_alive);
+    snprintf(what, sizeof what, "the store (max %ld loaded, keep-alive %s%s)", max_loaded, kas,
+             allow_pull ? ", pull and delete allowed" : "");
+  } else {
+    snprintf(what, sizeof what, "%s", engine_model_id(e));
+  }
+  pw_log_notice(fmt, what, host, server_port(s));
   if (spec.mode != ENGINE_SPEC_OFF)
     pw_log_notice("speculation %s%s%s", engine_spec_name(spec.mode), spec.draft_model ? " with draft " : "",
                   spec.draft_model ? spec.draft_model : "");
@@ -349,7 +435,7 @@ int cmd_serve(int argc, char **argv) {
    * of those answers. Both within the same grace period. */
   uint64_t t0 = pw_now_ns();
   int grace_ms = (int)(drain_s * 1000);
-  int rc = engine_drain(e, grace_ms);
+  int rc = e ? engine_drain(e, grace_ms) : 0;
   if (!rc) {
     int left = grace_ms - (int)((pw_now_ns() - t0) / 1000000u);
     rc = server_drain(s, left > 100 ? left : 100);

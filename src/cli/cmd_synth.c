@@ -71,7 +71,53 @@ static const synth_model k_models[] = {
      0, 0, 0, false, 0, false, 0, 4, 128, 16, 16, 4, 64, {11, 11, 10, 0}},
     {"qwen3.5-2b", "qwen35", "Qwen3.5 2B", 2048, 24, 8, 2, 256, 6144, 262144, 1e7f, 1e-6f, false, true, true, 0, 0,
      0, 0, false, 0, false, 0, 4, 128, 16, 16, 4, 64, {11, 11, 10, 0}},
+    /* encoders (k_enc below); rms_eps holds their LayerNorm epsilon */
+    {"bge-small-en-v1.5", "bert", "BGE small en v1.5", 384, 12, 12, 12, 32, 1536, 512, 1e4f, 1e-12f, true, false, true,
+     0, 0, 0, 0, false, 0, false, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
+    {"nomic-embed-text-v1.5", "nomic-bert", "Nomic Embed Text v1.5", 768, 12, 12, 12, 64, 3072, 2048, 1000.0f, 1e-12f,
+     false, false, true, 0, 0, 0, 0, false, 0, true, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
+    {"ms-marco-minilm-l6-v2", "bert", "MS MARCO MiniLM L6 v2 cross-encoder", 384, 6, 12, 12, 32, 1536, 512, 1e4f,
+     1e-12f, true, false, true, 0, 0, 0, 0, false, 0, false, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
+    {"qwen3-30b-a3b", "qwen3moe", "Qwen3 30B A3B", 2048, 48, 32, 4, 128, 6144, 40960, 1e6f, 1e-6f, false, true, false,
+     0, 0, 0, 0, false, 0, false, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
+    {"qwen1.5-moe-a2.7b", "qwen2moe", "Qwen1.5 MoE A2.7B", 2048, 24, 16, 16, 128, 5632, 8192, 1e6f, 1e-6f, true, false,
+     false, 0, 0, 0, 0, false, 0, false, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
 };
+
+/* Mixture-of-experts geometry of the models that have one: the MLP of
+ * every layer is a router (ffn_gate_inp) and n_expert stacked SwiGLU
+ * experts of n_ff_exp (ffn_{gate,up,down}_exps, 3-D), and where n_ff_shexp
+ * > 0 a shared expert beside them (ffn_{gate,up,down}_shexp) with its
+ * sigmoid gate (ffn_gate_inp_shexp, [n_embd, 1] as the converter writes
+ * it). */
+typedef struct synth_moe {
+  const char *id;
+  int n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
+} synth_moe;
+
+static const synth_moe k_moe[] = {
+    {"qwen3-30b-a3b", 128, 8, 768, 0},
+    {"qwen1.5-moe-a2.7b", 60, 4, 1408, 5632},
+};
+
+/* The encoders among k_models: their pooling ({arch}.pooling_type, as
+ * llama.cpp numbers it: 1 mean, 2 cls, 3 last, 4 rank) and whether they
+ * carry a reranker's classification head (cls, cls.output). */
+static const struct {
+  const char *id;
+  uint32_t pooling;
+  bool rank_head;
+} k_enc[] = {
+    {"bge-small-en-v1.5", 2, false},
+    {"nomic-embed-text-v1.5", 1, false},
+    {"ms-marco-minilm-l6-v2", 4, true},
+};
+
+static int sy_enc_index(const synth_model *m) {
+  for (size_t i = 0; i < sizeof k_enc / sizeof k_enc[0]; i++)
+    if (!strcmp(k_enc[i].id, m->id)) return (int)i;
+  return -1;
+}
 
 /* SY_DECAY: qwen35's A = -exp(A_log), negative */
 typedef enum sy_kind { SY_MATRIX, SY_NORM, SY_BIAS, SY_ROPE, SY_ROPE_LONG, SY_ROPE_SHORT, SY_DECAY } sy_kind;
@@ -97,6 +143,9 @@ typedef struct sy_ctx {
   double t0;
   const sy_tensor *cur;
   bool mtp; /* qwen35: write an MTP block after the layers */
+  int enc;  /* index in k_enc, or -1 */
+  int n_expert; /* > 0: the MLPs are mixtures of this many experts (moe) */
+  const synth_moe *moe;
 } sy_ctx;
 
 static uint64_t fnv1a(const char *s) {
@@ -124,6 +173,13 @@ static int sy_add(sy_ctx *c, const char *name, uint32_t n_dims, uint64_t ne0, ui
   t->std = std;
   t->name_hash = fnv1a(name);
   return 0;
+}
+
+/* a stacked expert tensor: n_exp matrices of ne1 rows of ne0 */
+static int sy_add3(sy_ctx *c, const char *name, uint64_t ne0, uint64_t ne1, uint64_t n_exp, float std) {
+  int rc = sy_add(c, name, 3, ne0, ne1, SY_MATRIX, std);
+  if (!rc) c->t[c->n - 1].ne[2] = n_exp;
+  return rc;
 }
 
 /* qwen35: is layer il a gated DeltaNet layer */
@@ -186,13 +242,29 @@ static int sy_build(sy_ctx *c, int n_layer, int64_t n_vocab) {
     }
     /* qwen35 names its pre-MLP norm post_attention_norm */
     ADD(m->ssm_d_conv > 0 ? "post_attention_norm.weight" : "ffn_norm.weight", 1, e, 1, SY_NORM, 0.02f);
-    if (m->fused) {
+    if (c->n_expert > 0) {
+      /* the router stays F32 (llama.cpp's quantizer leaves it) */
+      const int64_t F = c->moe->n_ff_exp, X = c->n_expert;
+      ADD("ffn_gate_inp.weight", 2, e, X, SY_MATRIX, 0.02f);
+#define ADD3(suffix, a, b) (snprintf(n, sizeof n, "blk.%d.%s", il, suffix), rc |= sy_add3(c, n, a, b, X, 0.02f))
+      ADD3("ffn_gate_exps.weight", e, F);
+      ADD3("ffn_up_exps.weight", e, F);
+      ADD3("ffn_down_exps.weight", F, e);
+#undef ADD3
+      if (c->moe->n_ff_shexp > 0) {
+        const int64_t S = c->moe->n_ff_shexp;
+        ADD("ffn_gate_inp_shexp.weight", 2, e, 1, SY_MATRIX, 0.02f);
+        ADD("ffn_gate_shexp.weight", 2, e, S, SY_MATRIX, 0.02f);
+        ADD("ffn_up_shexp.weight", 2, e, S, SY_MATRIX, 0.02f);
+        ADD("ffn_down_shexp.weight", 2, S, e, SY_MATRIX, 0.02f);
+      }
+    } else if (m->fused) {
       ADD("ffn_up.weight", 2, e, 2 * (int64_t)m->n_ff, SY_MATRIX, 0.02f);
     } else {
       ADD("ffn_gate.weight", 2, e, m->n_ff, SY_MATRIX, 0.02f);
       ADD("ffn_up.weight", 2, e, m->n_ff, SY_MATRIX, 0.02f);
     }
-    ADD("ffn_down.weight", 2, m->n_ff, e, SY_MATRIX, 0.02f);
+    if (c->n_expert == 0) ADD("ffn_down.weight", 2, m->n_ff, e, SY_MATRIX, 0.02f);
     if (mtp) {
       ADD("nextn.eh_proj.weight", 2, 2 * e, e, SY_MATRIX, 0.02f);
       ADD("nextn.enorm.weight", 1, e, 1, SY_NORM, 0.02f);
@@ -202,6 +274,77 @@ static int sy_build(sy_ctx *c, int n_layer, int64_t n_vocab) {
 #undef ADD
   }
   return rc ? PW_ENOMEM : 0;
+}
+
+/* The tensors of a BERT-family encoder as llama.cpp's converter names them
+ * (bert: separate Q/K/V with biases, absolute positions, GELU MLP with
+ * biases; nomic-bert: fused QKV, SwiGLU MLP, no biases), and a reranker's
+ * classification head. */
+static int sy_build_enc(sy_ctx *c, int n_layer, int64_t n_vocab, uint32_t n_types) {
+  const synth_model *m = c->m;
+  const bool nomic = !strcmp(m->arch, "nomic-bert");
+  const int64_t e = m->n_embd, ff = m->n_ff;
+  int rc = 0;
+  rc |= sy_add(c, "token_embd.weight", 2, e, n_vocab, SY_MATRIX, 0.05f);
+  /* one row per token type of the vocabulary (llama.cpp checks the shape) */
+  if (n_types > 0) rc |= sy_add(c, "token_types.weight", 2, e, n_types, SY_MATRIX, 0.05f);
+  if (!nomic) rc |= sy_add(c, "position_embd.weight", 2, e, m->n_ctx, SY_MATRIX, 0.05f);
+  rc |= sy_add(c, "token_embd_norm.weight", 1, e, 1, SY_NORM, 0.02f);
+  rc |= sy_add(c, "token_embd_norm.bias", 1, e, 1, SY_BIAS, 0.02f);
+  if (k_enc[c->enc].rank_head) {
+    rc |= sy_add(c, "cls.weight", 2, e, e, SY_MATRIX, 0.05f);
+    rc |= sy_add(c, "cls.bias", 1, e, 1, SY_BIAS, 0.02f);
+    rc |= sy_add(c, "cls.output.weight", 2, e, 1, SY_MATRIX, 0.05f);
+    rc |= sy_add(c, "cls.output.bias", 1, 1, 1, SY_BIAS, 0.02f);
+  }
+  for (int il = 0; il < n_layer; il++) {
+    char n[64];
+#define ADD(suffix, nd, a, b, kind, std) \
+  (snprintf(n, sizeof n, "blk.%d.%s", il, suffix), rc |= sy_add(c, n, nd, a, b, kind, std))
+    if (nomic) {
+      ADD("attn_qkv.weight", 2, e, 3 * e, SY_MATRIX, 0.02f);
+    } else {
+      ADD("attn_q.weight", 2, e, e, SY_MATRIX, 0.02f);
+      ADD("attn_k.weight", 2, e, e, SY_MATRIX, 0.02f);
+      ADD("attn_v.weight", 2, e, e, SY_MATRIX, 0.02f);
+      ADD("attn_q.bias", 1, e, 1, SY_BIAS, 0.02f);
+      ADD("attn_k.bias", 1, e, 1, SY_BIAS, 0.02f);
+      ADD("attn_v.bias", 1, e, 1, SY_BIAS, 0.02f);
+    }
+    ADD("attn_output.weight", 2, e, e, SY_MATRIX, 0.02f);
+    if (!nomic) ADD("attn_output.bias", 1, e, 1, SY_BIAS, 0.02f);
+    ADD("attn_output_norm.weight", 1, e, 1, SY_NORM, 0.02f);
+    ADD("attn_output_norm.bias", 1, e, 1, SY_BIAS, 0.02f);
+    ADD("ffn_up.weight", 2, e, ff, SY_MATRIX, 0.02f);
+    if (nomic) ADD("ffn_gate.weight", 2, e, ff, SY_MATRIX, 0.02f);
+    ADD("ffn_down.weight", 2, ff, e, SY_MATRIX, 0.02f);
+    if (!nomic) {
+      ADD("ffn_up.bias", 1, ff, 1, SY_BIAS, 0.02f);
+      ADD("ffn_down.bias", 1, e, 1, SY_BIAS, 0.02f);
+    }
+    ADD("layer_output_norm.weight", 1, e, 1, SY_NORM, 0.02f);
+    ADD("layer_output_norm.bias", 1, e, 1, SY_BIAS, 0.02f);
+#undef ADD
+  }
+  return rc ? PW_ENOMEM : 0;
+}
+
+/* An encoder's hyperparameters, as llama.cpp's converter writes them. */
+static int sy_enc_meta(gguf_writer *w, const synth_model *m, int n_layer, uint32_t pooling, char *err) {
+  char key[160];
+#define KEY(s) (snprintf(key, sizeof key, "%s.%s", m->arch, s), key)
+  if (gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)n_layer, err) ||
+      gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)m->n_ctx, err) ||
+      gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)m->n_embd, err) ||
+      gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)m->n_ff, err) ||
+      gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)m->n_head, err) ||
+      gguf_writer_set_f32(w, KEY("attention.layer_norm_epsilon"), m->rms_eps, err) ||
+      gguf_writer_set_bool(w, KEY("attention.causal"), false, err) ||
+      gguf_writer_set_u32(w, KEY("pooling_type"), pooling, err))
+    return -1;
+  if (!strcmp(m->arch, "nomic-bert") && gguf_writer_set_f32(w, KEY("rope.freq_base"), m->rope_base, err)) return -1;
+#undef KEY
+  return 0;
 }
 
 /* llama3 rope scaling as llama.cpp's converter bakes it into rope_freqs:
@@ -270,7 +413,8 @@ static int sy_data(void *p, uint64_t i, gguf_emit_fn emit, void *sink, char *err
     fprintf(stderr, "[%4llu/%4d] %-28s [%6llu, %6llu] %-5s (%.1fs)\n", (unsigned long long)i + 1, c->n, t->name,
             (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], pw_dtype_name(t->out_type),
             pw_now_s() - c->t0);
-  return quant_stream(c->pool, sy_row, c, (int64_t)t->ne[1], (int64_t)t->ne[0], t->out_type, emit, sink, err);
+  return quant_stream(c->pool, sy_row, c, (int64_t)(t->ne[1] * t->ne[2]), (int64_t)t->ne[0], t->out_type, emit, sink,
+                      err);
 }
 
 static int sy_cmp(const void *a, const void *b) {
@@ -293,6 +437,9 @@ static void synth_usage(FILE *out) {
           "  --yarn F,CTX    YaRN rope scaling by F over an original context of CTX positions\n"
           "  --orig-ctx N    override the original context of LongRoPE models (quick tests of the long factors)\n"
           "  --mtp           qwen3.5: add the MTP block (nextn) after the layers\n"
+          "  --pooling P     encoders: mean, cls, last or rank (rank needs a reranker; default: the model's)\n"
+          "  --experts N     mixture-of-experts models: N experts per layer instead of the model's (at least\n"
+          "                  its experts per token; quick tests)\n"
           "  --threads N     generation threads (default 2; the output is the same for any N)\n"
           "  --quiet         no progress on stderr\n",
           quant_ftype_names());
@@ -300,7 +447,8 @@ static void synth_usage(FILE *out) {
 
 int cmd_synth(int argc, char **argv) {
   const char *arch = NULL, *vocab = NULL, *outp = NULL, *type = "F16";
-  long seed = 1, layers = 0, threads = 2, window = 0, yarn_ctx = 0, orig_ctx = 0;
+  long seed = 1, layers = 0, threads = 2, window = 0, yarn_ctx = 0, orig_ctx = 0, experts = 0;
+  const char *pooling = NULL;
   double yarn_factor = 0;
   int quiet = 0;
   bool mtp = false;
@@ -320,7 +468,7 @@ int cmd_synth(int argc, char **argv) {
       continue;
     }
     bool known = !strcmp(a, "--arch") || !strcmp(a, "--vocab") || !strcmp(a, "--out") || !strcmp(a, "-o") ||
-                 !strcmp(a, "--type") || !strcmp(a, "--seed") || !strcmp(a, "--layers") || !strcmp(a, "--window") || !strcmp(a, "--yarn") || !strcmp(a, "--orig-ctx") ||
+                 !strcmp(a, "--type") || !strcmp(a, "--seed") || !strcmp(a, "--layers") || !strcmp(a, "--window") || !strcmp(a, "--yarn") || !strcmp(a, "--orig-ctx") || !strcmp(a, "--pooling") || !strcmp(a, "--experts") ||
                  !strcmp(a, "--threads") || !strcmp(a, "-t");
     if (!known) {
       fprintf(stderr, "power synth: unknown argument %s (try --help)\n", a);
@@ -335,6 +483,7 @@ int cmd_synth(int argc, char **argv) {
     else if (!strcmp(a, "--vocab")) vocab = v;
     else if (!strcmp(a, "--out") || !strcmp(a, "-o")) outp = v;
     else if (!strcmp(a, "--type")) type = v;
+    else if (!strcmp(a, "--pooling")) pooling = v;
     else if (!strcmp(a, "--seed")) {
       if (cli_parse_long("synth", a, v, 0, 0x7fffffffL, &seed)) return 2;
     } else if (!strcmp(a, "--layers")) {
@@ -347,6 +496,8 @@ int cmd_synth(int argc, char **argv) {
         fprintf(stderr, "power synth: --yarn takes FACTOR,CONTEXT (FACTOR in (1, 1024]), not '%s'\n", v);
         return 2;
       }
+    } else if (!strcmp(a, "--experts")) {
+      if (cli_parse_long("synth", a, v, 1, 512, &experts)) return 2;
     } else if (!strcmp(a, "--orig-ctx")) {
       if (cli_parse_long("synth", a, v, 1, 1 << 24, &orig_ctx)) return 2;
     } else if (!strcmp(a, "--window")) {
@@ -370,12 +521,41 @@ int cmd_synth(int argc, char **argv) {
     fprintf(stderr, "power synth: --mtp: %s has no MTP block\n", m->id);
     return 2;
   }
+  const synth_moe *moe = NULL;
+  for (size_t i = 0; i < sizeof k_moe / sizeof k_moe[0]; i++)
+    if (!strcmp(m->id, k_moe[i].id)) moe = &k_moe[i];
+  if (experts > 0 && !moe) {
+    fprintf(stderr, "power synth: --experts: %s is not a mixture of experts\n", m->id);
+    return 2;
+  }
+  if (moe && experts > 0 && experts < moe->n_expert_used) {
+    fprintf(stderr, "power synth: --experts %ld: %s routes each token to %d experts\n", experts, m->id,
+            moe->n_expert_used);
+    return 2;
+  }
   if (orig_ctx > 0 && m->longrope_ctx == 0) {
     fprintf(stderr, "power synth: --orig-ctx: %s has no LongRoPE\n", m->id);
     return 2;
   }
   if (window > 0 && m->n_swa == 0) {
     fprintf(stderr, "power synth: --window: %s has no sliding window\n", m->id);
+    return 2;
+  }
+  const int enc = sy_enc_index(m);
+  uint32_t pool_type = enc >= 0 ? k_enc[enc].pooling : 0;
+  if (pooling) {
+    static const char *const k_pool[] = {"", "mean", "cls", "last", "rank"};
+    pool_type = 0;
+    for (uint32_t i = 1; i < 5; i++)
+      if (!strcmp(pooling, k_pool[i])) pool_type = i;
+    if (enc < 0 || pool_type == 0 || (pool_type == 4 && !k_enc[enc].rank_head)) {
+      fprintf(stderr, "power synth: --pooling '%s': %s\n", pooling,
+              enc < 0 ? "only encoders pool" : pool_type == 0 ? "not mean, cls, last or rank" : "rank needs a reranker");
+      return 2;
+    }
+  }
+  if (enc >= 0 && yarn_factor > 0) {
+    fprintf(stderr, "power synth: --yarn: %s has no RoPE scaling\n", m->id);
     return 2;
   }
   const quant_ftype *q = quant_ftype_find(type);
@@ -393,6 +573,9 @@ int cmd_synth(int argc, char **argv) {
   c.seed = (uint64_t)seed;
   c.quiet = quiet;
   c.mtp = mtp;
+  c.enc = enc;
+  c.moe = moe;
+  c.n_expert = moe ? (experts > 0 ? (int)experts : moe->n_expert) : 0;
   if (gguf_open(vocab, &vf, err)) {
     fprintf(stderr, "power synth: %s: %s\n", vocab, err);
     goto done;
@@ -409,7 +592,13 @@ int cmd_synth(int argc, char **argv) {
     if (!c.rope) goto oom;
     sy_rope_factors(m, c.rope);
   }
-  if (sy_build(&c, n_layer, (int64_t)toks.n)) goto oom;
+  uint32_t n_types = 2; /* BERT's two sentence types unless the vocabulary says */
+  gguf_get_u32(vf, "tokenizer.ggml.token_type_count", &n_types);
+  if (n_types > 16) {
+    fprintf(stderr, "power synth: %s: token_type_count %u is not a plausible count\n", vocab, n_types);
+    goto done;
+  }
+  if (enc >= 0 ? sy_build_enc(&c, n_layer, (int64_t)toks.n, n_types) : sy_build(&c, n_layer, (int64_t)toks.n)) goto oom;
   qsort(c.t, (size_t)c.n, sizeof *c.t, sy_cmp);
   names = calloc((size_t)c.n, sizeof *names);
   w = gguf_writer_create();
@@ -420,15 +609,21 @@ int cmd_synth(int argc, char **argv) {
   for (int i = 0; i < c.n; i++) {
     sy_tensor *t = &c.t[i];
     t->out_type = quant_mix_converts(t->name, t->n_dims) ? quant_mix_type(&mix, t->name, t->ne) : PW_DT_F32;
+    if (!strcmp(t->name, "token_types.weight")) t->out_type = PW_DT_F32; /* llama.cpp never quantizes it */
     if (gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->out_type, err)) goto fail;
   }
   /* Metadata in the order llama.cpp's converter writes it. */
   char title[96];
-  snprintf(title, sizeof title, "%s (synthetic weights, seed %ld%s%s)", m->title, seed,
-           n_layer != m->n_layer ? ", fewer layers" : "", window > 0 ? ", another window" : "");
+  snprintf(title, sizeof title, "%s (synthetic weights, seed %ld%s%s%s)", m->title, seed,
+           n_layer != m->n_layer ? ", fewer layers" : "", window > 0 ? ", another window" : "",
+           moe && c.n_expert != moe->n_expert ? ", other expert count" : "");
   const char *a = m->arch;
 #define KEY(s) (snprintf(key, sizeof key, "%s.%s", a, s), key)
-  if (gguf_writer_set_str(w, "general.architecture", a, err) || gguf_writer_set_str(w, "general.type", "model", err) ||
+  if (enc >= 0 && (gguf_writer_set_str(w, "general.architecture", a, err) ||
+                   gguf_writer_set_str(w, "general.type", "model", err) ||
+                   gguf_writer_set_str(w, "general.name", title, err) || sy_enc_meta(w, m, n_layer, pool_type, err)))
+    goto fail;
+  if (enc < 0 && (gguf_writer_set_str(w, "general.architecture", a, err) || gguf_writer_set_str(w, "general.type", "model", err) ||
       gguf_writer_set_str(w, "general.name", title, err) ||
       gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)(n_layer + (mtp ? 1 : 0)), err) ||
       gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)m->n_ctx, err) ||
@@ -437,7 +632,7 @@ int cmd_synth(int argc, char **argv) {
       gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)m->n_head, err) ||
       gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)m->n_head_kv, err) ||
       gguf_writer_set_f32(w, KEY("rope.freq_base"), m->rope_base, err) ||
-      gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), m->rms_eps, err))
+      gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), m->rms_eps, err)))
     goto fail;
   if (m->head_dim != m->n_embd / m->n_head &&
       (gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)m->head_dim, err) ||
@@ -456,6 +651,12 @@ int cmd_synth(int argc, char **argv) {
         (mtp && gguf_writer_set_u32(w, KEY("nextn_predict_layers"), 1, err)))
       goto fail;
   }
+  if (moe && (gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)c.n_expert, err) ||
+              gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)moe->n_expert_used, err) ||
+              gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)moe->n_ff_exp, err) ||
+              (moe->n_ff_shexp > 0 &&
+               gguf_writer_set_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)moe->n_ff_shexp, err))))
+    goto fail;
   if (m->longrope_ctx > 0) {
     /* Phi-3's converter: attn_factor = sqrt(1 + ln(scale) / ln(original context)) */
     int oc = orig_ctx > 0 ? (int)orig_ctx : m->longrope_ctx;

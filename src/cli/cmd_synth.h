@@ -44,6 +44,12 @@ typedef struct quant_mix {
   int n_gqa;                  /* n_head / n_head_kv (1 if unknown) */
   bool pure;                  /* no mix: every converted tensor q->base
                                  (then the row-length fallbacks) */
+  bool moe;                   /* stacked experts (*_exps) present: as
+                                 llama.cpp for a mixture of experts, an
+                                 ffn_down's index is its layer's, out of
+                                 n_layer (the routed and shared experts'
+                                 ffn_down of a layer share it) */
+  int n_layer;                /* layers (blk.N.) of the file */
 } quant_mix;
 
 /* names[n]: every tensor of the output file (to count the above). */

@@ -621,6 +621,10 @@ int cmd_verify(int argc, char **argv) {
       replay = true;
       continue;
     }
+    if (cli_weights_is_flag(a)) {
+      cli_weights_parse("verify", &g_weights, a, NULL);
+      continue;
+    }
     if (i + 1 >= argc) {
       fprintf(stderr, "power verify: option %s needs a value (see power verify --help)\n", a);
       return 2;

@@ -5,6 +5,7 @@
 #include "cli/cmd_ab.h"
 #include "cli/cmd_bench.h"
 #include "cli/cmd_crypt.h"
+#include "cli/cmd_ps.h"
 #include "cli/cmd_serve.h"
 #include "cli/cmd_store.h"
 #include "cli/cmd_synth.h"
@@ -30,7 +31,8 @@ static const subcommand k_cmds[] = {
     {"ab", cmd_ab, "paired two-order A/B of engine configurations, with output parity"},
     {"chat", cmd_chat, "interactive chat with the model's template (/reset, /exit)"},
     {"inspect", cmd_inspect, "describe a GGUF file (quantization, sizes, tensors; --sha256, -o json)"},
-    {"serve", cmd_serve, "OpenAI-compatible HTTP server"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server (one model, or the store's models on demand)"},
+    {"ps", cmd_ps, "models a running server has loaded (--host, --port)"},
     {"synth", cmd_synth, "write a model with a real model's shapes and dummy weights"},
     {"quantize", cmd_quantize, "convert F32/F16/BF16 weights to a quantized type"},
     {"template", cmd_template, "render a chat template (--model M | --template F.jinja) --vars V.json"},

@@ -197,6 +197,23 @@ static int alloc_buffers(engine *e, const engine_opts *o, char *err) {
   return 0;
 }
 
+/* An encoder's options: no speculation (nothing is generated) and no
+ * prompt cache (every pass starts a sequence over); a pass holds a whole
+ * context (each input is evaluated at once); absolute position embeddings
+ * bound the context. */
+static int eng_encoder_opts(engine *e, engine_opts *o, bool spec, char *err) {
+  const model_hparams *hp = model_hp(e->m);
+  if (spec)
+    return pw_seterr(err, PW_EINVAL, "engine: speculative decoding needs a generative model (%s is an encoder)",
+                     hp->arch_name);
+  if (hp->arch == MODEL_ARCH_BERT && e->n_ctx > hp->n_ctx_train)
+    return pw_seterr(err, PW_EINVAL, "engine: a context of %d exceeds the %d positions of this %s model", e->n_ctx,
+                     hp->n_ctx_train, hp->arch_name);
+  o->prompt_cache_entries = -1;
+  if (o->step_tokens < e->n_ctx) o->step_tokens = e->n_ctx;
+  return 0;
+}
+
 int engine_create(const engine_opts *opts, engine **out, char *err) {
   *out = NULL;
   if (!opts || !opts->model_path || !*opts->model_path) return pw_seterr(err, PW_EINVAL, "engine: no model path");
@@ -212,7 +229,14 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   pthread_mutex_init(&e->gv_mu, NULL);
   eng_cond_init_monotonic(&e->work_cv);
   eng_cond_init_monotonic(&e->idle_cv);
-  model_opts mo = {.n_threads = o.n_threads, .weights = {.io = o.weights_io, .key_file = o.weights_key_file}};
+  model_opts mo = {.n_threads = o.n_threads,
+                   .weights = {.io = o.weights_io,
+                               .key_file = o.weights_key_file,
+                               .mem_budget = o.weights_mem_budget,
+                               .mem_budget_frac = o.weights_mem_budget_frac,
+                               .residency = o.weights_residency,
+                               .mlock = o.weights_mlock,
+                               .hugepages = o.weights_hugepages}};
   if ((rc = model_load(o.model_path, &mo, &e->m, err)) < 0) goto fail;
   const model_hparams *hp = model_hp(e->m);
   if ((rc = tok_vocab_load(model_gguf(e->m), &e->vocab, err)) < 0) goto fail;
@@ -220,6 +244,13 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   e->n_embd = hp->n_embd;
   e->n_ctx = o.n_ctx ? o.n_ctx : (hp->n_ctx_train < ENGINE_DEFAULT_CTX ? hp->n_ctx_train : ENGINE_DEFAULT_CTX);
   o.n_ctx = e->n_ctx;
+  e->encoder = model_is_encoder(e->m);
+  e->pooling = e->encoder ? (int)model_get_pooling(e->m) : ENGINE_POOL_MEAN;
+  e->n_scores = e->pooling == ENGINE_POOL_RANK ? model_n_cls_out(e->m) : 0;
+  if (e->encoder) {
+    if ((rc = eng_encoder_opts(e, &o, drafter != NULL, err)) < 0) goto fail;
+    drafter = NULL;
+  }
   e->n_cache = o.prompt_cache_entries > 0 ? o.prompt_cache_entries : 0;
   e->n_slots = o.max_active + e->n_cache;
   const model_kv_opts ko = {o.kv_type_k, o.kv_type_v};
@@ -351,6 +382,9 @@ const char *engine_chat_template(const engine *e) {
 }
 int engine_n_ctx(const engine *e) { return e->n_ctx; }
 int engine_n_embd(const engine *e) { return e->n_embd; }
+bool engine_is_encoder(const engine *e) { return e->encoder; }
+engine_pooling engine_get_pooling(const engine *e) { return (engine_pooling)e->pooling; }
+int engine_embedding_dim(const engine *e) { return e->pooling == ENGINE_POOL_RANK ? e->n_scores : e->n_embd; }
 /* The identity is the SHA-256 of the file bytes, hashed from the mapping
  * (the same bytes) on first use, so commands that never ask don't pay for
  * reading a multi-GB file at start-up; and once per file identity (device,
@@ -363,8 +397,14 @@ const char *engine_model_sha256(const engine *ce) {
     uint8_t dig[32];
     if (!e->have_file_id || !pw_sha256_cache_get(&e->file_id, dig)) {
       const gguf_file *f = model_gguf(e->m);
-      pw_sha256(gguf_base(f), (size_t)gguf_size(f), dig);
-      if (e->have_file_id && e->file_id.size == (uint64_t)gguf_size(f)) pw_sha256_cache_put(&e->file_id, dig);
+      char err[PW_ERRMAX];
+      /* under a memory budget the bytes are not all resident: re-read */
+      const bool ok = weights_sha256(model_weights(e->m), dig, err) == 0;
+      if (!ok) {
+        pw_log(PW_LOG_ERROR, "model digest: %s", err);
+        memset(dig, 0, sizeof dig);
+      }
+      if (ok && e->have_file_id && e->file_id.size == (uint64_t)gguf_size(f)) pw_sha256_cache_put(&e->file_id, dig);
     }
     pw_hex(dig, 32, e->sha256);
     e->sha_done = true;
@@ -374,5 +414,6 @@ const char *engine_model_sha256(const engine *ce) {
 }
 
 uint64_t engine_model_size(const engine *e) { return (uint64_t)gguf_size(model_gguf(e->m)); }
+size_t engine_kv_bytes(const engine *e) { return model_kv_bytes(e->kv); }
 const char *engine_kernels(void) { return pw_tensor_kernels(); }
 

@@ -87,6 +87,14 @@ typedef struct engine_opts {
    * prefix reuse stay exact with any type: a position's K/V rows are
    * stored once and read back the same whoever reads them. */
   uint32_t kv_type_k, kv_type_v;
+  /* The model's alone (not a draft model's): a memory budget (bytes, or a
+   * share of the file in (0, 1]; 0 = all resident), the residency policy
+   * under it, and host controls of the weights' memory (weights.h). */
+  uint64_t weights_mem_budget;
+  double weights_mem_budget_frac;
+  int weights_residency;  /* weights_residency_policy */
+  bool weights_mlock;
+  bool weights_hugepages;
   int max_active;         /* sequences decoding at once (KV slots), 1..ENGINE_MAX_ACTIVE; 0 = the default */
   int max_queue;          /* requests waiting for a slot, 0..ENGINE_MAX_QUEUE; 0 = the default */
   int n_ctx;              /* context per sequence, ENGINE_MIN_CTX..ENGINE_MAX_CTX;
@@ -155,6 +163,8 @@ typedef enum engine_spec_mode {
   ENGINE_SPEC_PROMPT_LOOKUP = 1, /* copy what followed the last n-gram's match in the prompt */
   ENGINE_SPEC_NGRAM = 2,         /* the same over prompt and generated text */
   ENGINE_SPEC_DRAFT = 3,         /* a smaller GGUF with the same vocabulary, greedy */
+  ENGINE_SPEC_MTP = 4,           /* the model's own MTP block (qwen35 nextn), greedy; a model
+                                  * without one is an engine_create error */
 } engine_spec_mode;
 
 typedef enum engine_spec_policy {
@@ -166,7 +176,7 @@ typedef enum engine_spec_policy {
 int engine_spec_policy_parse(const char *name);
 const char *engine_spec_policy_name(int policy);
 
-/* "off", "prompt-lookup", "ngram", "draft" -> mode; -1 if unknown. */
+/* "off", "prompt-lookup", "ngram", "draft", "mtp" -> mode; -1 if unknown. */
 int engine_spec_parse(const char *name);
 const char *engine_spec_name(int mode);
 
@@ -356,6 +366,9 @@ int engine_n_embd(const engine *e);
 const char *engine_model_sha256(const engine *e);
 /* Size of the model file in bytes. */
 uint64_t engine_model_size(const engine *e);
+/* Bytes of the KV cache reserved at creation (every slot, cache entries
+ * included): with engine_model_size, what the engine holds in memory. */
+size_t engine_kv_bytes(const engine *e);
 /* The kernel level in use ("scalar", "avx2", "avx512", "avx512-vbmi"):
  * receipts name it, since bits may differ across levels. Static string. */
 const char *engine_kernels(void);
@@ -368,8 +381,26 @@ int engine_submit(engine *e, const engine_params *p, engine_req **out, char *err
  * Returns 0 with *ev filled, or PW_ETIMEOUT if none arrived in time. After
  * DONE/ERROR no more events come: further calls return PW_EINVAL at once. */
 int engine_next(engine_req *r, engine_event *ev, int timeout_ms);
-/* For embedding requests after DONE: the L2-normalised mean-pooled vector
- * (n_embd floats, borrowed until release). */
+/* How an embedding is pooled. Decoders: the mean over the prompt. Encoders
+ * (bert, nomic-bert) as their metadata says; they compute embeddings only:
+ * a request that is not an embedding fails with PW_EINVAL, each prompt is
+ * evaluated whole in one pass (bidirectional attention), and the prompt
+ * cache and speculation do not apply. */
+typedef enum engine_pooling {
+  ENGINE_POOL_MEAN = 1, /* mean over the prompt's final states */
+  ENGINE_POOL_CLS = 2,  /* the first token's state */
+  ENGINE_POOL_LAST = 3, /* the last token's state */
+  ENGINE_POOL_RANK = 4, /* a reranker: the classification head's scores */
+} engine_pooling;
+bool engine_is_encoder(const engine *e);
+engine_pooling engine_get_pooling(const engine *e);
+/* Values engine_embedding gives: n_embd, or the head's score count for
+ * ENGINE_POOL_RANK. */
+int engine_embedding_dim(const engine *e);
+/* For embedding requests after DONE: the L2-normalised pooled vector
+ * (engine_embedding_dim floats, borrowed until release); with
+ * ENGINE_POOL_RANK the raw scores of the classification head, not
+ * normalised (the relevance score is the first, as llama.cpp's). */
 const float *engine_embedding(const engine_req *r);
 /* Asks the engine to stop the request; it leaves the batch within a step
  * and ends with DONE (finish CANCEL). Never blocks. */

@@ -108,8 +108,8 @@ struct engine_req {
   stop_matcher sm;   /* stop strings and their held-back prefix */
   char *txt;         /* [txt_cap] text ready for the next event, owned */
   int txt_len, txt_cap;
-  double *embd_acc;  /* [n_embd] running sum of final hidden states, owned */
-  float *embd;       /* [n_embd] the result, owned */
+  double *embd_acc;  /* [n_embd] running sum (mean pooling) or the chosen state, owned */
+  float *embd;       /* [max(n_embd, n_scores)] the result, owned */
   cache_ent *ent;    /* the cache entry this request took (busy), or NULL */
   engine_usage u;    /* cached_tokens and the speculation counters */
   /* speculation */
@@ -148,6 +148,10 @@ struct engine {
   model_kv *kv;
   model_ctx *ctx;
   int n_vocab, n_embd, n_ctx;
+  /* an encoder (model_is_encoder): embeddings only, each prompt in one
+   * pass; its pooling (engine_pooling values) and score count */
+  bool encoder;
+  int pooling, n_scores;
   long n_passes;       /* target forward passes run (engine thread) */
   int n_slots;         /* KV sequences: max_active + cache entries */
   size_t tok_bytes;    /* KV bytes of one position (target + draft) */
@@ -236,6 +240,10 @@ struct drafter_ops {
   /* The target committed r's tokens up to r->n_fed after verifying a
    * round of r->n_prop proposals with `accepted` of them accepted. */
   void (*observe_commit)(engine *e, engine_req *r, int accepted);
+  /* After each successful target pass over the generation batch ents[n],
+   * before its verification: e->ctx still holds the pass
+   * (model_ctx_hidden). */
+  void (*observe_pass)(engine *e, const model_entry *ents, int n);
   /* The KV of slot was cut back to n positions (a commit after
    * verification, prefix reuse, a slot freed with n = 0): drop what the
    * drafter holds past n for that slot. */
@@ -245,7 +253,12 @@ struct drafter_ops {
 /* NULL-terminated, one row per drafter (spec.c). */
 extern const drafter_ops *const engine_drafters[];
 const drafter_ops *eng_drafter(int mode);
-extern const drafter_ops eng_draft_prompt_lookup, eng_draft_ngram, eng_draft_model;
+extern const drafter_ops eng_draft_prompt_lookup, eng_draft_ngram, eng_draft_model, eng_draft_mtp;
+/* Testing only (draft_mtp.c): when set, called with each request's MTP
+ * proposals after they are made, and may overwrite them (not their count),
+ * so tests can force chosen proposals to be accepted or rejected. NULL in
+ * the product. */
+extern void (*eng_mtp_test_hook)(engine_req *r, int32_t *prop, int n);
 
 /* ---- shared between the engine's files ------------------------------------ */
 

@@ -183,6 +183,11 @@ static int validate_params(const engine *e, const engine_params *p, char *err) {
   if (!p) return pw_seterr(err, PW_EINVAL, "no request parameters");
   if (!p->prompt || p->n_prompt < 1) return pw_seterr(err, PW_EINVAL, "the prompt is empty");
   if (p->grammar && p->embedding) return pw_seterr(err, PW_EINVAL, "an embedding request cannot carry a grammar");
+  if (e->encoder && !p->embedding)
+    return pw_seterr(err, PW_EINVAL, "model %s is an embedding model: it does not generate text", e->model_id);
+  if (e->encoder && p->n_prompt > e->o.step_tokens)
+    return pw_seterr(err, PW_ECONTEXT, "the input has %d tokens but an encoder's pass holds %d", p->n_prompt,
+                     e->o.step_tokens);
   for (int i = 0; i < p->n_prompt; i++)
     if (p->prompt[i] < 0 || p->prompt[i] >= e->n_vocab)
       return pw_seterr(err, PW_EINVAL, "prompt token %d at position %d is outside the vocabulary of %d",
@@ -266,7 +271,7 @@ int engine_submit(engine *e, const engine_params *p, engine_req **out, char *err
   r->prompt = r->toks;
   if (p->embedding) {
     r->embd_acc = calloc((size_t)e->n_embd, sizeof *r->embd_acc);
-    r->embd = calloc((size_t)e->n_embd, sizeof *r->embd);
+    r->embd = calloc((size_t)(e->n_scores > e->n_embd ? e->n_scores : e->n_embd), sizeof *r->embd);
     if (!r->embd_acc || !r->embd) goto nomem;
   } else {
     r->smp = pw_sampler_create(&p->sampling, e->n_vocab, err);

@@ -243,6 +243,7 @@ static step_plan step_plan_batch(engine *e) {
     engine_req *r = e->run[i];
     if (r->n_fed >= r->n_prompt) continue;
     int c = r->n_prompt - r->n_fed;
+    if (e->encoder && c > budget) continue; /* its whole input, in a later step */
     if (c > budget) c = budget;
     budget -= c;
     sp.prefill += c;
@@ -298,6 +299,7 @@ static void step_generate(engine *e, int n) {
     for (int p = 0; p < e->n_part; p++) eng_run_end_req(e, e->part[p], ENGINE_FINISH_NONE, rc, e->err);
     return;
   }
+  if (e->drafter && e->drafter->observe_pass) e->drafter->observe_pass(e, e->ents, n);
   for (int p = 0; p < e->n_part; p++) {
     engine_req *r = e->part[p];
     const float *lg = e->logits + (size_t)r->step_row * e->n_vocab;

@@ -11,7 +11,8 @@
 
 #include <string.h>
 
-const drafter_ops *const engine_drafters[] = {&eng_draft_prompt_lookup, &eng_draft_ngram, &eng_draft_model, NULL};
+const drafter_ops *const engine_drafters[] = {&eng_draft_prompt_lookup, &eng_draft_ngram, &eng_draft_model,
+                                                     &eng_draft_mtp,           NULL};
 
 const drafter_ops *eng_drafter(int mode) {
   for (int i = 0; engine_drafters[i]; i++)

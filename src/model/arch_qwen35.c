@@ -14,9 +14,10 @@
  *     attention over the KV cache, output times sigmoid(gate), projection.
  * Only the attention layers have KV cache slots; the recurrent ones have a
  * state per sequence (model_kv). The MTP block (nextn) is bound when the
- * file has it and is not run by the forward pass.
+ * file has it; the forward pass does not run it: model_mtp_forward does,
+ * over its own one-layer KV cache (model.h).
  *
- * Not here: qwen35moe (a routed MLP), vision, the MTP drafter. */
+ * Not here: qwen35moe (a routed MLP), vision, the MTP drafter (engine). */
 #include "model/model_int.h"
 
 #include "base/error.h"
@@ -85,6 +86,10 @@ static int bind_mtp(model *m, char *err) {
       (rc = model_bind_weight(f, NAME("nextn.shared_head_head.weight"), e, hp->n_vocab, &t->head, false, sub)) < 0)
     return pw_seterr(err, PW_EFORMAT, "%s", sub);
 #undef NAME
+  if (hp->n_ff < 2 * hp->n_embd)
+    return pw_seterr(err, PW_EUNSUPPORTED, "qwen35: an MTP block with n_ff %d < 2 n_embd is not supported", hp->n_ff);
+  t->blk.kv_slot = 0; /* its own cache's only layer */
+  t->blk.rs_slot = -1;
   m->has_mtp = true;
   return 0;
 }
@@ -323,11 +328,13 @@ static void dnet_mixer(model_ctx *c, model_kv *kv, const model_entry *e, int n, 
   be->matmul(c, &L->ssm_out, a->z, n, c->xn);
 }
 
-static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int il) {
+/* One block over the pass (c->x in, c->x out); then the hints for what
+ * comes next: layer il + 1, the output head after the last layer, nothing
+ * for the MTP block (il < 0). */
+static void block(model_ctx *c, model_kv *kv, const model_entry *e, int n, const layer_w *L, int il) {
   const model *m = c->m;
   const model_backend *be = m->be;
   const model_hparams *hp = &m->hp;
-  const layer_w *L = &m->layers[il];
   const int E = hp->n_embd;
   q35_act a;
   act_split(m, c->max_batch, c->arch_act, &a);
@@ -343,11 +350,91 @@ static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int i
   prefetch_w(c, &L->w_down, n);
   be->matmul_multi(c, gu, 2, E, c->xn, n);
   be->swiglu(c, c->gate, c->up, (int64_t)n * hp->n_ff);
-  be->prefetch_vec(il + 1 < hp->n_layer ? m->layers[il + 1].attn_norm : m->output_norm, E);
-  if (il + 1 < hp->n_layer) prefetch_layer(c, il + 1, n);
-  else prefetch_w(c, &m->output, n);
+  if (il >= 0) {
+    be->prefetch_vec(il + 1 < hp->n_layer ? m->layers[il + 1].attn_norm : m->output_norm, E);
+    if (il + 1 < hp->n_layer) prefetch_layer(c, il + 1, n);
+    else prefetch_w(c, &m->output, n);
+  }
   be->matmul(c, &L->w_down, c->gate, n, c->xn);
   be->add(c, c->x, c->xn, c->x, (int64_t)n * E);
+}
+
+static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int il) {
+  block(c, kv, e, n, &c->m->layers[il], il);
+}
+
+/* ---- the MTP block ---------------------------------------------------------- */
+
+size_t model_mtp_scratch_size(const model *m, int max_batch) {
+  const mtp_w *t = &m->mtp;
+  const layer_w *L = &t->blk;
+  const model_weight *head = t->head.data ? &t->head : &m->output;
+  pw_mm_op mx[4], gu[2];
+  const int k = mixer_ops(L, NULL, mx);
+  gu_ops(L, NULL, gu);
+  size_t sz[6] = {pw_matmul_multi_scratch_size(mx, k, m->hp.n_embd, max_batch),
+                  pw_matmul_multi_scratch_size(gu, 2, m->hp.n_embd, max_batch),
+                  pw_matmul_scratch_size(L->wo.type, L->wo.n_in, max_batch),
+                  pw_matmul_scratch_size(L->w_down.type, L->w_down.n_in, max_batch),
+                  pw_matmul_scratch_size(t->eh_proj.type, t->eh_proj.n_in, max_batch),
+                  pw_matmul_scratch_size(head->type, head->n_in, max_batch)};
+  size_t mm = 0;
+  for (int i = 0; i < 6; i++)
+    if (sz[i] > mm) mm = sz[i];
+  return mm;
+}
+
+/* As llama.cpp's qwen35 MTP graph: x = eh_proj([enorm(embed(token));
+ * hnorm(h)]), one full-attention block (its KV in layer 0 of kv), the head
+ * norm (shared_head_norm, else output_norm), the head (shared_head_head,
+ * else the output). The concatenated input is built in c->gate, which is
+ * wide enough: n_ff >= 2 n_embd is checked. */
+int model_mtp_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, const float *h, float *logits,
+                      float *h_out, char *err) {
+  const model *m = c->m;
+  const model_hparams *hp = &m->hp;
+  const model_backend *be = m->be;
+  const mtp_w *t = &m->mtp;
+  if (!m->has_mtp) return pw_seterr(err, PW_EUNSUPPORTED, "the model has no MTP block");
+  if (n < 1 || n > c->max_batch) return pw_seterr(err, PW_EINVAL, "batch of %d entries (limit %d)", n, c->max_batch);
+  if (kv->n_layer != 1 || kv->n_rs_layer != 0) return pw_seterr(err, PW_EINVAL, "not an MTP cache");
+  for (int i = 0; i < n; i++) {
+    if (e[i].seq < 0 || e[i].seq >= kv->n_seq)
+      return pw_seterr(err, PW_EINVAL, "entry %d: sequence %d out of range", i, e[i].seq);
+    if (e[i].token < 0 || e[i].token >= hp->n_vocab)
+      return pw_seterr(err, PW_EINVAL, "entry %d: token %d out of range (vocabulary %d)", i, e[i].token, hp->n_vocab);
+    int expect = kv->len[e[i].seq];
+    for (int u = 0; u < i; u++)
+      if (e[u].seq == e[i].seq) expect++;
+    if (e[i].pos != expect)
+      return pw_seterr(err, PW_EINVAL, "entry %d: position %d does not continue sequence %d (expected %d)", i,
+                       e[i].pos, e[i].seq, expect);
+    if (e[i].pos >= kv->n_ctx || e[i].pos >= c->max_ctx)
+      return pw_seterr(err, PW_ECONTEXT, "sequence %d: position %d exceeds the context of %d", e[i].seq, e[i].pos,
+                       kv->n_ctx);
+  }
+  const int E = hp->n_embd;
+  const model_weight *emb = t->embed.data ? &t->embed : &m->tok_embd;
+  const model_weight *head = t->head.data ? &t->head : &m->output;
+  float *cat = c->gate; /* [n][2E] */
+  for (int i = 0; i < n; i++) {
+    float *row = cat + (size_t)i * 2 * E;
+    pw_get_row(emb->type, emb->data, E, e[i].token, row);
+    be->rmsnorm(c, row, row, t->enorm, 1, E, hp->rms_eps);
+    be->rmsnorm(c, row + E, h + (size_t)i * E, t->hnorm, 1, E, hp->rms_eps);
+  }
+  be->matmul(c, &t->eh_proj, cat, n, c->x);
+  be->begin(c, e, n);
+  block(c, kv, e, n, &t->blk, -1);
+  for (int i = 0; i < n; i++) kv->len[e[i].seq] = e[i].pos + 1 > kv->len[e[i].seq] ? e[i].pos + 1 : kv->len[e[i].seq];
+  int nw = 0;
+  const float *hn = t->head_norm ? t->head_norm : m->output_norm;
+  for (int i = 0; i < n; i++)
+    if (e[i].want_logits) be->rmsnorm(c, c->rows + (size_t)nw++ * E, c->x + (size_t)i * E, hn, 1, E, hp->rms_eps);
+  if (nw == 0) return 0;
+  if (h_out) memcpy(h_out, c->rows, (size_t)nw * E * sizeof(float));
+  if (logits) be->matmul(c, head, c->rows, nw, logits);
+  return 0;
 }
 
 const model_arch_ops model_arch_qwen35 = {.name = "qwen35",

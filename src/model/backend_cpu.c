@@ -39,6 +39,17 @@ static void cpu_geglu(model_ctx *c, float *g, const float *u, int64_t n) {
   pw_geglu(g, g, u, n);
 }
 
+static void cpu_layernorm(model_ctx *c, float *y, const float *x, const float *w, const float *b, int rows, int dim,
+                          float eps) {
+  (void)c;
+  for (int r = 0; r < rows; r++) pw_layernorm(y + (size_t)r * dim, x + (size_t)r * dim, w, b, dim, eps);
+}
+
+static void cpu_gelu(model_ctx *c, float *y, const float *x, int64_t n) {
+  (void)c;
+  pw_gelu(y, x, n);
+}
+
 static void cpu_scale(model_ctx *c, float *y, const float *x, float s, int64_t n) {
   (void)c;
   pw_scale(y, x, s, n);
@@ -452,7 +463,10 @@ const model_backend model_backend_cpu = {
     .geglu = cpu_geglu,
     .scale = cpu_scale,
     .mul_sigmoid = cpu_mul_sigmoid,
+    .layernorm = cpu_layernorm,
+    .gelu = cpu_gelu,
     .delta_net = model_cpu_delta_net,
+    .moe_ffn = model_cpu_moe_ffn,
     .prefetch_weights = cpu_prefetch_weights,
     .prefetch_vec = cpu_prefetch_vec,
 };

@@ -19,7 +19,8 @@
 #include <strings.h>
 
 const model_arch_ops *const model_archs[] = {&model_arch_llama,  &model_arch_qwen2, &model_arch_qwen3, &model_arch_gemma3,
-                                             &model_arch_phi3,   &model_arch_qwen35, NULL};
+                                             &model_arch_phi3,   &model_arch_qwen35, &model_arch_bert,
+                                             &model_arch_nomic_bert, &model_arch_qwen3moe, &model_arch_qwen2moe, NULL};
 
 /* ---- loading ---------------------------------------------------------- */
 
@@ -187,12 +188,16 @@ static int bind_weights(model *m, char *err) {
   if (te->ne[1] < 1 || te->ne[1] > (1u << 24)) return pw_seterr(err, PW_EFORMAT, "token_embd.weight: bad vocabulary size");
   hp->n_vocab = (int32_t)te->ne[1];
   if ((rc = model_bind_weight(f, "token_embd.weight", hp->n_embd, hp->n_vocab, &m->tok_embd, true, err))) return rc;
-  rc = model_bind_weight(f, "output.weight", hp->n_embd, hp->n_vocab, &m->output, false, err);
-  if (rc < 0) return rc;
-  if (rc == 1) m->output = m->tok_embd; /* tied output */
-  if ((rc = model_bind_vec(f, "output_norm.weight", hp->n_embd, &m->output_norm, true, err))) return rc;
-  rc = model_bind_vec(f, "rope_freqs.weight", hp->n_rot / 2, &m->rope_freqs, false, err);
-  if (rc < 0) return rc;
+  if (!m->ad->encoder) { /* an encoder has no output head (arch_bert.c binds its own) */
+    rc = model_bind_weight(f, "output.weight", hp->n_embd, hp->n_vocab, &m->output, false, err);
+    if (rc < 0) return rc;
+    if (rc == 1) m->output = m->tok_embd; /* tied output */
+    if ((rc = model_bind_vec(f, "output_norm.weight", hp->n_embd, &m->output_norm, true, err))) return rc;
+    rc = model_bind_vec(f, "rope_freqs.weight", hp->n_rot / 2, &m->rope_freqs, false, err);
+    if (rc < 0) return rc;
+  } else {
+    m->output = m->tok_embd; /* never multiplied: sizes the logits scratch only */
+  }
   m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
   if (!m->layers) return pw_seterr(err, PW_ENOMEM, "out of memory");
   for (int il = 0; il < hp->n_layer; il++) {
@@ -202,6 +207,12 @@ static int bind_weights(model *m, char *err) {
      * state instead */
     if (m->layers[il].rs_slot >= 0) m->layers[il].rs_slot = m->n_rs_layers++;
     else m->layers[il].kv_slot = m->n_kv_layers++;
+  }
+  /* an encoder's K and V live for one layer of one pass: its layers share
+   * one slot of the cache */
+  if (m->ad->encoder) {
+    for (int il = 0; il < hp->n_layer; il++) m->layers[il].kv_slot = 0;
+    m->n_kv_layers = 1;
   }
   return 0;
 }
@@ -238,6 +249,14 @@ int model_load(const char *path, const model_opts *opts, model **out, char *err)
            m->res.bytes / 1048576.0, wi->io == WEIGHTS_IO_MMAP && !wi->encrypted ? "mapped" : "read",
            weights_io_name(wi->io), wi->encrypted ? ", decrypted" : "", wi->read_s, m->res.huge_bytes / 1048576.0,
            m->res.refreshed ? " (page cache re-read to get them)" : "");
+  weights_budget_info bi;
+  if (weights_get_budget(m->w, &bi))
+    pw_log(PW_LOG_INFO,
+           "model %s: memory budget %.1f MiB (%s): %.1f MiB always resident, %.1f MiB pinned, %.1f MiB streamed "
+           "through a pool of %.1f MiB",
+           path, bi.budget / 1048576.0, weights_residency_name(bi.policy), bi.base_bytes / 1048576.0,
+           bi.pinned_bytes / 1048576.0, (gguf_size(m->f) - bi.base_bytes - bi.pinned_bytes) / 1048576.0,
+           bi.pool_bytes / 1048576.0);
   if (wi->encrypted)
     pw_log(PW_LOG_INFO, "model %s: decrypted %.1f MiB in %.3f s on %d threads (AES-GCM %.2f GB/s per core)%s", path,
            wi->bytes / 1048576.0, wi->decrypt_s, wi->decrypt_threads,
@@ -262,10 +281,14 @@ void model_destroy(model *m) {
 }
 
 const model_hparams *model_hp(const model *m) { return &m->hp; }
+bool model_is_encoder(const model *m) { return m->ad->encoder; }
+model_pooling model_get_pooling(const model *m) { return m->pooling; }
+int model_n_cls_out(const model *m) { return m->n_cls_out; }
 bool model_has_recurrent(const model *m) { return m->n_rs_layers > 0; }
 const gguf_file *model_gguf(const model *m) { return m->f; }
 const gguf_residency *model_residency(const model *m) { return &m->res; }
 const weights_info *model_weights_info(const model *m) { return weights_get_info(m->w); }
+weights *model_weights(const model *m) { return m->w; }
 pw_pool *model_pool(const model *m) { return m->pool; }
 
 /* Buffers the kernels stream through start on a cache line: they are read
@@ -297,10 +320,6 @@ const char *model_kv_type_name(uint32_t type) {
   return type == PW_DT_F16 ? "f16" : type == PW_DT_Q8_0 ? "q8_0" : type == PW_DT_Q4_0 ? "q4_0" : "?";
 }
 
-int model_kv_create(const model *m, int n_seq, int n_ctx, model_kv **out, char *err) {
-  return model_kv_create_ex(m, n_seq, n_ctx, NULL, out, err);
-}
-
 /* bytes of one head's row of K or V in type t (0: unsupported here) */
 static size_t kv_row_bytes(uint32_t t, int head_dim, char *err) {
   if (t != PW_DT_F16 && t != PW_DT_Q8_0 && t != PW_DT_Q4_0) {
@@ -316,7 +335,11 @@ static size_t kv_row_bytes(uint32_t t, int head_dim, char *err) {
   return (size_t)head_dim / tr->blck * tr->type_size;
 }
 
-int model_kv_create_ex(const model *m, int n_seq, int n_ctx, const model_kv_opts *o, model_kv **out, char *err) {
+/* A cache of n_kv_layers attention layers in the types of o (NULL: F16),
+ * with the model's recurrent state when rs (the decoder's cache) or
+ * without (the MTP block's). */
+static int kv_create(const model *m, int n_seq, int n_ctx, int n_kv_layers, bool rs, const model_kv_opts *o,
+                     model_kv **out, char *err) {
   *out = NULL;
   if (n_seq < 1 || n_seq > 4096 || n_ctx < 1 || n_ctx > (1 << 22))
     return pw_seterr(err, PW_EINVAL, "invalid KV cache size: %d sequences x %d positions", n_seq, n_ctx);
@@ -329,7 +352,7 @@ int model_kv_create_ex(const model *m, int n_seq, int n_ctx, const model_kv_opts
                      PW_ATTN_KVQ_MAX_HD, hp->head_dim);
   model_kv *kv = calloc(1, sizeof *kv);
   if (!kv) return pw_seterr(err, PW_ENOMEM, "out of memory");
-  kv->n_layer = m->n_kv_layers;
+  kv->n_layer = n_kv_layers;
   kv->n_seq = n_seq;
   kv->n_ctx = n_ctx;
   kv->n_head_kv = hp->n_head_kv;
@@ -347,14 +370,14 @@ int model_kv_create_ex(const model *m, int n_seq, int n_ctx, const model_kv_opts
     model_kv_destroy(kv);
     return pw_seterr(err, PW_ENOMEM, "out of memory for a KV cache of %zu MiB", n * (rk + rv) >> 20);
   }
-  if (m->n_rs_layers > 0) {
+  if (rs && m->n_rs_layers > 0) {
     kv->n_rs_layer = m->n_rs_layers;
     kv->conv_w = hp->ssm_d_conv - 1;
     kv->conv_dim = hp->ssm_d_inner + 2 * hp->ssm_n_group * hp->ssm_d_state;
     kv->n_v_heads = hp->ssm_dt_rank;
     kv->d_state = hp->ssm_d_state;
     size_t nc = (size_t)kv->n_rs_layer * n_seq * kv->conv_dim * kv->conv_w;
-    size_t ns = (size_t)kv->n_rs_layer * n_seq * kv->n_v_heads * kv->d_state * kv->d_state;
+    size_t ns = (size_t)kv->n_rs_layer * n_seq * kv->n_v_heads * model_kv_ssm_head(kv);
     kv->conv = alloc_lines((nc ? nc : 1) * sizeof(float));
     kv->ssm = alloc_lines(ns * sizeof(float));
     if (!kv->conv || !kv->ssm) {
@@ -365,6 +388,22 @@ int model_kv_create_ex(const model *m, int n_seq, int n_ctx, const model_kv_opts
   }
   *out = kv;
   return 0;
+}
+
+int model_kv_create(const model *m, int n_seq, int n_ctx, model_kv **out, char *err) {
+  return kv_create(m, n_seq, n_ctx, m->n_kv_layers, true, NULL, out, err);
+}
+
+int model_kv_create_ex(const model *m, int n_seq, int n_ctx, const model_kv_opts *o, model_kv **out, char *err) {
+  return kv_create(m, n_seq, n_ctx, m->n_kv_layers, true, o, out, err);
+}
+
+bool model_has_mtp(const model *m) { return m->has_mtp; }
+
+int model_mtp_kv_create(const model *m, int n_seq, int n_ctx, model_kv **out, char *err) {
+  *out = NULL;
+  if (!m->has_mtp) return pw_seterr(err, PW_EUNSUPPORTED, "the model has no MTP block");
+  return kv_create(m, n_seq, n_ctx, 1, false, NULL, out, err);
 }
 
 void model_kv_destroy(model_kv *kv) {
@@ -383,7 +422,7 @@ int model_kv_n_ctx(const model_kv *kv) { return kv->n_ctx; }
 int model_kv_len(const model_kv *kv, int seq) { return kv->len[seq]; }
 static size_t seq_state_floats(const model_kv *kv) {
   return (size_t)kv->n_rs_layer *
-         ((size_t)kv->conv_dim * kv->conv_w + (size_t)kv->n_v_heads * kv->d_state * kv->d_state);
+         ((size_t)kv->conv_dim * kv->conv_w + (size_t)kv->n_v_heads * model_kv_ssm_head(kv));
 }
 
 size_t model_kv_bytes(const model_kv *kv) {
@@ -405,7 +444,7 @@ uint32_t model_kv_type_v(const model_kv *kv) { return kv->type_v; }
 static void rs_reset(model_kv *kv, int seq) {
   for (int l = 0; l < kv->n_rs_layer; l++) {
     memset(model_kv_conv(kv, l, seq), 0, (size_t)kv->conv_dim * kv->conv_w * sizeof(float));
-    memset(model_kv_ssm(kv, l, seq), 0, (size_t)kv->n_v_heads * kv->d_state * kv->d_state * sizeof(float));
+    memset(model_kv_ssm(kv, l, seq), 0, (size_t)kv->n_v_heads * model_kv_ssm_head(kv) * sizeof(float));
   }
   kv->rs_len[seq] = 0;
 }
@@ -434,7 +473,7 @@ void model_kv_state_save(const model_kv *kv, int seq, void *buf) {
   const int64_t len = kv->rs_len[seq];
   memcpy(buf, &len, sizeof len);
   float *p = (float *)((char *)buf + sizeof len);
-  const size_t nc = (size_t)kv->conv_dim * kv->conv_w, ns = (size_t)kv->n_v_heads * kv->d_state * kv->d_state;
+  const size_t nc = (size_t)kv->conv_dim * kv->conv_w, ns = (size_t)kv->n_v_heads * model_kv_ssm_head(kv);
   for (int l = 0; l < kv->n_rs_layer; l++) {
     memcpy(p, model_kv_conv(kv, l, seq), nc * sizeof(float));
     memcpy(p + nc, model_kv_ssm(kv, l, seq), ns * sizeof(float));
@@ -451,7 +490,7 @@ int model_kv_state_restore(model_kv *kv, int seq, const void *buf, char *err) {
     return pw_seterr(err, PW_EINVAL, "state snapshot of %lld positions does not fit sequence %d of %d", (long long)len,
                      seq, kv->len[seq]);
   const float *p = (const float *)((const char *)buf + sizeof len);
-  const size_t nc = (size_t)kv->conv_dim * kv->conv_w, ns = (size_t)kv->n_v_heads * kv->d_state * kv->d_state;
+  const size_t nc = (size_t)kv->conv_dim * kv->conv_w, ns = (size_t)kv->n_v_heads * model_kv_ssm_head(kv);
   for (int l = 0; l < kv->n_rs_layer; l++) {
     memcpy(model_kv_conv(kv, l, seq), p, nc * sizeof(float));
     memcpy(model_kv_ssm(kv, l, seq), p + nc, ns * sizeof(float));
@@ -475,7 +514,7 @@ void model_kv_copy(model_kv *kv, int dst, int src, int len) {
       for (int l = 0; l < kv->n_rs_layer; l++) {
         memcpy(model_kv_conv(kv, l, dst), model_kv_conv(kv, l, src), (size_t)kv->conv_dim * kv->conv_w * sizeof(float));
         memcpy(model_kv_ssm(kv, l, dst), model_kv_ssm(kv, l, src),
-               (size_t)kv->n_v_heads * kv->d_state * kv->d_state * sizeof(float));
+               (size_t)kv->n_v_heads * model_kv_ssm_head(kv) * sizeof(float));
       }
       kv->rs_len[dst] = len;
     }
@@ -542,6 +581,7 @@ int model_ctx_create(const model *m, int max_batch, int max_ctx, model_ctx **out
   }
   size_t so = pw_matmul_scratch_size(m->output.type, m->output.n_in, max_batch);
   if (so > mm) mm = so;
+  if (m->has_mtp && (so = model_mtp_scratch_size(m, max_batch)) > mm) mm = so;
   c->mm_scratch = alloc_lines(mm ? mm : 1);
   if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->rows ||
       !c->rope_cos || !c->rope_sin || !c->att_groups || !c->mm_scratch || (act && !c->arch_act) || split_err ||
@@ -577,6 +617,58 @@ void model_ctx_destroy(model_ctx *c) {
   free(c);
 }
 
+/* ---- streamed matrices (a memory budget, weights.h) ----------------------
+ * The embedding and output matrices stream in row pieces: an entry's row
+ * is read with its piece held; the logits are computed piece by piece, one
+ * entry at a time when there are several (batch invariance: the same bits
+ * as one matmul over all of them). */
+static const char *output_name(const model *m) {
+  return m->output.data == m->tok_embd.data ? "token_embd.weight" : "output.weight";
+}
+
+static int embed_rows(model_ctx *c, const model_entry *e, int n, char *err) {
+  const model *m = c->m;
+  const int E = m->hp.n_embd;
+  if (!weights_streaming(m->w)) {
+    for (int t = 0; t < n; t++) pw_get_row(m->tok_embd.type, m->tok_embd.data, E, e[t].token, c->x + (size_t)t * E);
+    return 0;
+  }
+  /* a row's bytes (at most n_embd floats) through c->xn, free until the
+   * first layer's norm */
+  const uint64_t rb = pw_dtype_row_size(m->tok_embd.type, (uint64_t)E);
+  for (int t = 0; t < n; t++) {
+    int rc = weights_copy(m->w, (const uint8_t *)m->tok_embd.data + (uint64_t)e[t].token * rb, (size_t)rb, c->xn, err);
+    if (rc) return rc;
+    pw_get_row(m->tok_embd.type, c->xn, E, 0, c->x + (size_t)t * E);
+  }
+  return 0;
+}
+
+static int output_logits(model_ctx *c, int nw, float *logits, char *err) {
+  const model *m = c->m;
+  weights_rows wr;
+  weights_tensor_rows(m->w, output_name(m), &wr);
+  if (wr.n == 0) {
+    m->be->matmul(c, &m->output, c->rows, nw, logits);
+    return 0;
+  }
+  const int E = m->hp.n_embd;
+  const uint64_t rb = pw_dtype_row_size(m->output.type, (uint64_t)m->output.n_in);
+  for (int k = 0; k < wr.n; k++) {
+    model_weight piece = m->output;
+    piece.data = (const uint8_t *)m->output.data + (uint64_t)wr.row0[k] * rb;
+    piece.n_out = wr.row0[k + 1] - wr.row0[k];
+    int rc = weights_acquire(m->w, wr.unit[k], err);
+    if (rc) return rc;
+    if (nw == 1) m->be->matmul(c, &piece, c->rows, 1, logits + wr.row0[k]);
+    else
+      for (int i = 0; i < nw; i++)
+        m->be->matmul(c, &piece, c->rows + (size_t)i * E, 1, logits + (size_t)i * m->hp.n_vocab + wr.row0[k]);
+    weights_release(m->w, wr.unit[k]);
+  }
+  return 0;
+}
+
 int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float *logits, float *hidden,
                   char *err) {
   const model *m = c->m;
@@ -609,19 +701,32 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
   if (kv->n_rs_layer > 0)
     for (int t = 0; t < n; t++)
       if (e[t].pos == 0) rs_reset(kv, e[t].seq);
+  if (m->ad->encoder && logits) return pw_seterr(err, PW_EINVAL, "%s is an embedding model: it has no logits", hp->arch_name);
   const int E = hp->n_embd;
   const model_backend *be = m->be;
-  for (int t = 0; t < n; t++) pw_get_row(m->tok_embd.type, m->tok_embd.data, E, e[t].token, c->x + (size_t)t * E);
+  int rc = embed_rows(c, e, n, err);
+  if (rc) return rc;
   if (hp->emb_scale != 0) be->scale(c, c->x, c->x, hp->emb_scale, (int64_t)n * E);
+  if (m->ad->embed && (rc = m->ad->embed(c, e, n, err)) < 0) return rc;
   be->begin(c, e, n);
-  for (int il = 0; il < hp->n_layer; il++) m->ad->layer(c, kv, e, n, il);
+  for (int il = 0; il < hp->n_layer; il++) {
+    /* under a memory budget the layer's weights are streamed in: held
+     * for the layer, the next one read meanwhile (weights.h) */
+    const int u = weights_layer_unit(m->w, il);
+    if ((rc = weights_acquire(m->w, u, err))) return rc;
+    m->ad->layer(c, kv, e, n, il);
+    weights_release(m->w, u);
+  }
   for (int t = 0; t < n; t++) kv->len[e[t].seq] = e[t].pos + 1 > kv->len[e[t].seq] ? e[t].pos + 1 : kv->len[e[t].seq];
   if (kv->n_rs_layer > 0)
     for (int t = 0; t < n; t++) kv->rs_len[e[t].seq] = kv->len[e[t].seq];
   int nw = 0;
   for (int t = 0; t < n; t++)
     if (e[t].want_logits) {
-      be->rmsnorm(c, c->rows + (size_t)nw * E, c->x + (size_t)t * E, m->output_norm, 1, E, hp->rms_eps);
+      if (m->ad->encoder) /* the last layer ends with its own norm */
+        memcpy(c->rows + (size_t)nw * E, c->x + (size_t)t * E, (size_t)E * sizeof(float));
+      else
+        be->rmsnorm(c, c->rows + (size_t)nw * E, c->x + (size_t)t * E, m->output_norm, 1, E, hp->rms_eps);
       nw++;
     }
   if (nw == 0) return 0;
@@ -629,11 +734,17 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
   if (logits) {
     /* the next step starts with layer 0's q, k and v */
     m->ad->prefetch_layer(c, 0, nw);
-    be->matmul(c, &m->output, c->rows, nw, logits);
+    if ((rc = output_logits(c, nw, logits, err))) return rc;
     if (hp->logit_softcap > 0) { /* cap * tanh(logits / cap), as llama.cpp's scale, tanh, scale */
       const float cap = hp->logit_softcap;
       for (size_t i = 0; i < (size_t)nw * hp->n_vocab; i++) logits[i] = tanhf(logits[i] * (1.0f / cap)) * cap;
     }
   }
   return 0;
+}
+
+void model_ctx_hidden(model_ctx *c, int n, float *out) {
+  const model *m = c->m;
+  PW_ASSERT(n >= 0 && n <= c->max_batch);
+  m->be->rmsnorm(c, out, c->x, m->output_norm, n, m->hp.n_embd, m->hp.rms_eps);
 }

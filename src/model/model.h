@@ -5,7 +5,9 @@
  * architectures `llama`, `qwen2` (QKV biases), `qwen3` (per-head Q/K
  * RMSNorm), all with a SwiGLU MLP, and `gemma3` (scaled embeddings,
  * sandwich norms, Q/K norm, sliding-window layers between global ones, a
- * GeGLU MLP) and `phi3` (fused QKV and gate/up projections, LongRoPE).
+ * GeGLU MLP), `phi3` (fused QKV and gate/up projections, LongRoPE) and
+ * `qwen3moe` (qwen3's attention, a routed mixture-of-experts MLP) and
+ * `qwen2moe` (qwen2's attention, routed experts beside a gated shared one).
  * Weights are views into the bytes weights/ holds: the GGUF mapping by
  * default, or an owned (possibly decrypted) copy.
  *
@@ -33,8 +35,22 @@ typedef enum model_arch {
   MODEL_ARCH_QWEN3,
   MODEL_ARCH_GEMMA3,
   MODEL_ARCH_PHI3,
-  MODEL_ARCH_QWEN35
+  MODEL_ARCH_QWEN35,
+  MODEL_ARCH_BERT,
+  MODEL_ARCH_NOMIC_BERT,
+  MODEL_ARCH_QWEN3MOE,
+  MODEL_ARCH_QWEN2MOE
 } model_arch;
+
+/* How an encoder's hidden states become one vector per sequence
+ * ({arch}.pooling_type, llama.cpp's values). */
+typedef enum model_pooling {
+  MODEL_POOLING_NONE = 0, /* a decoder (no pooling of its own) */
+  MODEL_POOLING_MEAN = 1,
+  MODEL_POOLING_CLS = 2,  /* the first token's state */
+  MODEL_POOLING_LAST = 3, /* the last token's state */
+  MODEL_POOLING_RANK = 4, /* the first token's state through the classification head: scores */
+} model_pooling;
 
 typedef struct model_hparams {
   model_arch arch;
@@ -73,6 +89,13 @@ typedef struct model_hparams {
   int32_t ssm_d_inner; /* value heads x value head dimension */
   int32_t n_recurrent; /* layers with a recurrent state */
   int32_t n_nextn;     /* MTP blocks stored after the n_layer decoder layers */
+  /* Mixture of experts (qwen3moe; 0 = dense MLP) */
+  int32_t n_expert;      /* experts per layer */
+  int32_t n_expert_used; /* experts each token goes through (top-k) */
+  int32_t n_ff_exp;      /* hidden size of one expert */
+  bool expert_norm;      /* the top-k weights are divided by their sum */
+  float expert_scale;    /* the top-k weights are multiplied by this (0, 1: none) */
+  int32_t n_ff_shexp;    /* hidden size of the shared expert (qwen2moe; 0 = none) */
 } model_hparams;
 
 /* A weight matrix: n_out rows of n_in elements of `type` (view). */
@@ -93,6 +116,18 @@ typedef struct model_opts {
                          * ignored: the model's pool decrypts. {0} = mmap */
 } model_opts;
 
+/* Encoders (bert, nomic-bert) compute embeddings only: no logits, no
+ * generation. Their model_forward needs each sequence's whole input in one
+ * pass (attention is bidirectional): positions start at 0 and every entry
+ * of a sequence is in the batch; hidden gets the last layer's states of
+ * the entries with want_logits, without a final norm, and logits must be
+ * NULL. */
+bool model_is_encoder(const model *m);
+/* The metadata's pooling (MEAN when an encoder's file names none; NONE
+ * for decoders) and, for RANK, the classification head's outputs (>= 1). */
+model_pooling model_get_pooling(const model *m);
+int model_n_cls_out(const model *m);
+
 /* Opens and validates a model; owns its weights (weights_open). */
 int model_load(const char *path, const model_opts *opts, model **out, char *err);
 void model_destroy(model *m);
@@ -104,6 +139,9 @@ const gguf_file *model_gguf(const model *m);
  * model_load) and what their load did */
 const gguf_residency *model_residency(const model *m);
 const weights_info *model_weights_info(const model *m);
+/* The weights the model reads (borrowed; lives as long as the model):
+ * budget and streaming figures (weights_get_budget), the file's digest. */
+weights *model_weights(const model *m);
 pw_pool *model_pool(const model *m);
 
 /* KV cache: n_seq sequences of up to n_ctx positions each, allocated once
@@ -176,5 +214,33 @@ void model_ctx_destroy(model_ctx *c);
  * the KV cache lengths (positions written past the old length are ignored). */
 int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float *logits, float *hidden,
                   char *err);
+/* RANK pooling (model_get_pooling): scores[model_n_cls_out] of one pooled
+ * state [n_embd] through the classification head, on c's scratch. */
+void model_rank_head(model_ctx *c, const float *pooled, float *scores);
+
+/* The final normalised hidden states (output_norm of the last layer's
+ * output) of every entry of c's last model_forward, in entry order, into
+ * out[n][n_embd]; n = that pass's entry count. Valid until c runs another
+ * pass. */
+void model_ctx_hidden(model_ctx *c, int n, float *out);
+
+/* ---- multi-token prediction (qwen35's MTP block, "nextn") ----------------
+ * The block proposes the token after next: for an entry (seq, pos, token)
+ * and h, the target's normalised hidden state at pos - 1 (model_ctx_hidden;
+ * zeros at pos 0), or the block's own h_out of the previous entry when
+ * proposals are chained, it runs eh_proj([enorm(embed(token));
+ * hnorm(h)]), one gated full-attention block over its own KV cache, the
+ * head norm and the shared output head: logits for the token at pos + 1.
+ * Its KV cache (model_mtp_kv_create) holds one attention layer per
+ * sequence, with the same position rules as model_forward's. */
+bool model_has_mtp(const model *m);
+int model_mtp_kv_create(const model *m, int n_seq, int n_ctx, model_kv **out, char *err);
+/* h: [n][n_embd] (borrowed); logits: [n_want][n_vocab] for entries with
+ * want_logits (may be NULL); h_out: optional [n_want][n_embd], the block's
+ * normalised output for the same entries. c comes from model_ctx_create
+ * for this model (its scratch covers the block) and must not be the one
+ * whose hidden states are still needed. PW_EUNSUPPORTED without a block. */
+int model_mtp_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, const float *h, float *logits,
+                      float *h_out, char *err);
 
 #endif

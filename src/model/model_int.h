@@ -12,9 +12,15 @@
  *   arch_phi3.c    Phi-3's block (fused QKV and gate/up, LongRoPE)
  *   arch_qwen35.c  Qwen3.5's hybrid block: gated DeltaNet layers with a
  *                  recurrent state, and gated full-attention layers
+ *   arch_bert.c    the BERT-family encoders (bert, nomic-bert): post-norm
+ *                  blocks with bidirectional attention, pooling heads
+ *   arch_qwen3moe.c  Qwen3-MoE's and Qwen2-MoE's blocks: their attention,
+ *                  then a routed mixture-of-experts MLP (the moe_ffn op)
  *   backend_cpu.c  the op interface on the CPU kernels of tensor/
  *   backend_cpu_dnet.c  the CPU's DeltaNet recurrence (conv1d + gated
  *                  delta rule over the per-sequence state)
+ *   backend_cpu_moe.c  the CPU's mixture-of-experts MLP (router, top-k,
+ *                  the tokens of a pass gathered by expert)
  *
  * A new architecture is one arch_*.c file (its hyperparameters, weight
  * binding and layer function, written over model_backend's ops) and a row
@@ -25,6 +31,7 @@
 
 #include "model/model.h"
 
+#include "tensor/dtype.h"
 #include "tensor/matmul.h"
 
 #include <stdbool.h>
@@ -53,7 +60,29 @@ typedef struct layer_w {
   const float *ssm_dt;   /* [n_v_heads] bias added to alpha */
   const float *ssm_a;    /* [n_v_heads] -exp(A_log) */
   const float *ssm_norm; /* [d_state] */
+  /* Encoders (arch_bert.c): fused QKV [n_embd -> 3 n_embd] (nomic-bert) or
+   * NULL data; biases of the output and MLP projections (or NULL); the
+   * post-attention and output LayerNorms (weight and bias, [n_embd]) */
+  model_weight wqkv;
+  const float *bo, *b_up, *b_down;
+  const float *attn_out_norm, *attn_out_norm_b, *out_norm, *out_norm_b;
+  /* Mixture of experts (hp.n_expert > 0): the router [n_embd -> n_expert]
+   * and the stacked experts, each bound as expert 0's matrix (gate/up
+   * [n_embd -> n_ff_exp], down [n_ff_exp -> n_embd]); expert e's rows
+   * start e * n_out rows further in the same tensor (model_expert). */
+  model_weight ffn_gate_inp, gate_exps, up_exps, down_exps;
+  /* the shared expert, every token's (qwen2moe; data NULL: none):
+   * [n_embd -> n_ff_shexp] SwiGLU, its output scaled by
+   * sigmoid(x . gate_inp_shexp), gate_inp_shexp [n_embd -> 1] F32 */
+  model_weight gate_shexp, up_shexp, down_shexp, gate_inp_shexp;
 } layer_w;
+
+/* Expert e of a stacked expert tensor bound as expert 0 (a view). */
+static inline model_weight model_expert(const model_weight *w, int e) {
+  model_weight v = *w;
+  v.data = (const char *)w->data + pw_dtype_row_size(w->type, (uint64_t)w->n_in) * (uint64_t)w->n_out * (uint64_t)e;
+  return v;
+}
 
 /* The MTP block (qwen35 nextn): a full-attention decoder block fed with
  * the last hidden state and the next token's embedding. Loaded when the
@@ -87,6 +116,18 @@ struct model {
   bool pool_borrowed;    /* opts->pool: not ours to destroy */
   unsigned mm_hints;     /* PW_MM_RESIDENT for files that fit in cache */
   gguf_residency res;    /* how the weights are held (weights_residency) */
+  /* Encoders (arch_bert.c; NULL/0 otherwise): the token-type row 0 and the
+   * absolute positions added to the token embeddings, the LayerNorm after
+   * them, the classification head of rerankers (cls: [n_embd -> n_embd],
+   * tanh, cls_out: [n_embd -> n_cls_out]), the pooling of the metadata. */
+  model_weight type_embd;   /* token_types rows of n_embd (row 0 is used), or data NULL */
+  model_weight pos_embd;    /* n_ctx_train rows of n_embd, or data NULL */
+  const float *tok_norm, *tok_norm_b;
+  model_weight cls, cls_out;
+  const float *cls_b, *cls_out_b;
+  int n_cls_out;
+  model_pooling pooling;
+  bool enc_causal;          /* {arch}.attention.causal: a causal mask after all */
 };
 
 struct model_kv {
@@ -100,9 +141,12 @@ struct model_kv {
   size_t row_k, row_v;
   int *len;        /* [n_seq] */
   /* Recurrent state (n_rs_layer > 0): per layer and sequence, the conv
-   * window [conv_dim][d_conv - 1] and the delta-rule state
-   * [n_v_heads][d_state][d_state] (row j of a head's matrix is column j of
-   * the state S: the update and the readout stream whole rows). */
+   * window [conv_dim][d_conv - 1] and the delta-rule state of each value
+   * head in blocks of MODEL_DNET_BLOCK positions (backend_cpu_dnet.c):
+   * the state S at the start of the current block [d_state][d_state] (row
+   * j of the matrix is column j of S: the readout streams whole rows),
+   * then the block's keys [BLOCK][d_state], deltas [BLOCK][d_state] and
+   * cumulative log decays [BLOCK] so far (model_kv_ssm_head floats). */
   int n_rs_layer, conv_dim, conv_w, n_v_heads, d_state;
   float *conv, *ssm;
   int *rs_len;     /* [n_seq] positions the state reflects; -1 = invalid */
@@ -111,8 +155,16 @@ struct model_kv {
 static inline float *model_kv_conv(const model_kv *kv, int rl, int seq) {
   return kv->conv + ((size_t)rl * kv->n_seq + seq) * kv->conv_dim * kv->conv_w;
 }
+/* Positions per block of the chunked delta rule: the state matrix changes
+ * once per block (a rank-BLOCK update), and each position's output is
+ * computed from the block's starting state and the block's earlier
+ * positions, the same way whatever the passes the positions came in. */
+#define MODEL_DNET_BLOCK 32
+static inline size_t model_kv_ssm_head(const model_kv *kv) {
+  return (size_t)kv->d_state * kv->d_state + (size_t)MODEL_DNET_BLOCK * (2 * (size_t)kv->d_state + 1);
+}
 static inline float *model_kv_ssm(const model_kv *kv, int rl, int seq) {
-  return kv->ssm + ((size_t)rl * kv->n_seq + seq) * kv->n_v_heads * kv->d_state * kv->d_state;
+  return kv->ssm + ((size_t)rl * kv->n_seq + seq) * kv->n_v_heads * model_kv_ssm_head(kv);
 }
 
 struct model_ctx {
@@ -176,6 +228,11 @@ struct model_backend {
   void (*swiglu)(model_ctx *c, float *g, const float *u, int64_t n);
   /* g = gelu(g) * u over n elements (tanh form, as ggml's table) */
   void (*geglu)(model_ctx *c, float *g, const float *u, int64_t n);
+  /* rows of dim: y = LayerNorm(x) * w + b (b may be NULL; y may be x) */
+  void (*layernorm)(model_ctx *c, float *y, const float *x, const float *w, const float *b, int rows, int dim,
+                    float eps);
+  /* y = gelu(x) over n elements (as ggml's table) */
+  void (*gelu)(model_ctx *c, float *y, const float *x, int64_t n);
   /* y = x * s over n elements */
   void (*scale)(model_ctx *c, float *y, const float *x, float s, int64_t n);
   /* y *= sigmoid(g) over n elements */
@@ -185,6 +242,13 @@ struct model_backend {
    * delta-rule update of each sequence's state, entry by entry in order,
    * and the readout (kv's recurrent state is updated in place). */
   void (*delta_net)(model_ctx *c, model_kv *kv, const model_entry *e, int n, const model_dnet_args *a);
+  /* The mixture-of-experts MLP of layer L over the pass: y[n][n_embd] =
+   * sum over each entry's top-k experts (router softmax, top-k, weights
+   * normalised and scaled as hp says) of weight * down(silu(gate x) * up
+   * x), plus the shared expert's output times its sigmoid gate where L has
+   * one; x = [n][n_embd] (y may not alias x). scratch:
+   * model_moe_scratch_floats floats. */
+  void (*moe_ffn)(model_ctx *c, const layer_w *L, const float *x, int n, float *y, float *scratch);
   /* Hints, no-ops where meaningless: the weights of the next matmul of a
    * pass of n entries, and a small vector needed soon. */
   void (*prefetch_weights)(model_ctx *c, const pw_mm_op *ops, int n_ops, int64_t n_in, int n);
@@ -205,6 +269,14 @@ struct model_arch_ops {
   int (*load_hparams)(model *m, char *err);
   /* Binds layer il's weights into m->layers[il]. */
   int (*bind_layer)(model *m, int il, char *err);
+  /* Encoders: after the token rows are gathered into c->x and before the
+   * layers (type and position embeddings, their norm); may refuse the
+   * batch (e.g. a position past the model's). NULL: nothing. */
+  int (*embed)(model_ctx *c, const model_entry *e, int n, char *err);
+  /* An encoder: bidirectional attention over each sequence's entries of the
+   * pass, no output norm or logits (model_forward gives the last layer's
+   * hidden states). */
+  bool encoder;
   /* Bytes of matmul scratch layer il needs for a pass of max_batch. */
   size_t (*scratch_size)(const model *m, int il, int max_batch);
   /* Runs layer il over the pass: c->x in, c->x out. */
@@ -219,14 +291,21 @@ struct model_arch_ops {
 /* NULL-terminated rows (model.c). */
 extern const model_arch_ops *const model_archs[];
 extern const model_arch_ops model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma3,
-    model_arch_phi3, model_arch_qwen35;
+    model_arch_phi3, model_arch_qwen35, model_arch_bert, model_arch_nomic_bert, model_arch_qwen3moe,
+    model_arch_qwen2moe;
 
 /* model.c: binding helpers for the architectures' files */
 int model_bind_weight(const gguf_file *f, const char *name, int64_t n_in, int64_t n_out, model_weight *w,
                       bool required, char *err);
 int model_bind_vec(const gguf_file *f, const char *name, int64_t n, const float **out, bool required, char *err);
+/* arch_qwen35.c: matmul scratch of an MTP pass of max_batch entries */
+size_t model_mtp_scratch_size(const model *m, int max_batch);
 /* the CPU's delta_net op (backend_cpu_dnet.c) */
 void model_cpu_delta_net(model_ctx *c, model_kv *kv, const model_entry *e, int n, const model_dnet_args *a);
+/* the CPU's moe_ffn op (backend_cpu_moe.c), and the floats of scratch it
+ * needs for a pass of max_batch entries */
+void model_cpu_moe_ffn(model_ctx *c, const layer_w *L, const float *x, int n, float *y, float *scratch);
+size_t model_moe_scratch_floats(const model_hparams *hp, int max_batch);
 /* row of (KV layer slot, seq, KV head, position) in the cache, and where
  * its K and V bytes are */
 static inline size_t model_kv_row(const model_kv *kv, int layer, int seq, int head, int pos) {

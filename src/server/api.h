@@ -14,6 +14,7 @@
 #define PW_SERVER_API_H
 
 #include "engine/engine.h"
+#include "server/models.h"
 #include "server/oai.h"
 #include "server/receipts.h"
 #include "server/sbuf.h"
@@ -85,13 +86,25 @@ enum MHD_Result srv_reply_raw(conn *k, struct MHD_Connection *c, int status, str
 enum MHD_Result srv_reply_error(conn *k, struct MHD_Connection *c, const oai_error *e);
 
 /* ---- the server's facts ----------------------------------------------- */
-engine *srv_engine(server *s);
-const prompt_builder *srv_prompt(server *s);
+/* The request's model (bound: srv_use_model, or the server's one model). */
+engine *srv_engine(conn *k);
+const prompt_builder *srv_prompt(conn *k);
 long long srv_started(server *s); /* Unix seconds the server started */
 int srv_keepalive_ms(server *s);
-/* 0 when name is empty/NULL (allow_empty), the model id, or the id with
- * ":latest" (the tag Ollama clients add); else 404 model_not_found in e. */
-int srv_check_model(server *s, const char *name, bool allow_empty, oai_error *e);
+/* Binds the request to the model it names. One model: 0 when name is
+ * empty/NULL (allow_empty), the model id, or the id with ":latest" (the
+ * tag Ollama clients add); else 404 model_not_found in e. Store serving:
+ * the store model (loaded when needed; models.h), held until the request
+ * ends; an empty name is 400 whatever allow_empty says. */
+int srv_use_model(conn *k, struct MHD_Connection *c, const char *name, bool allow_empty, oai_error *e);
+/* Nanoseconds the request waited for its model (room and load) when
+ * serving the store; 0 when it was loaded already or with one model. */
+uint64_t srv_load_ns(conn *k);
+/* The store being served; NULL = one model. */
+srv_models *srv_store(server *s);
+/* The request's keep_alive in seconds (< 0 forever, 0 unload after it):
+ * applied to its model when it ends (store serving). */
+void srv_set_keep_alive(conn *k, double seconds);
 struct resp_store *srv_responses(server *s);
 
 /* ---- the generation core ---------------------------------------------- */
@@ -104,7 +117,7 @@ enum MHD_Result srv_generate(conn *k, struct MHD_Connection *c, oai_request *r, 
                              const gen_api *api, void *ctx);
 /* The prompt tokens of a chat (messages as prompt_chat takes them), for
  * token counting. 0 or PW_EINVAL with e set. */
-int srv_count_chat(server *s, json_t *messages, int *n_tokens, oai_error *e);
+int srv_count_chat(conn *k, json_t *messages, int *n_tokens, oai_error *e);
 
 /* Embeddings through the engine, one input at a time. r: kind
  * OAI_EMBEDDING with inputs (validated); truncate cuts inputs longer than
@@ -118,6 +131,11 @@ enum MHD_Result srv_embed(conn *k, struct MHD_Connection *c, oai_request *r, boo
                           void *ctx);
 
 /* ---- adapters ---------------------------------------------------------- */
+/* Rerank (api_rerank.c): POST /v1/rerank over srv_embed with this
+ * renderer, the one embed_api allowed on a reranker. */
+enum MHD_Result rerank_handle(conn *k, struct MHD_Connection *c);
+extern const embed_api rerank_embed_api;
+
 extern const gen_api oai_gen_api; /* OpenAI chat/completions (server.c) */
 
 /* Ollama (api_ollama.c) */
@@ -158,6 +176,15 @@ void resp_store_usage(resp_store *st, int *entries, size_t *bytes);
 enum MHD_Result resp_create(conn *k, struct MHD_Connection *c);
 enum MHD_Result resp_get(conn *k, struct MHD_Connection *c);
 
+/* Model management (api_models.c): GET /v1/ps, POST /v1/models/{id}/load
+ * and /unload, DELETE /v1/models/{id}, Ollama's POST /api/pull and
+ * DELETE /api/delete. */
+enum MHD_Result models_ps(conn *k, struct MHD_Connection *c);
+enum MHD_Result models_action(conn *k, struct MHD_Connection *c);
+enum MHD_Result models_delete(conn *k, struct MHD_Connection *c);
+enum MHD_Result ollama_pull(conn *k, struct MHD_Connection *c);
+enum MHD_Result ollama_delete(conn *k, struct MHD_Connection *c);
+
 /* The chat page (ui.c over the files built in) */
 enum MHD_Result ui_page(conn *k, struct MHD_Connection *c);
 enum MHD_Result ui_asset(conn *k, struct MHD_Connection *c);
@@ -181,6 +208,11 @@ int api_stops(json_t *v, const char *param, oai_request *r, oai_error *e);
 int api_schema_grammar(json_t *schema, const char *param, grammar **out, oai_error *e);
 /* The grammar of any JSON object (JSON mode). */
 int api_json_grammar(grammar **out, oai_error *e);
+/* keep_alive of a request object: a number of seconds or a duration string
+ * ("5m", "1h30m"); negative = forever (-1). *given tells whether it was
+ * there (null counts as absent); then the request's keep-alive is set
+ * (srv_set_keep_alive). 0 or 400 naming it. */
+int api_keep_alive(conn *k, json_t *root, bool *given, double *out, oai_error *e);
 /* A seed for a request that gave none (CSPRNG). */
 uint64_t api_random_seed(void);
 /* Text of a content given as a string or as an array of typed blocks whose

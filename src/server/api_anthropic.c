@@ -104,10 +104,11 @@ static int parse_turns(oai_request *r, bool need_max_tokens, oai_error *e) {
   return 0;
 }
 
-static int parse_request(server *s, oai_request *r, char *model, size_t model_cap, oai_error *e) {
+static int parse_request(conn *k, struct MHD_Connection *c, oai_request *r, char *model, size_t model_cap,
+                         oai_error *e) {
   json_t *root = r->root;
   const char *m;
-  if (api_str(root, "model", "model", &m, e) || srv_check_model(s, m, false, e)) return PW_EINVAL;
+  if (api_str(root, "model", "model", &m, e) || srv_use_model(k, c, m, false, e)) return PW_EINVAL;
   snprintf(model, model_cap, "%s", m);
   long long mt;
   bool given;
@@ -250,7 +251,6 @@ static const gen_api an_api = {
 };
 
 enum MHD_Result anth_messages(conn *k, struct MHD_Connection *c) {
-  server *s = srv_server(k);
   oai_request r;
   oai_error e;
   size_t len;
@@ -261,10 +261,10 @@ enum MHD_Result anth_messages(conn *k, struct MHD_Connection *c) {
     return srv_reply_error(k, c, &e);
   }
   oai_resp o;
-  oai_resp_init(&o, OAI_CHAT, engine_model_id(srv_engine(s)), engine_model_sha256(srv_engine(s)));
+  oai_resp_init(&o, OAI_CHAT, NULL, NULL); /* the model's identity: srv_generate, once bound */
   oai_new_id("msg_", o.id, sizeof o.id);
   srv_set_id(k, o.id);
-  if (api_parse_body(body, len, OAI_CHAT, &r, &e) || parse_request(s, &r, x->model, sizeof x->model, &e)) {
+  if (api_parse_body(body, len, OAI_CHAT, &r, &e) || parse_request(k, c, &r, x->model, sizeof x->model, &e)) {
     free(x);
     oai_request_free(&r);
     return srv_reply_error(k, c, &e);
@@ -273,7 +273,6 @@ enum MHD_Result anth_messages(conn *k, struct MHD_Connection *c) {
 }
 
 enum MHD_Result anth_count_tokens(conn *k, struct MHD_Connection *c) {
-  server *s = srv_server(k);
   oai_request r;
   oai_error e;
   size_t len;
@@ -281,7 +280,7 @@ enum MHD_Result anth_count_tokens(conn *k, struct MHD_Connection *c) {
   const char *m;
   int n = 0;
   if (api_parse_body(body, len, OAI_CHAT, &r, &e) || api_str(r.root, "model", "model", &m, &e) ||
-      srv_check_model(s, m, false, &e) || parse_turns(&r, false, &e) || srv_count_chat(s, r.messages, &n, &e)) {
+      srv_use_model(k, c, m, false, &e) || parse_turns(&r, false, &e) || srv_count_chat(k, r.messages, &n, &e)) {
     oai_request_free(&r);
     return srv_reply_error(k, c, &e);
   }

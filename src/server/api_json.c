@@ -197,3 +197,23 @@ int api_parse_body(const char *body, size_t len, oai_kind kind, oai_request *r, 
   }
   return 0;
 }
+
+int api_keep_alive(conn *k, json_t *root, bool *given, double *out, oai_error *e) {
+  json_t *ka = json_object_get(root, "keep_alive");
+  *given = false;
+  if (!ka || json_is_null(ka)) return 0;
+  double v;
+  if (json_is_number(ka)) {
+    v = json_number_value(ka);
+    if (v != v || v > 10.0 * 365 * 86400)
+      return oai_seterr(e, 400, "invalid_value", "keep_alive", "'keep_alive' is out of range (at most 10 years)");
+    if (v < 0) v = -1;
+  } else if (!json_is_string(ka) || registry_parse_keep_alive(json_string_value(ka), &v)) {
+    return oai_seterr(e, 400, json_is_string(ka) ? "invalid_value" : "invalid_type", "keep_alive",
+                      "'keep_alive' must be a number of seconds or a duration such as \"5m\", \"1h30m\", \"-1\"");
+  }
+  *given = true;
+  *out = v;
+  srv_set_keep_alive(k, v);
+  return 0;
+}

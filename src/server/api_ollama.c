@@ -11,10 +11,14 @@
  * frequency_penalty, num_ctx (only the server's own context size);
  * typical_p, tfs_z, mirostat, penalize_newline only at their neutral
  * values; load-time options (num_gpu, num_thread, ...) are refused, as is
- * any option this file does not know. keep_alive is accepted: the model
- * stays loaded for the server's life.
- * What it is not: a model store (pull, push, create, copy, delete are not
- * served) or a multi-model router. */
+ * any option this file does not know. keep_alive (seconds, or a duration
+ * such as "5m"; 0 = unload after this request, negative = keep loaded) is
+ * honoured when the server serves a store; with one model it stays loaded
+ * for the server's life. A generate or chat request with nothing to
+ * generate only loads the model (done_reason "load"), or with keep_alive 0
+ * unloads it ("unload"), as Ollama does.
+ * What it is not: the store's pull and delete (api_models.c), or a
+ * multi-model router (models.c, registry.c). */
 #include "server/api.h"
 
 #include "base/error.h"
@@ -53,7 +57,7 @@ static const char *const k_known[] = {"temperature",     "top_k",          "top_
                                       "repeat_last_n",   "presence_penalty", "frequency_penalty", "num_ctx",
                                       NULL};
 
-static int parse_options(server *s, json_t *o, oai_request *r, oai_error *e) {
+static int parse_options(conn *k, json_t *o, oai_request *r, oai_error *e) {
   pw_sampler_params *sp = &r->sampling;
   /* Ollama's defaults, which its clients expect when they send none. */
   sp->temperature = 0.8f;
@@ -106,7 +110,7 @@ static int parse_options(server *s, json_t *o, oai_request *r, oai_error *e) {
     if (d <= 0) return oai_seterr(e, 400, "invalid_value", "options.repeat_penalty", "'options.repeat_penalty' must be > 0");
     sp->repeat_penalty = (float)d;
   }
-  int n_ctx = engine_n_ctx(srv_engine(s));
+  int n_ctx = engine_n_ctx(srv_engine(k));
   if (api_int(o, "repeat_last_n", "options.repeat_last_n", -1, PW_SAMPLE_MAX_LAST_N, &x, &given, e)) return PW_EINVAL;
   if (given) sp->repeat_last_n = x < 0 ? n_ctx : (int32_t)x; /* -1: the whole context, as Ollama */
   if (api_num(o, "presence_penalty", "options.presence_penalty", -2, 2, &d, &given, e)) return PW_EINVAL;
@@ -156,23 +160,32 @@ static bool nonempty(json_t *v) {
 }
 
 /* What both generation endpoints share: model, stream, options, format,
- * keep_alive, think. */
-static int parse_common(server *s, oai_request *r, char *model, oai_error *e) {
+ * keep_alive, think. nothing: the request has nothing to generate; then,
+ * serving a store, keep_alive 0 sets *unload and the model is not loaded. */
+static int parse_common(conn *k, struct MHD_Connection *c, oai_request *r, char *model, bool nothing, bool *unload,
+                        oai_error *e) {
   json_t *root = r->root;
   const char *m;
-  if (api_str(root, "model", "model", &m, e) || srv_check_model(s, m, false, e)) return PW_EINVAL;
+  bool has_keep;
+  double keep = 0;
+  *unload = false;
+  if (api_str(root, "model", "model", &m, e)) return PW_EINVAL;
+  if (!m || !*m) return srv_use_model(k, c, m, false, e); /* 400: 'model' is required */
   snprintf(model, OL_MODEL_MAX, "%s", m);
   r->stream = true; /* Ollama streams unless told not to */
   if (api_bool(root, "stream", "stream", &r->stream, e)) return PW_EINVAL;
-  json_t *ka = json_object_get(root, "keep_alive");
-  if (ka && !json_is_null(ka) && !json_is_string(ka) && !json_is_number(ka))
-    return oai_seterr(e, 400, "invalid_type", "keep_alive", "'keep_alive' must be a duration string or a number of seconds");
+  if (api_keep_alive(k, root, &has_keep, &keep, e)) return PW_EINVAL;
+  if (nothing && has_keep && keep == 0 && srv_store(srv_server(k))) {
+    *unload = true;
+    return srv_models_unload(srv_store(srv_server(k)), m, e);
+  }
+  if (srv_use_model(k, c, m, false, e)) return PW_EINVAL;
   json_t *think = json_object_get(root, "think");
   if (think && json_is_true(think))
     return oai_seterr(e, 400, "unsupported_think", "think", "'think' is not supported by this server");
   if (nonempty(json_object_get(root, "tools")))
     return oai_seterr(e, 400, "unsupported_tools", "tools", "'tools' is not supported yet (no tool calling)");
-  if (parse_options(s, json_object_get(root, "options"), r, e)) return PW_EINVAL;
+  if (parse_options(k, json_object_get(root, "options"), r, e)) return PW_EINVAL;
   return parse_format(root, r, e);
 }
 
@@ -181,6 +194,7 @@ static int parse_common(server *s, oai_request *r, char *model, oai_error *e) {
 typedef struct ol_ctx {
   char model[OL_MODEL_MAX]; /* the name the client asked for, echoed */
   bool chat;                /* /api/chat (message) or /api/generate (response) */
+  uint64_t load_ns;         /* time this request waited for its model to load (store serving) */
 } ol_ctx;
 
 static void put_head(const ol_ctx *x, sbuf *out) {
@@ -206,12 +220,14 @@ static void put_text(const ol_ctx *x, const char *text, size_t n, sbuf *out) {
  * prompt's evaluation is timed from arrival to the first token (queueing
  * included), generation from there to the end. */
 static void put_done(const gen_view *v, sbuf *out) {
+  const ol_ctx *x = v->ctx;
   uint64_t total = v->t_end > v->t0 ? v->t_end - v->t0 : 0;
   uint64_t first = v->t_first ? v->t_first - v->t0 : total;
   sbuf_printf(out,
-              ",\"done_reason\":\"%s\",\"done\":true,\"total_duration\":%llu,\"load_duration\":0,"
+              ",\"done_reason\":\"%s\",\"done\":true,\"total_duration\":%llu,\"load_duration\":%llu,"
               "\"prompt_eval_count\":%d,\"prompt_eval_duration\":%llu,\"eval_count\":%d,\"eval_duration\":%llu",
               v->finish == ENGINE_FINISH_LENGTH ? "length" : "stop", (unsigned long long)total,
+              (unsigned long long)(x ? x->load_ns : 0),
               v->usage.prompt_tokens, (unsigned long long)first, v->usage.completion_tokens,
               (unsigned long long)(total - first));
   oai_put_receipt(v->o, out);
@@ -259,24 +275,23 @@ static const gen_api ol_api = {
 };
 
 /* The answer Ollama gives to a request with nothing to generate: it only
- * loads the model (done_reason "load"). */
-static enum MHD_Result load_only(conn *k, struct MHD_Connection *c, const ol_ctx *x) {
+ * loads the model (done_reason "load"), or unloads it (keep_alive 0). */
+static enum MHD_Result load_only(conn *k, struct MHD_Connection *c, const ol_ctx *x, bool unload) {
   sbuf out = {0};
   put_head(x, &out);
   put_text(x, "", 0, &out);
-  sbuf_puts(&out, ",\"done_reason\":\"load\",\"done\":true}");
+  sbuf_printf(&out, ",\"done_reason\":\"%s\",\"done\":true}", unload ? "unload" : "load");
   return srv_reply_json(k, c, 200, &out);
 }
 
 static enum MHD_Result run(conn *k, struct MHD_Connection *c, oai_request *r, ol_ctx *x) {
-  server *s = srv_server(k);
   oai_resp o;
-  oai_resp_init(&o, r->kind, engine_model_id(srv_engine(s)), engine_model_sha256(srv_engine(s)));
+  x->load_ns = srv_load_ns(k);
+  oai_resp_init(&o, r->kind, engine_model_id(srv_engine(k)), engine_model_sha256(srv_engine(k)));
   return srv_generate(k, c, r, &o, &ol_api, x);
 }
 
 enum MHD_Result ollama_chat(conn *k, struct MHD_Connection *c) {
-  server *s = srv_server(k);
   oai_request r;
   oai_error e;
   size_t len;
@@ -287,15 +302,17 @@ enum MHD_Result ollama_chat(conn *k, struct MHD_Connection *c) {
     return srv_reply_error(k, c, &e);
   }
   x->chat = true;
+  bool unload;
   if (api_parse_body(body, len, OAI_CHAT, &r, &e)) goto fail;
-  if (parse_common(s, &r, x->model, &e)) goto fail;
   json_t *msgs = json_object_get(r.root, "messages");
   if (msgs && !json_is_null(msgs) && !json_is_array(msgs)) {
     oai_seterr(&e, 400, "invalid_type", "messages", "'messages' must be an array");
     goto fail;
   }
-  if (!msgs || json_is_null(msgs) || json_array_size(msgs) == 0) {
-    enum MHD_Result res = load_only(k, c, x);
+  bool nothing = !msgs || json_is_null(msgs) || json_array_size(msgs) == 0;
+  if (parse_common(k, c, &r, x->model, nothing, &unload, &e)) goto fail;
+  if (nothing) {
+    enum MHD_Result res = load_only(k, c, x, unload);
     free(x);
     oai_request_free(&r);
     return res;
@@ -340,7 +357,6 @@ fail:
 }
 
 enum MHD_Result ollama_generate(conn *k, struct MHD_Connection *c) {
-  server *s = srv_server(k);
   oai_request r;
   oai_error e;
   size_t len;
@@ -351,8 +367,10 @@ enum MHD_Result ollama_generate(conn *k, struct MHD_Connection *c) {
     return srv_reply_error(k, c, &e);
   }
   if (api_parse_body(body, len, OAI_CHAT, &r, &e)) goto fail;
-  if (parse_common(s, &r, x->model, &e)) goto fail;
   json_t *root = r.root;
+  json_t *pj = json_object_get(root, "prompt");
+  bool unload, nothing = !pj || json_is_null(pj) || (json_is_string(pj) && !json_string_length(pj));
+  if (parse_common(k, c, &r, x->model, nothing, &unload, &e)) goto fail;
   static const char *const refused[] = {"images", "suffix", "template", "context", NULL};
   for (int i = 0; refused[i]; i++)
     if (nonempty(json_object_get(root, refused[i]))) {
@@ -368,7 +386,7 @@ enum MHD_Result ollama_generate(conn *k, struct MHD_Connection *c) {
       api_bool(root, "raw", "raw", &raw, &e))
     goto fail;
   if (!prompt || !*prompt) {
-    enum MHD_Result res = load_only(k, c, x);
+    enum MHD_Result res = load_only(k, c, x, unload);
     free(x);
     oai_request_free(&r);
     return res;
@@ -398,6 +416,7 @@ fail:
 typedef struct ol_embed {
   const char *model; /* view */
   bool legacy;       /* /api/embeddings: one "embedding" */
+  uint64_t load_ns;  /* time waited for the model to load */
 } ol_embed;
 
 static void emb_begin(void *ctx, sbuf *out) {
@@ -421,15 +440,14 @@ static void emb_item(void *ctx, size_t index, const float *vec, int n, sbuf *out
 static void emb_end(void *ctx, long long prompt_tokens, uint64_t t0, uint64_t t_end, const oai_resp *ro, sbuf *out) {
   ol_embed *x = ctx;
   if (!x->legacy)
-    sbuf_printf(out, "],\"total_duration\":%llu,\"load_duration\":0,\"prompt_eval_count\":%lld",
-                (unsigned long long)(t_end - t0), prompt_tokens);
+    sbuf_printf(out, "],\"total_duration\":%llu,\"load_duration\":%llu,\"prompt_eval_count\":%lld",
+                (unsigned long long)(t_end - t0), (unsigned long long)x->load_ns, prompt_tokens);
   oai_put_receipt(ro, out);
   sbuf_puts(out, "}");
 }
 static const embed_api ol_embed_api = {emb_begin, emb_item, emb_end};
 
 static enum MHD_Result embed(conn *k, struct MHD_Connection *c, bool legacy) {
-  server *s = srv_server(k);
   oai_request r;
   oai_error e;
   size_t len;
@@ -441,12 +459,16 @@ static enum MHD_Result embed(conn *k, struct MHD_Connection *c, bool legacy) {
   bool has_dims = false;
   const char *key = legacy ? "prompt" : "input";
   json_t *in = json_object_get(r.root, key);
-  if (api_str(r.root, "model", "model", &m, &e) || srv_check_model(s, m, false, &e)) goto fail;
+  bool has_keep;
+  double keep;
+  if (api_str(r.root, "model", "model", &m, &e) || api_keep_alive(k, r.root, &has_keep, &keep, &e) ||
+      srv_use_model(k, c, m, false, &e))
+    goto fail;
   if (api_bool(r.root, "truncate", "truncate", &truncate, &e)) goto fail;
   if (api_int(r.root, "dimensions", "dimensions", 1, 1 << 20, &dims, &has_dims, &e)) goto fail;
-  if (has_dims && dims != engine_n_embd(srv_engine(s))) {
+  if (has_dims && dims != engine_n_embd(srv_engine(k))) {
     oai_seterr(&e, 400, "unsupported_dimensions", "dimensions",
-               "'dimensions' must be omitted or equal the model's embedding size %d", engine_n_embd(srv_engine(s)));
+               "'dimensions' must be omitted or equal the model's embedding size %d", engine_n_embd(srv_engine(k)));
     goto fail;
   }
   json_t *opts = json_object_get(r.root, "options");
@@ -476,7 +498,7 @@ static enum MHD_Result embed(conn *k, struct MHD_Connection *c, bool legacy) {
                       : "'input' must be a non-empty string or an array of at most 2048 of them");
     goto fail;
   }
-  ol_embed x = {m, legacy};
+  ol_embed x = {m, legacy, srv_load_ns(k)};
   return srv_embed(k, c, &r, truncate, &ol_embed_api, &x);
 fail:
   oai_request_free(&r);
@@ -508,8 +530,9 @@ static void put_time(long long unix_s, const char *key, sbuf *out) {
 }
 
 /* What a GGUF-served model can say of itself through the engine. */
-static void put_model(server *s, bool running, sbuf *out) {
-  engine *en = srv_engine(s);
+static void put_model(conn *k, bool running, sbuf *out) {
+  server *s = srv_server(k);
+  engine *en = srv_engine(k);
   sbuf_puts(out, "{");
   put_name(engine_model_id(en), out);
   if (!running) put_time(srv_started(s), "modified_at", out);
@@ -526,16 +549,24 @@ static void put_model(server *s, bool running, sbuf *out) {
 
 enum MHD_Result ollama_tags(conn *k, struct MHD_Connection *c) {
   sbuf out = {0};
+  if (srv_store(srv_server(k))) {
+    srv_models_render_tags(srv_store(srv_server(k)), &out);
+    return srv_reply_json(k, c, 200, &out);
+  }
   sbuf_puts(&out, "{\"models\":[");
-  put_model(srv_server(k), false, &out);
+  put_model(k, false, &out);
   sbuf_puts(&out, "]}");
   return srv_reply_json(k, c, 200, &out);
 }
 
 enum MHD_Result ollama_ps(conn *k, struct MHD_Connection *c) {
   sbuf out = {0};
+  if (srv_store(srv_server(k))) {
+    srv_models_render_ps(srv_store(srv_server(k)), true, &out);
+    return srv_reply_json(k, c, 200, &out);
+  }
   sbuf_puts(&out, "{\"models\":[");
-  put_model(srv_server(k), true, &out);
+  put_model(k, true, &out);
   sbuf_puts(&out, "]}");
   return srv_reply_json(k, c, 200, &out);
 }
@@ -548,7 +579,6 @@ enum MHD_Result ollama_version(conn *k, struct MHD_Connection *c) {
 
 enum MHD_Result ollama_show(conn *k, struct MHD_Connection *c) {
   server *s = srv_server(k);
-  engine *en = srv_engine(s);
   oai_request r;
   oai_error e;
   size_t len;
@@ -557,12 +587,13 @@ enum MHD_Result ollama_show(conn *k, struct MHD_Connection *c) {
   const char *m = NULL, *name = NULL;
   bool verbose = false;
   if (api_str(r.root, "model", "model", &m, &e) || api_str(r.root, "name", "name", &name, &e) ||
-      api_bool(r.root, "verbose", "verbose", &verbose, &e) || srv_check_model(s, m ? m : name, false, &e)) {
+      api_bool(r.root, "verbose", "verbose", &verbose, &e) || srv_use_model(k, c, m ? m : name, false, &e)) {
     oai_request_free(&r);
     return srv_reply_error(k, c, &e);
   }
   oai_request_free(&r);
-  const prompt_builder *pb = srv_prompt(s);
+  engine *en = srv_engine(k);
+  const prompt_builder *pb = srv_prompt(k);
   sbuf out = {0};
   sbuf_puts(&out, "{\"license\":\"\",\"modelfile\":");
   char mf[OL_MODEL_MAX + 64];
@@ -577,7 +608,10 @@ enum MHD_Result ollama_show(conn *k, struct MHD_Connection *c) {
   sbuf_json_str(&out, engine_model_id(en), strlen(engine_model_id(en)));
   sbuf_printf(&out, ",\"general.file_sha256\":\"%s\",\"power.context_length\":%d,\"power.embedding_length\":%d}",
               engine_model_sha256(en), engine_n_ctx(en), engine_n_embd(en));
-  sbuf_puts(&out, ",\"capabilities\":[\"completion\",\"embedding\"]");
+  /* an encoder embeds (or, a reranker, scores) but does not generate */
+  sbuf_puts(&out, !engine_is_encoder(en)                         ? ",\"capabilities\":[\"completion\",\"embedding\"]"
+                  : engine_get_pooling(en) == ENGINE_POOL_RANK ? ",\"capabilities\":[]"
+                                                               : ",\"capabilities\":[\"embedding\"]");
   put_time(srv_started(s), "modified_at", &out);
   sbuf_puts(&out, "}");
   return srv_reply_json(k, c, 200, &out);

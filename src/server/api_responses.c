@@ -439,12 +439,11 @@ static int parse_format(json_t *root, oai_request *r, rs_ctx *x, oai_error *e) {
   return 0;
 }
 
-static int parse_request(conn *k, oai_request *r, rs_ctx *x, oai_error *e) {
-  server *s = srv_server(k);
+static int parse_request(conn *k, struct MHD_Connection *c, oai_request *r, rs_ctx *x, oai_error *e) {
   json_t *root = r->root;
   const char *m, *instr, *prev, *key;
-  if (api_str(root, "model", "model", &m, e) || srv_check_model(s, m, true, e)) return PW_EINVAL;
-  snprintf(x->model, sizeof x->model, "%s", m && *m ? m : engine_model_id(srv_engine(s)));
+  if (api_str(root, "model", "model", &m, e) || srv_use_model(k, c, m, true, e)) return PW_EINVAL;
+  snprintf(x->model, sizeof x->model, "%s", m && *m ? m : engine_model_id(srv_engine(k)));
   static const char *const refused[] = {"tools", "reasoning", "include", NULL};
   for (int i = 0; refused[i]; i++) {
     json_t *v = json_object_get(root, refused[i]);
@@ -540,7 +539,7 @@ enum MHD_Result resp_create(conn *k, struct MHD_Connection *c) {
     return srv_reply_error(k, c, &e);
   }
   oai_resp o;
-  oai_resp_init(&o, OAI_CHAT, engine_model_id(srv_engine(s)), engine_model_sha256(srv_engine(s)));
+  oai_resp_init(&o, OAI_CHAT, NULL, NULL); /* the model's identity: srv_generate, once bound */
   oai_new_id("resp_", o.id, sizeof o.id);
   oai_new_id("msg_", x->msg_id, sizeof x->msg_id);
   srv_set_id(k, o.id);
@@ -550,7 +549,7 @@ enum MHD_Result resp_create(conn *k, struct MHD_Connection *c) {
   x->who.tenant = x->tenant;
   x->created = o.created;
   snprintf(x->chain, sizeof x->chain, "%s", o.id); /* a new conversation, unless it continues one */
-  if (api_parse_body(body, len, OAI_CHAT, &r, &e) || parse_request(k, &r, x, &e)) {
+  if (api_parse_body(body, len, OAI_CHAT, &r, &e) || parse_request(k, c, &r, x, &e)) {
     rs_free(x);
     oai_request_free(&r);
     return srv_reply_error(k, c, &e);

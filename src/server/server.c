@@ -12,6 +12,7 @@
 #include "server/auth.h"
 #include "server/chatout.h"
 #include "server/metrics.h"
+#include "server/models.h"
 #include "server/oai.h"
 #include "server/receipts.h"
 #include "server/sbuf.h"
@@ -45,7 +46,7 @@
 typedef struct conn conn;
 typedef enum MHD_Result (*route_fn)(conn *k, struct MHD_Connection *c);
 
-enum { RM_GET = 1u, RM_POST = 2u }; /* GET implies HEAD */
+enum { RM_GET = 1u, RM_POST = 2u, RM_DELETE = 4u }; /* GET implies HEAD */
 enum { RP_ROOT = 1u, RP_V1 = 2u };  /* where a path is served: /x, /v1/x */
 
 /* One row per endpoint. A new endpoint is one row and one handler: the
@@ -76,8 +77,13 @@ static const route k_routes[] = {
     {"/chat/completions", RP_ROOT | RP_V1, RM_POST, "chat_completions", false, handle_chat, NULL},
     {"/completions", RP_ROOT | RP_V1, RM_POST, "completions", false, handle_completions, NULL},
     {"/embeddings", RP_ROOT | RP_V1, RM_POST, "embeddings", false, handle_embeddings, NULL},
+    {"/rerank", RP_ROOT | RP_V1, RM_POST, "rerank", false, rerank_handle, NULL},
+    {"/reranking", RP_ROOT | RP_V1, RM_POST, "rerank", false, rerank_handle, NULL},
     {"/models", RP_ROOT | RP_V1, RM_GET, "models", false, handle_models, NULL},
     {"/models/{id}", RP_ROOT | RP_V1, RM_GET, "models", false, handle_model, NULL},
+    {"/models/{id}", RP_ROOT | RP_V1, RM_POST, "models_admin", false, models_action, NULL},   /* .../load, /unload */
+    {"/models/{id}", RP_ROOT | RP_V1, RM_DELETE, "models_admin", false, models_delete, NULL},
+    {"/ps", RP_V1, RM_GET, "ps", false, models_ps, NULL},
     {"/health", RP_ROOT, RM_GET, "health", true, handle_health, NULL},
     {"/metrics", RP_ROOT, RM_GET, "metrics", false, handle_metrics, NULL},
     {"/tokenize", RP_ROOT, RM_POST, "tokenize", false, handle_tokenize, NULL},
@@ -92,6 +98,8 @@ static const route k_routes[] = {
     {"/api/show", RP_ROOT, RM_POST, "ollama_show", false, ollama_show, ollama_render_error},
     {"/api/ps", RP_ROOT, RM_GET, "ollama_ps", false, ollama_ps, ollama_render_error},
     {"/api/version", RP_ROOT, RM_GET, "ollama_version", false, ollama_version, ollama_render_error},
+    {"/api/pull", RP_ROOT, RM_POST, "ollama_pull", false, ollama_pull, ollama_render_error},
+    {"/api/delete", RP_ROOT, RM_DELETE, "ollama_delete", false, ollama_delete, ollama_render_error},
     /* Anthropic Messages */
     {"/messages", RP_V1, RM_POST, "messages", false, anth_messages, anth_render_error},
     {"/messages/count_tokens", RP_V1, RM_POST, "messages_count_tokens", false, anth_count_tokens, anth_render_error},
@@ -139,10 +147,9 @@ static void send_raw_error(int fd, const char *status, const char *type, const c
 
 struct server {
   struct MHD_Daemon *d;
-  engine *e;         /* borrowed */
+  srv_model single;  /* one-model serving: the model (its engine borrowed) */
+  srv_models *models; /* store serving (owned); NULL = one model */
   auth_keys *keys;   /* owned */
-  prompt_builder pb; /* owned */
-  tc_syntax tc;      /* the template's tool-call format and reasoning markers */
   metrics m;
   metrics_endpoint route_ep[N_ROUTES]; /* each row's metrics label */
   size_t max_body;
@@ -167,7 +174,6 @@ struct server {
   char replica[SERVER_REPLICA_ID_MAX + 1]; /* X-Power-Replica */
   int inflight;      /* atomic: requests between arrival and completion */
   long long started; /* Unix seconds, the model's "created" */
-  ev_model_info evm;   /* the model facts every receipt names */
   ev_key *receipt_key; /* owned; NULL = receipts unsigned */
   resp_store *responses; /* owned: finished Responses-API answers */
   pthread_mutex_t watch_mu; /* guards the watch list and every watch's fields */
@@ -210,12 +216,20 @@ struct conn {
   bool anonymous;       /* no API keys configured: tenant "anonymous" */
   bool has_pending;     /* an error decided at the headers, answered once the (empty) body is in */
   unsigned preflight;   /* a CORS preflight: the path's RM_* methods; 0 = not one */
+  unsigned allow;       /* a 405: every RM_* method of the path's rows (the Allow header) */
   api_error_fn err;     /* error bodies' shape when no row matched (Ollama's under /api/); NULL = OpenAI's */
   oai_error pending;
   const char *origin;   /* the allowed Origin to echo (view, valid during the request); NULL = none */
   uint8_t tenant[32];   /* the caller's API key digest (when !anonymous) */
   uint64_t t0;          /* pw_now_ns at arrival */
   req_log log;
+  srv_model *m;         /* the request's model: the server's one, or once bound (srv_use_model) a
+                         * store model held through ref; NULL = not bound yet */
+  registry_ref *ref;    /* store serving: the held model, released when the request ends (or moved
+                         * to its stream) */
+  bool has_keep;        /* the request gave a keep_alive (keep_s seconds) */
+  double keep_s;
+  uint64_t load_ns;     /* store serving: time spent acquiring a model that was not loaded */
 };
 
 static bool flag(const int *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE) != 0; }
@@ -391,8 +405,9 @@ static void log_emit(server *s, req_log *l) {
 /* The allowed-methods list of every row serving the request's path, e.g.
  * "GET, HEAD" (the Allow header and the CORS preflight answer). */
 static void methods_str(unsigned m, bool options, char *out, size_t cap) {
-  snprintf(out, cap, "%s%s%s%s", m & RM_GET ? "GET, HEAD" : "", (m & RM_GET) && (m & RM_POST) ? ", " : "",
-           m & RM_POST ? "POST" : "", options ? ", OPTIONS" : "");
+  snprintf(out, cap, "%s%s%s%s%s%s", m & RM_GET ? "GET, HEAD" : "", (m & RM_GET) && (m & RM_POST) ? ", " : "",
+           m & RM_POST ? "POST" : "", (m & RM_DELETE) && (m & (RM_GET | RM_POST)) ? ", " : "",
+           m & RM_DELETE ? "DELETE" : "", options ? ", OPTIONS" : "");
 }
 
 static void add_cors(conn *k, struct MHD_Response *r) {
@@ -461,7 +476,7 @@ static enum MHD_Result queue_error(conn *k, struct MHD_Connection *c, const oai_
     snprintf(hv, sizeof hv, "Bearer");
     hn = MHD_HTTP_HEADER_WWW_AUTHENTICATE;
   } else if (e->status == 405) {
-    methods_str(k->rt ? k->rt->methods : 0, k->s->cors != NULL, hv, sizeof hv);
+    methods_str(k->allow ? k->allow : k->rt ? k->rt->methods : 0, k->s->cors != NULL, hv, sizeof hv);
     hn = MHD_HTTP_HEADER_ALLOW;
   }
   return queue(k, c, e->status, "application/json", &b, hn, hv);
@@ -526,9 +541,9 @@ static int wait_event(server *s, engine_req *req, int fd, engine_event *ev, int 
 
 /* ---- generation -------------------------------------------------------- */
 
-static int build_prompt(server *s, oai_kind kind, oai_request *r, size_t pi, int32_t **out, int *n_out,
+static int build_prompt(const srv_model *m, oai_kind kind, oai_request *r, size_t pi, int32_t **out, int *n_out,
                         char **rendered, size_t *rendered_len, oai_error *e);
-static int submit(server *s, const engine_params *p, const char *param, engine_req **req, oai_error *e);
+static int submit(srv_model *m, const engine_params *p, const char *param, engine_req **req, oai_error *e);
 static void usage_add(engine_usage *sum, const engine_usage *u, bool with_prompt);
 
 /* Streaming state, owned by the MHD response (freed by stream_free).
@@ -561,6 +576,10 @@ typedef struct stream {
   srv_receipt rcpt; /* moved from srv_generate; used when the stream has one choice */
   const gen_api *api; /* the API's renderers */
   void *ctx;          /* owned: the adapter's state (api->ctx_free) */
+  srv_model *m;       /* the request's model */
+  registry_ref *ref;  /* moved from the conn: released by stream_free */
+  bool has_keep;
+  double keep_s;
   engine_event ev;
 } stream;
 
@@ -597,7 +616,7 @@ static int stream_next(stream *st, oai_error *e) {
   if (choice == 0) {
     free(st->prompt);
     st->prompt = NULL;
-    if (build_prompt(st->s, st->o.kind, &st->r, (size_t)(idx / st->per), &st->prompt, &st->n_prompt, NULL, NULL, e))
+    if (build_prompt(st->m, st->o.kind, &st->r, (size_t)(idx / st->per), &st->prompt, &st->n_prompt, NULL, NULL, e))
       return PW_EINVAL;
     if (st->n_prompt < 1) return oai_seterr(e, 400, "invalid_value", "prompt", "the prompt is empty");
     st->p.prompt = st->prompt;
@@ -605,10 +624,10 @@ static int stream_next(stream *st, oai_error *e) {
   }
   st->p.sampling.seed = st->r.sampling.seed + (uint64_t)choice;
   chatout_free(&st->co); /* each choice is parsed on its own */
-  if (chatout_init(&st->co, &st->s->tc, &st->r)) return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
+  if (chatout_init(&st->co, &st->m->tc, &st->r)) return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
   engine_release(st->req);
   st->req = NULL;
-  if (submit(st->s, &st->p, st->o.kind == OAI_CHAT ? "messages" : "prompt", &st->req, e)) return PW_EINVAL;
+  if (submit(st->m, &st->p, st->o.kind == OAI_CHAT ? "messages" : "prompt", &st->req, e)) return PW_EINVAL;
   st->o.index = idx;
   return 0;
 }
@@ -625,7 +644,7 @@ static void stream_render(stream *st) {
       size_t offset = st->lp.text_offset;
       oai_logprobs_reset(&st->lp, st->o.kind);
       st->lp.text_offset = offset;
-      oai_logprobs_add(&st->lp, prompt_piece, &st->s->pb, ev->token, ev->logprob, ev->top, ev->n_top,
+      oai_logprobs_add(&st->lp, prompt_piece, &st->m->pb, ev->token, ev->logprob, ev->top, ev->n_top,
                        (size_t)ev->text_len);
     }
     if (st->total == 1) ev_gen_token(&st->rcpt.gen, ev->token, ev->text, (size_t)ev->text_len);
@@ -749,6 +768,7 @@ static void stream_free(void *cls) {
   st->log.gone = st->gone || !st->finished;
   log_emit(st->s, &st->log);
   engine_release(st->req); /* cancels a sequence still running */
+  if (st->ref) registry_release(srv_models_registry(st->s->models), st->ref, st->has_keep, st->keep_s);
   srv_receipt_free(&st->rcpt);
   oai_logprobs_free(&st->lp);
   chatout_free(&st->co);
@@ -806,7 +826,14 @@ static enum MHD_Result start_stream(conn *k, struct MHD_Connection *c, engine_re
     st->have_ev = true;
   }
   sbuf_reserve(&st->out, 8192); /* sized once; chunks rarely need more */
-  if (chatout_init(&st->co, &k->s->tc, &st->r)) {
+  /* The stream holds the request's model until it ends: MHD may free the
+   * response after the request's completion callback. */
+  st->m = k->m;
+  st->ref = k->ref;
+  st->has_keep = k->has_keep;
+  st->keep_s = k->keep_s;
+  k->ref = NULL;
+  if (chatout_init(&st->co, &k->m->tc, &st->r)) {
     stream_free(st);
     return MHD_NO;
   }
@@ -834,11 +861,58 @@ static int request_deadline(conn *k, struct MHD_Connection *c, uint64_t *deadlin
   return 0;
 }
 
-static int check_model(server *s, const oai_request *r, oai_error *e) {
-  const char *id = engine_model_id(s->e);
-  if (r->model && *r->model && strcmp(r->model, id))
+/* Store serving: resolves name and holds its model for the request,
+ * loading it when needed. The wait (for room, or for another request's
+ * load of it) is bounded by the request's deadline (X-Request-Timeout,
+ * --timeout), else by the server's load wait, and ends early when the
+ * client goes away. */
+static int bind_store_model(conn *k, struct MHD_Connection *c, const char *name, oai_error *e) {
+  server *s = k->s;
+  if (k->m) return 0; /* bound by the adapter already */
+  char canon[REGISTRY_NAME_MAX + 1], err[PW_ERRMAX] = "";
+  uint64_t size = 0, deadline = 0;
+  if (srv_models_resolve(s->models, name, canon, &size, e) || request_deadline(k, c, &deadline, e)) return PW_EINVAL;
+  if (!deadline) deadline = k->t0 + (uint64_t)(srv_models_load_wait(s->models) * 1e9);
+  /* A model larger than the budget streams within it (models.c). */
+  uint64_t budget = srv_models_mem_budget(s->models);
+  if (budget && size > budget) size = budget;
+  registry *reg = srv_models_registry(s->models);
+  int fd = conn_fd(c), rc;
+  registry_ref *ref = NULL;
+  registry_info before;
+  bool was_loaded = registry_get(reg, canon, &before) == 0 && before.loaded;
+  uint64_t t_acq = pw_now_ns();
+  for (;;) {
+    uint64_t now = pw_now_ns(), slice = now + (uint64_t)WAIT_SLICE_MS * 1000000u;
+    rc = registry_acquire(reg, canon, size, slice < deadline ? slice : deadline, &ref, err);
+    if (rc != PW_ETIMEOUT || pw_now_ns() >= deadline) break;
+    if (client_gone(fd) || flag(&s->stopping)) {
+      rc = PW_ECANCELED;
+      snprintf(err, sizeof err, "the request ended while waiting for model '%s'", canon);
+      break;
+    }
+  }
+  if (rc == PW_ETIMEOUT || rc == PW_ECANCELED)
+    return oai_seterr(e, 503, "model_busy", "model", "%s; try again later", err);
+  if (rc == PW_ELIMIT) return oai_seterr(e, 503, "model_too_large", "model", "%s (--mem-budget)", err);
+  if (rc == PW_ENOTFOUND)
+    return oai_seterr(e, 404, "model_not_found", "model", "The model '%.100s' cannot be loaded: %s", name, err);
+  if (rc) return oai_seterr(e, 500, "model_load_failed", "model", "cannot load model '%s': %s", canon, err);
+  k->ref = ref;
+  k->m = registry_model(ref);
+  if (!was_loaded) k->load_ns = pw_now_ns() - t_acq;
+  return 0;
+}
+
+/* OpenAI's endpoints: one model: a named model other than the served one
+ * is 404, none means the served one; store serving: bind_store_model. */
+static int check_model(conn *k, struct MHD_Connection *c, const char *name, oai_error *e) {
+  server *s = k->s;
+  if (s->models) return bind_store_model(k, c, name, e);
+  const char *id = engine_model_id(s->single.e);
+  if (name && *name && strcmp(name, id))
     return oai_seterr(e, 404, "model_not_found", "model", "The model '%.100s' does not exist; this server serves '%.100s'",
-                      r->model, id);
+                      name, id);
   return 0;
 }
 
@@ -849,9 +923,9 @@ static int check_model(server *s, const oai_request *r, oai_error *e) {
  * to them (lstrip/rstrip), the one way a token covers more bytes than its
  * piece. Without this bound an 8 MiB body cost seconds of tokenizing and
  * ~100 MB of scratch before being refused as too long. */
-static int prompt_fits(server *s, size_t bytes, const char *param, oai_error *e) {
-  size_t piece = tok_max_piece(s->pb.vocab);
-  size_t n_ctx = (size_t)engine_n_ctx(s->e);
+static int prompt_fits(const srv_model *m, size_t bytes, const char *param, oai_error *e) {
+  size_t piece = tok_max_piece(m->pb.vocab);
+  size_t n_ctx = (size_t)engine_n_ctx(m->e);
   size_t bound = 2 * (n_ctx + 1) * (piece ? piece : 1);
   if (bytes > bound)
     return oai_seterr(e, 400, "context_length_exceeded", param,
@@ -868,9 +942,9 @@ static size_t messages_bytes(json_t *messages) {
   return total;
 }
 
-static int submit(server *s, const engine_params *p, const char *param, engine_req **req, oai_error *e) {
+static int submit(srv_model *m, const engine_params *p, const char *param, engine_req **req, oai_error *e) {
   char err[PW_ERRMAX] = "";
-  int rc = engine_submit(s->e, p, req, err);
+  int rc = engine_submit(m->e, p, req, err);
   if (rc) {
     oai_error_from_status(e, rc, err);
     if (rc == PW_ECONTEXT) snprintf(e->param, sizeof e->param, "%s", param);
@@ -882,7 +956,7 @@ static int submit(server *s, const engine_params *p, const char *param, engine_r
  * malloc'ed array the caller frees; for chat, when rendered is set, the
  * rendered template text too (malloc'ed; receipts hash it). 0, or
  * PW_EINVAL with e set. */
-static int build_prompt(server *s, oai_kind kind, oai_request *r, size_t pi, int32_t **out, int *n_out,
+static int build_prompt(const srv_model *m, oai_kind kind, oai_request *r, size_t pi, int32_t **out, int *n_out,
                         char **rendered, size_t *rendered_len, oai_error *e) {
   const char *param = kind == OAI_CHAT ? "messages" : "prompt";
   prompt_error pe;
@@ -891,14 +965,14 @@ static int build_prompt(server *s, oai_kind kind, oai_request *r, size_t pi, int
   *n_out = 0;
   json_t *item = r->prompts ? json_array_get(r->prompts, pi) : NULL;
   if (kind == OAI_CHAT) {
-    if (prompt_fits(s, messages_bytes(r->messages), param, e)) return PW_EINVAL;
+    if (prompt_fits(m, messages_bytes(r->messages), param, e)) return PW_EINVAL;
     char *text = NULL;
     size_t tl = 0;
     prompt_chat_opts po = {0};
     po.rendered = &text;
     po.rendered_len = &tl;
     po.extra_vars = r->tpl_vars;
-    rc = prompt_chat(&s->pb, r->messages, &po, out, n_out, &pe);
+    rc = prompt_chat(&m->pb, r->messages, &po, out, n_out, &pe);
     /* a generation prompt that opens <think>: the answer starts in reasoning */
     if (!rc) r->in_reasoning = tc_prompt_opens_reasoning(text, tl);
     if (rendered) {
@@ -912,14 +986,14 @@ static int build_prompt(server *s, oai_kind kind, oai_request *r, size_t pi, int
     int32_t *ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
     if (!ids) return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
     for (int j = 0; j < n; j++) ids[j] = (int32_t)json_integer_value(json_array_get(item, (size_t)j));
-    if ((rc = prompt_check_ids(&s->pb, ids, n, param, &pe))) {
+    if ((rc = prompt_check_ids(&m->pb, ids, n, param, &pe))) {
       free(ids);
     } else {
       *out = ids;
       *n_out = n;
     }
   } else if (!item && r->tokens) {
-    if (!(rc = prompt_check_ids(&s->pb, r->tokens, r->n_tokens, param, &pe))) {
+    if (!(rc = prompt_check_ids(&m->pb, r->tokens, r->n_tokens, param, &pe))) {
       *out = r->tokens;
       *n_out = r->n_tokens;
       r->tokens = NULL;
@@ -927,8 +1001,8 @@ static int build_prompt(server *s, oai_kind kind, oai_request *r, size_t pi, int
   } else {
     const char *text = item ? json_string_value(item) : r->text;
     size_t len = item ? json_string_length(item) : r->text_len;
-    if (prompt_fits(s, len, param, e)) return PW_EINVAL;
-    rc = prompt_tokenize(&s->pb, text, len, true, true, param, out, n_out, &pe);
+    if (prompt_fits(m, len, param, e)) return PW_EINVAL;
+    rc = prompt_tokenize(&m->pb, text, len, true, true, param, out, n_out, &pe);
   }
   if (rc) {
     oai_error_from_prompt(e, &pe);
@@ -941,14 +1015,13 @@ static int build_prompt(server *s, oai_kind kind, oai_request *r, size_t pi, int
  * for choice > 0), the admission deadline and the scoped cache key. */
 static int choice_params(conn *k, struct MHD_Connection *c, oai_kind kind, const oai_request *r, const int32_t *prompt,
                          int n_prompt, int choice, engine_params *p, oai_error *e) {
-  server *s = k->s;
   oai_engine_params(r, prompt, n_prompt, p);
   p->sampling.seed = r->sampling.seed + (uint64_t)choice;
   if (r->cache_key) {
     /* The engine only ever sees the scoped digest. */
     const void *tenant = k->anonymous ? (const void *)OAI_TENANT_ANONYMOUS : (const void *)k->tenant;
     size_t tenant_len = k->anonymous ? strlen(OAI_TENANT_ANONYMOUS) : sizeof k->tenant;
-    if (oai_cache_scope(tenant, tenant_len, kind, engine_model_id(s->e), r->cache_key, r->cache_key_len,
+    if (oai_cache_scope(tenant, tenant_len, kind, engine_model_id(k->m->e), r->cache_key, r->cache_key_len,
                         p->cache_key))
       return oai_seterr(e, 500, "internal_error", NULL, "cannot hash the prompt cache key");
     p->has_cache_key = true;
@@ -982,7 +1055,7 @@ static int collect(conn *k, const oai_request *r, engine_req *req, int fd, engin
       if (gen) ev_gen_token(gen, ev->token, ev->text, (size_t)ev->text_len);
       sbuf_put(&g->text, ev->text, (size_t)ev->text_len);
       if (r->logprobs)
-        oai_logprobs_add(&g->lp, prompt_piece, &s->pb, ev->token, ev->logprob, ev->top, ev->n_top,
+        oai_logprobs_add(&g->lp, prompt_piece, &k->m->pb, ev->token, ev->logprob, ev->top, ev->n_top,
                          (size_t)ev->text_len);
       continue;
     }
@@ -1041,14 +1114,26 @@ enum MHD_Result srv_generate(conn *k, struct MHD_Connection *c, oai_request *rin
     else if (r.text) k->log.prompt = strndup(r.text, r.text_len);
     else if (r.prompts) k->log.prompt = json_dumps(r.prompts, JSON_COMPACT);
   }
-  if (check_model(s, &r, &e)) goto fail;
+  if (!k->m && check_model(k, c, r.model, &e)) goto fail;
+  srv_model *m = k->m;
+  if (engine_is_encoder(m->e)) {
+    oai_seterr(&e, 400, "unsupported_model", "model",
+               "model '%.100s' is an encoder: it does not generate text (it serves %s)", engine_model_id(m->e),
+               engine_get_pooling(m->e) == ENGINE_POOL_RANK ? "/v1/rerank" : "/v1/embeddings");
+    goto fail;
+  }
+  /* The identity of the model that answers: adapters may have made o
+   * before the request was bound to its model. */
+  o.model = engine_model_id(m->e);
+  const char *sha = engine_model_sha256(m->e);
+  if (sha && strlen(sha) >= 10) snprintf(o.fingerprint, sizeof o.fingerprint, "fp_%.10s", sha);
   for (int i = 0; i < r.sampling.n_logit_bias; i++)
-    if (r.logit_bias[i].token >= tok_n_vocab(s->pb.vocab)) {
+    if (r.logit_bias[i].token >= tok_n_vocab(m->pb.vocab)) {
       oai_seterr(&e, 400, "invalid_value", "logit_bias", "'logit_bias' names token %d, outside the vocabulary of %d",
-                 r.logit_bias[i].token, tok_n_vocab(s->pb.vocab));
+                 r.logit_bias[i].token, tok_n_vocab(m->pb.vocab));
       goto fail;
     }
-  if (kind == OAI_CHAT && oai_chat_prepare(&r, &s->tc, &e)) goto fail;
+  if (kind == OAI_CHAT && oai_chat_prepare(&r, &m->tc, &e)) goto fail;
   size_t n_prompts = r.prompts ? json_array_size(r.prompts) : 1;
   int per = r.n_choices > 0 ? r.n_choices : 1;
   n_gs = (int)n_prompts * per;
@@ -1066,7 +1151,7 @@ enum MHD_Result srv_generate(conn *k, struct MHD_Connection *c, oai_request *rin
     int choice = idx % per;
     if (choice == 0) {
       free(prompt);
-      if (build_prompt(s, kind, &r, (size_t)(idx / per), &prompt, &n_prompt, n_gs == 1 ? &ptext : NULL,
+      if (build_prompt(m, kind, &r, (size_t)(idx / per), &prompt, &n_prompt, n_gs == 1 ? &ptext : NULL,
                        n_gs == 1 ? &plen : NULL, &e))
         goto fail;
       if (n_prompt < 1) {
@@ -1080,14 +1165,14 @@ enum MHD_Result srv_generate(conn *k, struct MHD_Connection *c, oai_request *rin
       /* A receipt covers one generation: responses with several choices
        * carry none (yet). */
       srv_caller who = {k->anonymous, k->tenant};
-      if (srv_receipt_begin(&rcpt, &s->evm, kind, k->body.data, k->body.len, &who, &r,
+      if (srv_receipt_begin(&rcpt, &m->evm, kind, k->body.data, k->body.len, &who, &r,
                             kind == OAI_CHAT ? ptext : r.text, kind == OAI_CHAT ? plen : r.text_len, &p,
-                            engine_n_ctx(s->e), s->spec_mode, &e))
+                            engine_n_ctx(m->e), s->spec_mode, &e))
         goto fail;
       if (api->receipt_endpoint) rcpt.gen.endpoint = api->receipt_endpoint;
       rcpt.gen.replica = s->replica;
     }
-    if (submit(s, &p, kind == OAI_CHAT ? "messages" : "prompt", &req, &e)) goto fail;
+    if (submit(m, &p, kind == OAI_CHAT ? "messages" : "prompt", &req, &e)) goto fail;
     if (r.stream) {
       /* Wait a little for the first event so that admission failures
        * (deadline) still get a proper status; past the keep-alive interval
@@ -1126,7 +1211,7 @@ enum MHD_Result srv_generate(conn *k, struct MHD_Connection *c, oai_request *rin
   if (n_gs == 1 && srv_receipt_end(&rcpt, ev, s->receipt_key, k->t0, k->log.t_first, t_end, &o, &e)) goto fail;
   if (api == &oai_gen_api && o.kind == OAI_CHAT) {
     /* content, reasoning_content and tool_calls from each choice's text */
-    if (chatout_render_choices(&s->tc, &r, &o, cs, n_gs, &total, &out)) {
+    if (chatout_render_choices(&m->tc, &r, &o, cs, n_gs, &total, &out)) {
       oai_seterr(&e, 500, "internal_error", NULL, "out of memory");
       goto fail;
     }
@@ -1229,10 +1314,16 @@ static enum MHD_Result handle_generate(conn *k, struct MHD_Connection *c, oai_ki
   oai_request r;
   oai_error e;
   oai_resp o;
-  oai_resp_init(&o, kind, engine_model_id(s->e), engine_model_sha256(s->e));
+  bool has_keep;
+  double keep;
+  if (oai_parse(kind, k->body.data, k->body.len, &r, &e)) return queue_error(k, c, &e);
+  if (api_keep_alive(k, r.root, &has_keep, &keep, &e) || check_model(k, c, r.model, &e)) {
+    oai_request_free(&r);
+    return queue_error(k, c, &e);
+  }
+  oai_resp_init(&o, kind, engine_model_id(k->m->e), engine_model_sha256(k->m->e));
   o.spec_mode = s->spec_mode;
   snprintf(k->log.id, sizeof k->log.id, "%s", o.id);
-  if (oai_parse(kind, k->body.data, k->body.len, &r, &e)) return queue_error(k, c, &e);
   return srv_generate(k, c, &r, &o, &oai_gen_api, NULL);
 }
 
@@ -1257,11 +1348,20 @@ enum MHD_Result srv_embed(conn *k, struct MHD_Connection *c, oai_request *rin, b
   sbuf out = {0};
   srv_receipt rcpt = {0};
   enum MHD_Result res;
-  if (check_model(s, &r, &e)) goto fail;
+  if (!k->m && check_model(k, c, r.model, &e)) goto fail;
+  srv_model *m = k->m;
   srv_caller who = {k->anonymous, k->tenant};
-  if (srv_receipt_begin_embed(&rcpt, &s->evm, k->body.data, k->body.len, &who, &e)) goto fail;
+  if ((engine_get_pooling(m->e) == ENGINE_POOL_RANK) != (api == &rerank_embed_api)) {
+    oai_seterr(&e, 400, "unsupported_model", "model",
+               api == &rerank_embed_api ? "model '%.100s' is not a reranker"
+                                        : "model '%.100s' is a reranker: it scores documents at /v1/rerank, it has "
+                                          "no embeddings",
+               engine_model_id(m->e));
+    goto fail;
+  }
+  if (srv_receipt_begin_embed(&rcpt, &m->evm, k->body.data, k->body.len, &who, &e)) goto fail;
   rcpt.gen.replica = s->replica;
-  int n_embd = engine_n_embd(s->e);
+  int n_embd = engine_embedding_dim(m->e);
   if (r.dimensions && r.dimensions != n_embd) {
     /* Truncating an embedding is only meaningful for models trained for it
      * (Matryoshka representation learning), which a GGUF file does not
@@ -1280,7 +1380,7 @@ enum MHD_Result srv_embed(conn *k, struct MHD_Connection *c, oai_request *rin, b
   }
   int fd = conn_fd(c);
   long long total = 0;
-  int n_ctx = engine_n_ctx(s->e);
+  int n_ctx = engine_n_ctx(m->e);
   api->begin(ctx, &out);
   size_t i;
   json_t *in;
@@ -1289,8 +1389,8 @@ enum MHD_Result srv_embed(conn *k, struct MHD_Connection *c, oai_request *rin, b
   json_array_foreach(r.inputs, i, in) {
     int n = 0;
     if (json_is_string(in)) {
-      if (!truncate && prompt_fits(s, json_string_length(in), "input", &e)) goto fail;
-      if (prompt_tokenize(&s->pb, json_string_value(in), json_string_length(in), true, true, "input", &ids, &n, &pe))
+      if (!truncate && prompt_fits(m, json_string_length(in), "input", &e)) goto fail;
+      if (prompt_tokenize(&m->pb, json_string_value(in), json_string_length(in), true, true, "input", &ids, &n, &pe))
         goto prompt_fail;
     } else {
       n = (int)json_array_size(in);
@@ -1300,7 +1400,7 @@ enum MHD_Result srv_embed(conn *k, struct MHD_Connection *c, oai_request *rin, b
         goto fail;
       }
       for (int j = 0; j < n; j++) ids[j] = (int32_t)json_integer_value(json_array_get(in, (size_t)j));
-      if (prompt_check_ids(&s->pb, ids, n, "input", &pe)) goto prompt_fail;
+      if (prompt_check_ids(&m->pb, ids, n, "input", &pe)) goto prompt_fail;
     }
     if (n < 1) {
       oai_seterr(&e, 400, "invalid_value", "input", "input %zu has no tokens", i);
@@ -1316,7 +1416,7 @@ enum MHD_Result srv_embed(conn *k, struct MHD_Connection *c, oai_request *rin, b
     p.embedding = true;
     p.deadline_ns = deadline;
     ev_gen_embedding_input(&rcpt.gen, ids, n);
-    if (submit(s, &p, "input", &req, &e)) goto fail;
+    if (submit(m, &p, "input", &req, &e)) goto fail;
     free(ids);
     ids = NULL;
     bool cancelled = false;
@@ -1390,13 +1490,18 @@ static const embed_api oai_embed_api = {oai_embed_begin, oai_embed_item, oai_emb
 static enum MHD_Result handle_embeddings(conn *k, struct MHD_Connection *c) {
   oai_request r;
   oai_error e;
+  bool has_keep;
+  double keep;
   if (oai_parse(OAI_EMBEDDING, k->body.data, k->body.len, &r, &e)) return queue_error(k, c, &e);
-  oai_embed_ctx x = {engine_model_id(k->s->e), r.base64};
+  if (api_keep_alive(k, r.root, &has_keep, &keep, &e) || check_model(k, c, r.model, &e)) {
+    oai_request_free(&r);
+    return queue_error(k, c, &e);
+  }
+  oai_embed_ctx x = {engine_model_id(k->m->e), r.base64};
   return srv_embed(k, c, &r, false, &oai_embed_api, &x);
 }
 
 static enum MHD_Result handle_tokenize(conn *k, struct MHD_Connection *c) {
-  server *s = k->s;
   oai_request r;
   oai_error e;
   prompt_error pe;
@@ -1405,12 +1510,18 @@ static enum MHD_Result handle_tokenize(conn *k, struct MHD_Connection *c) {
   sbuf out = {0};
   enum MHD_Result res;
   if (oai_parse(OAI_TOKENIZE, k->body.data, k->body.len, &r, &e)) return queue_error(k, c, &e);
-  if (prompt_tokenize(&s->pb, r.text, r.text_len, r.add_special, r.parse_special, "content", &ids, &n, &pe)) {
+  /* One model: tokenize never looked at "model"; the store: it picks one. */
+  if (k->s->models && check_model(k, c, r.model, &e)) {
+    res = queue_error(k, c, &e);
+    goto done;
+  }
+  const prompt_builder *pb = &k->m->pb;
+  if (prompt_tokenize(pb, r.text, r.text_len, r.add_special, r.parse_special, "content", &ids, &n, &pe)) {
     oai_error_from_prompt(&e, &pe);
     res = queue_error(k, c, &e);
     goto done;
   }
-  oai_render_tokens(ids, n, r.with_pieces ? prompt_piece : NULL, &s->pb, &out);
+  oai_render_tokens(ids, n, r.with_pieces ? prompt_piece : NULL, (void *)pb, &out);
   res = queue_json(k, c, 200, &out);
 done:
   free(ids);
@@ -1420,7 +1531,6 @@ done:
 }
 
 static enum MHD_Result handle_detokenize(conn *k, struct MHD_Connection *c) {
-  server *s = k->s;
   oai_request r;
   oai_error e;
   prompt_error pe;
@@ -1428,7 +1538,9 @@ static enum MHD_Result handle_detokenize(conn *k, struct MHD_Connection *c) {
   char *text = NULL;
   enum MHD_Result res;
   if (oai_parse(OAI_DETOKENIZE, k->body.data, k->body.len, &r, &e)) return queue_error(k, c, &e);
-  if (prompt_check_ids(&s->pb, r.tokens, r.n_tokens, "tokens", &pe)) goto prompt_fail;
+  if (k->s->models && check_model(k, c, r.model, &e)) goto fail;
+  const prompt_builder *pb = &k->m->pb;
+  if (prompt_check_ids(pb, r.tokens, r.n_tokens, "tokens", &pe)) goto prompt_fail;
   size_t need = 0, cap = (size_t)r.n_tokens * 16 + 16;
   char err[PW_ERRMAX];
   for (int attempt = 0; attempt < 2; attempt++) {
@@ -1437,7 +1549,7 @@ static enum MHD_Result handle_detokenize(conn *k, struct MHD_Connection *c) {
       oai_seterr(&e, 500, "internal_error", NULL, "out of memory");
       goto fail;
     }
-    int rc = tok_decode(s->pb.vocab, r.tokens, (size_t)r.n_tokens, TOK_DETOK_SPECIAL, text, cap, &need, err);
+    int rc = tok_decode(pb->vocab, r.tokens, (size_t)r.n_tokens, TOK_DETOK_SPECIAL, text, cap, &need, err);
     if (rc == 0) break;
     if (rc != PW_ERANGE || attempt) {
       oai_seterr(&e, 400, "invalid_value", "tokens", "cannot detokenize: %s", err);
@@ -1476,14 +1588,17 @@ static enum MHD_Result handle_health(conn *k, struct MHD_Connection *c) {
 static enum MHD_Result handle_metrics(conn *k, struct MHD_Connection *c) {
   sbuf out = {0};
   engine_stats st;
-  engine_get_stats(k->s->e, &st);
+  if (k->s->models) srv_models_engine_stats(k->s->models, &st); /* every model's engine, past ones included */
+  else engine_get_stats(k->s->single.e, &st);
   metrics_render(&k->s->m, &st, &out);
+  if (k->s->models) srv_models_metrics(k->s->models, &out);
   return queue(k, c, 200, "text/plain; version=0.0.4; charset=utf-8", &out, NULL, NULL);
 }
 
 static enum MHD_Result handle_models(conn *k, struct MHD_Connection *c) {
   sbuf out = {0};
-  oai_render_model_list(engine_model_id(k->s->e), k->s->started, &out);
+  if (k->s->models) srv_models_render_list(k->s->models, &out);
+  else oai_render_model_list(engine_model_id(k->s->single.e), k->s->started, &out);
   return queue_json(k, c, 200, &out);
 }
 
@@ -1509,7 +1624,12 @@ static enum MHD_Result handle_receipt_key(conn *k, struct MHD_Connection *c) {
 
 static enum MHD_Result handle_model(conn *k, struct MHD_Connection *c) {
   sbuf out = {0};
-  const char *id = engine_model_id(k->s->e);
+  if (k->s->models) {
+    oai_error e;
+    if (srv_models_render_one(k->s->models, k->arg, &out, &e)) return queue_error(k, c, &e);
+    return queue_json(k, c, 200, &out);
+  }
+  const char *id = engine_model_id(k->s->single.e);
   if (strcmp(k->arg, id)) {
     oai_error e;
     oai_seterr(&e, 404, "model_not_found", "model", "The model '%.100s' does not exist", k->arg);
@@ -1542,14 +1662,22 @@ enum MHD_Result srv_reply_raw(conn *k, struct MHD_Connection *c, int status, str
 enum MHD_Result srv_reply_error(conn *k, struct MHD_Connection *c, const oai_error *e) {
   return queue_error(k, c, e);
 }
-engine *srv_engine(server *s) { return s->e; }
-const prompt_builder *srv_prompt(server *s) { return &s->pb; }
+engine *srv_engine(conn *k) { return k->m->e; }
+const prompt_builder *srv_prompt(conn *k) { return &k->m->pb; }
+srv_models *srv_store(server *s) { return s->models; }
+uint64_t srv_load_ns(conn *k) { return k->load_ns; }
+void srv_set_keep_alive(conn *k, double seconds) {
+  k->has_keep = true;
+  k->keep_s = seconds;
+}
 long long srv_started(server *s) { return s->started; }
 int srv_keepalive_ms(server *s) { return s->keepalive_ms; }
 resp_store *srv_responses(server *s) { return s->responses; }
 
-int srv_check_model(server *s, const char *name, bool allow_empty, oai_error *e) {
-  const char *id = engine_model_id(s->e);
+int srv_use_model(conn *k, struct MHD_Connection *c, const char *name, bool allow_empty, oai_error *e) {
+  server *s = k->s;
+  if (s->models) return bind_store_model(k, c, name, e);
+  const char *id = engine_model_id(s->single.e);
   if (!name || !*name) {
     if (allow_empty) return 0;
     return oai_seterr(e, 400, "missing_field", "model", "'model' is required");
@@ -1560,12 +1688,12 @@ int srv_check_model(server *s, const char *name, bool allow_empty, oai_error *e)
                     id);
 }
 
-int srv_count_chat(server *s, json_t *messages, int *n_tokens, oai_error *e) {
+int srv_count_chat(conn *k, json_t *messages, int *n_tokens, oai_error *e) {
   prompt_error pe;
   int32_t *ids = NULL;
   *n_tokens = 0;
-  if (prompt_fits(s, messages_bytes(messages), "messages", e)) return PW_EINVAL;
-  if (prompt_chat(&s->pb, messages, NULL, &ids, n_tokens, &pe)) {
+  if (prompt_fits(k->m, messages_bytes(messages), "messages", e)) return PW_EINVAL;
+  if (prompt_chat(&k->m->pb, messages, NULL, &ids, n_tokens, &pe)) {
     oai_error_from_prompt(e, &pe);
     return PW_EINVAL;
   }
@@ -1695,7 +1823,10 @@ static enum MHD_Result on_headers(server *s, conn *k, struct MHD_Connection *c, 
                "Transfer-Encoding '%.40s' is not supported: send the body with Content-Length or chunked", te);
     return queue_error(k, c, &e);
   }
-  unsigned m = !strcmp(method, "GET") || !strcmp(method, "HEAD") ? RM_GET : !strcmp(method, "POST") ? RM_POST : 0;
+  unsigned m = !strcmp(method, "GET") || !strcmp(method, "HEAD") ? RM_GET
+               : !strcmp(method, "POST")                        ? RM_POST
+               : !strcmp(method, "DELETE")                      ? RM_DELETE
+                                                                : 0;
   if (!strncmp(url, "/api/", 5)) k->err = ollama_render_error; /* an unknown /api/ path answers as Ollama does */
   const char *arg = NULL;
   const route *other = NULL;
@@ -1710,8 +1841,10 @@ static enum MHD_Result on_headers(server *s, conn *k, struct MHD_Connection *c, 
     k->rt = other;
     k->preflight = path_methods(url);
   } else if (!k->rt) {
-    if (other)
+    if (other) {
       oai_seterr(&k->pending, 405, "method_not_allowed", NULL, "Method %.16s is not allowed for %.200s", method, url);
+      k->allow = path_methods(url);
+    }
     else
       oai_seterr(&k->pending, 404, "unknown_url", NULL, "Unknown request URL: %.16s %.200s", method, url);
     k->rt = other; /* the Allow header of a 405 */
@@ -1779,6 +1912,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       k->w->deadline = 0;
       pthread_mutex_unlock(&s->watch_mu);
     }
+    k->m = s->models ? NULL : &s->single; /* store serving: bound once the body names it */
     *con_cls = k;
     __atomic_fetch_add(&s->inflight, 1, __ATOMIC_ACQ_REL);
     metrics_inflight(&s->m, 1);
@@ -1827,6 +1961,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
    * deadline (which also bounds how long an idle keep-alive connection
    * holds its thread). */
   watch_set(s, conn_watch(c), W_HEADERS, s->header_ns);
+  if (k->ref) registry_release(srv_models_registry(s->models), k->ref, k->has_keep, k->keep_s);
   bool trim = k->body_seen >= TRIM_AFTER_BYTES;
   sbuf_free(&k->body);
   free(k->arg);
@@ -1928,7 +2063,8 @@ static void server_free(server *s) {
     pthread_mutex_unlock(&s->watch_mu);
     pthread_join(s->watchdog, NULL);
   }
-  prompt_builder_free(&s->pb);
+  srv_model_free(&s->single);
+  srv_models_destroy(s->models);
   resp_store_destroy(s->responses);
   ev_key_destroy(s->receipt_key);
   auth_keys_destroy(s->keys);
@@ -1965,7 +2101,6 @@ int server_start(const server_opts *o, engine *e, server **out, char *err) {
   *out = NULL;
   server *s = calloc(1, sizeof *s);
   if (!s) return pw_seterr(err, PW_ENOMEM, "out of memory");
-  s->e = e;
   s->quiesced_fd = -1;
   s->listen_fd = -1;
   s->max_body = o->max_body ? o->max_body : SERVER_DEFAULT_MAX_BODY;
@@ -1991,14 +2126,18 @@ int server_start(const server_opts *o, engine *e, server **out, char *err) {
   }
   if (o->cors_origins && (rc = parse_cors(s, o->cors_origins, err))) goto fail;
   if ((rc = auth_keys_create(o->api_key_file, o->api_keys, &s->keys, err))) goto fail;
-  if ((rc = prompt_builder_init(&s->pb, engine_vocab(e), o->chat_template ? o->chat_template : engine_chat_template(e),
-                                err)))
+  if (e) {
+    if ((rc = srv_model_init(&s->single, e, o->chat_template, err))) goto fail;
+  } else if (!o->store) {
+    rc = pw_seterr(err, PW_EINVAL, "server_start: no engine and no store to serve");
     goto fail;
-  tc_detect(s->pb.template_src, engine_vocab(e), &s->tc);
-  const tok_vocab *voc = engine_vocab(e);
-  if ((rc = ev_model_info_init(&s->evm, engine_model_id(e), engine_model_sha256(e), engine_model_size(e),
-                               s->pb.template_src, tok_kind(voc), tok_pre(voc), tok_n_vocab(voc), err)))
-    goto fail;
+  } else {
+    if (o->chat_template) {
+      rc = pw_seterr(err, PW_EINVAL, "a chat template file applies to one model: give --model with it");
+      goto fail;
+    }
+    if ((rc = srv_models_create(o->store, &s->models, err))) goto fail;
+  }
   if (o->receipt_key_path && (rc = ev_key_load_private(o->receipt_key_path, &s->receipt_key, err))) goto fail;
   if ((rc = resp_store_create(o->responses_max > 0 ? o->responses_max : SERVER_DEFAULT_RESPONSES,
                               o->responses_max_bytes ? o->responses_max_bytes : SERVER_DEFAULT_RESPONSES_BYTES,

@@ -53,13 +53,23 @@
  * (log_json). Every response carries the id as X-Request-Id, and the
  * replica's name (server_opts.replica_id) as X-Power-Replica.
  *
- * What it is not: TLS (put a proxy in front), multi-model routing, or a
- * place that knows model internals: it talks to the engine only through
- * engine.h. */
+ * Many models (server_opts.store; models.h, registry.h): the request's
+ * "model" picks a store model, loaded on its first request and unloaded by
+ * LRU or keep-alive; GET /v1/models and /api/tags list the store, GET
+ * /api/ps and /v1/ps what is loaded, POST /v1/models/{id}/load and
+ * /unload load and unload one, POST /api/pull, DELETE /api/delete and
+ * DELETE /v1/models/{id} change the store (refused with 403 unless
+ * allowed). Without a store, a request naming another model is 404 as
+ * before, /api/pull and /api/delete are 404, unload and DELETE
+ * /v1/models/{id} 400 no_store, and /v1/ps and load show the one model.
+ *
+ * What it is not: TLS (put a proxy in front), or a place that knows model
+ * internals: it talks to the engine only through engine.h. */
 #ifndef PW_SERVER_SERVER_H
 #define PW_SERVER_SERVER_H
 
 #include "engine/engine.h"
+#include "server/models.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -104,6 +114,8 @@ typedef struct server_opts {
                              * X-Power-Replica header of every response and as the label of
                              * power_replica_info in /metrics; 1..SERVER_REPLICA_ID_MAX bytes of
                              * [A-Za-z0-9._:@/+-]; NULL = "<host name>:<bound port>" */
+  const srv_models_opts *store; /* borrowed: serve the models of a store (models.h) instead of one
+                             * engine; server_start's e is then NULL. NULL = one model */
 } server_opts;
 
 #define SERVER_DEFAULT_MAX_BODY ((size_t)8 << 20)
@@ -113,7 +125,8 @@ typedef struct server_opts {
 #define SERVER_DEFAULT_RESPONSES_BYTES ((size_t)64 << 20)
 #define SERVER_REPLICA_ID_MAX 100
 
-/* Starts listening and serving e (borrowed: it must outlive the server).
+/* Starts listening and serving e (borrowed: it must outlive the server), or
+ * with o->store set and e NULL, the models of a store, loaded on demand.
  * On success *out is owned by the caller (server_stop). On failure returns
  * a PW_E* status with err set: PW_EIO when the port is in use (no two
  * servers ever share a port), PW_EINVAL for a name that does not resolve,

@@ -125,6 +125,33 @@ static void gelu_table_init(void) {
   for (uint32_t i = 0; i < 65536; i++) g_gelu16[i] = pw_fp32_to_fp16(pw_gelu_tanh(pw_fp16_to_fp32((uint16_t)i)));
 }
 
+void pw_gelu(float *y, const float *x, int64_t n) {
+  pthread_once(&g_gelu_once, gelu_table_init);
+  for (int64_t i = 0; i < n; i++) {
+    const float v = x[i];
+    y[i] = v <= -10.0f ? 0.0f : v >= 10.0f ? v : pw_fp16_to_fp32(g_gelu16[pw_fp32_to_fp16(v)]);
+  }
+}
+
+void pw_layernorm(float *y, const float *x, const float *w, const float *b, int64_t n, float eps) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; i++) sum += x[i];
+  const float mean = (float)(sum / (double)n);
+  double sum2 = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const float v = x[i] - mean;
+    y[i] = v;
+    sum2 += (double)(v * v);
+  }
+  const float scale = 1.0f / sqrtf((float)(sum2 / (double)n) + eps);
+  for (int64_t i = 0; i < n; i++) {
+    float v = y[i] * scale;
+    if (w) v *= w[i];
+    if (b) v += b[i];
+    y[i] = v;
+  }
+}
+
 void pw_geglu(float *out, const float *gate, const float *up, int64_t n) {
   pthread_once(&g_gelu_once, gelu_table_init);
   for (int64_t i = 0; i < n; i++) {

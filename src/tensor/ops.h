@@ -58,6 +58,11 @@ double pw_exp_sum(float *y, const float *x, float mx, float s, int64_t n);
 void pw_geglu(float *out, const float *gate, const float *up, int64_t n);
 /* The tanh form of gelu in f32 (ggml's formula; the table's source). */
 float pw_gelu_tanh(float x);
+/* y = gelu(x) through the same F16 table (ggml's CPU gelu); y may be x. */
+void pw_gelu(float *y, const float *x, int64_t n);
+/* Layer normalization of one row: (x - mean) / sqrt(var + eps) * w + b,
+ * mean and variance summed in double as ggml's norm (w, b may be NULL). */
+void pw_layernorm(float *y, const float *x, const float *w, const float *b, int64_t n, float eps);
 
 /* Internal: called once by pw_tensor_init. */
 void ops_select(int simd);

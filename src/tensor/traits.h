@@ -4,10 +4,10 @@
  *
  * pw_tensor_init() detects the CPU once and fills one table per
  * implementation level the CPU supports (scalar references; AVX2/FMA/F16C;
- * AVX-512 F/BW/VL/DQ + VNNI on top of AVX2, with a GEMM that also needs
- * VBMI and BITALG) and installs the highest.
- * POWER_NO_SIMD=1 keeps the scalar references; POWER_SIMD=scalar|avx2|avx512
- * caps the level (for comparisons). This is not the place for kernels themselves (quants.c,
+ * AVX2 with AVX-VNNI; AVX-512 F/BW/VL/DQ + VNNI on top of AVX2, with a GEMM
+ * that also needs VBMI and BITALG) and installs the highest.
+ * POWER_NO_SIMD=1 keeps the scalar references;
+ * POWER_SIMD=scalar|avx2|avx2vnni|avx512 caps the level (for comparisons). This is not the place for kernels themselves (quants.c,
  * arch/) nor for the matrix multiply (matmul.h). */
 #ifndef PW_TENSOR_TRAITS_H
 #define PW_TENSOR_TRAITS_H
@@ -61,11 +61,17 @@ typedef void (*pw_gemm_fn)(int64_t n, const void *w, size_t w_row, int nr, size_
  * activation rows (batched decode, prefill). */
 #define PW_VEC_DOT_MAX_NX 8
 
-/* Kernel implementation levels, each a superset of the one below. */
+/* Kernel implementation levels in order of preference: the highest one
+ * the CPU has is installed. Each needs AVX2 + FMA + F16C (but scalar);
+ * AVX2VNNI and AVX512 are independent of each other (Ice Lake and Cascade
+ * Lake have AVX-512 VNNI but not AVX-VNNI; Alder Lake the reverse), so
+ * "level >= PW_IMPL_AVX2" means "has the AVX2 kernels" and nothing more is
+ * implied by the order. */
 enum {
-  PW_IMPL_SCALAR = 0, /* the references */
-  PW_IMPL_AVX2 = 1,   /* AVX2 + FMA + F16C */
-  PW_IMPL_AVX512 = 2, /* AVX-512 F/BW/VL/DQ + VNNI (on top of AVX2) */
+  PW_IMPL_SCALAR = 0,   /* the references */
+  PW_IMPL_AVX2 = 1,     /* AVX2 + FMA + F16C */
+  PW_IMPL_AVX2VNNI = 2, /* AVX2 + AVX-VNNI (256-bit VEX vpdpbusd/vpdpwssd) */
+  PW_IMPL_AVX512 = 3,   /* AVX-512 F/BW/VL/DQ + VNNI (on top of AVX2) */
   PW_IMPL_COUNT
 };
 
@@ -78,7 +84,7 @@ typedef struct pw_traits {
   pw_from_float_fn from_float; /* always set for known types */
   pw_vec_dot_fn vec_dot;       /* NULL for activation-only types (Q8_1, Q8_K) */
   uint32_t vec_dot_type;   /* dtype the activation row must be in */
-  const char *impl;        /* "scalar", "avx2" or "avx512vnni": the level's name */
+  const char *impl;        /* "scalar", "avx2", "avx2vnni" or "avx512vnni": the level's name */
   pw_gemm_fn gemm;             /* NULL: the matmul uses vec_dot */
   pw_gemm_pack_fn gemm_pack;   /* set with gemm */
   pw_gemm_xrow_fn gemm_xrow;   /* set with gemm */
@@ -100,8 +106,8 @@ const pw_traits *pw_traits_get_impl(uint32_t dtype, int level);
 int pw_tensor_simd(void);
 /* The installed level (PW_IMPL_*). */
 int pw_tensor_level(void);
-/* The installed kernels by name: "scalar", "avx2", "avx512", or
- * "avx512-vbmi" (AVX-512 with the VBMI GEMM). Static string. */
+/* The installed kernels by name: "scalar", "avx2", "avx2vnni", "avx512",
+ * or "avx512-vbmi" (AVX-512 with the VBMI GEMM). Static string. */
 const char *pw_tensor_kernels(void);
 
 /* Internal: each kernel family fills the entries it implements. */
@@ -109,6 +115,8 @@ void quants_fill_ref(pw_traits *tab);
 void quants_fill_avx2(pw_traits *tab);
 void quants_fill_avx512(pw_traits *tab);
 void gemm_fill_avx2(pw_traits *tab);
+void quants_fill_avxvnni(pw_traits *tab);
+void gemm_fill_avxvnni(pw_traits *tab);
 void gemm_fill_avx512vbmi(pw_traits *tab);
 
 #endif

@@ -7,7 +7,11 @@
  *     heap); leftovers fall back to <0xNN> byte tokens;
  *  3. byte-level BPE: per text fragment, the pre-tokenizer splits words;
  *     each word's bytes merge lowest-rank pair first (a bigram heap over a
- *     linked list of symbols).
+ *     linked list of symbols);
+ *  4. WordPiece (wpm.c): per text fragment, BERT's normalizer and greedy
+ *     longest-match pieces;
+ *  5. unigram (ugm.c): per text fragment, the charsmap normalizer and the
+ *     best-scoring segmentation.
  * All scratch is allocated per call, so concurrent calls share nothing
  * mutable. Not here: vocabulary loading (vocab.c), pre-tokenizer rules
  * (pretok.c). */
@@ -29,6 +33,8 @@ static void put(sink *s, int32_t id) {
   if (s->n < s->cap) s->out[s->n] = id;
   s->n++;
 }
+
+static void put_cb(void *ctx, int32_t id) { put(ctx, id); }
 
 /* Grows *p to hold at least n elements of size sz. */
 static int grow(void **p, size_t *cap, size_t n, size_t sz) {
@@ -487,7 +493,11 @@ int tok_encode_spans(const tok_vocab *v, const char *text, size_t len, bool add_
       prev_special = true;
       continue;
     }
-    if (v->kind == TOK_KIND_SPM) {
+    if (v->kind == TOK_KIND_WPM) {
+      rc = tok_wpm_fragment(v, text + f.off, f.len, put_cb, &sk);
+    } else if (v->kind == TOK_KIND_UGM) {
+      rc = tok_ugm_fragment(v, text + f.off, f.len, put_cb, &sk);
+    } else if (v->kind == TOK_KIND_SPM) {
       rc = spm_fragment(v, text + f.off, f.len, v->add_space_prefix && prev_special, &ss, &sk, err);
       prev_special = false;
     } else {
@@ -496,6 +506,7 @@ int tok_encode_spans(const tok_vocab *v, const char *text, size_t len, bool add_
     if (rc) goto fail;
   }
   if (add_special && v->add_eos) put(&sk, v->eos);
+  if (add_special && v->kind == TOK_KIND_WPM) put(&sk, v->sep); /* BERT's [SEP] ends every text */
   *n_out = sk.n;
   if (sk.n > sk.cap) rc = pw_seterr(err, PW_ERANGE, "tokenize: %zu tokens do not fit in %zu", sk.n, cap);
   goto done;

@@ -20,6 +20,7 @@
 #define UF_N TOK_UF_N
 #define UF_P TOK_UF_P
 #define UF_WS TOK_UF_WS
+#define UF_M TOK_UF_M
 
 typedef size_t (*step_fn)(const uint32_t *cp, const uint8_t *fl, size_t ini, size_t end, uint32_t *out);
 
@@ -156,6 +157,77 @@ static size_t step_llama3(const uint32_t *cp, const uint8_t *fl, size_t ini, siz
     if (!(f2 & (UF_WS | UF_L | UF_N)) && f) {
       pos += c == ' ';
       while (!(F(pos) & (UF_WS | UF_L | UF_N)) && F(pos)) pos++;
+      while (pos < end && (cp[pos] == '\r' || cp[pos] == '\n')) pos++;
+      emit_to(&e, pos);
+      continue;
+    }
+    size_t nws = 0, last_nl = 0;
+    while (F(pos + nws) & UF_WS) {
+      if (cp[pos + nws] == '\r' || cp[pos + nws] == '\n') last_nl = pos + nws + 1;
+      nws++;
+    }
+    if (last_nl > 0) {
+      pos = last_nl;
+      emit_to(&e, pos);
+      continue;
+    }
+    if (nws > 1 && pos + nws < end) {
+      pos += nws - 1;
+      emit_to(&e, pos);
+      continue;
+    }
+    if (nws > 0) {
+      pos += nws;
+      emit_to(&e, pos);
+      continue;
+    }
+    emit_to(&e, ++pos);
+  }
+  return e.n;
+}
+
+/* Qwen3.5: Qwen2's expression with combining marks in letter runs:
+ * (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}|
+ *  ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * split as llama.cpp's hand-written qwen35 splitter does (not its
+ * std::regex): a letter run may start with one character that is neither
+ * a newline nor a number when a letter or mark follows it. */
+static size_t step_qwen35(const uint32_t *cp, const uint8_t *fl, size_t ini, size_t end, uint32_t *out) {
+  emitter e = {out, 0, ini};
+  size_t pos = ini;
+  while (pos < end) {
+    uint32_t c = cp[pos];
+    uint8_t f = fl[pos];
+    if (c == '\'' && pos + 1 < end) {
+      uint32_t c1 = tok_lower_ascii(cp[pos + 1]);
+      if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') {
+        pos += 2;
+        emit_to(&e, pos);
+        continue;
+      }
+      if (pos + 2 < end) {
+        uint32_t c2 = tok_lower_ascii(cp[pos + 2]);
+        if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) {
+          pos += 3;
+          emit_to(&e, pos);
+          continue;
+        }
+      }
+    }
+    if (!(c == '\r' || c == '\n' || (f & UF_N)) && ((f & (UF_L | UF_M)) || (F(pos + 1) & (UF_L | UF_M)))) {
+      pos++;
+      while (F(pos) & (UF_L | UF_M)) pos++;
+      emit_to(&e, pos);
+      continue;
+    }
+    if (f & UF_N) {
+      emit_to(&e, ++pos);
+      continue;
+    }
+    uint8_t f2 = c == ' ' ? F(pos + 1) : f;
+    if (!(f2 & (UF_WS | UF_L | UF_M | UF_N)) && f) {
+      pos += c == ' ';
+      while (!(F(pos) & (UF_WS | UF_L | UF_M | UF_N)) && F(pos)) pos++;
       while (pos < end && (cp[pos] == '\r' || cp[pos] == '\n')) pos++;
       emit_to(&e, pos);
       continue;
@@ -451,6 +523,7 @@ static const tok_pre_def k_pre[] = {
     {"glm4|chatglm-bpe", {step_llama3}, false, false, true},
     {"qwen2|deepseek-r1-qwen|kormo|f2llmv2|stablelm2|hunyuan|solar-open|megrez|grok-2", {step_qwen2}, false, false,
      false},
+    {"qwen35", {step_qwen35}, false, false, false},
     {"gpt-2|phi-2|gigachat|a.x-4.0|mellum|mpt|olmo|jais|trillion|granite-docling|exaone4", {step_gpt2}, false,
      false, false},
     {"starcoder|refact|command-r|smollm|codeshell|exaone|minerva-7b|mellum2", {step_num1, step_gpt2}, false, false,
@@ -480,7 +553,7 @@ bool tok_pre_add_bos(const tok_pre_def *d) { return d->add_bos; }
 bool tok_pre_no_bos(const tok_pre_def *d) { return d->no_bos; }
 
 const char *tok_pre_supported(void) {
-  return "default, llama3/llama-bpe, qwen2, gpt-2, starcoder, smollm, deepseek-llm, deepseek-coder, falcon, "
+  return "default, llama3/llama-bpe, qwen2, qwen35, gpt-2, starcoder, smollm, deepseek-llm, deepseek-coder, falcon, "
          "dbrx, command-r, stablelm2, ...";
 }
 

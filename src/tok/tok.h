@@ -1,5 +1,6 @@
 /* tok.h - tokenizer layer: vocabulary from GGUF metadata, SentencePiece
- * ("llama") and byte-level BPE ("gpt2") encoders with their pre-tokenizers,
+ * ("llama"), byte-level BPE ("gpt2"), WordPiece ("bert") and unigram ("t5") encoders with
+ * their pre-tokenizers,
  * special tokens, and detokenization (pieces and a streaming UTF-8-safe
  * detokenizer). Token ids match llama.cpp's tokenizer.
  *
@@ -42,7 +43,7 @@ int tok_vocab_load(const gguf_file *f, tok_vocab **out, char *err);
 void tok_vocab_destroy(tok_vocab *v);
 
 int32_t tok_n_vocab(const tok_vocab *v);
-const char *tok_kind(const tok_vocab *v); /* "spm" or "bpe" */
+const char *tok_kind(const tok_vocab *v); /* "spm", "bpe", "wpm" (WordPiece, BERT) or "ugm" (unigram, T5) */
 const char *tok_pre(const tok_vocab *v);  /* pre-tokenizer name ("default" for SPM) */
 bool tok_add_bos(const tok_vocab *v);     /* add_special adds BOS */
 bool tok_add_eos(const tok_vocab *v);     /* add_special adds EOS */
@@ -54,6 +55,7 @@ int32_t tok_eot(const tok_vocab *v);
 int32_t tok_eom(const tok_vocab *v);
 int32_t tok_pad(const tok_vocab *v);
 int32_t tok_unk(const tok_vocab *v);
+int32_t tok_sep(const tok_vocab *v); /* [SEP] of WordPiece vocabularies */
 /* End of generation: eos, eot, eom and the tokens llama.cpp recognises by
  * text (<|im_end|>, <|eot_id|>, <|endoftext|>, ...). False for bad ids. */
 bool tok_is_eog(const tok_vocab *v, int32_t id);

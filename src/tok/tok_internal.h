@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-typedef enum tok_kind_id { TOK_KIND_SPM = 0, TOK_KIND_BPE = 1 } tok_kind_id;
+typedef enum tok_kind_id { TOK_KIND_SPM = 0, TOK_KIND_BPE = 1, TOK_KIND_WPM = 2, TOK_KIND_UGM = 3 } tok_kind_id;
 
 typedef struct tok_span {
   const char *ptr; /* view into the gguf mapping (or vocab->extra) */
@@ -50,6 +50,18 @@ struct tok_vocab {
   int32_t bos, eos, eot, eom, unk, pad, sep, mask;
   bool add_bos, add_eos, add_space_prefix;
   bool ignore_merges; /* BPE: a word that is a token is not merged */
+  /* WPM (BERT's normalizer): lowercase, and strip accents (NFD first code
+   * point, marks dropped) */
+  bool wpm_lower, wpm_strip_accents;
+  /* UGM (ugm.c): the precompiled charsmap's double array (ugm_xcda_n
+   * 32-bit entries, unaligned) and replacement strings, views into the
+   * mapping; the unknown piece's score; remove_extra_whitespaces */
+  const uint8_t *ugm_xcda;
+  size_t ugm_xcda_n;
+  const char *ugm_repl;
+  size_t ugm_repl_n;
+  float ugm_unk_score;
+  bool ugm_merge_ws;
 
   /* Ids of control/user-defined/unknown tokens, longest text first (the
    * order llama.cpp matches them in the input). */
@@ -61,6 +73,17 @@ struct tok_vocab {
 
   char *extra; /* owned storage for substituted texts ("[EMPTY_i]") */
 };
+
+/* WordPiece (wpm.c): tokenizes one text fragment, appending ids through
+ * put(ctx, id). Allocates scratch per call. */
+int tok_wpm_fragment(const tok_vocab *v, const char *text, size_t len, void (*put)(void *ctx, int32_t id),
+                     void *ctx);
+
+/* Unigram (ugm.c): loads the normalizer's charsmap and the unknown score
+ * (after the tokens and special ids), and tokenizes one text fragment. */
+int tok_ugm_load(const gguf_file *f, tok_vocab *v, char *err);
+int tok_ugm_fragment(const tok_vocab *v, const char *text, size_t len, void (*put)(void *ctx, int32_t id),
+                     void *ctx);
 
 /* Hash of a byte string (FNV-1a). */
 uint32_t tok_hash(const char *s, size_t len);

@@ -84,3 +84,27 @@ int tok_cp_to_byte(uint32_t cp) {
   if (cp == 256 + 67) return 0xAD;
   return -1;
 }
+
+uint32_t tok_lower(uint32_t cp) {
+  size_t lo = 0, hi = tok_ucd_n_lower;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (tok_ucd_lower[mid][0] < cp)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < tok_ucd_n_lower && tok_ucd_lower[lo][0] == cp ? tok_ucd_lower[lo][1] : cp;
+}
+
+uint32_t tok_nfd_first(uint32_t cp) {
+  size_t lo = 0, hi = tok_ucd_n_nfd; /* first range ending at or after cp */
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (tok_ucd_nfd[mid][1] < cp)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < tok_ucd_n_nfd && tok_ucd_nfd[lo][0] <= cp ? tok_ucd_nfd[lo][2] : cp;
+}

@@ -144,7 +144,7 @@ static int64_t render_piece(const tok_vocab *v, int32_t id, char *dst, char *err
   }
   if (a & TOK_ATTR_NORMAL) {
     int64_t n = 0;
-    if (v->kind == TOK_KIND_SPM) {
+    if (v->kind != TOK_KIND_BPE) {
       for (uint32_t i = 0; i < t.len; i++) {
         if (i + 2 < t.len && (uint8_t)t.ptr[i] == 0xE2 && (uint8_t)t.ptr[i + 1] == 0x96 &&
             (uint8_t)t.ptr[i + 2] == 0x81) {
@@ -251,8 +251,12 @@ static int load_kind(const gguf_file *f, tok_vocab *v, gguf_str model, char *err
     v->kind = TOK_KIND_SPM;
   } else if (gguf_str_eq(model, "gpt2")) {
     v->kind = TOK_KIND_BPE;
+  } else if (gguf_str_eq(model, "bert")) {
+    v->kind = TOK_KIND_WPM; /* tokenizer.ggml.pre does not apply (llama.cpp ignores it for WPM) */
+  } else if (gguf_str_eq(model, "t5")) {
+    v->kind = TOK_KIND_UGM; /* nor for the unigram model */
   } else {
-    return pw_seterr(err, PW_EUNSUPPORTED, "tokenizer: model type '%.*s' is not supported (llama, gpt2)",
+    return pw_seterr(err, PW_EUNSUPPORTED, "tokenizer: model type '%.*s' is not supported (llama, gpt2, bert, t5)",
                    (int)(model.len > 64 ? 64 : model.len), model.ptr);
   }
 
@@ -447,6 +451,18 @@ static int load_special_ids(const gguf_file *f, tok_vocab *v, fim_ids *fi, char 
     v->unk = 0;
     v->add_bos = true;
     v->add_space_prefix = true;
+  } else if (v->kind == TOK_KIND_WPM) {
+    /* BERT: [CLS] = 101 starts, [SEP] = 102 ends every text; [UNK] = 100 */
+    v->bos = 101;
+    v->eos = -1;
+    v->unk = 100;
+    v->add_bos = true;
+  } else if (v->kind == TOK_KIND_UGM) {
+    /* T5: no BOS, </s> = 1 ends every text, <unk> = 2 */
+    v->bos = -1;
+    v->eos = 1;
+    v->unk = 2;
+    v->add_eos = true;
   } else {
     v->bos = 11;
     v->eos = 11;
@@ -456,6 +472,15 @@ static int load_special_ids(const gguf_file *f, tok_vocab *v, fim_ids *fi, char 
     if (tok_pre_no_bos(v->pre)) v->bos = -1;
   }
   v->eot = v->eom = v->pad = v->sep = v->mask = -1;
+  if (v->kind == TOK_KIND_WPM) {
+    v->sep = 102;
+    v->pad = 0;
+    v->mask = 103;
+  }
+  if (v->kind == TOK_KIND_UGM) v->pad = 0;
+  if (v->sep >= v->n) v->sep = -1;
+  if (v->pad >= v->n) v->pad = -1;
+  if (v->mask >= v->n) v->mask = -1;
   if (v->bos >= v->n) v->bos = -1;
   if (v->eos >= v->n) v->eos = -1;
   if (v->unk >= v->n) v->unk = -1;
@@ -482,6 +507,24 @@ static int load_special_ids(const gguf_file *f, tok_vocab *v, fim_ids *fi, char 
   }
   read_bool(f, "tokenizer.ggml.add_bos_token", &v->add_bos);
   read_bool(f, "tokenizer.ggml.add_eos_token", &v->add_eos);
+  if (v->kind == TOK_KIND_WPM) {
+    /* llama.cpp adds [CLS] and [SEP] around every WPM text with
+     * add_special, whatever the add_* flags say; and its BERT normalizer
+     * lowercases and strips accents unless the metadata says otherwise */
+    v->add_bos = true;
+    v->add_eos = false;
+    v->wpm_lower = true;
+    read_bool(f, "tokenizer.ggml.normalizer.lowercase", &v->wpm_lower);
+    v->wpm_strip_accents = v->wpm_lower;
+    read_bool(f, "tokenizer.ggml.normalizer.strip_accents", &v->wpm_strip_accents);
+    if (v->bos < 0 || v->sep < 0 || v->unk < 0)
+      return pw_seterr(err, PW_EFORMAT, "tokenizer: a WordPiece vocabulary needs valid [CLS], [SEP] and [UNK] ids");
+  }
+  if (v->kind == TOK_KIND_UGM) {
+    read_bool(f, "tokenizer.ggml.remove_extra_whitespaces", &v->ugm_merge_ws);
+    int rc2 = tok_ugm_load(f, v, err);
+    if (rc2 < 0) return rc2;
+  }
   if (v->add_bos && v->bos < 0) {
     return pw_seterr(err, PW_EFORMAT, "tokenizer: add_bos_token is true but there is no valid bos_token_id");
   }
@@ -653,7 +696,10 @@ int tok_vocab_load(const gguf_file *f, tok_vocab **out, char *err) {
 /* ---- accessors --------------------------------------------------------------- */
 
 int32_t tok_n_vocab(const tok_vocab *v) { return v->n; }
-const char *tok_kind(const tok_vocab *v) { return v->kind == TOK_KIND_SPM ? "spm" : "bpe"; }
+const char *tok_kind(const tok_vocab *v) {
+  return v->kind == TOK_KIND_SPM ? "spm" : v->kind == TOK_KIND_WPM ? "wpm" : v->kind == TOK_KIND_UGM ? "ugm" : "bpe";
+}
+int32_t tok_sep(const tok_vocab *v) { return v->sep; }
 const char *tok_pre(const tok_vocab *v) { return v->pre_name; }
 bool tok_add_bos(const tok_vocab *v) { return v->add_bos; }
 bool tok_add_eos(const tok_vocab *v) { return v->add_eos; }

@@ -6,7 +6,9 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/sha256.h"
 #include "weights/crypt.h"
+#include "weights/weights_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +37,8 @@ struct weights {
   weights_info info;
   uint8_t *buf;   /* owned plaintext bytes (pread/direct/encrypted), or NULL */
   size_t buf_cap; /* bytes mapped at buf */
+  wstream *st;    /* with a memory budget: the streaming state (owns f), or NULL */
+  char *path;     /* owned: for re-reads (weights_sha256) */
 };
 
 int weights_io_parse(const char *s) {
@@ -97,16 +101,7 @@ static int64_t smaps_kb(const void *addr, const char *key) {
 
 /* ---- readers ----------------------------------------------------------------- */
 
-typedef struct reader {
-  const char *path;
-  int io;
-  int fd;             /* buffered descriptor (pread, and direct's tail) */
-  int dfd;            /* O_DIRECT descriptor, or -1 */
-  const uint8_t *map; /* mmap of the whole file (mmap io), or NULL */
-  uint64_t size;      /* at open */
-} reader;
-
-static void reader_close(reader *r) {
+void weights_reader_close(reader *r) {
   if (r->map) munmap((void *)r->map, (size_t)r->size);
   if (r->dfd >= 0) close(r->dfd);
   if (r->fd >= 0) close(r->fd);
@@ -114,7 +109,7 @@ static void reader_close(reader *r) {
   r->fd = r->dfd = -1;
 }
 
-static int reader_open(reader *r, const char *path, int io, char *err) {
+int weights_reader_open(reader *r, const char *path, int io, char *err) {
   memset(r, 0, sizeof *r);
   r->path = path;
   r->io = io;
@@ -123,7 +118,7 @@ static int reader_open(reader *r, const char *path, int io, char *err) {
   if (r->fd < 0) return pw_seterr(err, PW_EIO, "%s: %s", path, strerror(errno));
   struct stat st;
   if (fstat(r->fd, &st) || !S_ISREG(st.st_mode)) {
-    reader_close(r);
+    weights_reader_close(r);
     return pw_seterr(err, PW_EIO, "%s: not a regular file", path);
   }
   r->size = (uint64_t)st.st_size;
@@ -131,7 +126,7 @@ static int reader_open(reader *r, const char *path, int io, char *err) {
     r->dfd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
     if (r->dfd < 0) {
       int e = errno;
-      reader_close(r);
+      weights_reader_close(r);
       if (e == EINVAL)
         return pw_seterr(err, PW_EUNSUPPORTED,
                          "%s: the file system does not support O_DIRECT (open: %s); weights read strategy 'direct' "
@@ -178,7 +173,7 @@ static int pread_all(const reader *r, int fd, uint8_t *buf, uint64_t len, uint64
 /* Reads [off, off + len) into buf. direct: off and buf DIO_ALIGN-aligned;
  * the whole blocks go through O_DIRECT, the remainder (< 4 KiB, only at the
  * end of the file) through the buffered descriptor. */
-static int reader_read(const reader *r, uint64_t off, uint64_t len, uint8_t *buf, char *err) {
+int weights_reader_read(const reader *r, uint64_t off, uint64_t len, uint8_t *buf, char *err) {
   if (off > r->size || len > r->size - off) return short_read(r, r->size, err);
   if (r->io != WEIGHTS_IO_DIRECT) return pread_all(r, r->fd, buf, len, off, err);
   PW_ASSERT(off % DIO_ALIGN == 0 && (uintptr_t)buf % DIO_ALIGN == 0);
@@ -195,7 +190,7 @@ static int open_owned_plain(weights *w, reader *r, char *err) {
     return pw_seterr(err, PW_ENOMEM, "%s: out of memory for %.1f MiB of weights", r->path, r->size / 1048576.0);
   for (uint64_t off = 0; off < r->size; off += READ_PIECE) {
     const uint64_t n = r->size - off < READ_PIECE ? r->size - off : READ_PIECE;
-    int rc = reader_read(r, off, n, w->buf + off, err);
+    int rc = weights_reader_read(r, off, n, w->buf + off, err);
     if (rc) return rc;
   }
   /* a file that grew since open is not the file we were asked to load
@@ -302,6 +297,43 @@ static int dec_span(weights *w, dec_job *j, pw_pool *pool, int nth, uint64_t fir
   return 0;
 }
 
+static void rlimit_text(char *lim, size_t cap) {
+  struct rlimit rl;
+  snprintf(lim, cap, "unknown");
+  if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
+    if (rl.rlim_cur == RLIM_INFINITY) snprintf(lim, cap, "unlimited");
+    else snprintf(lim, cap, "%llu bytes", (unsigned long long)rl.rlim_cur);
+  }
+}
+
+int weights_mlock_error(const char *path, size_t n, int e, char *err) {
+  char lim[64];
+  rlimit_text(lim, sizeof lim);
+  return pw_seterr(err, PW_EUNSUPPORTED,
+                   "%s: --mlock: cannot lock %.1f MiB of weights in memory (mlock: %s; RLIMIT_MEMLOCK is %s): raise "
+                   "the limit (ulimit -l, LimitMEMLOCK=), grant CAP_IPC_LOCK, or run without --mlock",
+                   path, n / 1048576.0, strerror(e), lim);
+}
+
+/* --hugepages: an error where transparent huge pages are off. */
+static int hugepages_check(const weights_opts *o, char *err) {
+  if (!o->hugepages) return 0;
+  if (o->io == WEIGHTS_IO_MMAP)
+    return pw_seterr(err, PW_EINVAL,
+                     "--hugepages applies to owned weight buffers: use it with --weights-io pread or direct (the "
+                     "mmap strategy asks for 2 MiB pages of the page cache on its own where the kernel allows)");
+  char line[128] = "";
+  FILE *fp = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "re");
+  if (!fp) return pw_seterr(err, PW_EUNSUPPORTED, "--hugepages: this kernel has no transparent huge pages");
+  if (!fgets(line, sizeof line, fp)) line[0] = 0;
+  fclose(fp);
+  if (strstr(line, "[never]"))
+    return pw_seterr(err, PW_EUNSUPPORTED,
+                     "--hugepages: transparent huge pages are disabled (/sys/kernel/mm/transparent_hugepage/enabled "
+                     "is 'never')");
+  return 0;
+}
+
 static void lock_plaintext(weights *w, const char *path) {
 #ifdef MADV_DONTDUMP
   madvise(w->buf, w->buf_cap, MADV_DONTDUMP);
@@ -311,12 +343,8 @@ static void lock_plaintext(weights *w, const char *path) {
     return;
   }
   const int e = errno;
-  struct rlimit rl;
-  char lim[64] = "unknown";
-  if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
-    if (rl.rlim_cur == RLIM_INFINITY) snprintf(lim, sizeof lim, "unlimited");
-    else snprintf(lim, sizeof lim, "%llu bytes", (unsigned long long)rl.rlim_cur);
-  }
+  char lim[64];
+  rlimit_text(lim, sizeof lim);
   pw_log(PW_LOG_WARN,
          "%s: cannot lock the %.1f MiB of decrypted weights in memory (mlock: %s; RLIMIT_MEMLOCK is %s): they "
          "may be written to swap; raise the limit (ulimit -l, LimitMEMLOCK=) or grant CAP_IPC_LOCK",
@@ -343,7 +371,7 @@ static int open_encrypted(weights *w, reader *r, const char *key_file, pw_pool *
       goto done;
     }
     uint64_t n = r->size < DIO_ALIGN ? r->size : DIO_ALIGN;
-    if ((rc = reader_read(r, 0, n, win, err))) goto done;
+    if ((rc = weights_reader_read(r, 0, n, win, err))) goto done;
     memcpy(first, win, WEIGHTS_PWE_HEADER);
   }
   if ((rc = weights_pwe_parse(first, r->size, &h, e2))) {
@@ -395,7 +423,7 @@ static int open_encrypted(weights *w, reader *r, const char *key_file, pw_pool *
       const uint64_t n = h.n_chunks - i < per ? h.n_chunks - i : per;
       const uint64_t start = weights_pwe_rec_off(&h, i), end = i + n < h.n_chunks ? weights_pwe_rec_off(&h, i + n) : h.file_size;
       const uint64_t a = start / DIO_ALIGN * DIO_ALIGN;
-      if ((rc = reader_read(r, a, end - a, win, e2))) break;
+      if ((rc = weights_reader_read(r, a, end - a, win, e2))) break;
       rc = dec_span(w, job, pool, nth, i, n, win + (start - a), e2);
     }
   }
@@ -422,13 +450,23 @@ int weights_open(const char *path, const weights_opts *o, weights **out, char *e
   if (!o) o = &def;
   if (o->io < 0 || o->io >= WEIGHTS_IO_COUNT)
     return pw_seterr(err, PW_EINVAL, "unknown weights read strategy %d", o->io);
+  if (o->residency != WEIGHTS_RES_LRU && o->residency != WEIGHTS_RES_LFRU)
+    return pw_seterr(err, PW_EINVAL, "unknown residency policy %d", o->residency);
+  if (o->mem_budget_frac < 0 || o->mem_budget_frac > 1)
+    return pw_seterr(err, PW_EINVAL, "memory budget of %g of the model: expected 0 < P <= 100%%", o->mem_budget_frac * 100);
+  int rc = hugepages_check(o, err);
+  if (rc) return rc;
   weights *w = calloc(1, sizeof *w);
-  if (!w) return pw_seterr(err, PW_ENOMEM, "out of memory");
+  if (!w || !(w->path = strdup(path))) {
+    free(w);
+    return pw_seterr(err, PW_ENOMEM, "out of memory");
+  }
   const double t0 = pw_now_s();
   w->info.io = o->io;
   reader r;
-  int rc = reader_open(&r, path, o->io, err);
+  rc = weights_reader_open(&r, path, o->io, err);
   if (rc) {
+    free(w->path);
     free(w);
     return rc;
   }
@@ -448,10 +486,43 @@ int weights_open(const char *path, const weights_opts *o, weights **out, char *e
                    path);
     goto fail;
   }
+  if (o->mem_budget > 0 || o->mem_budget_frac > 0) {
+    if (container) {
+      rc = pw_seterr(err, PW_EUNSUPPORTED,
+                     "%s: an encrypted container cannot stream under a memory budget (its chunks do not follow "
+                     "layer boundaries): load it without --mem-budget, or decrypt it (power decrypt) to a file on "
+                     "protected storage",
+                     path);
+      goto fail;
+    }
+    weights_reader_close(&r);
+    rc = weights_stream_open(path, o, &w->st, &w->f, err);
+    if (rc < 0) goto fail;
+    if (rc == 0) {
+      weights_budget_info bi;
+      weights_stream_budget(w->st, &bi);
+      w->info.bytes = gguf_size(w->f);
+      w->info.locked = o->mlock;
+      w->res.bytes = bi.base_bytes + bi.pinned_bytes + bi.pool_bytes;
+      w->res.huge_bytes = -1;
+      w->info.read_s = pw_now_s() - t0;
+      *out = w;
+      return 0;
+    }
+    /* the budget holds the whole file: an ordinary load */
+    if ((rc = weights_reader_open(&r, path, o->io, err))) goto fail;
+  }
   if (!container && o->io == WEIGHTS_IO_MMAP) {
-    reader_close(&r);
+    weights_reader_close(&r);
     if ((rc = gguf_open(path, &w->f, err))) goto fail;
     gguf_make_resident(w->f, &w->res);
+    if (o->mlock) {
+      if (mlock(gguf_base(w->f), (size_t)gguf_size(w->f))) {
+        rc = weights_mlock_error(path, (size_t)gguf_size(w->f), errno, err);
+        goto fail;
+      }
+      w->info.locked = true;
+    }
     w->info.bytes = gguf_size(w->f);
     w->info.read_s = pw_now_s() - t0;
     *out = w;
@@ -470,8 +541,19 @@ int weights_open(const char *path, const weights_opts *o, weights **out, char *e
     r.map = m;
   }
   rc = container ? open_encrypted(w, &r, o->key_file, o->pool, err) : open_owned_plain(w, &r, err);
-  reader_close(&r);
+  weights_reader_close(&r);
   if (rc) goto fail;
+  if (o->hugepages && madvise(w->buf, w->buf_cap, MADV_HUGEPAGE)) {
+    rc = pw_seterr(err, PW_EUNSUPPORTED, "--hugepages: madvise(MADV_HUGEPAGE): %s", strerror(errno));
+    goto fail;
+  }
+  if (o->mlock && !w->info.locked) {
+    if (mlock(w->buf, w->buf_cap)) {
+      rc = weights_mlock_error(path, w->buf_cap, errno, err);
+      goto fail;
+    }
+    w->info.locked = true;
+  }
   if (!container) w->info.bytes = r.size;
   if ((rc = gguf_open_mem(w->buf, (size_t)w->info.bytes, &w->f, err))) goto fail;
   w->res.bytes = w->info.bytes;
@@ -481,13 +563,17 @@ int weights_open(const char *path, const weights_opts *o, weights **out, char *e
   *out = w;
   return 0;
 fail:
-  reader_close(&r);
+  weights_reader_close(&r);
   weights_close(w);
   return rc;
 }
 
 void weights_close(weights *w) {
   if (!w) return;
+  if (w->st) {
+    weights_stream_close(w->st); /* owns f */
+    w->f = NULL;
+  }
   gguf_close(w->f);
   if (w->buf) {
     /* decrypted weights are the secret the container protects: wiped
@@ -496,12 +582,80 @@ void weights_close(weights *w) {
     if (w->info.locked) munlock(w->buf, w->buf_cap);
     munmap(w->buf, w->buf_cap);
   }
+  free(w->path);
   free(w);
 }
 
 gguf_file *weights_gguf(const weights *w) { return w->f; }
 const gguf_residency *weights_residency(const weights *w) { return &w->res; }
 const weights_info *weights_get_info(const weights *w) { return &w->info; }
+
+/* ---- memory budget ------------------------------------------------------------------ */
+
+bool weights_streaming(const weights *w) { return w && w->st; }
+
+void weights_tensor_rows(const weights *w, const char *name, weights_rows *out) {
+  memset(out, 0, sizeof *out);
+  if (w->st) weights_stream_tensor_rows(w->st, name, out);
+}
+
+int weights_layer_unit(const weights *w, int il) { return w->st ? weights_stream_layer_unit(w->st, il) : -1; }
+
+int weights_acquire(weights *w, int u, char *err) {
+  return w->st && u >= 0 ? weights_stream_acquire(w->st, u, err) : 0;
+}
+
+void weights_release(weights *w, int u) {
+  if (w->st && u >= 0) weights_stream_release(w->st, u);
+}
+
+int weights_copy(weights *w, const void *src, size_t n, void *dst, char *err) {
+  if (w->st) return weights_stream_copy(w->st, src, n, dst, err);
+  memcpy(dst, src, n);
+  return 0;
+}
+
+bool weights_get_budget(const weights *w, weights_budget_info *out) {
+  memset(out, 0, sizeof *out);
+  if (!w || !w->st) return false;
+  weights_stream_budget(w->st, out);
+  return true;
+}
+
+void weights_get_unit(const weights *w, int i, weights_unit_info *out) {
+  memset(out, 0, sizeof *out);
+  if (w->st) weights_stream_unit(w->st, i, out);
+}
+
+int weights_sha256(const weights *w, uint8_t dig[32], char *err) {
+  if (!w->st) {
+    pw_sha256(gguf_base(w->f), (size_t)gguf_size(w->f), dig);
+    return 0;
+  }
+  /* not all resident: the same bytes again from the file, which must
+   * still be the file that was opened */
+  reader r;
+  int rc = weights_reader_open(&r, w->path, WEIGHTS_IO_PREAD, err);
+  if (rc) return rc;
+  if (r.size != gguf_size(w->f)) {
+    weights_reader_close(&r);
+    return pw_seterr(err, PW_EIO, "%s: the file changed size since it was loaded", w->path);
+  }
+  uint8_t *buf = malloc((size_t)READ_PIECE);
+  pw_sha256_ctx *c = pw_sha256_begin();
+  if (!buf || !c) rc = pw_seterr(err, PW_ENOMEM, "out of memory");
+  for (uint64_t off = 0; !rc && off < r.size; off += READ_PIECE) {
+    const uint64_t n = r.size - off < READ_PIECE ? r.size - off : READ_PIECE;
+    if (!(rc = weights_reader_read(&r, off, n, buf, err))) pw_sha256_update(c, buf, (size_t)n);
+  }
+  if (c) {
+    if (!rc) pw_sha256_end(c, dig); /* frees c */
+    else pw_sha256_free(c);
+  }
+  free(buf);
+  weights_reader_close(&r);
+  return rc;
+}
 
 /* ---- page cache control -------------------------------------------------------------- */
 

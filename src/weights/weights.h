@@ -18,6 +18,25 @@
  * Every strategy gives the same bytes at the same alignment modulo the
  * GGUF alignment, so model outputs are bit-identical whichever is used.
  *
+ * Memory budget (plain files): at most mem_budget bytes of the file are
+ * resident at once (stream.c). The file is cut into units: each decoder
+ * layer (the blk.N.* tensors, contiguous in the file), and the embedding
+ * and output matrices in row pieces about a layer's size. The header, the
+ * other tensors and the pages two units share stay resident (the "base");
+ * some units are pinned (the policy below); the rest stream through a pool
+ * of the remaining budget: weights_acquire makes a unit resident (waiting
+ * for the reader thread if needed) and starts the read of the unit that
+ * follows it in the pass, weights_release lets it go. Every tensor keeps
+ * one address for its life (the units are mapped in and out of one
+ * reserved range), so a model binds its weights once, and outputs are
+ * bit-identical at every budget.
+ *   pread/direct: the pool is a ring of shared-memory chunks (memfd), read
+ *     with the strategy's reads and mapped at the unit's place; evicted
+ *     units are unmapped (PROT_NONE: a use without acquire faults).
+ *   mmap: the file's own mapping; a unit is made resident with
+ *     MADV_POPULATE_READ and dropped with MADV_DONTNEED, so the process's
+ *     resident file pages (RssFile) stay within the budget.
+ *
  * Not here: GGUF parsing (gguf/), what the tensors mean (model/). */
 #ifndef PW_WEIGHTS_WEIGHTS_H
 #define PW_WEIGHTS_WEIGHTS_H
@@ -35,8 +54,30 @@ typedef enum weights_io { WEIGHTS_IO_MMAP = 0, WEIGHTS_IO_PREAD = 1, WEIGHTS_IO_
 int weights_io_parse(const char *s);
 const char *weights_io_name(int io);
 
+/* Which units a budget keeps, after the pinned ones:
+ *   lru   the least recently used unit is evicted first
+ *   lfru  the unit with the fewest reuse hits (uses that found it still
+ *         resident from an earlier pass) first, the most recently used
+ *         among equals: a decode pass uses every unit once in the same
+ *         order, where plain LRU evicts each unit just before its next use
+ *         and the most recent one is the one needed last */
+typedef enum weights_residency_policy { WEIGHTS_RES_LRU = 0, WEIGHTS_RES_LFRU = 1 } weights_residency_policy;
+int weights_residency_parse(const char *s); /* "lru" | "lfru" -> policy, or -1 */
+const char *weights_residency_name(int policy);
+/* "1234", "512K", "64M", "1.5G" (powers of 1024) -> *bytes, *frac = 0; or
+ * "25%" -> *frac = 0.25, *bytes = 0. PW_EINVAL with a message otherwise. */
+int weights_budget_parse(const char *s, uint64_t *bytes, double *frac, char *err);
+
 typedef struct weights_opts {
   int io;               /* weights_io; 0 = mmap */
+  uint64_t mem_budget;  /* bytes of the file resident at once; 0 = no budget */
+  double mem_budget_frac; /* (0, 1]: the budget as this share of the
+                           * tensor bytes (used when mem_budget is 0) */
+  int residency;        /* weights_residency_policy (with a budget) */
+  bool mlock;           /* lock the resident weights; failure is an error
+                         * naming RLIMIT_MEMLOCK */
+  bool hugepages;       /* ask for 2 MiB pages on owned buffers; an error
+                         * where the kernel has them off or with mmap */
   const char *key_file; /* borrowed: key file of an encrypted container
                          * (crypt.h); NULL = the file must be plain GGUF.
                          * A key with a plain file, or a container without
@@ -73,6 +114,61 @@ gguf_file *weights_gguf(const weights *w);
 /* Bytes resident and in 2 MiB pages (as gguf_make_resident reports). */
 const gguf_residency *weights_residency(const weights *w);
 const weights_info *weights_get_info(const weights *w);
+
+/* ---- memory budget and streaming (stream.c) ---- */
+/* True when the file was opened with a budget smaller than the file. */
+bool weights_streaming(const weights *w);
+/* The streamed pieces of tensor `name`: piece k holds rows [row0[k],
+ * row0[k+1]) and is unit unit[k]. n = 0: the tensor is always resident
+ * (no acquire needed). Views owned by w. */
+typedef struct weights_rows {
+  int n;
+  const int64_t *row0; /* [n + 1] */
+  const int *unit;     /* [n] */
+} weights_rows;
+void weights_tensor_rows(const weights *w, const char *name, weights_rows *out);
+/* The unit of decoder layer il, or -1 when its weights are always resident. */
+int weights_layer_unit(const weights *w, int il);
+/* Makes unit u (-1: no-op) resident and keeps it so until the matching
+ * release; starts reading the unit after it. Thread-safe. An error (the
+ * file changed or cannot be read) names the file and the unit. */
+int weights_acquire(weights *w, int u, char *err);
+void weights_release(weights *w, int u);
+/* Copies n weight bytes at src (a tensor address) into dst, reading them
+ * from the file when their unit is not resident (a row of a streamed
+ * matrix without the read of its whole piece). */
+int weights_copy(weights *w, const void *src, size_t n, void *dst, char *err);
+
+typedef struct weights_unit_info {
+  char name[48];        /* "blk.3", "output.weight[0:21376)" */
+  uint64_t bytes;       /* the unit's own pages */
+  bool pinned;          /* resident for the model's life */
+  bool resident;        /* now */
+  uint64_t loads, hits; /* reads of it; uses that found it still resident */
+} weights_unit_info;
+
+typedef struct weights_budget_info {
+  uint64_t budget;       /* asked for, in bytes */
+  uint64_t tensor_bytes; /* the file's tensor bytes (the base of "25%") */
+  uint64_t base_bytes;   /* header, small tensors, shared pages: resident */
+  uint64_t pinned_bytes; /* pinned units */
+  uint64_t pool_bytes;   /* what the streamed units share */
+  uint64_t min_budget;   /* the smallest budget this file accepts */
+  uint64_t chunk;        /* pool granularity (pread/direct), bytes */
+  int policy;            /* weights_residency_policy */
+  int n_units;
+  uint64_t loads, hits;  /* over all units */
+  uint64_t read_bytes;   /* streamed in since open */
+  double read_s;         /* reader thread time spent reading them */
+  double wait_s;         /* time acquire waited for a read */
+} weights_budget_info;
+/* NULL-safe: false when w does not stream. */
+bool weights_get_budget(const weights *w, weights_budget_info *out);
+/* Unit i (0 <= i < n_units) of a streaming w. */
+void weights_get_unit(const weights *w, int i, weights_unit_info *out);
+/* SHA-256 of the file's plaintext bytes (from memory when they are all
+ * resident, else read again from the file). */
+int weights_sha256(const weights *w, uint8_t dig[32], char *err);
 
 /* ---- page cache control (cold-start benchmarks) ---- */
 /* Asks the kernel to drop path's clean cached pages (POSIX_FADV_DONTNEED;

@@ -49,12 +49,17 @@ check "bench json gives the bytes mapped in 2 MiB pages (or null)" [ -n "$hp" ]
 check "bench json without --batch has no batch figure" [ -z "$(field "$tmp/out" batch_tg_tok_s)" ]
 check "bench json keeps stderr empty" [ ! -s "$tmp/err" ]
 kern=$(sed -n 's/.*"kernels":"\([a-z0-9-]*\)".*/\1/p' "$tmp/out")
-check "bench json names the kernels ($kern)" sh -c 'case "$1" in scalar|avx2|avx512|avx512-vbmi) ;; *) exit 1 ;; esac' - "$kern"
+check "bench json names the kernels ($kern)" sh -c 'case "$1" in scalar|avx2|avx2vnni|avx512|avx512-vbmi) ;; *) exit 1 ;; esac' - "$kern"
 POWER_SIMD=scalar "$bin" bench --model "$model" -p 0 -n 1 -r 1 -o json >"$tmp/out2" 2>"$tmp/err"
 check "bench json: POWER_SIMD=scalar runs the scalar kernels" grep -q '"kernels":"scalar"' "$tmp/out2"
 if [ "$kern" != scalar ]; then
   POWER_SIMD=avx2 "$bin" bench --model "$model" -p 0 -n 1 -r 1 -o json >"$tmp/out2" 2>"$tmp/err"
   check "bench json: POWER_SIMD=avx2 runs the AVX2 kernels" grep -q '"kernels":"avx2"' "$tmp/out2"
+  # avx2vnni where the CPU has AVX-VNNI, else the AVX2 level
+  POWER_SIMD=avx2vnni "$bin" bench --model "$model" -p 0 -n 1 -r 1 -o json >"$tmp/out2" 2>"$tmp/err"
+  want=avx2
+  grep -q '^flags.* avx_vnni' /proc/cpuinfo 2>/dev/null && want=avx2vnni
+  check "bench json: POWER_SIMD=avx2vnni runs the $want kernels" grep -q "\"kernels\":\"$want\"" "$tmp/out2"
 fi
 med=$(field "$tmp/out" tg_tok_s)
 lo=$(field "$tmp/out" tg_min)

@@ -47,14 +47,17 @@ export function withTimeout(p, ms, what) {
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /**
- * Starts `power serve --model MODEL --host 127.0.0.1 --port 0 ...args` and
+ * Starts `power serve --model MODEL --host 127.0.0.1 --port 0 ...args` (model
+ * null: without --model, serving the store of env.POWER_HOME) and
  * resolves once it prints its address. The result has url (http://host:port),
  * base (url + '/v1'), port, pid, modelId, stderr() and stop(). env adds
  * variables (null removes one).
  */
 export async function startServer({ model, args = [], env: extra = {}, readyMs = 30000 }) {
   const { bin } = env();
-  const argv = ['serve', '--model', modelPath(model), '--host', '127.0.0.1', '--port', '0', ...args];
+  // null serves the store; an absolute path names a model outside the shared folder (one a test wrote)
+  const argv = ['serve', ...(model === null ? [] : ['--model', path.isAbsolute(model) ? model : modelPath(model)]),
+    '--host', '127.0.0.1', '--port', '0', ...args];
   // A null value in extra removes that variable from the server's environment.
   const childEnv = { ...process.env, ...extra };
   for (const [k, v] of Object.entries(extra)) if (v === null) delete childEnv[k];
@@ -71,7 +74,7 @@ export async function startServer({ model, args = [], env: extra = {}, readyMs =
     child.stderr.on('data', (d) => {
       log += d.toString();
       if (log.length > 65536) log = log.slice(-65536);
-      const m = /serving (\S+) on (http:\/\/127\.0\.0\.1:(\d+))/.exec(log);
+      const m = /serving (\S+|the store \([^)]*\)) on (http:\/\/127\.0\.0\.1:(\d+))/.exec(log);
       if (m) resolve({ modelId: m[1], url: m[2], port: Number(m[3]) });
     });
     child.on('error', reject);

@@ -215,7 +215,7 @@ int main(void) {
       pw_attn_ref(q, k, v, stride, n, hd, scale, o1);
       fast(q, k, v, stride, n, hd, scale, o2);
       /* the AVX2 kernel too where a wider one is installed */
-      if (pw_tensor_level() > PW_IMPL_AVX2) {
+      if (pw_tensor_level() >= PW_IMPL_AVX512) {
         float o4[1024];
         attn_avx2(q, k, v, stride, n, hd, scale, o4);
         for (int i = 0; i < hd; i++) CHECK_MSG(fabs(o4[i] - o1[i]) <= 2e-3, "hd %d n %d: avx2 %g vs ref %g", hd, n, o4[i], o1[i]);

@@ -11,13 +11,18 @@
  *   - engine: batch invariance (alone, among 8, chunked and whole
  *     prefill); speculation (n-gram drafter) gives the same tokens as
  *     without, alone and among 8, with rejected rounds rolled back through
- *     snapshots; the prefix cache reuses an entry only when the new prompt
+ *     snapshots; MTP speculation (the model's own block, and oracle
+ *     proposals that are all right, all wrong, or mixed so rounds are
+ *     accepted in part and rolled back) gives the same tokens as without,
+ *     alone and among 8; a model without the block is refused for it;
+ *     the prefix cache reuses an entry only when the new prompt
  *     extends all of it and otherwise counts a miss, with the same tokens
  *     as without a cache.
  * Every wait has a timeout. */
 #include "base/clock.h"
 #include "base/error.h"
 #include "engine/engine.h"
+#include "engine/engine_int.h" /* eng_mtp_test_hook */
 #include "model/model.h"
 #include "tok/tok.h"
 #include "test.h"
@@ -41,12 +46,20 @@
 #endif
 
 static char g_model[256];
+/* The speculation policy of the engines made here: the acceptance policy
+ * proposes by rule (so the rollback paths run every time), the cost policy
+ * by measured time. */
+static int g_policy = ENGINE_SPEC_POLICY_ACCEPTANCE;
 
-static engine *make(int max_active, int step_tokens, int spec_mode, int cache_entries) {
-  engine_opts o = {.model_path = g_model, .n_threads = 2, .max_active = max_active, .max_queue = 16, .n_ctx = 256,
-                   .step_tokens = step_tokens, .spec_mode = spec_mode, .spec_draft_max = 4,
+static engine *make_at(const char *path, int max_active, int step_tokens, int spec_mode, int cache_entries) {
+  engine_opts o = {.model_path = path, .n_threads = 2, .max_active = max_active, .max_queue = 16, .n_ctx = 256,
+                   .step_tokens = step_tokens, .spec_mode = spec_mode, .spec_draft_max = 4, .spec_policy = g_policy,
                    .prompt_cache_entries = cache_entries ? cache_entries : -1};
   return create_engine(&o);
+}
+
+static engine *make(int max_active, int step_tokens, int spec_mode, int cache_entries) {
+  return make_at(g_model, max_active, step_tokens, spec_mode, cache_entries);
 }
 
 /* Prompts with repeated stretches, so the n-gram drafter finds matches. */
@@ -147,6 +160,13 @@ static void run_all(engine *e, int32_t prompts[][96], const int *np, result *out
     }
 }
 
+/* the requests' greedy outputs without speculation, alone (the reference
+ * of every later comparison) */
+static int32_t g_prompts[8][96];
+static int g_np[8];
+static result g_alone[8];
+static bool g_have_alone;
+
 static void test_engine_invariance_and_spec(void) {
   engine *ea = make(8, 16, ENGINE_SPEC_OFF, 0); /* prompts chunked */
   engine *eb = make(2, 256, ENGINE_SPEC_OFF, 0); /* whole prompts */
@@ -159,10 +179,14 @@ static void test_engine_invariance_and_spec(void) {
   for (int i = 0; i < N_INV; i++) {
     engine_params p = greedy(prompts[i], np[i], GEN + i);
     run1(ea, &p, &alone[i]);
+    g_alone[i] = alone[i];
     CHECK_EQ_INT(alone[i].end, ENGINE_EV_DONE);
     CHECK_EQ_INT(alone[i].n_tok, GEN + i);
     run1(es, &p, &spec1[i]);
   }
+  memcpy(g_prompts, prompts, sizeof g_prompts);
+  memcpy(g_np, np, sizeof g_np);
+  g_have_alone = true;
   run_all(ea, prompts, np, mixed);
   run_all(eb, prompts, np, whole);
   run_all(es, prompts, np, spec8);
@@ -187,6 +211,86 @@ out:
   engine_destroy(ea);
   engine_destroy(eb);
   engine_destroy(es);
+}
+
+/* ---- MTP speculation -------------------------------------------------------- */
+
+/* Oracle modes for the MTP drafter's proposals (eng_mtp_test_hook): the
+ * block's own (dummy weights: almost never accepted), the target's own
+ * continuation (all accepted), wrong tokens (all rejected), or the
+ * continuation with every third position wrong (rounds accepted in part,
+ * then rolled back: the recurrent state through its snapshot, the block's
+ * cache with the target's). */
+enum { ORACLE_NONE, ORACLE_ALL, ORACLE_NONE_RIGHT, ORACLE_MIXED };
+static int g_oracle;
+
+static void oracle_hook(engine_req *r, int32_t *prop, int n) {
+  int w = -1;
+  for (int i = 0; i < N_INV && w < 0; i++)
+    if (g_np[i] == r->n_prompt && memcmp(g_prompts[i], r->toks, (size_t)r->n_prompt * sizeof(int32_t)) == 0) w = i;
+  if (w < 0 || g_oracle == ORACLE_NONE) return;
+  for (int j = 0; j < n; j++) {
+    const int g = r->n_fed + 1 + j - r->n_prompt; /* index in the output of the token prop[j] guesses */
+    const int32_t right = g >= 0 && g < g_alone[w].n_tok ? g_alone[w].tok[g] : 0;
+    const bool wrong = g_oracle == ORACLE_NONE_RIGHT || (g_oracle == ORACLE_MIXED && g % 3 == 2);
+    prop[j] = wrong ? (right + 1) % 1000 : right;
+  }
+}
+
+static void test_mtp(void) {
+  if (!g_have_alone) return;
+  static const char *names[] = {"mtp block", "oracle: all right", "oracle: all wrong", "oracle: mixed"};
+  eng_mtp_test_hook = oracle_hook;
+  for (int mode = ORACLE_NONE; mode <= ORACLE_MIXED; mode++) {
+    g_oracle = mode;
+    /* the block's own proposals under the default (cost) policy */
+    g_policy = mode == ORACLE_NONE ? ENGINE_SPEC_POLICY_COST : ENGINE_SPEC_POLICY_ACCEPTANCE;
+    engine *es = make(8, 64, ENGINE_SPEC_MTP, 0);
+    if (!es) break;
+    static result one[8], all[8];
+    /* alone: the block's own proposals and the mixed oracle (a few
+     * requests: each runs by itself); among 8: every mode */
+    const bool solo = mode == ORACLE_NONE || mode == ORACLE_MIXED;
+    for (int i = 0; solo && i < N_INV / 2; i++) {
+      engine_params p = greedy(g_prompts[i], g_np[i], GEN + i);
+      run1(es, &p, &one[i]);
+      CHECK_MSG(same_done(&g_alone[i], &one[i]), "%s: request %d differs with MTP speculation", names[mode], i);
+    }
+    run_all(es, g_prompts, g_np, all);
+    for (int i = 0; i < N_INV; i++) {
+      CHECK_MSG(same_done(&g_alone[i], &all[i]), "%s: request %d differs with MTP speculation among %d", names[mode],
+                i, N_INV);
+    }
+    engine_stats st;
+    engine_get_stats(es, &st);
+    fprintf(stderr, "%s: %llu rounds, %llu drafted, %llu accepted, %llu emitted, %llu rolled back, %llu fallbacks\n",
+            names[mode], (unsigned long long)st.spec_rounds_total, (unsigned long long)st.spec_drafted_total,
+            (unsigned long long)st.spec_accepted_total, (unsigned long long)st.spec_emitted_total,
+            (unsigned long long)st.spec_rollbacks_total, (unsigned long long)st.spec_fallbacks_total);
+    if (mode != ORACLE_NONE) CHECK(st.spec_drafted_total > 0);
+    if (mode == ORACLE_ALL) {
+      CHECK_EQ_INT(st.spec_accepted_total, st.spec_drafted_total);
+      CHECK_EQ_INT(st.spec_rollbacks_total, 0);
+    } else if (mode == ORACLE_NONE_RIGHT) {
+      CHECK_EQ_INT(st.spec_accepted_total, 0);
+      CHECK(st.spec_rollbacks_total > 0);
+    } else if (mode == ORACLE_MIXED) {
+      CHECK(st.spec_accepted_total > 0 && st.spec_accepted_total < st.spec_drafted_total);
+      CHECK(st.spec_rollbacks_total > 0);
+    }
+    engine_destroy(es);
+  }
+  eng_mtp_test_hook = NULL;
+  g_policy = ENGINE_SPEC_POLICY_ACCEPTANCE;
+  /* a model without the block: refused at creation with a clear error */
+  char path[512], err[PW_ERRMAX] = "";
+  snprintf(path, sizeof path, "%s/models/syn-qwen3-Q8_0.gguf", POWER_SHARED_DIR);
+  engine_opts o = {.model_path = path, .n_threads = 2, .max_active = 2, .max_queue = 4, .n_ctx = 64,
+                   .spec_mode = ENGINE_SPEC_MTP};
+  engine *bad = NULL;
+  CHECK_EQ_INT(engine_create(&o, &bad, err), PW_EUNSUPPORTED);
+  CHECK_MSG(strstr(err, "MTP") != NULL, "error: %s", err);
+  CHECK(bad == NULL);
 }
 
 static engine_params keyed(const int32_t *prompt, int n, int max_tokens) {
@@ -243,7 +347,7 @@ int main(void) {
   const char *b = getenv("POWER_BIN");
   snprintf(cmd, sizeof cmd,
            "'%s' synth --arch qwen3.5-0.8b --vocab '%s/tokenizer/ggml-vocab-qwen2.gguf' --out '%s' --type Q8_0 "
-           "--layers 4 --quiet",
+           "--layers 4 --mtp --quiet",
            b && *b ? b : POWER_BIN, POWER_SHARED_DIR, g_model);
   int rc = system(cmd);
   CHECK_MSG(rc == 0, "synth failed: %s", cmd);
@@ -251,6 +355,7 @@ int main(void) {
     double t0 = pw_now_s();
     test_model_state();
     test_engine_invariance_and_spec();
+    test_mtp();
     test_prefix_cache();
     fprintf(stderr, "qwen35 engine checks in %.1fs\n", pw_now_s() - t0);
   }

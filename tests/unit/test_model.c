@@ -1,7 +1,8 @@
 /* test_model.c - forward-pass contracts: batch invariance (an entry's logits
  * are bit-identical alone or batched with other sequences), thread-count
  * invariance, KV truncation and replay (rollback), and clean errors for bad
- * batches and bad models. */
+ * batches and bad models; for llama, qwen2, qwen3, gemma3, qwen3moe and
+ * qwen2moe. */
 #include "base/error.h"
 #include "model/model.h"
 #include "test.h"
@@ -195,12 +196,56 @@ static void test_depth(const char *file, const char *kt, const char *vt) {
   for (int i = 0; i < 3; i++) free(res[i]);
 }
 
+/* Qwen3-MoE (two layers of 16 experts, 8 per token): a prompt's entries
+ * gathered by expert in one pass against one entry at a time batched with
+ * other sequences, and 1, 2 and 3 threads, all bit-identical. */
+static void test_invariance_qwen3moe(void) {
+  char path[256], cmd[1024], err[PW_ERRMAX];
+  snprintf(path, sizeof path, "/tmp/pw_test_model_qwen3moe_%d.gguf", (int)getpid());
+  snprintf(cmd, sizeof cmd,
+           "'%s' synth --arch qwen3-30b-a3b --vocab '%s/tokenizer/ggml-vocab-llama-spm.gguf' --out '%s' --type Q4_K_M "
+           "--layers 2 --experts 16 --quiet",
+           POWER_BIN, POWER_SHARED_DIR, path);
+  CHECK_MSG(system(cmd) == 0, "synth qwen3-30b-a3b failed");
+  test_invariance_path(path, "qwen3-30b-a3b (synth, 16 experts)");
+  model *m1 = NULL, *m3 = NULL;
+  model_opts o1 = {.n_threads = 1}, o3 = {.n_threads = 3};
+  CHECK_MSG(model_load(path, &o1, &m1, err) == 0, "%s", err);
+  CHECK_MSG(model_load(path, &o3, &m3, err) == 0, "%s", err);
+  if (m1 && m3) {
+    int V;
+    float *a = run_alone(m1, 1, &V), *b = run_alone(m3, 3, &V);
+    CHECK_MSG(memcmp(a, b, sizeof(float) * V * NP) == 0, "qwen3moe: 1 vs 3 threads differ");
+    free(a);
+    free(b);
+  }
+  model_destroy(m1);
+  model_destroy(m3);
+  unlink(path);
+}
+
+/* Qwen2-MoE (two layers of 12 experts, 4 per token, and the shared
+ * expert): batched against alone, 1 against 2 threads. */
+static void test_invariance_qwen2moe(void) {
+  char path[256], cmd[1024];
+  snprintf(path, sizeof path, "/tmp/pw_test_model_qwen2moe_%d.gguf", (int)getpid());
+  snprintf(cmd, sizeof cmd,
+           "'%s' synth --arch qwen1.5-moe-a2.7b --vocab '%s/tokenizer/ggml-vocab-llama-spm.gguf' --out '%s' --type Q8_0 "
+           "--layers 2 --experts 12 --quiet",
+           POWER_BIN, POWER_SHARED_DIR, path);
+  CHECK_MSG(system(cmd) == 0, "synth qwen1.5-moe-a2.7b failed");
+  test_invariance_path(path, "qwen1.5-moe-a2.7b (synth, 12 experts)");
+  unlink(path);
+}
+
 int main(void) {
   test_depth("syn-llama-Q4_K_M.gguf", "f16", "f16");
   test_depth("syn-qwen2-Q4_K_M.gguf", "f16", "f16");
   test_depth("syn-llama-Q4_K_M.gguf", "q8_0", "q8_0");
   test_depth("syn-llama-Q4_K_M.gguf", "q4_0", "f16");
   test_depth("syn-qwen2-Q4_K_M.gguf", "f16", "q4_0");
+  test_invariance_qwen3moe();
+  test_invariance_qwen2moe();
   test_invariance_gemma3();
   test_invariance("syn-llama-Q4_K_M.gguf");
   test_invariance("syn-qwen3-Q8_0.gguf");

@@ -4,7 +4,9 @@
  * Writes small models with `power synth` (qwen2 Q8_0 and Q4_K_M, qwen3
  * Q8_0, llama with llama3 rope_freqs Q4_K_M and IQ4_XS, gemma3 F16 and
  * Q8_0 with a short sliding window, qwen2 F16 with YaRN scaling, phi3 Q8_0
- * with LongRoPE's short factors and F16 with its long ones) and `power
+ * with LongRoPE's short factors and F16 with its long ones, qwen3moe F16,
+ * Q8_0 and Q4_K_M with 16 experts of Qwen3-30B-A3B's geometry, qwen2moe
+ * F16 and Q4_K_M with a shared expert) and `power
  * quantize` (the trained codelm-py to Q4_K_M; a qwen2 F16 synth file to
  * IQ4_XS, IQ4_NL and MXFP4 (MXFP4_MOE --pure, every matrix MXFP4)), runs
  * llama.cpp on each through
@@ -237,6 +239,16 @@ int main(void) {
        * Qwen3.5's. */
       {"qwen3.5-0.8b F16", "qwen3.5-0.8b", "qwen2", "F16", "--layers 4", qids},
       {"qwen3.5-0.8b Q8_0 +mtp", "qwen3.5-0.8b", "qwen2", "Q8_0", "--layers 4 --mtp", qids},
+      /* qwen3-30b-a3b: two layers of 16 experts (8 per token) of the real
+       * geometry; the router stays F32 as llama.cpp's quantizer leaves it */
+      {"qwen3-30b-a3b F16 16 experts", "qwen3-30b-a3b", "llama-spm", "F16", "--layers 2 --experts 16", sids},
+      {"qwen3-30b-a3b Q8_0 16 experts", "qwen3-30b-a3b", "llama-spm", "Q8_0", "--layers 2 --experts 16", sids},
+      {"qwen3-30b-a3b Q4_K_M 16 experts", "qwen3-30b-a3b", "llama-spm", "Q4_K_M", "--layers 2 --experts 16", sids},
+      /* qwen1.5-moe-a2.7b: routed experts without normalised weights and
+       * the gated shared expert; 12 experts (4 per token) */
+      {"qwen1.5-moe-a2.7b F16 12 experts", "qwen1.5-moe-a2.7b", "llama-spm", "F16", "--layers 2 --experts 12", sids},
+      {"qwen1.5-moe-a2.7b Q4_K_M 12 experts", "qwen1.5-moe-a2.7b", "llama-spm", "Q4_K_M", "--layers 2 --experts 12",
+       sids},
   };
   /* PW_PEER_ONLY=text runs only the cases whose label contains it */
   const char *only = getenv("PW_PEER_ONLY");
@@ -257,6 +269,16 @@ int main(void) {
     snprintf(p, sizeof p, "%s/yarn.gguf", g_tmp);
     if (synth("qwen2.5-0.5b", "qwen2", "F16", "--layers 2 --yarn 4,16", p) == 0)
       compare("qwen2.5-0.5b F16 YaRN 4x16", p, lids, 40);
+    unlink(p);
+  }
+
+  /* qwen3.5 over 72 positions: the chunked delta rule's blocks of 32 are
+   * folded into the state twice and a third is part-filled. */
+  if (!only || !*only || strstr("qwen3.5-0.8b F16 72 positions", only)) {
+    int32_t lids[72];
+    for (int i = 0; i < 72; i++) lids[i] = qids[i % 12] + (i / 12) * 7;
+    snprintf(p, sizeof p, "%s/q35long.gguf", g_tmp);
+    if (synth("qwen3.5-0.8b", "qwen2", "F16", "--layers 4", p) == 0) compare("qwen3.5-0.8b F16 72 positions", p, lids, 72);
     unlink(p);
   }
 

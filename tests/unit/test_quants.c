@@ -1,6 +1,6 @@
 /* test_quants.c - block layouts, fp16/bf16 conversion, scalar reference
  * kernels, and the kernels of every implementation level the CPU has
- * (AVX2, AVX-512 VNNI) against their references. */
+ * (AVX2, AVX-VNNI, AVX-512 VNNI) against their references. */
 #include "tensor/dtype.h"
 #include "tensor/quants.h"
 #include "tensor/traits.h"
@@ -529,6 +529,18 @@ static int check_level(int level, double *worst) {
               CHECK_MSG(fbits(got[j]) == fbits(one[off + j]), "%s (%s) nx=%d off %d row %d vs nx=1 differ (n=%lld)",
                         tr->name, tr->impl, nx, off, j, (long long)n);
           }
+        /* the AVX-VNNI level computes the AVX2 level's integers in the same
+         * lanes (vecdot_avx2.h): the same bits */
+        if (level == PW_IMPL_AVX2VNNI) {
+          const pw_traits *t2 = pw_traits_get_impl(dt, PW_IMPL_AVX2);
+          CHECK(t2 != NULL);
+          for (int j = 0; t2 && j < NXM; j++) {
+            float o2;
+            t2->vec_dot(n, w, xq + j * xs, xs, 1, &o2);
+            CHECK_MSG(fbits(o2) == fbits(one[j]), "%s avx2vnni vec_dot differs from avx2 (n=%lld mode %d row %d)",
+                      tr->name, (long long)n, mode, j);
+          }
+        }
         /* vec_dot4 (where the level has it): four distinct rows against one
          * token, each the bits vec_dot gives that row */
         if (tr->vec_dot4) {
@@ -581,10 +593,19 @@ static void test_kernels_vs_ref(void) {
     fprintf(stderr, "  level %d (%s): %d vec_dot comparisons, worst |impl-ref|/sum|w*x| = %.3g\n", level,
             pw_traits_get_impl(PW_DT_Q8_0, level)->impl, checked, worst);
   }
-  /* the installed table is the highest available level */
+  /* the installed table is the highest available level; scalar and (with
+   * any SIMD level) AVX2 are always among the available ones */
   CHECK(pw_traits_get(PW_DT_Q8_0) == pw_traits_get_impl(PW_DT_Q8_0, pw_tensor_level()));
-  CHECK(pw_traits_get_impl(PW_DT_Q8_0, pw_tensor_level() + 1) == NULL);
-  CHECK(levels == pw_tensor_level() + 1);
+  for (int level = pw_tensor_level() + 1; level < PW_IMPL_COUNT; level++)
+    CHECK(pw_traits_get_impl(PW_DT_Q8_0, level) == NULL);
+  CHECK(pw_traits_get_impl(PW_DT_Q8_0, PW_IMPL_SCALAR) != NULL);
+  if (pw_tensor_level() >= PW_IMPL_AVX2) CHECK(pw_traits_get_impl(PW_DT_Q8_0, PW_IMPL_AVX2) != NULL);
+  CHECK(levels >= 1 && levels <= pw_tensor_level() + 1);
+  /* POWER_SIMD names the level the tests of that level expect (CMake runs
+   * some suites under each): when the CPU has it, it is the one installed */
+  const char *simd = getenv("POWER_SIMD");
+  if (simd && strcmp(simd, "avx2vnni") == 0 && pw_traits_get_impl(PW_DT_Q8_0, PW_IMPL_AVX2VNNI))
+    CHECK(pw_tensor_level() == PW_IMPL_AVX2VNNI && strcmp(pw_tensor_kernels(), "avx2vnni") == 0);
 }
 
 /* ref vec_dot agrees with a double-precision dot of the dequantized rows:

@@ -33,8 +33,14 @@ static void test_routes(void) {
   CHECK_EQ_INT(hc_status(t), 405);
   CHECK_STR(hc_header(t, "Allow") ? hc_header(t, "Allow") : "", "POST");
   free(t);
-  t = hc_request(g_port, "DELETE", "/models/syn-qwen2-Q4_K_M", NULL, NULL, 5000);
+  t = hc_request(g_port, "PUT", "/models/syn-qwen2-Q4_K_M", NULL, NULL, 5000);
   CHECK_EQ_INT(hc_status(t), 405);
+  CHECK_STR(hc_header(t, "Allow") ? hc_header(t, "Allow") : "", "GET, HEAD, POST, DELETE");
+  free(t);
+  /* DELETE of a model is a store operation: a one-model server has none. */
+  t = hc_request(g_port, "DELETE", "/models/syn-qwen2-Q4_K_M", NULL, NULL, 5000);
+  CHECK_EQ_INT(hc_status(t), 400);
+  CHECK(strstr(t, "\"no_store\"") != NULL);
   free(t);
   t = hc_request(g_port, "GET", "/v1/models/syn-qwen2-Q4_K_M", NULL, NULL, 5000);
   CHECK_EQ_INT(hc_status(t), 200);

@@ -1,5 +1,6 @@
 /* test_tokenizer.c - tokenizer conformance against llama.cpp's vectors
- * (every ggml-vocab-*.gguf in shared/tokenizer with .inp/.out files), parity
+ * (every ggml-vocab-*.gguf in shared/tokenizer with .inp/.out files, and
+ * Qwen3.5's from llama.cpp's source in the peer package), parity
  * with the prompt tokens llama.cpp produced for the shared models, round
  * trips, the streaming detokenizer, hostile inputs, and a timing of 100 KB
  * of mixed text. */
@@ -14,6 +15,7 @@
 #include <jansson.h>
 #include <stdint.h>
 #include <time.h>
+#include <unistd.h>
 
 static char *read_all(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
@@ -181,6 +183,38 @@ static void test_conformance(void) {
   for (int i = 0; i < nn; i++) vocabs += conformance_one(dir, names[i], &pass, &total);
   fprintf(stderr, "conformance: %d vocabularies, %d/%d vectors pass\n", vocabs, pass, total);
   CHECK_MSG(vocabs > 0, "no ggml-vocab-*.gguf with .inp/.out in %s", dir);
+}
+
+/* Vocabularies whose vectors are not in shared/tokenizer but in llama.cpp's
+ * source as node-llama-cpp ships it (a git bundle in tests/peer's
+ * node_modules): taken out with git into a temporary directory. Fails
+ * with a message when the peer's node_modules are missing. */
+static void test_bundle_conformance(void) {
+  static const char *const names[] = {"ggml-vocab-qwen35.gguf"};
+  char dir[4096], bundle[4096], tmp[64], cmd[12288];
+  snprintf(dir, sizeof dir, "%s", __FILE__);
+  char *slash = strrchr(dir, '/');
+  if (slash) *slash = 0;
+  snprintf(bundle, sizeof bundle, "%.3900s/../peer/node_modules/node-llama-cpp/llama/gitRelease.bundle", dir);
+  FILE *f = fopen(bundle, "rb");
+  CHECK_MSG(f != NULL, "%s is missing: run scripts/install-node-deps.sh", bundle);
+  if (!f) return;
+  fclose(f);
+  snprintf(tmp, sizeof tmp, "/tmp/pw_tok_bundle_%d", (int)getpid());
+  int off = snprintf(cmd, sizeof cmd, "git init -q --bare '%s' && git -C '%s' fetch -q '%s' HEAD", tmp, tmp, bundle);
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    for (int k = 0; k < 3; k++) {
+      const char *ext = k == 0 ? "" : k == 1 ? ".inp" : ".out";
+      off += snprintf(cmd + off, sizeof cmd - (size_t)off, " && git -C '%s' show 'FETCH_HEAD:models/%s%s' > '%s/%s%s'",
+                      tmp, names[i], ext, tmp, names[i], ext);
+    }
+  int rc = system(cmd);
+  CHECK_MSG(rc == 0, "could not take the vocabularies out of %s", bundle);
+  int pass = 0, total = 0;
+  for (size_t i = 0; rc == 0 && i < sizeof names / sizeof names[0]; i++)
+    CHECK_MSG(conformance_one(tmp, names[i], &pass, &total) == 1, "%s: no vectors", names[i]);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+  CHECK(system(cmd) == 0);
 }
 
 /* ---- (1b) parity with llama.cpp's prompt tokens for the shared models ------- */
@@ -690,6 +724,7 @@ static void test_table_sizes(void) {
 int main(void) {
   test_table_sizes();
   test_conformance();
+  test_bundle_conformance();
   test_parity();
   test_roundtrip();
   test_stream();

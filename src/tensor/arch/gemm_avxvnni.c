@@ -1,0 +1,12 @@
+/* gemm_avxvnni.c - the AVX-VNNI level's register-tiled GEMM of Q8_0, Q4_0
+ * and Q5_0 (gemm_avx2_impl.h) with one vpdpbusd as a block's integer
+ * products; bit-identical to the AVX2 level's. Compiled with -mavx2 -mfma
+ * -mf16c -mavxvnni. */
+#include "tensor/traits.h"
+
+#include <immintrin.h>
+
+#define VD_DPBUSD(acc, u, s) _mm256_dpbusd_avx_epi32((acc), (u), (s))
+#include "tensor/arch/gemm_avx2_impl.h"
+
+void gemm_fill_avxvnni(pw_traits *t) { gemm_fill(t); }
