@@ -3,7 +3,7 @@
 // bundled in node-llama-cpp, measured like `power bench` measures Power.
 //
 //   node bench/llamacpp-bench.mjs MODEL.gguf [--threads 2] [-p 512] [-n 128]
-//        [-r 5] [--seed 1] [--depth 0]
+//        [-r 5] [--seed 1] [--depth 0] [--kv-type-k T] [--kv-type-v T]
 //
 // Prints one JSON object on stdout with the same field names as
 // `power bench -o json` (pp_tok_s, tg_tok_s, pp_reps, tg_reps, ...).
@@ -17,15 +17,19 @@
 // (pp_wall_tok_s, tg_wall_tok_s) add the JavaScript round trip and the
 // greedy sampling of the next token, for reference.
 //
-// pp: p seeded random token ids from an empty sequence, in batches of up to
-//     512 (n_batch = n_ubatch, as Power's 512-token chunks), output for the
-//     last token only.
+// --depth D: D random tokens are evaluated once (untimed) and every pp and
+//     tg repetition starts from them: the sequence is cut back to D tokens
+//     before each, as `power bench --depth` does.
+// pp: p seeded random token ids (after the depth tokens), in batches of up
+//     to 512 (n_batch = n_ubatch, as Power's 512-token chunks), output for
+//     the last token only.
 // tg: after a one-token prompt, n single-token decodes with the greedy
-//     (argmax) token fed back; with --depth D, after D random tokens and
-//     then the one-token prompt (evaluated before each repetition, untimed).
+//     (argmax) token fed back.
 // Everything runs on the CPU with node-llama-cpp's context defaults (F16 KV
-// cache, flash attention "auto"). Nothing is built or downloaded: a missing
-// prebuilt binary is an error.
+// cache, flash attention "auto"); --kv-type-k/-v F16|Q8_0|Q4_0 set the KV
+// cache types (flash attention then on: llama.cpp needs it for a quantized
+// V). Nothing is built or downloaded: a missing prebuilt binary is an
+// error.
 import { existsSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -41,12 +45,19 @@ function die(msg, code = 1) {
 
 const usage =
   "usage: node bench/llamacpp-bench.mjs MODEL.gguf [--threads N] [-p N] [-n N] [-r N] [--seed S] [--depth D]";
-const opt = { threads: 2, p: 512, n: 128, r: 5, seed: 1, depth: 0 };
+const opt = { threads: 2, p: 512, n: 128, r: 5, seed: 1, depth: 0, kvK: null, kvV: null };
+const kvTypes = new Set(["F16", "Q8_0", "Q4_0"]);
 let modelPath = null;
 const argv = process.argv.slice(2);
 for (let i = 0; i < argv.length; i++) {
   const a = argv[i];
   const key = { "--threads": "threads", "-t": "threads", "-p": "p", "-n": "n", "-r": "r", "--seed": "seed", "--depth": "depth", "-d": "depth" }[a];
+  if (a === "--kv-type-k" || a === "--kv-type-v") {
+    const t = String(argv[++i]).toUpperCase();
+    if (!kvTypes.has(t)) die(`invalid value for ${a}: '${argv[i]}' (F16, Q8_0, Q4_0)`, 2);
+    opt[a === "--kv-type-k" ? "kvK" : "kvV"] = t;
+    continue;
+  }
   if (a === "-h" || a === "--help") {
     process.stdout.write(usage + "\n");
     process.exit(0);
@@ -79,12 +90,17 @@ const llama = await getLlama({
 });
 const model = await llama.loadModel({ modelPath, gpuLayers: 0 });
 const batchSize = Math.min(Math.max(opt.p, opt.depth, 1), 512);
-const contextSize = Math.max(256, Math.ceil((Math.max(opt.p, opt.depth + opt.n + 1) + 1) / 256) * 256);
+const contextSize = Math.max(256, Math.ceil((opt.depth + Math.max(opt.p, opt.n + 1) + 1) / 256) * 256);
+const kvOpts = {};
+if (opt.kvK) kvOpts.experimentalKvCacheKeyType = opt.kvK;
+if (opt.kvV) kvOpts.experimentalKvCacheValueType = opt.kvV;
+if (opt.kvK || opt.kvV) kvOpts.flashAttention = true;
 const context = await model.createContext({
   contextSize,
   batchSize,
   threads: { ideal: opt.threads, min: opt.threads },
   performanceTracking: true,
+  ...kvOpts,
 });
 const seq = context.getSequence();
 
@@ -116,8 +132,25 @@ const probe = await seq.controlledEvaluate([[0, { generateNext: { probabilities:
 const nVocab = probe[0]?.next?.probabilities?.size;
 if (!nVocab) die("no distribution from llama.cpp");
 
+// The depth tokens, once; each repetition cuts the sequence back to them.
+let depthFilled = false;
+async function toDepth() {
+  if (!depthFilled) {
+    await seq.clearHistory();
+    if (opt.depth > 0) {
+      const toks = [];
+      for (let i = 0; i < opt.depth; i++) toks.push(rand() % nVocab);
+      await seq.controlledEvaluate(toks);
+    }
+    depthFilled = true;
+  } else if (seq.nextTokenIndex > opt.depth) {
+    await seq.eraseContextTokenRanges([{ start: opt.depth, end: seq.nextTokenIndex }]);
+  }
+  if (seq.nextTokenIndex !== opt.depth) die(`sequence at ${seq.nextTokenIndex} tokens, not the depth ${opt.depth}`);
+}
+
 async function runPp(p) {
-  await seq.clearHistory();
+  await toDepth();
   const toks = [];
   for (let i = 0; i < p; i++) toks.push(rand() % nVocab);
   toks[p - 1] = [toks[p - 1], { generateNext: { token: true } }];
@@ -131,12 +164,9 @@ async function runPp(p) {
 }
 
 async function runTg(n) {
-  await seq.clearHistory();
-  const toks = [];
-  for (let i = 0; i < opt.depth; i++) toks.push(rand() % nVocab);
-  toks.push([rand() % nVocab, { generateNext: { token: true } }]);
-  const first = await seq.controlledEvaluate(toks);
-  let tok = first[opt.depth].next.token;
+  await toDepth();
+  const first = await seq.controlledEvaluate([[rand() % nVocab, { generateNext: { token: true } }]]);
+  let tok = first[0].next.token;
   await counters();
   let wall = 0;
   for (let i = 0; i < n; i++) {
@@ -195,6 +225,8 @@ const out = {
   r: opt.r,
   seed: opt.seed,
   depth: opt.depth,
+  kv_type_k: (opt.kvK || "F16").toLowerCase(),
+  kv_type_v: (opt.kvV || "F16").toLowerCase(),
 };
 if (pp.length) {
   const s = stats(pp);

@@ -5,6 +5,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "model/model.h"
 #include "cli/cli.h"
 #include "tok/tok.h"
 #include "weights/weights.h"
@@ -262,6 +263,44 @@ void cli_weights_usage(FILE *out) {
           "  --priority N          nice value of the process, -20..19\n");
 }
 
+int cli_kv_parse(const char *cmd, cli_kv *kv, const char *a, const char *v) {
+  static const char *const names[] = {"--kv-type", "--kv-type-k", "--kv-type-v"};
+  int which = -1;
+  for (int i = 0; i < 3; i++)
+    if (!strcmp(a, names[i])) which = i;
+  if (which < 0) return 0;
+  if (!v || !*v) {
+    fprintf(stderr, "power %s: option %s needs a value (f16, q8_0 or q4_0)\n", cmd, a);
+    return -1;
+  }
+  if (kv->given & (1u << which)) {
+    fprintf(stderr, "power %s: %s given more than once\n", cmd, a);
+    return -1;
+  }
+  kv->given |= 1u << which;
+  const int t = model_kv_type_parse(v);
+  if (t < 0) {
+    fprintf(stderr, "power %s: unknown %s '%s' (f16, q8_0 or q4_0)\n", cmd, a, v);
+    return -1;
+  }
+  *(which == 0 ? &kv->both : which == 1 ? &kv->k : &kv->v) = (uint32_t)t;
+  return 1;
+}
+
+uint32_t cli_kv_k(const cli_kv *kv) { return kv->k ? kv->k : kv->both; }
+uint32_t cli_kv_v(const cli_kv *kv) { return kv->v ? kv->v : kv->both; }
+
+void cli_kv_apply(const cli_kv *kv, engine_opts *eo) {
+  eo->kv_type_k = cli_kv_k(kv);
+  eo->kv_type_v = cli_kv_v(kv);
+}
+
+void cli_kv_usage(FILE *out) {
+  fprintf(out,
+          "  --kv-type T           KV cache type of K and V: f16 (default), q8_0 or q4_0\n"
+          "  --kv-type-k T, --kv-type-v T   the type of K or of V alone\n");
+}
+
 int gen_opts_check(const char *cmd, gen_opts *o) {
   if (cli_weights_finish(cmd, &o->weights)) return -1;
   return spec_opts_check(cmd, &o->spec);
@@ -279,6 +318,7 @@ void gen_opts_usage(FILE *out) {
           "  --ctx N               context size (default: model's, at most " CLI_STR(ENGINE_DEFAULT_CTX) ")\n"
           "  -v, --verbose         timing, prompt-cache and speculation counts on stderr\n");
   cli_weights_usage(out);
+  cli_kv_usage(out);
   spec_opts_usage(out);
 }
 
@@ -289,6 +329,7 @@ int gen_opts_parse(const char *cmd, gen_opts *o, int argc, char **argv, int *i) 
   long l;
   int sc = spec_opts_parse(cmd, &o->spec, a, v);
   if (!sc) sc = cli_weights_parse(cmd, &o->weights, a, v);
+  if (!sc) sc = cli_kv_parse(cmd, &o->kv, a, v);
   if (sc) {
     if (sc == 1) (*i)++;
     return sc < 0 ? sc : 1;
@@ -377,6 +418,7 @@ int gen_session_open(const char *cmd, const gen_opts *o, gen_session *s) {
   eo.n_ctx = (int)o->n_ctx;
   spec_opts_apply(&o->spec, &eo);
   cli_weights_apply(&o->weights, &eo);
+  cli_kv_apply(&o->kv, &eo);
   if (engine_create(&eo, &s->eng, err)) {
     fprintf(stderr, "power %s: %s: %s\n", cmd, path, err);
     return -1;

@@ -70,11 +70,28 @@ void cli_weights_apply(const cli_weights *w, engine_opts *eo);
 void cli_weights_model_opts(const cli_weights *w, weights_opts *wo);
 void cli_weights_usage(FILE *out);
 
+/* KV cache types, shared by run, chat, serve and bench (llama.cpp's
+ * -ctk/-ctv): --kv-type T sets K and V, --kv-type-k T / --kv-type-v T one
+ * of them (and win over --kv-type); T is f16 (default), q8_0 or q4_0. */
+typedef struct cli_kv {
+  uint32_t both, k, v; /* model_kv_type_parse ids; 0 = not given */
+  unsigned given;
+} cli_kv;
+
+/* As spec_opts_parse: 1 consumed (with its value), 0 not ours, -1 bad. */
+int cli_kv_parse(const char *cmd, cli_kv *kv, const char *a, const char *v);
+/* The K and V types chosen (0 = F16). */
+uint32_t cli_kv_k(const cli_kv *kv);
+uint32_t cli_kv_v(const cli_kv *kv);
+void cli_kv_apply(const cli_kv *kv, engine_opts *eo);
+void cli_kv_usage(FILE *out);
+
 typedef struct gen_opts {
   cli_seen seen; /* single-valued options given so far */
   const char *model;
   spec_opts spec;
   cli_weights weights;
+  cli_kv kv;
   long threads, n_ctx, n_predict;
   pw_sampler_params sp;
   bool seed_given;

@@ -94,6 +94,7 @@ typedef struct bench_opts {
   const char *prompt_file;
   const char *grammar_file;
   cli_weights weights;
+  cli_kv kv;
   bool io_given; /* --weights-io: --cold measures only that strategy */
   int cold;
 } bench_opts;
@@ -126,6 +127,7 @@ static void bench_usage(FILE *out) {
           "                        --weights-io one), drop the file's page cache, check with\n"
           "                        mincore that it is gone, time the load and the first token\n");
   cli_weights_usage(out);
+  cli_kv_usage(out);
   spec_opts_usage(out);
 }
 
@@ -430,6 +432,7 @@ static int run_spec(const bench_opts *o, const char *path, const model_hparams *
   eo.prompt_cache_entries = -1;
   spec_opts_apply(&o->spec, &eo);
   cli_weights_apply(&o->weights, &eo);
+  cli_kv_apply(&o->kv, &eo);
   engine *e = NULL;
   int32_t *prompt = NULL, *ref = malloc((size_t)n * sizeof *ref), *ids = malloc((size_t)n * sizeof *ids);
   int rc = !ref || !ids ? pw_seterr(err, PW_ENOMEM, "out of memory") : engine_create(&eo, &e, err);
@@ -596,6 +599,7 @@ static int run_grammar(const bench_opts *o) {
   eo.max_active = 1;
   eo.prompt_cache_entries = -1;
   cli_weights_apply(&o->weights, &eo);
+  cli_kv_apply(&o->kv, &eo);
   if (engine_create(&eo, &e, err)) goto fail;
   const int np = BENCH_SPEC_RANDOM_PROMPT;
   if (np + n > engine_n_ctx(e)) {
@@ -705,6 +709,15 @@ static void print_json(const bench_run *b, const char *path, const bench_facts *
   json_object_set_new(root, "depth", json_integer(o->depth));
   json_object_set_new(root, "seed", json_integer((json_int_t)o->seed));
   json_object_set_new(root, "kernels", json_string(pw_tensor_kernels()));
+  /* the KV cache: its types, what it takes against F16, and what a decode
+   * step at this depth reads of it (the bound is weights + this) */
+  json_object_set_new(root, "kv_type_k", json_string(model_kv_type_name(model_kv_type_k(b->kv))));
+  json_object_set_new(root, "kv_type_v", json_string(model_kv_type_name(model_kv_type_v(b->kv))));
+  json_object_set_new(root, "kv_bytes", json_integer((json_int_t)model_kv_bytes(b->kv)));
+  json_object_set_new(root, "kv_bytes_f16", json_integer((json_int_t)model_kv_bytes_f16(b->kv)));
+  json_object_set_new(root, "kv_bytes_per_position", json_integer((json_int_t)model_kv_pos_bytes(b->kv)));
+  json_object_set_new(root, "kv_bytes_per_token_at_depth",
+                      json_integer((json_int_t)(model_kv_pos_bytes(b->kv) * (size_t)o->depth)));
   if (pp->n) {
     json_object_set_new(root, "pp_tok_s", json_real(pp->med));
     json_object_set_new(root, "pp_min", json_real(pp->min));
@@ -791,6 +804,16 @@ static void print_md(const bench_run *b, const char *path, const bench_facts *fx
     printf("; file mapped %.0f%% in 2 MiB pages%s", 100.0 * res->huge_bytes / (res->bytes ? res->bytes : 1),
            res->refreshed ? " (page cache re-read)" : "");
   printf("\n");
+  const model_kv *kv = b->kv;
+  printf("KV cache %s/%s: %.2f MiB for %d positions x 2 sequences (F16: %.2f MiB, %.0f%% saved); %.1f KiB per "
+         "position",
+         model_kv_type_name(model_kv_type_k(kv)), model_kv_type_name(model_kv_type_v(kv)),
+         model_kv_bytes(kv) / 1048576.0, model_kv_n_ctx(kv), model_kv_bytes_f16(kv) / 1048576.0,
+         100.0 * (1.0 - (double)model_kv_bytes(kv) / (double)model_kv_bytes_f16(kv)), model_kv_pos_bytes(kv) / 1024.0);
+  if (b->o->depth)
+    printf("; read per decode step at depth %ld: %.2f MiB", b->o->depth,
+           (double)model_kv_pos_bytes(kv) * (double)b->o->depth / 1048576.0);
+  printf("\n");
   if (bs->on.n)
     printf("engine rows: greedy generation of %ld tokens from %d prompt tokens, decode rate after the first "
            "token; outputs %s\n",
@@ -835,8 +858,9 @@ static int run_model(const bench_opts *o) {
   if (n_tok < 1) n_tok = 1;
   size_t n_logits = (size_t)(nb > 1 ? nb : 1) * (size_t)b.hp->n_vocab;
   /* sequence 0: pp; sequence 1: tg (after its depth tokens) */
-  if (model_kv_create(b.m, 2, n_ctx, &b.kv, b.err) || model_ctx_create(b.m, chunk, n_ctx, &b.ctx, b.err) ||
-      (nb > 0 && (model_kv_create(b.m, nb, n + 1, &b.kvb, b.err) ||
+  const model_kv_opts ko = {cli_kv_k(&o->kv), cli_kv_v(&o->kv)};
+  if (model_kv_create_ex(b.m, 2, n_ctx, &ko, &b.kv, b.err) || model_ctx_create(b.m, chunk, n_ctx, &b.ctx, b.err) ||
+      (nb > 0 && (model_kv_create_ex(b.m, nb, n + 1, &ko, &b.kvb, b.err) ||
                   model_ctx_create(b.m, nb, n + 1, &b.ctxb, b.err)))) {
     fprintf(stderr, "power bench: %s\n", b.err);
     goto done;
@@ -1106,6 +1130,9 @@ int cmd_bench(int argc, char **argv) {
     } else if (!strcmp(a, "--grammar")) {
       NEED_V o.grammar_file = v;
     } else if ((sp = spec_opts_parse("bench", &o.spec, a, v)) != 0) {
+      if (sp < 0) return 2;
+      i++;
+    } else if ((sp = cli_kv_parse("bench", &o.kv, a, v)) != 0) {
       if (sp < 0) return 2;
       i++;
     } else if ((sp = cli_weights_parse("bench", &o.weights, a, v)) != 0) {

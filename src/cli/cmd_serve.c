@@ -122,6 +122,7 @@ static void serve_usage(FILE *out) {
           "POWER_LOG (error|warn|info|debug; anything else is an error),\n"
           "POWER_WEIGHTS_KEY_FILE (the key of an encrypted model).\n");
   cli_weights_usage(out);
+  cli_kv_usage(out);
   spec_opts_usage(out);
 }
 
@@ -162,6 +163,7 @@ int cmd_serve(int argc, char **argv) {
   size_t responses_bytes = 0; /* 0 = the server default */
   spec_opts spec = {0};
   cli_weights wts = {0};
+  cli_kv kvt = {0};
   const char *lv = getenv("POWER_LOG");
   if (pw_log_check_env()) {
     fprintf(stderr, "power serve: POWER_LOG='%s' is not a level (error, warn, info or debug)\n", lv);
@@ -195,6 +197,7 @@ int cmd_serve(int argc, char **argv) {
     }
     int sc = spec_opts_parse("serve", &spec, a, v);
     if (!sc) sc = cli_weights_parse("serve", &wts, a, v);
+    if (!sc) sc = cli_kv_parse("serve", &kvt, a, v);
     if (sc < 0) return 2;
     if (sc > 0) {
       i += sc == 1;
@@ -338,6 +341,7 @@ int cmd_serve(int argc, char **argv) {
   eo.n_ctx = (int)ctx;
   spec_opts_apply(&spec, &eo);
   cli_weights_apply(&wts, &eo);
+  cli_kv_apply(&kvt, &eo);
   eo.prompt_cache_entries = (int)cache_entries;
   eo.prompt_cache_bytes = cache_bytes;
   eo.prompt_cache_ttl_s = cache_ttl;

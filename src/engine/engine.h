@@ -82,6 +82,11 @@ typedef struct engine_opts {
    * draft model alike. */
   int weights_io;               /* weights_io: 0 = mmap, 1 = pread, 2 = direct */
   const char *weights_key_file; /* key of encrypted containers; NULL = plain files */
+  /* KV cache types of the model (not of a draft model, which keeps F16):
+   * model_kv_type_parse ids (F16, Q8_0, Q4_0); 0 = F16. Speculation and
+   * prefix reuse stay exact with any type: a position's K/V rows are
+   * stored once and read back the same whoever reads them. */
+  uint32_t kv_type_k, kv_type_v;
   /* The model's alone (not a draft model's): a memory budget (bytes, or a
    * share of the file in (0, 1]; 0 = all resident), the residency policy
    * under it, and host controls of the weights' memory (weights.h). */
@@ -313,6 +318,9 @@ typedef struct engine_stats {
    * entries (and more than the bound before); the last, the rest */
   uint64_t batch_steps_by_size[ENGINE_BATCH_BUCKETS + 1];
   size_t kv_bytes_in_use;      /* KV bytes of the positions held by running sequences and cache entries */
+  size_t kv_bytes_total;       /* the model's KV cache as allocated (all slots, all positions) */
+  size_t kv_bytes_f16;         /* what it would take with F16 K and V (the saving is the difference) */
+  const char *kv_type_k, *kv_type_v; /* "f16", "q8_0", "q4_0" (static strings) */
   /* speculation */
   uint64_t spec_drafted_total, spec_accepted_total, spec_emitted_total;
   uint64_t spec_target_passes_total; /* target passes giving tokens to requests still speculating */

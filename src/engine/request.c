@@ -391,4 +391,9 @@ void engine_get_stats(engine *e, engine_stats *out) {
   out->max_active = e->o.max_active;
   out->max_queue = e->o.max_queue;
   pthread_mutex_unlock(&e->mu);
+  /* fixed at creation: no lock needed */
+  out->kv_bytes_total = model_kv_bytes(e->kv);
+  out->kv_bytes_f16 = model_kv_bytes_f16(e->kv);
+  out->kv_type_k = model_kv_type_name(model_kv_type_k(e->kv));
+  out->kv_type_v = model_kv_type_name(model_kv_type_v(e->kv));
 }

@@ -173,14 +173,16 @@ static void cpu_rope(model_ctx *c, float *v, int n_tok, int n_heads, bool swa) {
   }
 }
 
+/* K and V rows into the cache in its types (quantized as llama.cpp
+ * stores them: the type's row quantization) */
 static void cpu_kv_store(model_ctx *c, model_kv *kv, const model_entry *e, int n, int il) {
   const model_hparams *hp = &c->m->hp;
   const int hd = hp->head_dim, kvd = hp->n_head_kv * hd;
-  const pw_from_float_fn to_f16 = pw_traits_get(PW_DT_F16)->from_float;
+  const pw_from_float_fn to_k = pw_traits_get(kv->type_k)->from_float, to_v = pw_traits_get(kv->type_v)->from_float;
   for (int t = 0; t < n; t++)
     for (int h = 0; h < hp->n_head_kv; h++) {
-      to_f16(c->k + (size_t)t * kvd + (size_t)h * hd, kv->k + model_kv_off(kv, il, e[t].seq, h, e[t].pos), hd);
-      to_f16(c->v + (size_t)t * kvd + (size_t)h * hd, kv->v + model_kv_off(kv, il, e[t].seq, h, e[t].pos), hd);
+      to_k(c->k + (size_t)t * kvd + (size_t)h * hd, model_kv_k(kv, il, e[t].seq, h, e[t].pos), hd);
+      to_v(c->v + (size_t)t * kvd + (size_t)h * hd, model_kv_v(kv, il, e[t].seq, h, e[t].pos), hd);
     }
 }
 
@@ -191,9 +193,12 @@ typedef struct attn_job {
   int layer;
   int n_groups; /* runs of consecutive entries of one sequence: c->att_groups */
   int heads;    /* query heads per work item: the GQA group, or 1 */
-  pw_attn_multi_fn attn;
+  pw_attn_multi_fn attn; /* F16 K and V */
+  pw_attn_part_fn part;
+  bool f16;     /* the cache is F16 (else pw_attn_kvq) */
   float scale;  /* of q K^T */
   int window;   /* > 0: each query sees at most the last `window` positions */
+  int s0, ns;   /* the wave: spans [s0, s0 + ns) of the split */
   _Atomic long next; /* next work item */
 } attn_job;
 
@@ -227,70 +232,190 @@ static void cpu_swiglu(model_ctx *c, float *g, const float *u, int64_t n) {
   pw_pool_run(m->pool, swiglu_worker, &j);
 }
 
-/* A work item is one group of entries (consecutive, same sequence) and one
- * KV head with its query heads, or one query head when there would be
- * fewer items than threads: all its queries go through the kernel
- * together, so each K/V row is converted once for all of them, each query
- * over the cache up to and including its entry's own position. */
-static void attn_worker(void *ctx, int ith, int nth) {
-  attn_job *j = ctx;
+/* The kernel of the cache's types on nq queries over the rows from
+ * position p0 of (layer, seq, KV head hk): normalised outputs, or (ms)
+ * span states. */
+static void attn_call(const attn_job *j, int seq, int hk, int p0, const float *const *q, const int *np, int nq,
+                      float *const *out, float *ms) {
+  const model_kv *kv = j->kv;
+  const int hd = kv->head_dim;
+  if (j->f16) {
+    const uint16_t *k = (const uint16_t *)model_kv_k(kv, j->layer, seq, hk, p0);
+    const uint16_t *v = (const uint16_t *)model_kv_v(kv, j->layer, seq, hk, p0);
+    if (ms) j->part(q, np, nq, k, v, (size_t)hd, hd, j->scale, out, ms);
+    else j->attn(q, np, nq, k, v, (size_t)hd, hd, j->scale, out);
+    return;
+  }
+  const pw_attn_kv a = {model_kv_k(kv, j->layer, seq, hk, p0), model_kv_v(kv, j->layer, seq, hk, p0), kv->row_k,
+                        kv->row_v, kv->type_k, kv->type_v};
+  pw_attn_kvq(&a, q, np, nq, hd, j->scale, out, ms, 0);
+}
+
+/* Sliding-window layers: one item is a group and a block of query heads;
+ * each token's keys start at its own position, so its query heads go
+ * through the kernel on their own (windows are short: no split). */
+static void attn_window(attn_job *j, long w) {
   model_ctx *c = j->c;
   const model_hparams *hp = &c->m->hp;
-  model_kv *kv = j->kv;
-  const int hd = hp->head_dim, gqa = hp->n_head / hp->n_head_kv;
-  const int per_group = hp->n_head / j->heads;
-  const float scale = j->scale;
-  (void)ith;
-  (void)nth;
-  const long items = (long)j->n_groups * per_group;
-  /* one item at a time from a shared counter: later tokens of a prompt see
-   * more keys, so fixed ranges would leave one thread with most of it */
-  for (long w; (w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < items;) {
-    const int g = (int)(w / per_group), h0 = (int)(w % per_group) * j->heads, hk = h0 / gqa;
-    const int t0 = c->att_groups[g], t1 = c->att_groups[g + 1];
-    const model_entry *en = &j->e[t0];
-    const uint16_t *k0 = kv->k + model_kv_off(kv, j->layer, en->seq, hk, 0);
-    const uint16_t *v0 = kv->v + model_kv_off(kv, j->layer, en->seq, hk, 0);
+  const int hd = hp->head_dim, gqa = hp->n_head / hp->n_head_kv, per_group = hp->n_head / j->heads;
+  const int g = (int)(w / per_group), h0 = (int)(w % per_group) * j->heads, hk = h0 / gqa;
+  const int seq = j->e[c->att_groups[g]].seq;
+  for (int t = c->att_groups[g]; t < c->att_groups[g + 1]; t++) {
     const float *qp[PW_ATTN_GROUP_MAX];
     float *op[PW_ATTN_GROUP_MAX];
     int np[PW_ATTN_GROUP_MAX], nq = 0;
-    if (j->window > 0) {
-      /* A sliding window: each token's keys start at its own position, so
-       * its query heads go through the kernel on their own. */
-      for (int t = t0; t < t1; t++) {
-        const int start = j->e[t].pos + 1 > j->window ? j->e[t].pos + 1 - j->window : 0;
-        for (int h = h0; h < h0 + j->heads; h++) {
-          qp[nq] = c->q + ((size_t)t * hp->n_head + h) * hd;
-          op[nq] = c->att + ((size_t)t * hp->n_head + h) * hd;
-          np[nq++] = j->e[t].pos + 1 - start;
-        }
-        j->attn(qp, np, nq, k0 + (size_t)start * hd, v0 + (size_t)start * hd, (size_t)hd, hd, scale, op);
-        nq = 0;
-      }
-      continue;
+    const int start = j->e[t].pos + 1 > j->window ? j->e[t].pos + 1 - j->window : 0;
+    for (int h = h0; h < h0 + j->heads; h++) {
+      qp[nq] = c->q + ((size_t)t * hp->n_head + h) * hd;
+      op[nq] = c->att + ((size_t)t * hp->n_head + h) * hd;
+      np[nq++] = j->e[t].pos + 1 - start;
     }
-    for (int t = t0; t < t1; t++)
-      for (int h = h0; h < h0 + j->heads; h++) {
-        qp[nq] = c->q + ((size_t)t * hp->n_head + h) * hd;
-        op[nq] = c->att + ((size_t)t * hp->n_head + h) * hd;
-        np[nq] = j->e[t].pos + 1;
-        if (++nq == PW_ATTN_GROUP_MAX || (t == t1 - 1 && h == h0 + j->heads - 1)) {
-          j->attn(qp, np, nq, k0, v0, (size_t)hd, hd, scale, op);
-          nq = 0;
-        }
+    attn_call(j, seq, hk, start, qp, np, nq, op, NULL);
+  }
+}
+
+/* One item of the split: (block of query heads hb, span si, group g), in
+ * that order of nesting, so that consecutive items (on whichever thread)
+ * read the same span of K/V for one group after another and it is read
+ * from memory about once per pass, not once per group. An entry whose
+ * prefix is a single span gets its normalised output straight into c->att
+ * (the unsplit kernel's bits); the others leave the span's state in
+ * c->att_part (row ((t * n_head + h) * ns + si - s0)) for fold_worker. */
+static void attn_span(attn_job *j, long w) {
+  model_ctx *c = j->c;
+  const model_hparams *hp = &c->m->hp;
+  const int hd = hp->head_dim, gqa = hp->n_head / hp->n_head_kv;
+  const int g = (int)(w % j->n_groups), si = j->s0 + (int)(w / j->n_groups % j->ns);
+  const int h0 = (int)(w / j->n_groups / j->ns) * j->heads, hk = h0 / gqa;
+  const int t0 = c->att_groups[g], t1 = c->att_groups[g + 1];
+  const int p0 = si * PW_ATTN_SPLIT;
+  if (j->e[t1 - 1].pos + 1 <= p0) return; /* the group's prefixes end before this span */
+  const int seq = j->e[t0].seq;
+  const float *qs[PW_ATTN_GROUP_MAX], *qp[PW_ATTN_GROUP_MAX];
+  float *os[PW_ATTN_GROUP_MAX], *op[PW_ATTN_GROUP_MAX];
+  float ms[2 * PW_ATTN_GROUP_MAX];
+  int n1pos[PW_ATTN_GROUP_MAX], np[PW_ATTN_GROUP_MAX], n1 = 0, nm = 0;
+  float *msrow[PW_ATTN_GROUP_MAX];
+  for (int t = t0; t < t1; t++) {
+    const int n_pos = j->e[t].pos + 1;
+    if (n_pos <= p0) continue;
+    const bool split = pw_attn_spans(n_pos) > 1;
+    for (int h = h0; h < h0 + j->heads; h++) {
+      const float *q = c->q + ((size_t)t * hp->n_head + h) * hd;
+      if (!split) {
+        qs[n1] = q;
+        os[n1] = c->att + ((size_t)t * hp->n_head + h) * hd;
+        n1pos[n1++] = n_pos;
+      } else {
+        const size_t row = ((size_t)t * hp->n_head + h) * j->ns + (size_t)(si - j->s0);
+        qp[nm] = q;
+        op[nm] = c->att_part + row * hd;
+        msrow[nm] = c->att_part_ms + row * 2;
+        np[nm++] = n_pos - p0 < PW_ATTN_SPLIT ? n_pos - p0 : PW_ATTN_SPLIT;
       }
+      if (n1 == PW_ATTN_GROUP_MAX) {
+        attn_call(j, seq, hk, p0, qs, n1pos, n1, os, NULL);
+        n1 = 0;
+      }
+      if (nm == PW_ATTN_GROUP_MAX) {
+        attn_call(j, seq, hk, p0, qp, np, nm, op, ms);
+        for (int i = 0; i < nm; i++) memcpy(msrow[i], ms + 2 * i, 2 * sizeof(float));
+        nm = 0;
+      }
+    }
+  }
+  if (n1) attn_call(j, seq, hk, p0, qs, n1pos, n1, os, NULL);
+  if (nm) {
+    attn_call(j, seq, hk, p0, qp, np, nm, op, ms);
+    for (int i = 0; i < nm; i++) memcpy(msrow[i], ms + 2 * i, 2 * sizeof(float));
+  }
+}
+
+static void attn_worker(void *ctx, int ith, int nth) {
+  attn_job *j = ctx;
+  const model_hparams *hp = &j->c->m->hp;
+  (void)ith;
+  (void)nth;
+  const long per_group = hp->n_head / j->heads;
+  const long items = j->window > 0 ? (long)j->n_groups * per_group : (long)j->n_groups * j->ns * per_group;
+  /* one item at a time from a shared counter: later tokens of a prompt see
+   * more keys, so fixed ranges would leave one thread with most of it */
+  for (long w; (w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < items;) {
+    if (j->window > 0) attn_window(j, w);
+    else attn_span(j, w);
+  }
+}
+
+/* Folds the wave's spans, in span order, into the running states of the
+ * split entries (c->att as the accumulators, c->att_rms), one (entry, query
+ * head) per item; after the last wave, normalises. */
+typedef struct {
+  attn_job *j;
+  int last_wave;
+  _Atomic long next;
+} fold_job;
+
+static void fold_worker(void *ctx, int ith, int nth) {
+  fold_job *f = ctx;
+  const attn_job *j = f->j;
+  model_ctx *c = j->c;
+  const model_hparams *hp = &c->m->hp;
+  const int hd = hp->head_dim;
+  (void)ith;
+  (void)nth;
+  const long items = (long)c->att_groups[j->n_groups] * hp->n_head;
+  for (long w; (w = atomic_fetch_add_explicit(&f->next, 1, memory_order_relaxed)) < items;) {
+    const int t = (int)(w / hp->n_head);
+    const int n_spans = pw_attn_spans(j->e[t].pos + 1);
+    if (n_spans <= 1) continue;
+    float *racc = c->att + (size_t)w * hd, *rms = c->att_rms + (size_t)w * 2;
+    if (j->s0 == 0) {
+      memset(racc, 0, (size_t)hd * sizeof(float));
+      rms[0] = -INFINITY;
+      rms[1] = 0;
+    }
+    for (int si = j->s0; si < j->s0 + j->ns && si < n_spans; si++) {
+      const size_t row = (size_t)w * j->ns + (size_t)(si - j->s0);
+      pw_attn_fold(racc, rms, c->att_part + row * hd, c->att_part_ms + row * 2, hd);
+    }
+    if (f->last_wave) pw_attn_finish(racc, rms, hd);
   }
 }
 
 static void cpu_attention(model_ctx *c, model_kv *kv, const model_entry *e, int n, int il, float scale,
                           int window) {
-  (void)n;
   const model *m = c->m;
   const model_hparams *hp = &m->hp;
-  attn_job job = {c, kv, e, il, c->n_att_groups,
-                  c->n_att_groups * hp->n_head_kv >= pw_pool_size(m->pool) ? hp->n_head / hp->n_head_kv : 1,
-                  pw_attn_multi_get(), scale, window, 0};
-  pw_pool_run(m->pool, attn_worker, &job);
+  const int nth = pw_pool_size(m->pool);
+  /* spans of the longest prefix, and the entries that are split */
+  int max_spans = 1, n_split = 0;
+  if (window <= 0)
+    for (int t = 0; t < n; t++) {
+      const int s = pw_attn_spans(e[t].pos + 1);
+      if (s > max_spans) max_spans = s;
+      n_split += s > 1;
+    }
+  /* spans per wave: as many as the span-state scratch holds for this
+   * pass's entries (every entry's rows are laid out, split or not) */
+  int wave = max_spans;
+  if (n_split) {
+    const size_t per_span = (size_t)n * hp->n_head;
+    const size_t fit = c->att_part_rows / per_span;
+    if (fit < (size_t)wave) wave = fit > 0 ? (int)fit : 1;
+  }
+  const long units = (long)c->n_att_groups * hp->n_head_kv * (window > 0 ? 1 : wave);
+  attn_job job = {c, kv, e, il, c->n_att_groups, units >= nth ? hp->n_head / hp->n_head_kv : 1,
+                  pw_attn_multi_get(), pw_attn_part_get(), kv->type_k == PW_DT_F16 && kv->type_v == PW_DT_F16,
+                  scale, window, 0, wave, 0};
+  for (int s0 = 0; s0 < max_spans; s0 += wave) {
+    job.s0 = s0;
+    job.ns = max_spans - s0 < wave ? max_spans - s0 : wave;
+    atomic_store_explicit(&job.next, 0, memory_order_relaxed);
+    pw_pool_run(m->pool, attn_worker, &job);
+    if (!n_split) continue;
+    fold_job f = {&job, s0 + job.ns >= max_spans, 0};
+    pw_pool_run(m->pool, fold_worker, &f);
+  }
 }
 
 /* Splits the batch into attention groups (c->att_groups, returns their

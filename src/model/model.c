@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/mem.h"
+#include "tensor/attn.h"
 #include "tensor/dtype.h"
 #include "tensor/traits.h"
 
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 const model_arch_ops *const model_archs[] = {&model_arch_llama,  &model_arch_qwen2, &model_arch_qwen3, &model_arch_gemma3,
                                              &model_arch_phi3,   &model_arch_qwen35, &model_arch_bert,
@@ -304,28 +306,69 @@ static void *alloc_lines(size_t bytes) {
 
 /* ---- KV cache --------------------------------------------------------- */
 
-/* A cache of n_kv_layers attention layers, with the model's recurrent
- * state when rs (the decoder's cache) or without (the MTP block's). */
-static int kv_create(const model *m, int n_seq, int n_ctx, int n_kv_layers, bool rs, model_kv **out, char *err) {
+int model_kv_type_parse(const char *name) {
+  static const struct {
+    const char *name;
+    int type;
+  } k_types[] = {{"f16", PW_DT_F16}, {"q8_0", PW_DT_Q8_0}, {"q4_0", PW_DT_Q4_0}};
+  for (size_t i = 0; name && i < sizeof k_types / sizeof k_types[0]; i++)
+    if (!strcasecmp(name, k_types[i].name)) return k_types[i].type;
+  return -1;
+}
+
+const char *model_kv_type_name(uint32_t type) {
+  return type == PW_DT_F16 ? "f16" : type == PW_DT_Q8_0 ? "q8_0" : type == PW_DT_Q4_0 ? "q4_0" : "?";
+}
+
+/* bytes of one head's row of K or V in type t (0: unsupported here) */
+static size_t kv_row_bytes(uint32_t t, int head_dim, char *err) {
+  if (t != PW_DT_F16 && t != PW_DT_Q8_0 && t != PW_DT_Q4_0) {
+    pw_seterr(err, PW_EINVAL, "unsupported KV cache type %u (f16, q8_0 or q4_0)", t);
+    return 0;
+  }
+  const pw_traits *tr = pw_traits_get(t);
+  if (head_dim % (int)tr->blck || head_dim > PW_ATTN_MAX_HD) {
+    pw_seterr(err, PW_EINVAL, "KV cache type %s needs a head size that is a multiple of %u (this model's is %d)",
+              model_kv_type_name(t), tr->blck, head_dim);
+    return 0;
+  }
+  return (size_t)head_dim / tr->blck * tr->type_size;
+}
+
+/* A cache of n_kv_layers attention layers in the types of o (NULL: F16),
+ * with the model's recurrent state when rs (the decoder's cache) or
+ * without (the MTP block's). */
+static int kv_create(const model *m, int n_seq, int n_ctx, int n_kv_layers, bool rs, const model_kv_opts *o,
+                     model_kv **out, char *err) {
   *out = NULL;
   if (n_seq < 1 || n_seq > 4096 || n_ctx < 1 || n_ctx > (1 << 22))
     return pw_seterr(err, PW_EINVAL, "invalid KV cache size: %d sequences x %d positions", n_seq, n_ctx);
+  const model_hparams *hp = &m->hp;
+  const uint32_t tk = o && o->type_k ? o->type_k : PW_DT_F16, tv = o && o->type_v ? o->type_v : PW_DT_F16;
+  const size_t rk = kv_row_bytes(tk, hp->head_dim, err), rv = rk ? kv_row_bytes(tv, hp->head_dim, err) : 0;
+  if (!rk || !rv) return PW_EINVAL;
+  if ((tk != PW_DT_F16 || tv != PW_DT_F16) && hp->head_dim > PW_ATTN_KVQ_MAX_HD)
+    return pw_seterr(err, PW_EINVAL, "a quantized KV cache needs a head size of at most %d (this model's is %d)",
+                     PW_ATTN_KVQ_MAX_HD, hp->head_dim);
   model_kv *kv = calloc(1, sizeof *kv);
   if (!kv) return pw_seterr(err, PW_ENOMEM, "out of memory");
-  const model_hparams *hp = &m->hp;
   kv->n_layer = n_kv_layers;
   kv->n_seq = n_seq;
   kv->n_ctx = n_ctx;
   kv->n_head_kv = hp->n_head_kv;
   kv->head_dim = hp->head_dim;
-  size_t n = (size_t)kv->n_layer * n_seq * n_ctx * kv->n_head_kv * kv->head_dim;
-  kv->k = alloc_lines((n ? n : 1) * sizeof(uint16_t));
-  kv->v = alloc_lines((n ? n : 1) * sizeof(uint16_t));
+  kv->type_k = tk;
+  kv->type_v = tv;
+  kv->row_k = rk;
+  kv->row_v = rv;
+  size_t n = (size_t)kv->n_layer * n_seq * n_ctx * kv->n_head_kv;
+  kv->k = alloc_lines((n ? n : 1) * rk);
+  kv->v = alloc_lines((n ? n : 1) * rv);
   kv->len = calloc((size_t)n_seq, sizeof(int));
   kv->rs_len = calloc((size_t)n_seq, sizeof(int));
   if (!kv->k || !kv->v || !kv->len || !kv->rs_len) {
     model_kv_destroy(kv);
-    return pw_seterr(err, PW_ENOMEM, "out of memory for a KV cache of %zu MiB", 2 * n * 2 >> 20);
+    return pw_seterr(err, PW_ENOMEM, "out of memory for a KV cache of %zu MiB", n * (rk + rv) >> 20);
   }
   if (rs && m->n_rs_layers > 0) {
     kv->n_rs_layer = m->n_rs_layers;
@@ -348,7 +391,11 @@ static int kv_create(const model *m, int n_seq, int n_ctx, int n_kv_layers, bool
 }
 
 int model_kv_create(const model *m, int n_seq, int n_ctx, model_kv **out, char *err) {
-  return kv_create(m, n_seq, n_ctx, m->n_kv_layers, true, out, err);
+  return kv_create(m, n_seq, n_ctx, m->n_kv_layers, true, NULL, out, err);
+}
+
+int model_kv_create_ex(const model *m, int n_seq, int n_ctx, const model_kv_opts *o, model_kv **out, char *err) {
+  return kv_create(m, n_seq, n_ctx, m->n_kv_layers, true, o, out, err);
 }
 
 bool model_has_mtp(const model *m) { return m->has_mtp; }
@@ -356,7 +403,7 @@ bool model_has_mtp(const model *m) { return m->has_mtp; }
 int model_mtp_kv_create(const model *m, int n_seq, int n_ctx, model_kv **out, char *err) {
   *out = NULL;
   if (!m->has_mtp) return pw_seterr(err, PW_EUNSUPPORTED, "the model has no MTP block");
-  return kv_create(m, n_seq, n_ctx, 1, false, out, err);
+  return kv_create(m, n_seq, n_ctx, 1, false, NULL, out, err);
 }
 
 void model_kv_destroy(model_kv *kv) {
@@ -379,9 +426,19 @@ static size_t seq_state_floats(const model_kv *kv) {
 }
 
 size_t model_kv_bytes(const model_kv *kv) {
-  return 2 * (size_t)kv->n_layer * kv->n_seq * kv->n_ctx * kv->n_head_kv * kv->head_dim * sizeof(uint16_t) +
+  return (size_t)kv->n_layer * kv->n_seq * kv->n_ctx * kv->n_head_kv * (kv->row_k + kv->row_v) +
          (size_t)kv->n_seq * seq_state_floats(kv) * sizeof(float);
 }
+
+size_t model_kv_bytes_f16(const model_kv *kv) {
+  return (size_t)kv->n_layer * kv->n_seq * kv->n_ctx * kv->n_head_kv * kv->head_dim * 2 * sizeof(uint16_t) +
+         (size_t)kv->n_seq * seq_state_floats(kv) * sizeof(float);
+}
+
+size_t model_kv_pos_bytes(const model_kv *kv) { return (size_t)kv->n_layer * kv->n_head_kv * (kv->row_k + kv->row_v); }
+
+uint32_t model_kv_type_k(const model_kv *kv) { return kv->type_k; }
+uint32_t model_kv_type_v(const model_kv *kv) { return kv->type_v; }
 
 /* Zeroes sequence seq's recurrent state (a sequence that starts over). */
 static void rs_reset(model_kv *kv, int seq) {
@@ -465,9 +522,8 @@ void model_kv_copy(model_kv *kv, int dst, int src, int len) {
   if (dst != src)
     for (int l = 0; l < kv->n_layer; l++)
       for (int h = 0; h < kv->n_head_kv; h++) {
-        const size_t bytes = (size_t)len * kv->head_dim * sizeof(uint16_t);
-        memcpy(kv->k + model_kv_off(kv, l, dst, h, 0), kv->k + model_kv_off(kv, l, src, h, 0), bytes);
-        memcpy(kv->v + model_kv_off(kv, l, dst, h, 0), kv->v + model_kv_off(kv, l, src, h, 0), bytes);
+        memcpy(model_kv_k(kv, l, dst, h, 0), model_kv_k(kv, l, src, h, 0), (size_t)len * kv->row_k);
+        memcpy(model_kv_v(kv, l, dst, h, 0), model_kv_v(kv, l, src, h, 0), (size_t)len * kv->row_v);
       }
   kv->len[dst] = len;
 }
@@ -501,6 +557,20 @@ int model_ctx_create(const model *m, int max_batch, int max_ctx, model_ctx **out
     c->rope_sin_swa = malloc(B * hp->head_dim / 2 * sizeof(float));
   }
   c->att_groups = malloc((B + 1) * sizeof(int));
+  bool split_err = false;
+  if (pw_attn_spans(max_ctx) > 1) {
+    /* enough rows for one span of a full batch, and up to about 16 MiB for
+     * several spans per wave (fewer waves, fewer pool runs) */
+    const size_t one = B * hp->n_head, all = one * (size_t)pw_attn_spans(max_ctx);
+    size_t rows = ((size_t)16 << 20) / (((size_t)hp->head_dim + 2) * sizeof(float));
+    if (rows > all) rows = all;
+    if (rows < one) rows = one;
+    c->att_part_rows = rows;
+    c->att_part = alloc_lines(rows * hp->head_dim * sizeof(float));
+    c->att_part_ms = malloc(rows * 2 * sizeof(float));
+    c->att_rms = malloc(one * 2 * sizeof(float));
+    split_err = !c->att_part || !c->att_part_ms || !c->att_rms;
+  }
   size_t act = m->ad->act_floats ? m->ad->act_floats(m, max_batch) : 0;
   if (act) c->arch_act = alloc_lines(act * sizeof(float));
   /* Scratch for the largest activation quantization of any matmul. */
@@ -514,7 +584,7 @@ int model_ctx_create(const model *m, int max_batch, int max_ctx, model_ctx **out
   if (m->has_mtp && (so = model_mtp_scratch_size(m, max_batch)) > mm) mm = so;
   c->mm_scratch = alloc_lines(mm ? mm : 1);
   if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->rows ||
-      !c->rope_cos || !c->rope_sin || !c->att_groups || !c->mm_scratch || (act && !c->arch_act) ||
+      !c->rope_cos || !c->rope_sin || !c->att_groups || !c->mm_scratch || (act && !c->arch_act) || split_err ||
       (hp->n_swa > 0 && (!c->rope_cos_swa || !c->rope_sin_swa))) {
     model_ctx_destroy(c);
     return pw_seterr(err, PW_ENOMEM, "out of memory for batch scratch");
@@ -536,6 +606,9 @@ void model_ctx_destroy(model_ctx *c) {
   free(c->rows);
   free(c->rope_cos);
   free(c->rope_sin);
+  free(c->att_part);
+  free(c->att_part_ms);
+  free(c->att_rms);
   free(c->rope_cos_swa);
   free(c->rope_sin_swa);
   free(c->att_groups);

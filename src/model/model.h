@@ -144,10 +144,29 @@ const weights_info *model_weights_info(const model *m);
 weights *model_weights(const model *m);
 pw_pool *model_pool(const model *m);
 
-/* KV cache: n_seq sequences of up to n_ctx positions each, F16, allocated
- * once at creation (bounded; model_kv_bytes tells the size). */
+/* KV cache: n_seq sequences of up to n_ctx positions each, allocated once
+ * at creation (bounded; model_kv_bytes tells the size). K and V are each
+ * stored as F16 (the default), Q8_0 or Q4_0 (ggml ids, as llama.cpp's
+ * --cache-type-k/-v): quantized rows are quantized as they are stored and
+ * attention then follows llama.cpp's CPU flash attention for those types
+ * (q quantized to Q8_0 for the K dot products, a quantized V accumulated
+ * in f32). Quantized types need a head size that is a multiple of 32. */
 typedef struct model_kv model_kv;
+typedef struct model_kv_opts {
+  uint32_t type_k, type_v; /* 0 = F16 (F32 is not a cache type) */
+} model_kv_opts;
 int model_kv_create(const model *m, int n_seq, int n_ctx, model_kv **out, char *err);
+int model_kv_create_ex(const model *m, int n_seq, int n_ctx, const model_kv_opts *o, model_kv **out, char *err);
+/* "f16", "q8_0", "q4_0" (any case) -> type id; -1 if unknown */
+int model_kv_type_parse(const char *name);
+const char *model_kv_type_name(uint32_t type);
+uint32_t model_kv_type_k(const model_kv *kv);
+uint32_t model_kv_type_v(const model_kv *kv);
+/* what the same cache would take in F16 (for the memory a quantized one saves) */
+size_t model_kv_bytes_f16(const model_kv *kv);
+/* K and V bytes of one position of one sequence, all layers: what a decode
+ * step reads per cached position */
+size_t model_kv_pos_bytes(const model_kv *kv);
 void model_kv_destroy(model_kv *kv);
 int model_kv_n_seq(const model_kv *kv);
 /* True when the model keeps a recurrent state per sequence beside the KV

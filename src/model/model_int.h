@@ -132,9 +132,13 @@ struct model {
 
 struct model_kv {
   int n_layer, n_seq, n_ctx, n_head_kv, head_dim;
-  /* [n_layer][n_seq][n_head_kv][n_ctx][head_dim] F16: each KV head's rows
-   * are contiguous, one stream for the thread that attends over them */
-  uint16_t *k, *v;
+  /* [n_layer][n_seq][n_head_kv][n_ctx] rows of head_dim values in
+   * type_k / type_v (F16, Q8_0, Q4_0), row_k / row_v bytes each: each KV
+   * head's rows are contiguous, one stream for the thread that attends
+   * over them */
+  uint8_t *k, *v;
+  uint32_t type_k, type_v;
+  size_t row_k, row_v;
   int *len;        /* [n_seq] */
   /* Recurrent state (n_rs_layer > 0): per layer and sequence, the conv
    * window [conv_dim][d_conv - 1] and the delta-rule state of each value
@@ -172,6 +176,12 @@ struct model_ctx {
   float *rope_cos_swa, *rope_sin_swa; /* the same with the local layers' base, or NULL */
   int *att_groups;      /* [max_batch] first entry of each attention group */
   int n_att_groups;     /* groups of the current pass */
+  /* Split attention (backend_cpu.c), allocated when max_ctx exceeds one
+   * span: per wave, span states of att_part_rows rows (head_dim floats in
+   * att_part, max and sum in att_part_ms), and the running max and sum of
+   * each (entry, query head) in att_rms [max_batch][n_head][2]. */
+  float *att_part, *att_part_ms, *att_rms;
+  size_t att_part_rows;
   float *arch_act;      /* the architecture's own activations (act_floats) */
   void *mm_scratch;
 };
@@ -296,9 +306,16 @@ void model_cpu_delta_net(model_ctx *c, model_kv *kv, const model_entry *e, int n
  * needs for a pass of max_batch entries */
 void model_cpu_moe_ffn(model_ctx *c, const layer_w *L, const float *x, int n, float *y, float *scratch);
 size_t model_moe_scratch_floats(const model_hparams *hp, int max_batch);
-/* element offset of (KV layer slot, seq, KV head, position) in the cache */
-static inline size_t model_kv_off(const model_kv *kv, int layer, int seq, int head, int pos) {
-  return ((((size_t)layer * kv->n_seq + seq) * kv->n_head_kv + head) * kv->n_ctx + pos) * kv->head_dim;
+/* row of (KV layer slot, seq, KV head, position) in the cache, and where
+ * its K and V bytes are */
+static inline size_t model_kv_row(const model_kv *kv, int layer, int seq, int head, int pos) {
+  return (((size_t)layer * kv->n_seq + seq) * kv->n_head_kv + head) * kv->n_ctx + pos;
+}
+static inline uint8_t *model_kv_k(const model_kv *kv, int layer, int seq, int head, int pos) {
+  return kv->k + model_kv_row(kv, layer, seq, head, pos) * kv->row_k;
+}
+static inline uint8_t *model_kv_v(const model_kv *kv, int layer, int seq, int head, int pos) {
+  return kv->v + model_kv_row(kv, layer, seq, head, pos) * kv->row_v;
 }
 
 /* ---- what the architectures' blocks share (arch_common.c) -------------------

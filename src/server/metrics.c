@@ -196,6 +196,15 @@ void metrics_render(const metrics *m, const engine_stats *st, sbuf *out) {
               st->batch_steps_by_size, batch_le, ENGINE_BATCH_BUCKETS, (double)st->batch_entries_total);
   gauge(out, "power_kv_bytes_in_use", "KV cache bytes held by running sequences and prompt-cache entries.",
         (long long)st->kv_bytes_in_use);
+  gauge(out, "power_kv_cache_bytes", "KV cache bytes allocated (all sequence slots, all positions).",
+        (long long)st->kv_bytes_total);
+  gauge(out, "power_kv_cache_bytes_saved",
+        "KV cache bytes saved by the cache types against F16 K and V (0 with F16).",
+        (long long)(st->kv_bytes_f16 - st->kv_bytes_total));
+  if (st->kv_type_k && st->kv_type_v) {
+    header(out, "power_kv_cache_type", "gauge", "Always 1; its labels name the KV cache's K and V types.");
+    sbuf_printf(out, "power_kv_cache_type{k=\"%s\",v=\"%s\"} 1\n", st->kv_type_k, st->kv_type_v);
+  }
   /* Speculative decoding. */
   counter(out, "power_spec_drafted_tokens_total", "Tokens proposed by speculative drafting.",
           st->spec_drafted_total);

@@ -61,7 +61,7 @@ struct srv_models {
 
 /* Every field of engine_stats, summed: a new field changes the size and
  * stops the build here until it is added below. */
-_Static_assert(sizeof(engine_stats) == 312, "engine_stats changed: sum the new fields in stats_add");
+_Static_assert(sizeof(engine_stats) == 344, "engine_stats changed: sum the new fields in stats_add");
 static void stats_add(engine_stats *a, const engine_stats *b) {
   a->active += b->active;
   a->queued += b->queued;
@@ -77,6 +77,11 @@ static void stats_add(engine_stats *a, const engine_stats *b) {
   a->batch_entries_total += b->batch_entries_total;
   for (int i = 0; i <= ENGINE_BATCH_BUCKETS; i++) a->batch_steps_by_size[i] += b->batch_steps_by_size[i];
   a->kv_bytes_in_use += b->kv_bytes_in_use;
+  a->kv_bytes_total += b->kv_bytes_total;
+  a->kv_bytes_f16 += b->kv_bytes_f16;
+  /* every engine of a server gets the same KV types (serve --kv-type) */
+  if (!a->kv_type_k) a->kv_type_k = b->kv_type_k;
+  if (!a->kv_type_v) a->kv_type_v = b->kv_type_v;
   a->spec_drafted_total += b->spec_drafted_total;
   a->spec_accepted_total += b->spec_accepted_total;
   a->spec_emitted_total += b->spec_emitted_total;

@@ -1,14 +1,20 @@
-/* attn.c - scalar reference of the F16 flash-attention kernel and dispatch. */
+/* attn.c - scalar reference of the F16 flash-attention kernel and dispatch,
+ * the merge of split spans, and the kernel for quantized K/V caches. */
 #include "tensor/attn.h"
 
 #include "base/error.h"
+#include "tensor/dtype.h"
 #include "tensor/quants.h"
 #include "tensor/traits.h"
 
 #include <math.h>
+#include <stdbool.h>
+#include <string.h>
 
-void pw_attn_ref(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd,
-                 float scale, float *out) {
+/* The online softmax over n_pos keys from an empty state; acc gets the
+ * f32 values of the F16 accumulator. */
+static void ref_state(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd,
+                      float scale, float *acc_out, float *m_out, float *s_out) {
   PW_ASSERT(hd > 0 && hd <= PW_ATTN_MAX_HD && n_pos >= 1);
   float qh[PW_ATTN_MAX_HD];
   uint16_t acc[PW_ATTN_MAX_HD];
@@ -34,8 +40,36 @@ void pw_attn_ref(const float *q, const uint16_t *k, const uint16_t *v, size_t st
     for (int i = 0; i < hd; i++) acc[i] = pw_fp32_to_fp16(pw_fp16_to_fp32(acc[i]) + pw_fp16_to_fp32(vr[i]) * vs);
     S = S * ms + vs;
   }
-  float inv = 1.0f / S;
-  for (int i = 0; i < hd; i++) out[i] = pw_fp16_to_fp32(acc[i]) * inv;
+  for (int i = 0; i < hd; i++) acc_out[i] = pw_fp16_to_fp32(acc[i]);
+  *m_out = M;
+  *s_out = S;
+}
+
+void pw_attn_ref_part(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd,
+                      float scale, float *acc, float *ms) {
+  ref_state(q, k, v, stride, n_pos, hd, scale, acc, &ms[0], &ms[1]);
+}
+
+void pw_attn_ref(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd,
+                 float scale, float *out) {
+  float M, S;
+  ref_state(q, k, v, stride, n_pos, hd, scale, out, &M, &S);
+  const float inv = 1.0f / S;
+  for (int i = 0; i < hd; i++) out[i] *= inv;
+}
+
+void pw_attn_fold(float *racc, float *rms, const float *acc, const float *ms, int hd) {
+  const float mc = ms[0], sc = ms[1];
+  if (sc == 0.0f) return;
+  const float M = rms[0], mn = mc > M ? mc : M, so = expf(M - mn), sn = expf(mc - mn);
+  for (int i = 0; i < hd; i++) racc[i] = racc[i] * so + acc[i] * sn;
+  rms[1] = rms[1] * so + sc * sn;
+  rms[0] = mn;
+}
+
+void pw_attn_finish(float *racc, const float *rms, int hd) {
+  const float inv = rms[1] != 0.0f ? 1.0f / rms[1] : 0.0f;
+  for (int i = 0; i < hd; i++) racc[i] *= inv;
 }
 
 pw_attn_fn pw_attn_get(void) {
@@ -49,8 +83,99 @@ static void attn_ref_multi(const float *const *q, const int *n_pos, int nq, cons
   for (int h = 0; h < nq; h++) pw_attn_ref(q[h], k, v, stride, n_pos[h], hd, scale, out[h]);
 }
 
+static void attn_ref_part(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
+                          size_t stride, int hd, float scale, float *const *out, float *ms) {
+  for (int h = 0; h < nq; h++) pw_attn_ref_part(q[h], k, v, stride, n_pos[h], hd, scale, out[h], ms + 2 * h);
+}
+
+pw_attn_part_fn pw_attn_part_get(void) {
+  pw_tensor_init();
+  const int lvl = pw_tensor_level();
+  return lvl >= PW_IMPL_AVX512 ? attn_avx512_part : lvl >= PW_IMPL_AVX2 ? attn_avx2_part : attn_ref_part;
+}
+
 pw_attn_multi_fn pw_attn_multi_get(void) {
   pw_tensor_init();
   const int lvl = pw_tensor_level();
   return lvl >= PW_IMPL_AVX512 ? attn_avx512_multi : lvl >= PW_IMPL_AVX2 ? attn_avx2_multi : attn_ref_multi;
+}
+
+static inline float round16(float x) { return pw_fp16_to_fp32(pw_fp32_to_fp16(x)); }
+
+void pw_attn_kvq(const pw_attn_kv *kv, const float *const *q, const int *n_pos, int nq, int hd, float scale,
+                 float *const *out, float *ms, int ref) {
+  enum { NX = PW_VEC_DOT_MAX_NX };
+  const pw_traits *tk = ref ? pw_traits_ref(kv->k_type) : pw_traits_get(kv->k_type);
+  const pw_traits *tv = ref ? pw_traits_ref(kv->v_type) : pw_traits_get(kv->v_type);
+  PW_ASSERT(tk && tv && tk->vec_dot && nq >= 1 && nq <= PW_ATTN_GROUP_MAX && hd > 0 && hd <= PW_ATTN_KVQ_MAX_HD);
+  const pw_traits *tq = ref ? pw_traits_ref(tk->vec_dot_type) : pw_traits_get(tk->vec_dot_type);
+  PW_ASSERT(tq && hd % (int)tk->blck == 0 && hd % (int)tv->blck == 0 && hd % (int)tq->blck == 0);
+  const bool v16 = kv->v_type == PW_DT_F16;
+  /* the accumulator updates in vectors where the CPU has them (the same
+   * arithmetic: multiply, fused multiply-add, F16 rounding) */
+  const bool vec = !ref && pw_tensor_level() >= PW_IMPL_AVX2 && hd % 8 == 0;
+  /* q in K's dot-product type: one row per query (F16 rows are the widest) */
+  const size_t qrow = (size_t)hd / tq->blck * tq->type_size;
+  _Alignas(64) uint8_t qq[PW_ATTN_GROUP_MAX * PW_ATTN_KVQ_MAX_HD * 2];
+  _Alignas(64) float acc[PW_ATTN_GROUP_MAX][PW_ATTN_KVQ_MAX_HD];
+  _Alignas(64) float vf[PW_ATTN_KVQ_MAX_HD];
+  float M[PW_ATTN_GROUP_MAX], S[PW_ATTN_GROUP_MAX], s[PW_ATTN_GROUP_MAX];
+  int n_max = 0;
+  for (int h = 0; h < nq; h++) {
+    tq->from_float(q[h], qq + (size_t)h * qrow, hd);
+    memset(acc[h], 0, sizeof(float) * (size_t)hd);
+    M[h] = -INFINITY;
+    S[h] = 0;
+    if (n_pos[h] > n_max) n_max = n_pos[h];
+  }
+  const uint8_t *kr = kv->k, *vr = kv->v;
+  for (int p = 0; p < n_max; p++, kr += kv->k_row, vr += kv->v_row) {
+    /* the next rows on their way (the cache streams from memory) */
+    __builtin_prefetch(kr + 8 * kv->k_row);
+    __builtin_prefetch(vr + 8 * kv->v_row);
+    for (int h = 0; h < nq; h += NX) tk->vec_dot(hd, kr, qq + (size_t)h * qrow, qrow, nq - h < NX ? nq - h : NX, s + h);
+    tv->to_float(vr, vf, hd);
+    for (int h = 0; h < nq; h++) {
+      if (p >= n_pos[h]) continue;
+      const float sc = s[h] * scale;
+      float *a = acc[h], msc = 1.0f, vs = 1.0f;
+      if (vec) {
+        const int grow = sc > M[h];
+        if (grow) {
+          msc = expf(M[h] - sc);
+          M[h] = sc;
+        } else {
+          vs = expf(sc - M[h]);
+        }
+        attn_avx2_kvq_update(a, vf, msc, vs, grow, v16, hd);
+        S[h] = S[h] * msc + vs;
+        continue;
+      }
+      if (sc > M[h]) {
+        msc = expf(M[h] - sc);
+        M[h] = sc;
+        if (v16)
+          for (int i = 0; i < hd; i++) a[i] = round16(a[i] * msc);
+        else
+          for (int i = 0; i < hd; i++) a[i] *= msc;
+      } else {
+        vs = expf(sc - M[h]);
+      }
+      if (v16)
+        for (int i = 0; i < hd; i++) a[i] = round16(fmaf(vf[i], vs, a[i]));
+      else
+        for (int i = 0; i < hd; i++) a[i] = fmaf(vf[i], vs, a[i]);
+      S[h] = S[h] * msc + vs;
+    }
+  }
+  for (int h = 0; h < nq; h++) {
+    if (ms) {
+      memcpy(out[h], acc[h], sizeof(float) * (size_t)hd);
+      ms[2 * h] = M[h];
+      ms[2 * h + 1] = S[h];
+    } else {
+      const float inv = 1.0f / S[h];
+      for (int i = 0; i < hd; i++) out[h][i] = acc[h][i] * inv;
+    }
+  }
 }

@@ -5,6 +5,16 @@
  * s_p = dot(q, K_p) * scale, and the output is sum_p softmax(s)_p * V_p
  * computed online: a running max M, running sum S, and an accumulator kept
  * in F16 that is rescaled by exp(M_old - M) whenever the max grows.
+ *
+ * Split attention (flash-decoding): a long prefix is cut into spans of
+ * PW_ATTN_SPLIT positions at fixed offsets (0, PW_ATTN_SPLIT, ...), each
+ * span runs the same online softmax from an empty state (pw_attn_part_fn,
+ * so spans go to different threads), and the spans' states are merged in
+ * span order (pw_attn_merge) as llama.cpp merges its KV chunks: in f32,
+ * rescaled to the larger max. The cut points depend only on the query's
+ * position, never on the thread count or the batch, so results do not
+ * either; a prefix of at most PW_ATTN_SPLIT positions is one span and
+ * gives exactly the unsplit kernel's bits.
  * Not here: RoPE, GQA head mapping, masks (callers pass the visible prefix). */
 #ifndef PW_TENSOR_ATTN_H
 #define PW_TENSOR_ATTN_H
@@ -30,9 +40,54 @@ typedef void (*pw_attn_multi_fn)(const float *const *q, const int *n_pos, int nq
 
 #define PW_ATTN_GROUP_MAX 32
 
+/* One span of a split: as pw_attn_multi_fn, but out[h] gets the
+ * unnormalised accumulator (the f32 values of its F16 entries) and
+ * ms[2h], ms[2h + 1] the running max and sum. ms: [2 nq] floats. */
+typedef void (*pw_attn_part_fn)(const float *const *q, const int *n_pos, int nq, const uint16_t *k,
+                                const uint16_t *v, size_t stride, int hd, float scale, float *const *out, float *ms);
+
+/* Positions per span of the split (a multiple of the kernels' 64-key
+ * chunks, so a span's keys are processed exactly as unsplit). */
+#define PW_ATTN_SPLIT 512
+
+/* Spans of a prefix of n_pos positions. */
+static inline int pw_attn_spans(int n_pos) { return (n_pos + PW_ATTN_SPLIT - 1) / PW_ATTN_SPLIT; }
+
+/* The merge, one span at a time in span order: the running state (racc:
+ * hd floats starting at 0, rms: max and sum starting at -INFINITY, 0)
+ * takes in a span's (acc, ms); pw_attn_finish normalises racc in place.
+ * Folding spans in any grouping gives the same bits as long as the order
+ * is kept. */
+void pw_attn_fold(float *racc, float *rms, const float *acc, const float *ms, int hd);
+void pw_attn_finish(float *racc, const float *rms, int hd);
+
+/* Attention over a cache whose K and V rows are each F16, Q8_0 or Q4_0,
+ * with llama.cpp's semantics for those types: q is converted to K's
+ * dot-product type (F16 for F16, Q8_0 for the quantized types) and
+ * s_p = vec_dot(K_p, q) * scale; an F16 V is accumulated in F16 as above,
+ * a quantized V is converted to f32 and accumulated in f32. The q.K dot
+ * products of up to 8 queries share each K row read (the type's vec_dot
+ * over several activation rows), and each V row is converted once for all
+ * the queries. Otherwise as pw_attn_part_fn (ms NULL: normalised outputs,
+ * as pw_attn_multi_fn): nq <= PW_ATTN_GROUP_MAX, hd <= PW_ATTN_KVQ_MAX_HD
+ * and a multiple of the types' blocks. The installed row kernels, or
+ * (ref) the scalar references; each query's result is the same bits
+ * whatever other queries share the call. */
+typedef struct pw_attn_kv {
+  const void *k, *v;   /* the first row */
+  size_t k_row, v_row; /* bytes from one row to the next */
+  uint32_t k_type, v_type;
+} pw_attn_kv;
+#define PW_ATTN_KVQ_MAX_HD 256
+void pw_attn_kvq(const pw_attn_kv *kv, const float *const *q, const int *n_pos, int nq, int hd, float scale,
+                 float *const *out, float *ms, int ref);
+
 /* The installed (fastest) kernel and the scalar reference. */
 pw_attn_fn pw_attn_get(void);
 pw_attn_multi_fn pw_attn_multi_get(void);
+pw_attn_part_fn pw_attn_part_get(void);
+void pw_attn_ref_part(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd,
+                      float scale, float *acc, float *ms);
 void pw_attn_ref(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd,
                  float scale, float *out);
 /* Internal: the AVX2/F16C variant (arch/attn_avx2.c). */
@@ -40,10 +95,19 @@ void attn_avx2(const float *q, const uint16_t *k, const uint16_t *v, size_t stri
                float *out);
 void attn_avx2_multi(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
                      size_t stride, int hd, float scale, float *const *out);
+void attn_avx2_part(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
+                    size_t stride, int hd, float scale, float *const *out, float *ms);
+/* Internal: one key's update of a quantized-cache kernel's accumulator
+ * (hd a multiple of 8): a = a * ms when grow, then a = fma(v, vs, a), each
+ * step rounded to F16 when f16acc (an F16 V), as the scalar loop of
+ * pw_attn_kvq does. */
+void attn_avx2_kvq_update(float *a, const float *v, float ms, float vs, int grow, int f16acc, int hd);
 /* Internal: the AVX-512 variants (arch/attn_avx512.c). */
 void attn_avx512(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd,
                  float scale, float *out);
 void attn_avx512_multi(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
                        size_t stride, int hd, float scale, float *const *out);
+void attn_avx512_part(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
+                      size_t stride, int hd, float scale, float *const *out, float *ms);
 
 #endif

@@ -26,9 +26,25 @@ check "vs-llamacpp prints the paired share of the bound" grep -q '^| tg4 Power %
 check "vs-llamacpp reports progress per round" [ "$(grep -c 'round [12]/2 done' "$tmp/err")" -eq 2 ]
 check "vs-llamacpp --json holds the tg ratio" node -e '
   const j = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
-  const m = j.summary.models[0];
-  if (!(m.tg.ratio > 0 && m.pp.ratio > 0 && m.tg.round_ratios.length === 2 && j.results[0].power.length === 2)) process.exit(1);
+  const m = j.summary.models[0].depths[0];
+  if (!(m.tg.ratio > 0 && m.pp.ratio > 0 && m.tg.round_ratios.length === 2 && j.results[0].at[0].power.length === 2)) process.exit(1);
 ' "$tmp/vs.json"
+
+# depths and a quantized KV cache: a row per depth and figure, each against
+# depth 0, and the bound counting the cache
+node "$vs" --power "$bin" --rounds 1 --reps 1 -p 8 -n 2 --depth 0,48 --kv-type q8_0 --json "$tmp/vsd.json" "$model" >"$tmp/out" 2>"$tmp/err"
+check "vs-llamacpp --depth 0,48 --kv-type q8_0 exits 0 ($(tail -1 "$tmp/err"))" [ $? -eq 0 ]
+check "vs-llamacpp prints the depth rows" grep -q '^| tg2 @ d48 | ' "$tmp/out"
+check "vs-llamacpp prints prefill at depth" grep -q '^| pp8 @ d48 | ' "$tmp/out"
+check "vs-llamacpp depth ratio > 0" positive "$(ratio 'tg2 @ d48' "$tmp/out")"
+check "vs-llamacpp names the KV cache type" grep -q 'KV cache q8_0' "$tmp/out"
+check "vs-llamacpp --json: the step at depth reads the KV cache too" node -e '
+  const j = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+  const m = j.summary.models[0];
+  const [d0, d48] = m.depths;
+  if (!(m.kv_bytes_per_position > 0 && d48.step_bytes > d0.step_bytes && d48.tg.power_vs_d0 > 0 && d48.pp.ratio > 0)) process.exit(1);
+  if (j.results[0].at[1].llama[0].kv_type_k !== "q8_0") process.exit(1);
+' "$tmp/vsd.json"
 
 if grep -q ' avx2 ' /proc/cpuinfo 2>/dev/null && grep -q ' fma ' /proc/cpuinfo && grep -q ' f16c ' /proc/cpuinfo; then
   mkdir "$tmp/t"

@@ -2,8 +2,11 @@
  * and the AVX2 one where a wider one is installed,
  * against the scalar reference, and the reference against a double
  * precision softmax-attention (within F16 accumulation error), and the
- * several-query kernel against the single-query one (bit-identical). */
+ * several-query kernel against the single-query one (bit-identical); the
+ * split form (spans, folded in order) against the unsplit reference and
+ * against itself in any grouping of queries and folds. */
 #include "tensor/attn.h"
+#include "tensor/dtype.h"
 #include "tensor/quants.h"
 #include "tensor/traits.h"
 #include "test.h"
@@ -16,7 +19,182 @@ static float frand(void) {
   return (float)((double)(g_rng >> 11) * 0x1.0p-53 * 2.0 - 1.0);
 }
 
+/* Split attention over n positions (several spans): the installed span
+ * kernel on a group of queries, folded in span order, against the unsplit
+ * reference (within F16 accumulation error: the split restarts the F16
+ * accumulator per span, which only helps), the scalar span reference
+ * folded the same way (close), and the same fold done in two waves (the
+ * same bits). One span gives the unsplit kernel's bits. */
+static void test_split(int hd, int n) {
+  pw_attn_part_fn part = pw_attn_part_get();
+  pw_attn_multi_fn multi = pw_attn_multi_get();
+  const size_t stride = (size_t)hd;
+  uint16_t *k = malloc(sizeof(uint16_t) * stride * n), *v = malloc(sizeof(uint16_t) * stride * n);
+  for (size_t i = 0; i < stride * (size_t)n; i++) {
+    k[i] = pw_fp32_to_fp16(frand() * 2);
+    v[i] = pw_fp32_to_fp16(frand());
+  }
+  const float scale = 1.0f / sqrtf((float)hd);
+  enum { NQ = 7 };
+  float qs[NQ][256], ref[256], full[NQ][256];
+  const float *qp[NQ];
+  int np_full[NQ];
+  for (int h = 0; h < NQ; h++) {
+    for (int i = 0; i < hd; i++) qs[h][i] = frand() * 3;
+    qp[h] = qs[h];
+    np_full[h] = n - h * 37; /* different prefix lengths in one group */
+  }
+  const int spans = pw_attn_spans(n);
+  float *acc = malloc(sizeof(float) * (size_t)spans * NQ * hd), *acc_ref = malloc(sizeof(float) * (size_t)hd);
+  float *ms = malloc(sizeof(float) * (size_t)spans * NQ * 2);
+  for (int si = 0; si < spans; si++) {
+    const int p0 = si * PW_ATTN_SPLIT;
+    const float *qq[NQ];
+    float *op[NQ];
+    int np[NQ], nq = 0, idx[NQ];
+    for (int h = 0; h < NQ; h++) {
+      if (np_full[h] <= p0) continue;
+      qq[nq] = qs[h];
+      op[nq] = acc + ((size_t)si * NQ + h) * hd;
+      np[nq] = np_full[h] - p0 < PW_ATTN_SPLIT ? np_full[h] - p0 : PW_ATTN_SPLIT;
+      idx[nq++] = h;
+    }
+    float msg[2 * NQ];
+    part(qq, np, nq, k + (size_t)p0 * stride, v + (size_t)p0 * stride, stride, hd, scale, op, msg);
+    for (int i = 0; i < NQ; i++) ms[((size_t)si * NQ + i) * 2 + 1] = 0; /* absent: empty */
+    for (int i = 0; i < nq; i++) memcpy(ms + ((size_t)si * NQ + idx[i]) * 2, msg + 2 * i, 2 * sizeof(float));
+  }
+  for (int h = 0; h < NQ; h++) {
+    const int hs = pw_attn_spans(np_full[h]);
+    /* in one go, and in two waves */
+    float one[256] = {0}, two[256] = {0}, rms1[2] = {-INFINITY, 0}, rms2[2] = {-INFINITY, 0};
+    for (int si = 0; si < hs; si++)
+      pw_attn_fold(one, rms1, acc + ((size_t)si * NQ + h) * hd, ms + ((size_t)si * NQ + h) * 2, hd);
+    pw_attn_finish(one, rms1, hd);
+    for (int si = 0; si < hs; si++) {
+      pw_attn_fold(two, rms2, acc + ((size_t)si * NQ + h) * hd, ms + ((size_t)si * NQ + h) * 2, hd);
+      if (si == hs / 2) memcpy(full[h], two, sizeof(float) * hd); /* a copy between waves */
+    }
+    pw_attn_finish(two, rms2, hd);
+    CHECK_MSG(memcmp(one, two, sizeof(float) * hd) == 0, "hd %d n %d: folds in waves differ", hd, np_full[h]);
+    /* the scalar span reference, folded */
+    float sref[256] = {0}, rms3[2] = {-INFINITY, 0};
+    for (int si = 0; si < hs; si++) {
+      const int p0 = si * PW_ATTN_SPLIT, npos = np_full[h] - p0 < PW_ATTN_SPLIT ? np_full[h] - p0 : PW_ATTN_SPLIT;
+      float m2[2];
+      pw_attn_ref_part(qs[h], k + (size_t)p0 * stride, v + (size_t)p0 * stride, stride, npos, hd, scale, acc_ref, m2);
+      pw_attn_fold(sref, rms3, acc_ref, m2, hd);
+    }
+    pw_attn_finish(sref, rms3, hd);
+    pw_attn_ref(qs[h], k, v, stride, np_full[h], hd, scale, ref);
+    for (int i = 0; i < hd; i++) {
+      CHECK_MSG(fabsf(one[i] - sref[i]) <= 2e-3f, "hd %d n %d: split %g vs split ref %g", hd, np_full[h], one[i],
+                sref[i]);
+      CHECK_MSG(fabsf(one[i] - ref[i]) <= 2e-3f + 1e-3f * sqrtf((float)np_full[h]), "hd %d n %d: split %g vs ref %g",
+                hd, np_full[h], one[i], ref[i]);
+    }
+    if (hs == 1) {
+      float *o = full[h];
+      multi(&qp[h], &np_full[h], 1, k, v, stride, hd, scale, &o);
+      CHECK_MSG(memcmp(o, one, sizeof(float) * hd) == 0, "hd %d n %d: one span differs from unsplit", hd, n);
+    }
+  }
+  free(acc);
+  free(acc_ref);
+  free(ms);
+  free(k);
+  free(v);
+}
+
+/* The kernel for quantized caches: for each K/V type pair, the installed
+ * row kernels against the scalar references (close), against a double
+ * precision attention over the dequantized cache with q as the K dot
+ * product sees it (within the quantization of q and the accumulation),
+ * several queries in one call the same bits as each alone, and the span
+ * form folded equal to the normalised form for one span. F16/F16 agrees
+ * with pw_attn_ref (the same semantics). */
+static void test_kvq(uint32_t tk, uint32_t tv, int hd, int n) {
+  const pw_traits *k_tr = pw_traits_get(tk), *v_tr = pw_traits_get(tv);
+  const size_t rk = (size_t)hd / k_tr->blck * k_tr->type_size, rv = (size_t)hd / v_tr->blck * v_tr->type_size;
+  uint8_t *k = malloc(rk * n), *v = malloc(rv * n);
+  float *kf = malloc(sizeof(float) * hd * n), *vf = malloc(sizeof(float) * hd * n), row[256];
+  for (int p = 0; p < n; p++) {
+    for (int i = 0; i < hd; i++) row[i] = frand() * 2;
+    k_tr->from_float(row, k + p * rk, hd);
+    pw_traits_ref(tk)->to_float(k + p * rk, kf + (size_t)p * hd, hd);
+    for (int i = 0; i < hd; i++) row[i] = frand();
+    v_tr->from_float(row, v + p * rv, hd);
+    pw_traits_ref(tv)->to_float(v + p * rv, vf + (size_t)p * hd, hd);
+  }
+  enum { NQ = 9 };
+  float qs[NQ][256], o_fast[NQ][256], o_ref[NQ][256], o_one[256];
+  const float *qp[NQ];
+  float *of[NQ], *orf[NQ];
+  int np[NQ];
+  for (int h = 0; h < NQ; h++) {
+    for (int i = 0; i < hd; i++) qs[h][i] = frand() * 3;
+    qp[h] = qs[h];
+    of[h] = o_fast[h];
+    orf[h] = o_ref[h];
+    np[h] = h == 0 ? n : 1 + (h * 131) % n;
+  }
+  const pw_attn_kv a = {k, v, rk, rv, tk, tv};
+  const float scale = 1.0f / sqrtf((float)hd);
+  pw_attn_kvq(&a, qp, np, NQ, hd, scale, of, NULL, 0);
+  pw_attn_kvq(&a, qp, np, NQ, hd, scale, orf, NULL, 1);
+  const double tol_q = tk == PW_DT_Q4_0 ? 0.08 : tk == PW_DT_Q8_0 ? 0.02 : 0.004; /* q as the dot sees it */
+  for (int h = 0; h < NQ; h++) {
+    float *o1 = o_one;
+    pw_attn_kvq(&a, &qp[h], &np[h], 1, hd, scale, &o1, NULL, 0);
+    CHECK_MSG(memcmp(o_one, o_fast[h], sizeof(float) * hd) == 0, "kvq %u/%u: query %d differs alone", tk, tv, h);
+    /* double precision over the dequantized cache */
+    double *s = malloc(sizeof(double) * n), mx = -1e300, sum = 0;
+    for (int p = 0; p < np[h]; p++) {
+      double d = 0;
+      for (int i = 0; i < hd; i++) d += (double)qs[h][i] * kf[(size_t)p * hd + i];
+      s[p] = d * scale;
+      if (s[p] > mx) mx = s[p];
+    }
+    for (int p = 0; p < np[h]; p++) sum += (s[p] = exp(s[p] - mx));
+    for (int i = 0; i < hd; i++) {
+      double e = 0;
+      for (int p = 0; p < np[h]; p++) e += s[p] / sum * vf[(size_t)p * hd + i];
+      CHECK_MSG(fabs(o_fast[h][i] - o_ref[h][i]) <= 2e-3, "kvq %u/%u hd %d: fast %g vs ref %g", tk, tv, hd,
+                o_fast[h][i], o_ref[h][i]);
+      CHECK_MSG(fabs(o_ref[h][i] - e) <= tol_q + 1e-3 * sqrt((double)np[h]), "kvq %u/%u hd %d n %d: ref %g vs exact %g",
+                tk, tv, hd, np[h], o_ref[h][i], e);
+    }
+    free(s);
+  }
+  /* one span, unnormalised then folded: the normalised bits */
+  float acc[256], ms[2], racc[256] = {0}, rms[2] = {-INFINITY, 0};
+  float *ap = acc;
+  pw_attn_kvq(&a, &qp[0], &np[0], 1, hd, scale, &ap, ms, 0);
+  pw_attn_fold(racc, rms, acc, ms, hd);
+  pw_attn_finish(racc, rms, hd);
+  CHECK_MSG(memcmp(racc, o_fast[0], sizeof(float) * hd) == 0, "kvq %u/%u: span form differs", tk, tv);
+  if (tk == PW_DT_F16 && tv == PW_DT_F16) {
+    float o2[256];
+    pw_attn_ref(qs[0], (const uint16_t *)k, (const uint16_t *)v, (size_t)hd, n, hd, scale, o2);
+    for (int i = 0; i < hd; i++) CHECK_MSG(fabsf(o2[i] - o_ref[0][i]) <= 2e-3f, "kvq f16: %g vs pw_attn_ref %g", o_ref[0][i], o2[i]);
+  }
+  free(k);
+  free(v);
+  free(kf);
+  free(vf);
+}
+
 int main(void) {
+  const uint32_t kv_types[] = {PW_DT_F16, PW_DT_Q8_0, PW_DT_Q4_0};
+  for (int a = 0; a < 3; a++)
+    for (int b = 0; b < 3; b++) {
+      test_kvq(kv_types[a], kv_types[b], 64, 700);
+      test_kvq(kv_types[a], kv_types[b], 128, 90);
+    }
+  test_split(64, 300);
+  test_split(64, 1500);
+  test_split(128, 2100);
+  test_split(40, 1100);
   const int hds[] = {8, 32, 64, 128, 40};
   const int npos[] = {1, 2, 7, 100, 513};
   pw_attn_fn fast = pw_attn_get();

@@ -6,6 +6,7 @@
  * speculation. Every wait has a timeout. */
 #include "base/clock.h"
 #include "engine/engine.h"
+#include "tensor/dtype.h"
 #include "tok/tok.h"
 #include "test.h"
 
@@ -28,8 +29,12 @@
 
 static const char *k_model = POWER_SHARED_DIR "/models/codelm-py-Q8_0.gguf";
 
+/* the KV cache types of the engines made (0: F16) */
+static uint32_t g_kv_k, g_kv_v;
+
 static engine *make_failing(int entries, size_t bytes, double ttl, int spec_mode, long fail_pass) {
   engine_opts o = {.fail_pass = fail_pass, .model_path = k_model, .n_threads = 2, .max_active = 2, .max_queue = 8, .n_ctx = 256,
+                   .kv_type_k = g_kv_k, .kv_type_v = g_kv_v,
                    .step_tokens = 64, .prompt_cache_entries = entries, .prompt_cache_bytes = bytes,
                    .prompt_cache_ttl_s = ttl, .spec_mode = spec_mode,
                    /* widths from acceptance alone: the cost policy's depend on
@@ -370,6 +375,18 @@ int main(void) {
     test_reuse(ENGINE_SPEC_NGRAM);
     test_reuse(ENGINE_SPEC_DRAFT);
   }
+  /* Reuse stays exact with quantized KV caches: an entry's rows are
+   * copied, never recomputed differently (reference: the same types
+   * without reuse). */
+  static const uint32_t kv_types[][2] = {{PW_DT_Q8_0, PW_DT_Q8_0}, {PW_DT_Q4_0, PW_DT_Q4_0}, {PW_DT_Q8_0, PW_DT_F16}};
+  for (int i = 0; i < (TSAN ? 1 : 3); i++) {
+    g_kv_k = kv_types[i][0];
+    g_kv_v = kv_types[i][1];
+    fprintf(stderr, "  KV types %u/%u:\n", kv_types[i][0], kv_types[i][1]);
+    test_reuse(ENGINE_SPEC_OFF);
+    if (!TSAN) test_reuse(i == 0 ? ENGINE_SPEC_DRAFT : ENGINE_SPEC_PROMPT_LOOKUP);
+  }
+  g_kv_k = g_kv_v = 0;
   fprintf(stderr, "  reuse: %.2fs\n", pw_now_s() - t0);
   test_in_use();
   test_eviction();

@@ -8,6 +8,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "engine/engine.h"
+#include "tensor/dtype.h"
 #include "tok/tok.h"
 #include "test.h"
 
@@ -30,6 +31,9 @@
 
 #define MODELS POWER_SHARED_DIR "/models/"
 
+/* the KV cache types of the engines made (0: F16) */
+static uint32_t g_kv_k, g_kv_v;
+
 /* The policy of the engines make() creates. By default the cost policy
  * with verification costed as free (every pass costs the same), so each
  * round gets the most proposals whatever the machine's timings: the
@@ -43,6 +47,7 @@ static struct {
 
 static engine *make(const char *model, int mode, const char *draft, int max_active) {
   engine_opts o = {.model_path = model, .n_threads = 2, .max_active = max_active, .max_queue = 16, .n_ctx = 256,
+                   .kv_type_k = g_kv_k, .kv_type_v = g_kv_v,
                    .step_tokens = 96, .spec_mode = mode, .spec_draft_model = draft, .spec_draft_max = 8,
                    .prompt_cache_entries = -1, .spec_policy = g_pol.policy, .spec_cost_fixed = g_pol.cost,
                    .spec_cost_n = g_pol.n_cost};
@@ -492,6 +497,22 @@ int main(void) {
     engine_destroy(off);
     exactness(path, ENGINE_SPEC_DRAFT, dpath, gen);
   }
+  /* Quantized KV caches: speculation against the same types without it
+   * (the trained model; head size 32) */
+  static const uint32_t kv_types[][2] = {{PW_DT_Q8_0, PW_DT_Q8_0}, {PW_DT_Q4_0, PW_DT_F16}};
+  for (int i = 0; i < (SMALL ? 1 : 2); i++) {
+    g_kv_k = kv_types[i][0];
+    g_kv_v = kv_types[i][1];
+    fprintf(stderr, "  KV types %u/%u:\n", kv_types[i][0], kv_types[i][1]);
+    snprintf(path, sizeof path, MODELS "codelm-py-F32.gguf");
+    engine *off = make(path, ENGINE_SPEC_OFF, NULL, 8);
+    if (!off) continue;
+    cases_init(off, GEN / 2);
+    engine_destroy(off);
+    exactness(path, ENGINE_SPEC_PROMPT_LOOKUP, NULL, GEN / 2);
+    if (i == 0 && !SMALL) exactness(path, ENGINE_SPEC_DRAFT, MODELS "codelm-py-draft-F32.gguf", GEN / 2);
+  }
+  g_kv_k = g_kv_v = 0;
   fprintf(stderr, "  exactness: %.2fs\n", pw_now_s() - t0);
   if (!SMALL) { /* trained-model figures: not for ThreadSanitizer */
     test_acceptance();

@@ -126,6 +126,76 @@ static void test_invariance_gemma3(void) {
   unlink(path);
 }
 
+/* At depth the attention splits each query's prefix into spans spread
+ * over the threads: logits of the last positions of a 2,100-token prompt
+ * (five spans) are the same bits at 1, 2 and 3 threads, decoded one token
+ * at a time alone, prefilled in one batch, or batched with another
+ * sequence's tokens, with the prefix fed in chunks of different sizes. */
+#define DEPTH_N 2100
+#define DEPTH_LAST 6
+static float *run_depth(model *m, const model_kv_opts *ko, int chunk, int mode, int V) {
+  char err[PW_ERRMAX];
+  model_kv *kv;
+  model_ctx *c;
+  CHECK_MSG(model_kv_create_ex(m, 2, DEPTH_N + 8, ko, &kv, err) == 0, "%s", err);
+  CHECK(model_ctx_create(m, 2 * chunk, DEPTH_N + 8, &c, err) == 0);
+  float *out = malloc(sizeof(float) * (size_t)V * DEPTH_LAST), *lg = malloc(sizeof(float) * (size_t)V * 2 * chunk);
+  model_entry *e = malloc(sizeof(model_entry) * 2 * (size_t)chunk);
+  const int head = DEPTH_N - DEPTH_LAST;
+  int other = 0; /* seq 1's length (mode 2: it runs beside seq 0) */
+  for (int p = 0; p < (mode == 0 ? head : mode == 1 ? DEPTH_N : head);) {
+    const int lim = mode == 1 ? DEPTH_N : head;
+    int n = 0;
+    for (; n < chunk && p < lim; p++) e[n++] = (model_entry){0, p, 1 + (p * 7919) % (V - 1), p >= head};
+    if (mode == 2)
+      for (int i = 0; i < chunk / 3 && other < DEPTH_N; i++, other++) e[n++] = (model_entry){1, other, 5 + other % 50, false};
+    CHECK_MSG(model_forward(c, kv, e, n, lg, NULL, err) == 0, "%s", err);
+    if (mode == 1 && p == DEPTH_N) {
+      int w = 0;
+      for (int i = 0; i < n; i++)
+        if (e[i].want_logits) memcpy(out + (size_t)(e[i].pos - head) * V, lg + (size_t)w++ * V, sizeof(float) * V);
+    }
+  }
+  if (mode != 1)
+    for (int p = head; p < DEPTH_N; p++) {
+      int n = 0;
+      if (mode == 2) e[n++] = (model_entry){1, other++, 9, true};
+      const int me = n;
+      e[n++] = (model_entry){0, p, 1 + (p * 7919) % (V - 1), true};
+      CHECK_MSG(model_forward(c, kv, e, n, lg, NULL, err) == 0, "%s", err);
+      memcpy(out + (size_t)(p - head) * V, lg + (size_t)me * V, sizeof(float) * V);
+    }
+  free(e);
+  free(lg);
+  model_ctx_destroy(c);
+  model_kv_destroy(kv);
+  return out;
+}
+
+static void test_depth(const char *file, const char *kt, const char *vt) {
+  const model_kv_opts ko = {(uint32_t)model_kv_type_parse(kt), (uint32_t)model_kv_type_parse(vt)};
+  char path[1024], err[PW_ERRMAX];
+  snprintf(path, sizeof path, "%s/models/%s", POWER_SHARED_DIR, file);
+  float *res[3];
+  int V = 0;
+  for (int th = 1; th <= 3; th++) {
+    model *m;
+    model_opts o = {.n_threads = th};
+    CHECK_MSG(model_load(path, &o, &m, err) == 0, "%s", err);
+    V = model_hp(m)->n_vocab;
+    /* 1 thread: decode alone after chunks of 64; 2: one batch of 96 at
+     * the end; 3: beside another sequence, chunks of 150 */
+    res[th - 1] = run_depth(m, &ko, th == 1 ? 64 : th == 2 ? 96 : 150, th - 1, V);
+    model_destroy(m);
+  }
+  for (int th = 2; th <= 3; th++)
+    for (int p = 0; p < DEPTH_LAST; p++)
+      CHECK_MSG(memcmp(res[0] + (size_t)p * V, res[th - 1] + (size_t)p * V, sizeof(float) * V) == 0,
+                "%s at depth, KV %s/%s: position %d differs between 1 thread (decode alone) and %d (%s)", file, kt,
+                vt, DEPTH_N - DEPTH_LAST + p, th, th == 2 ? "prefill batch" : "batched with another sequence");
+  for (int i = 0; i < 3; i++) free(res[i]);
+}
+
 /* Qwen3-MoE (two layers of 16 experts, 8 per token): a prompt's entries
  * gathered by expert in one pass against one entry at a time batched with
  * other sequences, and 1, 2 and 3 threads, all bit-identical. */
@@ -169,6 +239,11 @@ static void test_invariance_qwen2moe(void) {
 }
 
 int main(void) {
+  test_depth("syn-llama-Q4_K_M.gguf", "f16", "f16");
+  test_depth("syn-qwen2-Q4_K_M.gguf", "f16", "f16");
+  test_depth("syn-llama-Q4_K_M.gguf", "q8_0", "q8_0");
+  test_depth("syn-llama-Q4_K_M.gguf", "q4_0", "f16");
+  test_depth("syn-qwen2-Q4_K_M.gguf", "f16", "q4_0");
   test_invariance_qwen3moe();
   test_invariance_qwen2moe();
   test_invariance_gemma3();

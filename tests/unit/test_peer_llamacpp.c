@@ -51,11 +51,22 @@ static int sh(const char *cmd) {
 }
 
 /* Runs the peer script; returns the parsed JSON or NULL. */
-static json_t *peer_run(const char *model_path, const int32_t *ids, int n) {
-  char *cmd = malloc(16384);
-  int off = snprintf(cmd, 16384, "node '%s/llamacpp-logits.mjs' '%s' ", g_peer, model_path);
-  for (int i = 0; i < n && off < 16000; i++) off += snprintf(cmd + off, (size_t)(16384 - off), "%s%d", i ? "," : "", ids[i]);
-  snprintf(cmd + off, (size_t)(16384 - off), " --all --threads 2 2>'%s/peer.err'", g_tmp);
+/* the KV cache types of a case (NULL: F16) and the last positions compared
+ * (0: all) */
+typedef struct peer_kv {
+  const char *k, *v;
+  int last;
+} peer_kv;
+
+static json_t *peer_run(const char *model_path, const int32_t *ids, int n, const peer_kv *pk) {
+  const size_t cap = (size_t)n * 8 + 4096;
+  char *cmd = malloc(cap);
+  int off = snprintf(cmd, cap, "node '%s/llamacpp-logits.mjs' '%s' ", g_peer, model_path);
+  for (int i = 0; i < n; i++) off += snprintf(cmd + off, cap - (size_t)off, "%s%d", i ? "," : "", ids[i]);
+  if (pk && pk->k) off += snprintf(cmd + off, cap - (size_t)off, " --kv-type-k %s --kv-type-v %s", pk->k, pk->v);
+  if (pk && pk->last) off += snprintf(cmd + off, cap - (size_t)off, " --last %d", pk->last);
+  else off += snprintf(cmd + off, cap - (size_t)off, " --all");
+  snprintf(cmd + off, cap - (size_t)off, " --threads 2 2>'%s/peer.err'", g_tmp);
   FILE *p = popen(cmd, "r");
   free(cmd);
   if (!p) return NULL;
@@ -86,7 +97,16 @@ static void log_softmax(const float *x, int n, double *out) {
   for (int i = 0; i < n; i++) out[i] = (double)x[i] - lse;
 }
 
+static void compare_kv(const char *label, const char *path, const int32_t *ids, int n, const peer_kv *pk);
 static void compare(const char *label, const char *path, const int32_t *ids, int n) {
+  compare_kv(label, path, ids, n, NULL);
+}
+
+/* Power's distributions at the last pk->last positions (all when 0) of ids,
+ * fed in chunks of 512 with the KV cache types of pk, against llama.cpp's
+ * run with the same types. */
+static void compare_kv(const char *label, const char *path, const int32_t *ids, int n, const peer_kv *pk) {
+  const int last = pk && pk->last ? pk->last : n, first = n - last;
   char err[PW_ERRMAX];
   model *m = NULL;
   model_opts o = {.n_threads = 2};
@@ -95,26 +115,33 @@ static void compare(const char *label, const char *path, const int32_t *ids, int
   int V = model_hp(m)->n_vocab;
   model_kv *kv = NULL;
   model_ctx *c = NULL;
-  float *lg = calloc((size_t)V * (size_t)n, sizeof(float));
+  float *lg = calloc((size_t)V * (size_t)last, sizeof(float));
   double *lp = malloc(sizeof(double) * (size_t)V);
   model_entry *e = malloc(sizeof *e * (size_t)n);
   /* the peer script's context size, so context-dependent choices (LongRoPE
    * factors) are the same on both sides */
   int n_ctx = (n + 1 + 255) / 256 * 256;
   if (n_ctx < 256) n_ctx = 256;
-  CHECK(model_kv_create(m, 1, n_ctx, &kv, err) == 0);
-  CHECK(model_ctx_create(m, n, n_ctx, &c, err) == 0);
-  for (int i = 0; i < n; i++) e[i] = (model_entry){0, i, ids[i], true};
-  CHECK_MSG(kv && c && model_forward(c, kv, e, n, lg, NULL, err) == 0, "%s: %s", label, err);
-  json_t *j = peer_run(path, ids, n);
+  const model_kv_opts ko = {pk && pk->k ? (uint32_t)model_kv_type_parse(pk->k) : 0,
+                           pk && pk->v ? (uint32_t)model_kv_type_parse(pk->v) : 0};
+  const int chunk = n < 512 ? n : 512;
+  CHECK_MSG(model_kv_create_ex(m, 1, n_ctx, &ko, &kv, err) == 0, "%s: %s", label, err);
+  CHECK(model_ctx_create(m, chunk, n_ctx, &c, err) == 0);
+  for (int i0 = 0, w = 0; kv && c && i0 < n; i0 += chunk) {
+    const int nb = n - i0 < chunk ? n - i0 : chunk;
+    for (int i = 0; i < nb; i++) e[i] = (model_entry){0, i0 + i, ids[i0 + i], i0 + i >= first};
+    CHECK_MSG(model_forward(c, kv, e, nb, lg + (size_t)w * V, NULL, err) == 0, "%s: %s", label, err);
+    for (int i = 0; i < nb; i++) w += e[i].want_logits;
+  }
+  json_t *j = peer_run(path, ids, n, pk);
   CHECK_MSG(j != NULL, "%s: llama.cpp did not run", label);
   json_t *pos = j ? json_object_get(j, "positions") : NULL;
-  CHECK_MSG(pos && json_array_size(pos) == (size_t)n, "%s: peer gave %zu positions", label,
+  CHECK_MSG(pos && json_array_size(pos) == (size_t)last, "%s: peer gave %zu positions", label,
             pos ? json_array_size(pos) : 0);
   if (j) CHECK_EQ_INT(json_integer_value(json_object_get(j, "n_vocab")), V);
   double worst = 0;
   int top1_checked = 0, top1_agree = 0, top1_any = 0;
-  for (int i = 0; pos && i < n && json_array_size(pos) == (size_t)n; i++) {
+  for (int i = 0; pos && i < last && json_array_size(pos) == (size_t)last; i++) {
     json_t *top = json_array_get(pos, (size_t)i);
     log_softmax(lg + (size_t)i * V, V, lp);
     int pbest = 0;
@@ -130,7 +157,7 @@ static void compare(const char *label, const char *path, const int32_t *ids, int
     if (m0 >= TOL_TOP1_MARGIN) {
       top1_checked++;
       top1_agree += id0 == pbest;
-      CHECK_MSG(id0 == pbest, "%s: position %d: llama.cpp top-1 %d (margin %.3f), Power %d", label, i, id0, m0,
+      CHECK_MSG(id0 == pbest, "%s: position %d: llama.cpp top-1 %d (margin %.3f), Power %d", label, first + i, id0, m0,
                 pbest);
     }
     for (size_t k = 0; k < nt; k++) {
@@ -147,7 +174,7 @@ static void compare(const char *label, const char *path, const int32_t *ids, int
   }
   CHECK_MSG(worst < TOL_TOP10, "%s: top-10 logprob difference %.4f >= %.2f", label, worst, TOL_TOP10);
   fprintf(stderr, "%-26s %3d positions: top-1 agrees at %d (%d of %d with margin >= %.2f), max |dlogprob| top-10 %.4f\n",
-          label, n, top1_any, top1_agree, top1_checked, TOL_TOP1_MARGIN, worst);
+          label, last, top1_any, top1_agree, top1_checked, TOL_TOP1_MARGIN, worst);
   json_decref(j);
   free(e);
   free(lp);
@@ -254,6 +281,35 @@ int main(void) {
     if (synth("qwen3.5-0.8b", "qwen2", "F16", "--layers 4", p) == 0) compare("qwen3.5-0.8b F16 72 positions", p, lids, 72);
     unlink(p);
   }
+
+  /* At depth, with each KV cache type: the last positions of prompts of
+   * about 4K and 16K pseudo-random tokens (where Power's attention splits
+   * each prefix into spans, and llama.cpp its own chunks), on a two-layer
+   * file of the 0.5B shape (head size 64, 7 query heads per KV head). */
+  static const struct {
+    const char *label, *k, *v;
+    int n, last;
+  } deep[] = {{"depth 4K KV f16", "f16", "f16", 4100, 4},     {"depth 4K KV q8_0", "q8_0", "q8_0", 4100, 4},
+              {"depth 4K KV q4_0", "q4_0", "q4_0", 4100, 4},  {"depth 4K KV q8_0/f16", "q8_0", "f16", 4100, 4},
+              {"depth 16K KV f16", "f16", "f16", 16400, 2},   {"depth 16K KV q8_0", "q8_0", "q8_0", 16400, 2}};
+  int want_deep = 0;
+  for (size_t i = 0; i < sizeof deep / sizeof deep[0]; i++) want_deep |= !only || !*only || strstr(deep[i].label, only);
+  snprintf(p, sizeof p, "%s/deep.gguf", g_tmp);
+  if (want_deep && synth("qwen2.5-0.5b", "qwen2", "Q8_0", NULL, p) == 0) {
+    int32_t *dids = malloc(sizeof(int32_t) * 16400);
+    uint64_t r = 12345;
+    for (int i = 0; i < 16400; i++) {
+      r = r * 6364136223846793005ull + 1442695040888963407ull;
+      dids[i] = (int32_t)((r >> 33) % 151000);
+    }
+    for (size_t i = 0; i < sizeof deep / sizeof deep[0]; i++) {
+      if (only && *only && !strstr(deep[i].label, only)) continue;
+      const peer_kv pk = {deep[i].k, deep[i].v, deep[i].last};
+      compare_kv(deep[i].label, p, dids, deep[i].n, &pk);
+    }
+    free(dids);
+  }
+  unlink(p);
 
   /* The non-linear types, quantized by Power from one F16 synth file (the
    * 0.5B shape's 896-wide rows take IQ4_XS's IQ4_NL fallback, as in

@@ -166,6 +166,10 @@ int main(void) {
   st.cache_evictions_total = 2;
   st.cache_entries = 3;
   st.cache_bytes = 123456789;
+  st.kv_bytes_total = 1000;
+  st.kv_bytes_f16 = 1882;
+  st.kv_type_k = "q8_0";
+  st.kv_type_v = "q8_0";
   sbuf_clear(&b);
   metrics_render(&g_m, &st, &b);
   CHECK(check_format(b.data) > 40);
@@ -185,6 +189,9 @@ int main(void) {
       "power_batch_size_bucket{le=\"512\"} 7\npower_batch_size_bucket{le=\"+Inf\"} 8\npower_batch_size_sum 20\n"
       "power_batch_size_count 8\n",
       "# TYPE power_kv_bytes_in_use gauge\npower_kv_bytes_in_use 3221225472\n",
+      "# TYPE power_kv_cache_bytes gauge\npower_kv_cache_bytes 1000\n",
+      "# TYPE power_kv_cache_bytes_saved gauge\npower_kv_cache_bytes_saved 882\n",
+      "# TYPE power_kv_cache_type gauge\npower_kv_cache_type{k=\"q8_0\",v=\"q8_0\"} 1\n",
       "# TYPE power_spec_drafted_tokens_total counter\npower_spec_drafted_tokens_total 120\n",
       "power_spec_accepted_tokens_total 70\n",
       "power_spec_emitted_tokens_total 95\n",

@@ -21,6 +21,25 @@ static void attn_narrow(const float *const *q, const int *n_pos, int nq, const u
   for (int h = 0; h < nq; h++) pw_attn_ref(q[h], k, v, stride, n_pos[h], hd, scale, out[h]);
 }
 
+static void attn_narrow_part(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
+                             size_t stride, int hd, float scale, float *const *out, float *ms) {
+  for (int h = 0; h < nq; h++) pw_attn_ref_part(q[h], k, v, stride, n_pos[h], hd, scale, out[h], ms + 2 * h);
+}
+
+void attn_avx2_kvq_update(float *a, const float *v, float ms, float vs, int grow, int f16acc, int hd) {
+  const __m256 m = _mm256_set1_ps(ms), s = _mm256_set1_ps(vs);
+  for (int i = 0; i < hd; i += 8) {
+    __m256 x = _mm256_loadu_ps(a + i);
+    if (grow) {
+      x = _mm256_mul_ps(x, m);
+      if (f16acc) x = _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    x = _mm256_fmadd_ps(_mm256_loadu_ps(v + i), s, x);
+    if (f16acc) x = _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm256_storeu_ps(a + i, x);
+  }
+}
+
 #define VT __m256
 #define VW 8
 #define V_LOAD(p) _mm256_load_ps(p)
@@ -37,5 +56,7 @@ static void attn_narrow(const float *const *q, const int *n_pos, int nq, const u
 #define ATTN_MULTI attn_avx2_multi
 #define ATTN_SINGLE attn_avx2
 #define ATTN_NARROW attn_narrow
+#define ATTN_PART attn_avx2_part
+#define ATTN_NARROW_PART attn_narrow_part
 
 #include "tensor/arch/attn_impl.h"

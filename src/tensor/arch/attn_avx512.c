@@ -23,5 +23,7 @@
 #define ATTN_MULTI attn_avx512_multi
 #define ATTN_SINGLE attn_avx512
 #define ATTN_NARROW attn_avx2_multi
+#define ATTN_PART attn_avx512_part
+#define ATTN_NARROW_PART attn_avx2_part
 
 #include "tensor/arch/attn_impl.h"

@@ -7,8 +7,10 @@
  *   V_LOAD_PH(p)                VW F16 values -> one vector
  *   V_ROUND16(v)                v rounded to F16 and back, in registers
  *   V_TO8(v)                    fold to 8 lanes (lane i + 8 onto lane i)
- *   ATTN_GROUP, ATTN_MULTI, ATTN_SINGLE   names of the functions made here
+ *   ATTN_GROUP, ATTN_MULTI, ATTN_PART, ATTN_SINGLE   names of the
+ *                               functions made here
  *   ATTN_NARROW(q, n_pos, nq, k, v, stride, hd, scale, out)
+ *   ATTN_NARROW_PART(q, n_pos, nq, k, v, stride, hd, scale, out, ms)
  *                               what handles head sizes not a multiple of VW
  * (RND may be used in the V_ macros.) */
 
@@ -111,8 +113,11 @@ static inline __attribute__((always_inline)) void accum_quad(float (*acc)[MQ_MAX
     for (int u = 0; u < W; u++) V_STORE(acc[h] + j0 + u * VW, a[h][u]);
 }
 
+/* ms NULL: out[h] is the normalised output; else out[h] is the
+ * unnormalised accumulator and ms[2h], ms[2h + 1] the running max and sum
+ * (pw_attn_part_fn) */
 static void ATTN_GROUP(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
-                       size_t stride, int hd, float scale, float *const *out) {
+                       size_t stride, int hd, float scale, float *const *out, float *ms) {
   float qh[MQ][MQ_MAX_HD] __attribute__((aligned(64)));
   /* the F16 accumulators, held as the f32 values of their F16 roundings
    * (converting in registers: the store form of the F16 convert is slow) */
@@ -202,6 +207,14 @@ static void ATTN_GROUP(const float *const *q, const int *n_pos, int nq, const ui
       _mm256_storeu_ps(S + h, s8);
     }
   }
+  if (ms) {
+    for (int h = 0; h < nq; h++) {
+      for (int j = 0; j < hd; j += VW) V_STOREU(out[h] + j, V_LOAD(acc[h] + j));
+      ms[2 * h] = M[h];
+      ms[2 * h + 1] = S[h];
+    }
+    return;
+  }
   for (int h = 0; h < nq; h++) {
     const VT inv = V_SET1(1.0f / S[h]);
     for (int j = 0; j < hd; j += VW) V_STOREU(out[h] + j, V_MUL(V_LOAD(acc[h] + j), inv));
@@ -217,7 +230,19 @@ void ATTN_MULTI(const float *const *q, const int *n_pos, int nq, const uint16_t 
   }
   for (int h0 = 0; h0 < nq; h0 += MQ) {
     const int g = nq - h0 < MQ ? nq - h0 : MQ;
-    ATTN_GROUP(q + h0, n_pos + h0, g, k, v, stride, hd, scale, out + h0);
+    ATTN_GROUP(q + h0, n_pos + h0, g, k, v, stride, hd, scale, out + h0, NULL);
+  }
+}
+
+void ATTN_PART(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v, size_t stride,
+               int hd, float scale, float *const *out, float *ms) {
+  if (hd % VW || hd > MQ_MAX_HD) {
+    ATTN_NARROW_PART(q, n_pos, nq, k, v, stride, hd, scale, out, ms);
+    return;
+  }
+  for (int h0 = 0; h0 < nq; h0 += MQ) {
+    const int g = nq - h0 < MQ ? nq - h0 : MQ;
+    ATTN_GROUP(q + h0, n_pos + h0, g, k, v, stride, hd, scale, out + h0, ms + 2 * h0);
   }
 }
 

@@ -1,0 +1,152 @@
+/* bench_attn.c - one decode step's attention at depth, kernel by kernel:
+ * the query heads of a GQA group (7 per KV head, head size 64: the
+ * Qwen2.5-0.5B shape) over D cached positions of each KV head, as
+ * (a) the unsplit F16 kernel over the whole prefix (what a decode step ran
+ * before the split), (b) the split: spans of PW_ATTN_SPLIT positions with
+ * the span kernel and the fold in span order, and (c) the kernel for
+ * quantized caches with each K/V type. Prints the time per step (median
+ * of the repetitions, one thread) and the bytes of K/V each reads; under
+ * `valgrind --tool=callgrind` the instruction counts of each part can be
+ * compared (toggle-collect on bench_one).
+ *
+ *   build/bench_attn [DEPTH [KV_HEADS [REPS]]]   (default 4096 2 5) */
+#include "base/clock.h"
+#include "tensor/attn.h"
+#include "tensor/dtype.h"
+#include "tensor/quants.h"
+#include "tensor/traits.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { HD = 64, GQA = 7 };
+
+static uint64_t g_rng = 7;
+static float frand(void) {
+  g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+  return (float)((double)(g_rng >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+typedef struct cache {
+  uint32_t tk, tv;
+  size_t rk, rv;
+  uint8_t *k, *v; /* [kv_heads][depth] rows */
+} cache;
+
+/* kind 0: unsplit F16; 1: split F16; 2: quantized-cache kernel (split) */
+__attribute__((noinline)) static void bench_one(int kind, const cache *c, int depth, int kv_heads, const float *q,
+                                                float *out, float *acc, float *ms) {
+  pw_attn_multi_fn multi = pw_attn_multi_get();
+  pw_attn_part_fn part = pw_attn_part_get();
+  const float scale = 1.0f / sqrtf((float)HD);
+  for (int hk = 0; hk < kv_heads; hk++) {
+    const float *qp[GQA];
+    float *op[GQA];
+    int np[GQA];
+    const uint8_t *k0 = c->k + (size_t)hk * depth * c->rk, *v0 = c->v + (size_t)hk * depth * c->rv;
+    for (int h = 0; h < GQA; h++) {
+      qp[h] = q + ((size_t)hk * GQA + h) * HD;
+      op[h] = out + ((size_t)hk * GQA + h) * HD;
+      np[h] = depth;
+    }
+    if (kind == 0) {
+      multi(qp, np, GQA, (const uint16_t *)k0, (const uint16_t *)v0, HD, HD, scale, op);
+      continue;
+    }
+    const int spans = pw_attn_spans(depth);
+    float racc[GQA][HD], rms[GQA][2];
+    for (int h = 0; h < GQA; h++) {
+      memset(racc[h], 0, sizeof racc[h]);
+      rms[h][0] = -INFINITY;
+      rms[h][1] = 0;
+    }
+    for (int si = 0; si < spans; si++) {
+      const int p0 = si * PW_ATTN_SPLIT, n = depth - p0 < PW_ATTN_SPLIT ? depth - p0 : PW_ATTN_SPLIT;
+      float *ap[GQA];
+      for (int h = 0; h < GQA; h++) {
+        ap[h] = acc + (size_t)h * HD;
+        np[h] = n;
+      }
+      if (kind == 1) {
+        part(qp, np, GQA, (const uint16_t *)(k0 + (size_t)p0 * c->rk), (const uint16_t *)(v0 + (size_t)p0 * c->rv),
+             HD, HD, scale, ap, ms);
+      } else {
+        const pw_attn_kv a = {k0 + (size_t)p0 * c->rk, v0 + (size_t)p0 * c->rv, c->rk, c->rv, c->tk, c->tv};
+        pw_attn_kvq(&a, qp, np, GQA, HD, scale, ap, ms, 0);
+      }
+      for (int h = 0; h < GQA; h++) pw_attn_fold(racc[h], rms[h], ap[h], ms + 2 * h, HD);
+    }
+    for (int h = 0; h < GQA; h++) {
+      pw_attn_finish(racc[h], rms[h], HD);
+      memcpy(op[h], racc[h], sizeof racc[h]);
+    }
+  }
+}
+
+static void make_cache(cache *c, uint32_t tk, uint32_t tv, int depth, int kv_heads) {
+  const pw_traits *a = pw_traits_get(tk), *b = pw_traits_get(tv);
+  c->tk = tk;
+  c->tv = tv;
+  c->rk = HD / a->blck * a->type_size;
+  c->rv = HD / b->blck * b->type_size;
+  const size_t rows = (size_t)depth * kv_heads;
+  c->k = malloc(rows * c->rk);
+  c->v = malloc(rows * c->rv);
+  float row[HD];
+  for (size_t r = 0; r < rows; r++) {
+    for (int i = 0; i < HD; i++) row[i] = frand() * 2;
+    a->from_float(row, c->k + r * c->rk, HD);
+    for (int i = 0; i < HD; i++) row[i] = frand();
+    b->from_float(row, c->v + r * c->rv, HD);
+  }
+}
+
+int main(int argc, char **argv) {
+  const int depth = argc > 1 ? atoi(argv[1]) : 4096, kv_heads = argc > 2 ? atoi(argv[2]) : 2,
+            reps = argc > 3 ? atoi(argv[3]) : 5;
+  if (depth < 1 || kv_heads < 1 || reps < 1 || reps > 1000) {
+    fprintf(stderr, "usage: bench_attn [DEPTH [KV_HEADS [REPS]]]\n");
+    return 2;
+  }
+  float *q = malloc(sizeof(float) * kv_heads * GQA * HD), *out = malloc(sizeof(float) * kv_heads * GQA * HD);
+  float acc[GQA * HD], ms[2 * GQA];
+  for (int i = 0; i < kv_heads * GQA * HD; i++) q[i] = frand() * 3;
+  static const struct {
+    const char *name;
+    int kind;
+    uint32_t tk, tv;
+  } rows[] = {{"f16 unsplit", 0, PW_DT_F16, PW_DT_F16},
+              {"f16 split", 1, PW_DT_F16, PW_DT_F16},
+              {"q8_0/q8_0 split", 2, PW_DT_Q8_0, PW_DT_Q8_0},
+              {"q4_0/q4_0 split", 2, PW_DT_Q4_0, PW_DT_Q4_0},
+              {"q8_0/f16 split", 2, PW_DT_Q8_0, PW_DT_F16}};
+  printf("attention of one decode step: %d KV heads x %d query heads, head size %d, depth %d; %s kernels, 1 thread\n",
+         kv_heads, GQA, HD, depth, pw_tensor_kernels());
+  printf("| kernel | us per step (median of %d) | K+V MiB read | GB/s |\n| --- | ---: | ---: | ---: |\n", reps);
+  for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+    cache c;
+    make_cache(&c, rows[r].tk, rows[r].tv, depth, kv_heads);
+    double t[1000];
+    bench_one(rows[r].kind, &c, depth, kv_heads, q, out, acc, ms); /* warm-up */
+    for (int i = 0; i < reps; i++) {
+      const double t0 = pw_now_s();
+      bench_one(rows[r].kind, &c, depth, kv_heads, q, out, acc, ms);
+      t[i] = pw_now_s() - t0;
+    }
+    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    const double bytes = (double)depth * kv_heads * (double)(c.rk + c.rv);
+    printf("| %s | %.1f | %.2f | %.2f |\n", rows[r].name, t[reps / 2] * 1e6, bytes / 1048576.0, bytes / t[reps / 2] / 1e9);
+    free(c.k);
+    free(c.v);
+  }
+  free(q);
+  free(out);
+  return 0;
+}
