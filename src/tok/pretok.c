@@ -108,6 +108,20 @@ static size_t step_gpt2(const uint32_t *cp, const uint8_t *fl, size_t ini, size_
   return e.n;
 }
 
+/* The end of the piece at pos under the whitespace alternatives that
+ * close the Llama 3 and Qwen3.5 expressions, \s*[\r\n]+|\s+(?!\S)|\s+,
+ * and of one other code point when none matches. */
+static size_t ws_piece_end(const uint32_t *cp, const uint8_t *fl, size_t pos, size_t end) {
+  size_t nws = 0, last_nl = 0;
+  while (pos + nws < end && (fl[pos + nws] & UF_WS)) {
+    if (cp[pos + nws] == '\r' || cp[pos + nws] == '\n') last_nl = pos + nws + 1;
+    nws++;
+  }
+  if (last_nl > 0) return last_nl;
+  if (nws > 1 && pos + nws < end) return pos + nws - 1;
+  return nws > 0 ? pos + nws : pos + 1;
+}
+
 /* (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
  *  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
 static size_t step_llama3(const uint32_t *cp, const uint8_t *fl, size_t ini, size_t end, uint32_t *out) {
@@ -161,27 +175,8 @@ static size_t step_llama3(const uint32_t *cp, const uint8_t *fl, size_t ini, siz
       emit_to(&e, pos);
       continue;
     }
-    size_t nws = 0, last_nl = 0;
-    while (F(pos + nws) & UF_WS) {
-      if (cp[pos + nws] == '\r' || cp[pos + nws] == '\n') last_nl = pos + nws + 1;
-      nws++;
-    }
-    if (last_nl > 0) {
-      pos = last_nl;
-      emit_to(&e, pos);
-      continue;
-    }
-    if (nws > 1 && pos + nws < end) {
-      pos += nws - 1;
-      emit_to(&e, pos);
-      continue;
-    }
-    if (nws > 0) {
-      pos += nws;
-      emit_to(&e, pos);
-      continue;
-    }
-    emit_to(&e, ++pos);
+    pos = ws_piece_end(cp, fl, pos, end);
+    emit_to(&e, pos);
   }
   return e.n;
 }
@@ -232,27 +227,8 @@ static size_t step_qwen35(const uint32_t *cp, const uint8_t *fl, size_t ini, siz
       emit_to(&e, pos);
       continue;
     }
-    size_t nws = 0, last_nl = 0;
-    while (F(pos + nws) & UF_WS) {
-      if (cp[pos + nws] == '\r' || cp[pos + nws] == '\n') last_nl = pos + nws + 1;
-      nws++;
-    }
-    if (last_nl > 0) {
-      pos = last_nl;
-      emit_to(&e, pos);
-      continue;
-    }
-    if (nws > 1 && pos + nws < end) {
-      pos += nws - 1;
-      emit_to(&e, pos);
-      continue;
-    }
-    if (nws > 0) {
-      pos += nws;
-      emit_to(&e, pos);
-      continue;
-    }
-    emit_to(&e, ++pos);
+    pos = ws_piece_end(cp, fl, pos, end);
+    emit_to(&e, pos);
   }
   return e.n;
 #undef F
