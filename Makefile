@@ -8,7 +8,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZERS ?= gguf jinja tok oai
 
-.PHONY: all deps node-deps build build-asan build-tsan build-fuzz fuzz serve test test-fast install clean
+.PHONY: all deps node-deps build build-asan build-tsan build-fuzz fuzz serve test test-long test-fast install clean
 PREFIX ?= /usr/local
 
 all: build
@@ -56,6 +56,11 @@ test: node-deps build build-asan build-tsan
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -LE slow
 	ctest --test-dir $(TSAN_BUILD) --output-on-failure -j $(JOBS) -L tsan
+
+# The parity cases too long for every run (llama.cpp and Power at 16K
+# positions, each KV type).
+test-long: node-deps build
+	PW_PEER_LONG=1 ctest --test-dir $(BUILD) --output-on-failure -R test_peer_llamacpp
 
 test-fast: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
