@@ -335,7 +335,7 @@ static void test_cost_policy(void) {
   static const double linear[33] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17,
                                     18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33};
   static const double cheap[9] = {1.0, 1.05, 1.1, 1.15, 1.2, 1.3, 1.35, 1.4, 1.5};
-  int gen = SMALL ? 40 : 100;
+  int gen = SMALL ? 40 : GEN < 48 ? 60 : 100;
   engine *off = make(m, ENGINE_SPEC_OFF, NULL, 2);
   if (!off) return;
   static int32_t pr[256];
