@@ -108,6 +108,17 @@ static size_t step_gpt2(const uint32_t *cp, const uint8_t *fl, size_t ini, size_
   return e.n;
 }
 
+/* The length of the case-insensitive contraction ('s 't 'm 'd 're 've 'll)
+ * at pos, or 0: the first alternative of the Llama 3 and Qwen3.5 splits. */
+static size_t contraction_len(const uint32_t *cp, size_t pos, size_t end) {
+  if (cp[pos] != '\'' || pos + 1 >= end) return 0;
+  uint32_t c1 = tok_lower_ascii(cp[pos + 1]);
+  if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return 2;
+  if (pos + 2 >= end) return 0;
+  uint32_t c2 = tok_lower_ascii(cp[pos + 2]);
+  return (c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l') ? 3 : 0;
+}
+
 /* The end of the piece at pos under the whitespace alternatives that
  * close the Llama 3 and Qwen3.5 expressions, \s*[\r\n]+|\s+(?!\S)|\s+,
  * and of one other code point when none matches. */
@@ -130,21 +141,11 @@ static size_t step_llama3(const uint32_t *cp, const uint8_t *fl, size_t ini, siz
   while (pos < end) {
     uint32_t c = cp[pos];
     uint8_t f = fl[pos];
-    if (c == '\'' && pos + 1 < end) {
-      uint32_t c1 = tok_lower_ascii(cp[pos + 1]);
-      if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') {
-        pos += 2;
-        emit_to(&e, pos);
-        continue;
-      }
-      if (pos + 2 < end) {
-        uint32_t c2 = tok_lower_ascii(cp[pos + 2]);
-        if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) {
-          pos += 3;
-          emit_to(&e, pos);
-          continue;
-        }
-      }
+    size_t cl = contraction_len(cp, pos, end);
+    if (cl) {
+      pos += cl;
+      emit_to(&e, pos);
+      continue;
     }
     if (!(c == '\r' || c == '\n' || (f & UF_N))) {
       if ((f & UF_L) || (F(pos + 1) & UF_L)) {
@@ -193,21 +194,11 @@ static size_t step_qwen35(const uint32_t *cp, const uint8_t *fl, size_t ini, siz
   while (pos < end) {
     uint32_t c = cp[pos];
     uint8_t f = fl[pos];
-    if (c == '\'' && pos + 1 < end) {
-      uint32_t c1 = tok_lower_ascii(cp[pos + 1]);
-      if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') {
-        pos += 2;
-        emit_to(&e, pos);
-        continue;
-      }
-      if (pos + 2 < end) {
-        uint32_t c2 = tok_lower_ascii(cp[pos + 2]);
-        if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) {
-          pos += 3;
-          emit_to(&e, pos);
-          continue;
-        }
-      }
+    size_t cl = contraction_len(cp, pos, end);
+    if (cl) {
+      pos += cl;
+      emit_to(&e, pos);
+      continue;
     }
     if (!(c == '\r' || c == '\n' || (f & UF_N)) && ((f & (UF_L | UF_M)) || (F(pos + 1) & (UF_L | UF_M)))) {
       pos++;
