@@ -52,6 +52,7 @@ struct weights {
   int *comp;          /* [n_comp * n_sub]: member ids (global), -1 padded */
   int n_comp;
   int *layer_g;       /* [n_layer]: the layer's id, or -1 */
+  uint64_t min_sum;   /* with a budget: the parts' minimums' sum */
   int n_layer;
   struct {
     const char *name;
@@ -702,6 +703,7 @@ bool weights_get_budget(const weights *w, weights_budget_info *out) {
       out->read_s += b.read_s;
       out->wait_s += b.wait_s;
     }
+    out->min_budget = w->min_sum;
     return true;
   }
   if (!w->st) return false;
@@ -947,6 +949,7 @@ static int open_split(weights *w, char **names, int n, int n_layer, const weight
       rc = 0;
       sum_min += min[i];
     }
+    w->min_sum = sum_min;
     if (budget < sum_min) {
       rc = pw_seterr(err, PW_EINVAL,
                      "memory budget of %.1f MiB is below this %d-part split model's minimum of %.1f MiB (the "
