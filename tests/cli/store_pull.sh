@@ -21,15 +21,16 @@ cp "$shared/models/syn-llama-Q4_0.gguf" "$www/files/big.gguf"
 cp "$shared/models/llama2-tiny-random.gguf" "$www/files/tiny.gguf"
 cp "$shared/models/llama2-tiny-random.gguf" "$www/files/tiny2-Q8_0.gguf"
 printf '<html><body>not a model</body></html>%01000d' 0 >"$www/files/page.gguf"
-cp "$shared/models/codelm-py-Q8_0.gguf" "$www/files/sp-00001-of-00002.gguf"
-cp "$shared/models/codelm-py-draft-F32.gguf" "$www/files/sp-00002-of-00002.gguf"
+# a real split (power split writes llama.cpp's gguf-split layout)
+"$bin" split --parts 2 "$shared/models/codelm-py-Q8_0.gguf" "$www/files/sp" >/dev/null ||
+  { echo "FAIL: power split"; exit 1; }
 cp "$shared/models/llama2-tiny-random.gguf" "$www/hf/org/Tiny-GGUF/tiny-F16.gguf"
 cp "$shared/models/codelm-py-Q8_0.gguf" "$www/hf/org/Tiny-GGUF/tiny-Q8_0.gguf"
 echo "# readme" >"$www/hf/org/Tiny-GGUF/README.md"
 cp "$shared/models/llama2-tiny-random.gguf" "$www/hf/org/Gated-GGUF/gated-Q4_K_M.gguf"
 touch "$www/hf/org/Gated-GGUF/.gated"
-cp "$shared/models/codelm-py-Q8_0.gguf" "$www/hf/org/Split-GGUF/m-Q8_0-00001-of-00002.gguf"
-cp "$shared/models/codelm-py-draft-F32.gguf" "$www/hf/org/Split-GGUF/m-Q8_0-00002-of-00002.gguf"
+cp "$www/files/sp-00001-of-00002.gguf" "$www/hf/org/Split-GGUF/m-Q8_0-00001-of-00002.gguf"
+cp "$www/files/sp-00002-of-00002.gguf" "$www/hf/org/Split-GGUF/m-Q8_0-00002-of-00002.gguf"
 echo "# readme" >"$www/hf/org/Empty/README.md"
 d_big=$(sha256sum "$www/files/big.gguf" | cut -d' ' -f1)
 d_tiny=$(sha256sum "$www/files/tiny.gguf" | cut -d' ' -f1)
@@ -246,10 +247,13 @@ check "split URL: manifest lists two blobs" [ "$(grep -c '"digest"' "$home/manif
 rc=$?
 check "split hf: pulled as one model" [ $rc -eq 0 ]
 check "split hf: pulled as one model [2]" [ "$(grep -c '"digest"' "$home/manifests/split:q8_0.json")" -eq 2 ]
-"$bin" run --model split:q8_0 --prompt-ids 1 -n 1 >/dev/null 2>"$tmp/err"
+"$bin" run --model "$shared/models/codelm-py-Q8_0.gguf" --prompt-ids 1,2,3 -n 6 --temperature 0 >"$tmp/ref" 2>"$tmp/err"
+"$bin" run --model split:q8_0 --prompt-ids 1,2,3 -n 6 --temperature 0 >"$tmp/out" 2>"$tmp/err"
 rc=$?
-check "split model: loading says it is not supported" [ $rc -ne 0 ]
-check "split model: loading says it is not supported [2]" grep -q "split" "$tmp/err"
+check "split model: loads as one model" [ $rc -eq 0 ]
+check "split model: the unsplit file's tokens" cmp -s "$tmp/ref" "$tmp/out"
+"$bin" run --model sp:latest --prompt-ids 1,2,3 -n 6 --temperature 0 --weights-io pread --mem-budget 80% >"$tmp/out" 2>"$tmp/err"
+check "split model: the same under a memory budget" cmp -s "$tmp/ref" "$tmp/out"
 check "list shows the pulled models" [ "$("$bin" list | grep -c 'q8_0')" -ge 2 ]
 
 # --- the progress bar on a terminal (tmux gives the pull a terminal) ---
