@@ -80,6 +80,7 @@ static const route k_routes[] = {
     {"/rerank", RP_ROOT | RP_V1, RM_POST, "rerank", false, rerank_handle, NULL},
     {"/reranking", RP_ROOT | RP_V1, RM_POST, "rerank", false, rerank_handle, NULL},
     {"/models", RP_ROOT | RP_V1, RM_GET, "models", false, handle_models, NULL},
+    {"/models/pull", RP_ROOT | RP_V1, RM_POST, "models_pull", false, models_pull, NULL},
     {"/models/{id}", RP_ROOT | RP_V1, RM_GET, "models", false, handle_model, NULL},
     {"/models/{id}", RP_ROOT | RP_V1, RM_POST, "models_admin", false, models_action, NULL},   /* .../load, /unload */
     {"/models/{id}", RP_ROOT | RP_V1, RM_DELETE, "models_admin", false, models_delete, NULL},
@@ -505,6 +506,8 @@ static bool client_gone(int fd) {
   }
   return false;
 }
+
+bool srv_client_gone(struct MHD_Connection *c) { return client_gone(conn_fd(c)); }
 
 /* Waits for the request's next event up to wait_ms (-1: until one comes).
  * Returns 0 with ev filled, PW_ETIMEOUT when wait_ms passed, PW_ECANCELED
