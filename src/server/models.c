@@ -105,17 +105,21 @@ static void stats_add(engine_stats *a, const engine_stats *b) {
 static int load_model(void *ctx, const char *name, void **model, uint64_t *bytes, char *err) {
   srv_models *sm = ctx;
   char path[STORE_PATH_MAX];
+  store_manifest *man = malloc(sizeof *man);
+  if (!man) return pw_seterr(err, PW_ENOMEM, "out of memory");
   pthread_mutex_lock(&sm->store_mu);
   int rc = store_resolve(sm->st, name, path, err);
+  if (!rc) rc = store_get(sm->st, name, man, err);
   pthread_mutex_unlock(&sm->store_mu);
+  const uint64_t file_bytes = man->size; /* a split's parts together */
+  free(man);
   if (rc) return rc;
   engine_opts eo = sm->eo;
   eo.model_path = path;
   eo.model_id = name;
   /* A model larger than the whole budget streams its layers within it
    * (its KV cache comes on top). */
-  struct stat fst;
-  bool streamed = sm->o.mem_budget && stat(path, &fst) == 0 && (uint64_t)fst.st_size > sm->o.mem_budget;
+  bool streamed = sm->o.mem_budget && file_bytes > sm->o.mem_budget;
   if (streamed) eo.weights_mem_budget = sm->o.mem_budget;
   engine *e = NULL;
   double t0 = pw_now_s();
