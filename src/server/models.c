@@ -102,7 +102,8 @@ static void stats_add(engine_stats *a, const engine_stats *b) {
   a->cache_bytes += b->cache_bytes;
 }
 
-static int load_model(void *ctx, const char *name, void **model, uint64_t *bytes, char *err) {
+static int load_model(void *ctx, const char *name, bool (*abandoned)(void *arg), void *abandoned_arg, void **model,
+                      uint64_t *bytes, char *err) {
   srv_models *sm = ctx;
   char path[STORE_PATH_MAX];
   store_manifest *man = malloc(sizeof *man);
@@ -117,6 +118,8 @@ static int load_model(void *ctx, const char *name, void **model, uint64_t *bytes
   engine_opts eo = sm->eo;
   eo.model_path = path;
   eo.model_id = name;
+  eo.load_cancel = abandoned; /* between pieces of the weights' read */
+  eo.load_cancel_arg = abandoned_arg;
   /* A model larger than the whole budget streams its layers within it
    * (its KV cache comes on top). */
   bool streamed = sm->o.mem_budget && file_bytes > sm->o.mem_budget;

@@ -21,6 +21,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#if defined(__linux__) && !defined(MADV_POPULATE_READ)
+#define MADV_POPULATE_READ 22 /* Linux 5.14; older headers lack it */
+#endif
+
 #define HUGE_PAGE ((uint64_t)2 << 20)
 /* O_DIRECT offsets, lengths and buffers are kept at multiples of this: the
  * largest logical block size in common use (512-byte devices accept it). */
@@ -209,12 +213,35 @@ int weights_reader_read(const reader *r, uint64_t off, uint64_t len, uint8_t *bu
 
 /* ---- plain files --------------------------------------------------------------- */
 
-static int open_owned_plain(weights *w, reader *r, char *err) {
+/* PW_ECANCELED when the caller abandoned the load (weights_opts.cancel). */
+static int abandoned(const weights_opts *o, const char *path, char *err) {
+  if (!o->cancel || !o->cancel(o->cancel_arg)) return 0;
+  return pw_seterr(err, PW_ECANCELED, "%s: the load was abandoned", path);
+}
+
+/* Faults a mapping in by pieces, asking o->cancel between them (the
+ * residency pass that follows then finds the pages in place). */
+static int populate_cancellable(const weights_opts *o, const gguf_file *f, const char *path, char *err) {
+  if (!o->cancel) return 0;
+  const uint8_t *b = gguf_base(f);
+  const uint64_t n = gguf_size(f), piece = 32u << 20;
+  for (uint64_t off = 0; off < n; off += piece) {
+    int rc = abandoned(o, path, err);
+    if (rc) return rc;
+#ifdef MADV_POPULATE_READ
+    madvise((void *)(b + off), (size_t)(n - off < piece ? n - off : piece), MADV_POPULATE_READ);
+#endif
+  }
+  return abandoned(o, path, err);
+}
+
+static int open_owned_plain(weights *w, reader *r, const weights_opts *o, char *err) {
   if (!(w->buf = buf_alloc(r->size, &w->buf_cap)))
     return pw_seterr(err, PW_ENOMEM, "%s: out of memory for %.1f MiB of weights", r->path, r->size / 1048576.0);
   for (uint64_t off = 0; off < r->size; off += READ_PIECE) {
     const uint64_t n = r->size - off < READ_PIECE ? r->size - off : READ_PIECE;
-    int rc = weights_reader_read(r, off, n, w->buf + off, err);
+    int rc = abandoned(o, r->path, err);
+    if (!rc) rc = weights_reader_read(r, off, n, w->buf + off, err);
     if (rc) return rc;
   }
   /* a file that grew since open is not the file we were asked to load
@@ -522,7 +549,7 @@ static int open_one(const char *path, const weights_opts *o, int n_layer, weight
     }
     weights_reader_close(&r);
     rc = weights_stream_open(path, o, UINT64_MAX, n_layer, &w->st, &w->f, NULL, err);
-    if (rc < 0) goto fail;
+    if (rc < 0 || (rc == 0 && (rc = abandoned(o, path, err)))) goto fail;
     if (rc == 0) {
       weights_budget_info bi;
       weights_stream_budget(w->st, &bi);
@@ -539,7 +566,7 @@ static int open_one(const char *path, const weights_opts *o, int n_layer, weight
   }
   if (!container && o->io == WEIGHTS_IO_MMAP) {
     weights_reader_close(&r);
-    if ((rc = gguf_open_file(path, &w->f, err))) goto fail;
+    if ((rc = gguf_open_file(path, &w->f, err)) || (rc = populate_cancellable(o, w->f, path, err))) goto fail;
     gguf_make_resident(w->f, &w->res);
     if (o->mlock) {
       if (mlock(gguf_base(w->f), (size_t)gguf_size(w->f))) {
@@ -565,7 +592,7 @@ static int open_one(const char *path, const weights_opts *o, int n_layer, weight
     }
     r.map = m;
   }
-  rc = container ? open_encrypted(w, &r, o->key_file, o->pool, err) : open_owned_plain(w, &r, err);
+  rc = container ? open_encrypted(w, &r, o->key_file, o->pool, err) : open_owned_plain(w, &r, o, err);
   weights_reader_close(&r);
   if (rc) goto fail;
   if (o->hugepages && madvise(w->buf, w->buf_cap, MADV_HUGEPAGE)) {
@@ -958,6 +985,7 @@ static int open_split(weights *w, char **names, int n, int n_layer, const weight
       goto done;
     }
     for (int i = 0; i < n; i++) {
+      if ((rc = abandoned(o, names[i], err))) goto done;
       const double share = (double)(budget - sum_min) * ((double)size[i] / (double)total);
       po.mem_budget = min[i] + (uint64_t)share;
       if (!po.mem_budget) po.mem_budget = 1;
@@ -965,7 +993,7 @@ static int open_split(weights *w, char **names, int n, int n_layer, const weight
     }
   } else {
     for (int i = 0; i < n; i++)
-      if ((rc = open_one(names[i], &po, n_layer, &w->sub[i], err))) goto done;
+      if ((rc = abandoned(o, names[i], err)) || (rc = open_one(names[i], &po, n_layer, &w->sub[i], err))) goto done;
   }
   for (int i = 0; i < n; i++) {
     fs[i] = w->sub[i]->f;

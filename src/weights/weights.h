@@ -83,6 +83,11 @@ typedef struct weights_opts {
                          * A key with a plain file, or a container without
                          * a key, is an error. */
   pw_pool *pool;        /* borrowed, may be NULL: decrypt on these threads */
+  /* May be NULL: asked between pieces of the load (8 MiB reads, 32 MiB of
+   * a mapping faulted in, each part of a split); true abandons the load
+   * (PW_ECANCELED, everything freed), e.g. when nobody waits for it. */
+  bool (*cancel)(void *arg);
+  void *cancel_arg;
 } weights_opts;
 
 /* What a load did, for logs and benchmarks. */

@@ -404,6 +404,42 @@ static void split_identity(const char *name, int n, double frac, bool comp_expec
   gguf_close(f);
 }
 
+static bool cancel_after(void *arg) {
+  int *n = arg;
+  return --*n < 0;
+}
+
+/* A load whose caller gives up stops between pieces with PW_ECANCELED
+ * (every strategy, a split between its parts too) and leaves nothing. */
+static void test_cancel(void) {
+  char path[512], prefix[512], first[600], err[PW_ERRMAX];
+  snprintf(path, sizeof path, "%s/models/codelm-py-F32.gguf", POWER_SHARED_DIR);
+  snprintf(prefix, sizeof prefix, "%s/cx", g_dir);
+  snprintf(first, sizeof first, "%s-%05d-of-%05d.gguf", prefix, 1, 2);
+  gguf_file *f = NULL;
+  CHECK_MSG(gguf_open(path, &f, err) == 0, "%s", err);
+  if (!f) return;
+  write_split(f, prefix, 2, SPLIT_OK);
+  for (int split = 0; split < 2; split++)
+    for (int io = 0; io < WEIGHTS_IO_COUNT; io++)
+      for (int after = 0; after < 2; after++) {
+        int n = after;
+        weights_opts o = {.io = io, .cancel = cancel_after, .cancel_arg = &n};
+        weights *w = NULL;
+        int rc = weights_open(split ? first : path, &o, &w, err);
+        CHECK_MSG(rc == PW_ECANCELED && w == NULL, "%s%s after %d: rc %d (%s)", weights_io_name(io),
+                  split ? " split" : "", after, rc, err);
+        CHECK_MSG(strstr(err, "abandoned") != NULL, "%s", err);
+      }
+  int n = 1000000; /* never: loads as usual */
+  weights_opts o = {.io = WEIGHTS_IO_PREAD, .cancel = cancel_after, .cancel_arg = &n};
+  weights *w = NULL;
+  CHECK_MSG(weights_open(first, &o, &w, err) == 0, "%s", err);
+  weights_close(w);
+  rm_split(prefix, 2);
+  gguf_close(f);
+}
+
 /* Each malformed split is a clean error, from the gguf layer and from
  * weights_open with and without a budget. */
 static void test_split(const char *key) {
@@ -497,6 +533,7 @@ int main(void) {
   /* 6 layers in 2 parts: layer 2 across both, each part streams */
   split_identity("codelm-py-F32.gguf", 2, 0.75, true);
   test_split(key);
+  test_cancel();
   test_identity(key);
   char p[600];
   snprintf(p, sizeof p, "%s/m0.pwe", g_dir);
