@@ -151,6 +151,11 @@ check "import of a split: three blobs in the manifest" [ "$(grep -c '"digest"' "
 check "run --model SPLIT-NAME equals the unsplit file's output" cmp -s "$tmp/a" "$tmp/b"
 "$bin" inspect tiny-split >"$tmp/out" 2>&1
 check "inspect of a split lists its parts" grep -q "3/3 .*model-00003-of-00003.gguf" "$tmp/out"
+"$bin" split --merge "$tmp/parts/b-00001-of-00003.gguf" "$tmp/joined.gguf" >/dev/null 2>"$tmp/err"
+"$bin" run --model "$tmp/joined.gguf" --prompt-ids "1,9038,2501" -n 6 >"$tmp/b" 2>"$tmp/err"
+check "split --merge gives the model back" cmp -s "$tmp/a" "$tmp/b"
+"$bin" inspect "$tmp/joined.gguf" >"$tmp/out" 2>&1
+check "a merged file is no split" sh -c "! grep -q '^split:' '$tmp/out'"
 "$bin" run --model "$tmp/parts/b-00002-of-00003.gguf" --prompt-ids 1 -n 1 >"$tmp/out" 2>"$tmp/err"
 check "run of a split's second part is refused" grep -q "give the first part" "$tmp/err"
 "$bin" serve --port 0 --no-request-log >"$tmp/serve.out" 2>"$tmp/serve.err" &
