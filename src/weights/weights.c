@@ -60,8 +60,7 @@ struct weights {
   int n_layer;
   struct {
     const char *name;
-    weights_rows rows;
-    int *unit;        /* owned, global ids */
+    weights_rows rows; /* a part's, its unit ids offset (views) */
   } tr[2];            /* the streamed matrices (token_embd, output) */
 };
 
@@ -634,13 +633,12 @@ void weights_close(weights *w) {
     gguf_close(w->f); /* the merge: borrows the parts' files */
     w->f = NULL;
     for (int i = 0; i < w->n_sub; i++) weights_close(w->sub[i]);
-    gguf_split_free_names(w->sub_path, w->n_sub);
     free(w->sub);
-    free(w->ubase);
-    free(w->comp);
-    free(w->layer_g);
-    for (int i = 0; i < 2; i++) free(w->tr[i].unit);
   }
+  gguf_split_free_names(w->sub_path, w->n_sub);
+  free(w->ubase);
+  free(w->comp);
+  free(w->layer_g);
   if (w->st) {
     weights_stream_close(w->st); /* owns f */
     w->f = NULL;
@@ -811,7 +809,47 @@ int weights_sha256(const weights *w, uint8_t dig[32], char *err) {
 
 /* ---- page cache control -------------------------------------------------------------- */
 
+/* The files of path: its split parts (owned names, *n of them), or NULL
+ * and *n = 0 for an ordinary file (or one that is no GGUF). */
+static char **parts_of(const char *path, int *n) {
+  gguf_file *f = NULL, **parts = NULL;
+  char **names = NULL, e[PW_ERRMAX];
+  *n = 0;
+  if (gguf_open_file(path, &f, e)) return NULL;
+  if (gguf_split_open_parts(path, f, &parts, &names, n, e)) *n = 0;
+  free(parts);
+  gguf_close(f);
+  return names;
+}
+
+static int drop_one(const char *path, char *err);
+static int cached_one(const char *path, uint64_t *cached, uint64_t *size, char *err);
+
 int weights_drop_cache(const char *path, char *err) {
+  int n = 0, rc = 0;
+  char **names = parts_of(path, &n);
+  if (!names) return drop_one(path, err);
+  for (int i = 0; i < n && !rc; i++) rc = drop_one(names[i], err);
+  gguf_split_free_names(names, n);
+  return rc;
+}
+
+int weights_cached_bytes(const char *path, uint64_t *cached, uint64_t *size, char *err) {
+  int n = 0, rc = 0;
+  char **names = parts_of(path, &n);
+  if (!names) return cached_one(path, cached, size, err);
+  *cached = *size = 0;
+  for (int i = 0; i < n && !rc; i++) {
+    uint64_t c = 0, z = 0;
+    rc = cached_one(names[i], &c, &z, err);
+    *cached += c;
+    *size += z;
+  }
+  gguf_split_free_names(names, n);
+  return rc;
+}
+
+static int drop_one(const char *path, char *err) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return pw_seterr(err, PW_EIO, "%s: %s", path, strerror(errno));
   int e = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
@@ -820,7 +858,7 @@ int weights_drop_cache(const char *path, char *err) {
   return 0;
 }
 
-int weights_cached_bytes(const char *path, uint64_t *cached, uint64_t *size, char *err) {
+static int cached_one(const char *path, uint64_t *cached, uint64_t *size, char *err) {
   *cached = *size = 0;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return pw_seterr(err, PW_EIO, "%s: %s", path, strerror(errno));

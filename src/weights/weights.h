@@ -177,7 +177,7 @@ int weights_sha256(const weights *w, uint8_t dig[32], char *err);
 
 /* ---- page cache control (cold-start benchmarks) ---- */
 /* Asks the kernel to drop path's clean cached pages (POSIX_FADV_DONTNEED;
- * pages another process maps stay). */
+ * pages another process maps stay). Both take a split model's every part. */
 int weights_drop_cache(const char *path, char *err);
 /* Bytes of path now in the page cache (mincore over a mapping of it). */
 int weights_cached_bytes(const char *path, uint64_t *cached, uint64_t *size, char *err);
