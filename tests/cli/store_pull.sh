@@ -264,7 +264,7 @@ srv_up() { # $1: log file; the rest: serve options. Sets spid and surl.
   "$bin" serve --port 0 --no-request-log "$@" >/dev/null 2>"$slog" &
   spid=$!
   i=0
-  while ! grep -q "serving" "$slog" && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+  while ! grep -q "serving" "$slog" 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
   surl=$(sed -n 's/.* on \(http:[^ ]*\).*/\1/p' "$slog" | head -1)
 }
 srv_down() { kill -TERM $spid 2>/dev/null; wait $spid 2>/dev/null; }
