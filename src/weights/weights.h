@@ -37,6 +37,14 @@
  *     MADV_POPULATE_READ and dropped with MADV_DONTNEED, so the process's
  *     resident file pages (RssFile) stay within the budget.
  *
+ * Split models (the first part of NAME-00001-of-0000N.gguf, gguf.h): each
+ * part is opened with the same strategy and the parts' directories merged,
+ * so the model sees one file. Under a budget each part streams within a
+ * share of it (the part's minimum plus the rest by size; the split's
+ * minimum is the sum of the parts'), unit ids run on across the parts, and
+ * a layer whose tensors two parts share is one composite unit. An
+ * encrypted part is refused.
+ *
  * Not here: GGUF parsing (gguf/), what the tensors mean (model/). */
 #ifndef PW_WEIGHTS_WEIGHTS_H
 #define PW_WEIGHTS_WEIGHTS_H
