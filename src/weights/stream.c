@@ -520,6 +520,13 @@ int weights_stream_acquire(wstream *s, int ui, char *err) {
   return 0;
 }
 
+void weights_stream_prefetch(wstream *s, int ui) {
+  if (ui < 0 || ui >= s->n_units || s->u[ui].pinned) return;
+  pthread_mutex_lock(&s->mu);
+  if (s->u[ui].state == U_ABSENT) start_load(s, ui); /* no room now: the use reads it */
+  pthread_mutex_unlock(&s->mu);
+}
+
 void weights_stream_release(wstream *s, int ui) {
   if (ui < 0 || ui >= s->n_units || s->u[ui].pinned) return;
   pthread_mutex_lock(&s->mu);

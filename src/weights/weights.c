@@ -56,6 +56,7 @@ struct weights {
   int *comp;          /* [n_comp * n_sub]: member ids (global), -1 padded */
   int n_comp;
   int *layer_g;       /* [n_layer]: the layer's id, or -1 */
+  int *g_layer;       /* [n_gunits + n_comp]: the layer of an id, or -1 */
   uint64_t min_sum;   /* with a budget: the parts' minimums' sum */
   int n_layer;
   struct {
@@ -67,6 +68,7 @@ struct weights {
 static weights *sub_of(const weights *w, int g, int *local);
 static int split_acquire(weights *w, int g, char *err);
 static void split_release(weights *w, int g);
+static void split_read_ahead(weights *w, int il);
 
 int weights_io_parse(const char *s) {
   for (int i = 0; i < WEIGHTS_IO_COUNT; i++)
@@ -639,6 +641,7 @@ void weights_close(weights *w) {
   free(w->ubase);
   free(w->comp);
   free(w->layer_g);
+  free(w->g_layer);
   if (w->st) {
     weights_stream_close(w->st); /* owns f */
     w->f = NULL;
@@ -682,7 +685,12 @@ int weights_layer_unit(const weights *w, int il) {
 }
 
 int weights_acquire(weights *w, int u, char *err) {
-  if (w->sub) return u >= 0 ? split_acquire(w, u, err) : 0;
+  if (w->sub) {
+    if (u < 0) return 0;
+    int rc = split_acquire(w, u, err);
+    if (!rc && u < w->n_gunits + w->n_comp && w->g_layer[u] >= 0) split_read_ahead(w, w->g_layer[u]);
+    return rc;
+  }
   return w->st && u >= 0 ? weights_stream_acquire(w->st, u, err) : 0;
 }
 
@@ -920,6 +928,46 @@ static int split_acquire(weights *w, int g, char *err) {
   return p ? weights_stream_acquire(p->st, u, err) : 0;
 }
 
+/* The units of global id g (a composite's members, or g itself) into m;
+ * returns their count. */
+static int members(const weights *w, int g, int *m) {
+  if (g < 0) return 0;
+  if (g < w->n_gunits) {
+    m[0] = g;
+    return 1;
+  }
+  const int *c = &w->comp[(size_t)(g - w->n_gunits) * (size_t)w->n_sub];
+  int k = 0;
+  while (k < w->n_sub && c[k] >= 0) m[k] = c[k], k++;
+  return k;
+}
+
+/* Each part's stream reads ahead in its own pass order; across a part
+ * boundary nobody would: when layer il is taken, start the units of what
+ * comes next (layer il + 1, or the output rows after the last layer) that
+ * lie in a part layer il has no unit in. */
+static void split_read_ahead(weights *w, int il) {
+  int cur[64], nxt[64], nc, nn = 0;
+  if (w->n_sub > 64 || !w->layer_g) return;
+  nc = members(w, w->layer_g[il], cur);
+  if (il + 1 < w->n_layer) {
+    nn = members(w, w->layer_g[il + 1], nxt);
+  } else {
+    const weights_rows *o = w->tr[1].rows.n ? &w->tr[1].rows : &w->tr[0].rows;
+    if (o->n) nn = members(w, o->unit[0], nxt);
+  }
+  for (int j = 0; j < nn; j++) {
+    int u;
+    weights *p = sub_of(w, nxt[j], &u);
+    bool same = false;
+    for (int i = 0; i < nc && !same; i++) {
+      int v;
+      same = sub_of(w, cur[i], &v) == p;
+    }
+    if (p && !same) weights_stream_prefetch(p->st, u);
+  }
+}
+
 static void split_release(weights *w, int g) {
   if (g >= w->n_gunits) {
     const int *m = &w->comp[(size_t)(g - w->n_gunits) * (size_t)w->n_sub];
@@ -958,6 +1006,11 @@ static int split_units(weights *w, char *err) {
     for (int j = k; j < w->n_sub; j++) m[j] = -1;
     w->layer_g[il] = k == 0 ? -1 : k == 1 ? m[0] : w->n_gunits + w->n_comp++;
   }
+  if (!(w->g_layer = malloc(((size_t)w->n_gunits + (size_t)w->n_comp + 1) * sizeof *w->g_layer)))
+    return pw_seterr(err, PW_ENOMEM, "out of memory");
+  for (int g = 0; g < w->n_gunits + w->n_comp; g++) w->g_layer[g] = -1;
+  for (int il = 0; il < w->n_layer; il++)
+    if (w->layer_g[il] >= 0) w->g_layer[w->layer_g[il]] = il;
   static const char *const mats[2] = {"token_embd.weight", "output.weight"};
   for (int t = 0; t < 2; t++) {
     w->tr[t].name = mats[t];

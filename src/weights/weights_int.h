@@ -43,6 +43,10 @@ bool weights_stream_holds(const wstream *s, const void *p);
 void weights_stream_offset_units(wstream *s, int base);
 void weights_stream_close(wstream *s);
 int weights_stream_acquire(wstream *s, int ui, char *err);
+/* Starts reading unit ui when it is absent and the pool has room now (a
+ * split model's next part, which this stream's own pass order does not
+ * know); never waits. */
+void weights_stream_prefetch(wstream *s, int ui);
 void weights_stream_release(wstream *s, int ui);
 void weights_stream_tensor_rows(const wstream *s, const char *name, weights_rows *out);
 int weights_stream_layer_unit(const wstream *s, int il);
