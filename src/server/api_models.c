@@ -15,10 +15,10 @@
  * --allow-pull, and need an API key when keys are configured (every
  * non-public route does). With one model (--model) there is no store:
  * /api/pull and /api/delete are 404 as they always were, DELETE and unload
- * of /v1/models/{id} and /v1/models/pull answer 400 no_store. A pull runs
- * on its own thread (models.c), at most SRV_MAX_PULLS at once, and is
- * cancelled when its client goes away (the partial file stays); /v1/ps and load describe the one
- * model.
+ * of /v1/models/{id} and /v1/models/pull answer 400 no_store; /v1/ps and
+ * load describe the one model. A pull runs on its own thread (models.c),
+ * at most SRV_MAX_PULLS at once, and is cancelled when its client goes
+ * away (the partial file stays for the next pull to resume).
  * What it is not: the store or the registry (models.c, registry.c). */
 #include "server/api.h"
 
