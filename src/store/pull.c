@@ -179,8 +179,8 @@ typedef struct xfer {
   const char *file;
   const char *expect;    /* the digest it must have, or NULL */
   int part, n_parts;
-  double t_last, t_rate;
-  uint64_t rate_bytes;
+  double t_last, t_rate, t_start;
+  uint64_t rate_bytes, start_bytes; /* t_start, start_bytes: this attempt's */
   double rate;
 } xfer;
 
@@ -252,6 +252,10 @@ static void report(xfer *x, int finished, int force) {
     x->t_rate = t;
     x->rate_bytes = x->offset;
   }
+  /* the last line gives the attempt's average (a file done in under half
+   * a second has had no rate yet) */
+  if (finished && t > x->t_start && x->offset > x->start_bytes)
+    x->rate = (double)(x->offset - x->start_bytes) / (t - x->t_start);
   if (!force && !finished && t - x->t_last < PROGRESS_EVERY_S) return;
   x->t_last = t;
   store_progress p = {x->file, x->part, x->n_parts, x->offset, x->total, x->rate, 0, finished, x->expect};
@@ -778,8 +782,8 @@ static int fetch_file(store *s, const store_pull_opts *o, const target *t, const
     x.status = 0;
     x.content_length = -1;
     x.content_range[0] = x.etag[0] = x.linked_etag[0] = 0;
-    x.t_rate = now_s();
-    x.rate_bytes = x.offset;
+    x.t_rate = x.t_start = now_s();
+    x.rate_bytes = x.start_bytes = x.offset;
     x.curl = make_curl(&x, t->url, token);
     if (!x.curl) {
       rc = pw_seterr(err, PW_ENOMEM, "out of memory");
