@@ -18,11 +18,11 @@
  * one 128-bit half of the operands holds elements 0..15 and the other
  * 16..31. Each 256-bit vector then carries two (row, token) pairs, so one
  * convert, multiply and FMA serve two. Two tile shapes fill the halves:
- * - many tokens: one row against a group of up to 8 tokens, the halves
+ * - many tokens: one row against a group of up to G = 16 tokens, the halves
  *   two tokens of a pair (the weight block's 16-byte halves broadcast to
  *   both 128-bit lanes, the pair's quants packed interleaved: A's elements
  *   0..15, B's 0..15, A's 16..31, B's 16..31), so a weight block is
- *   unpacked once per 8 tokens;
+ *   unpacked once per 16 tokens;
  * - up to 4 tokens (a decode step: the four streams, or 4 adjacent rows):
  *   two rows per vector (their 16-byte halves side by side, one lane
  *   shuffle per half), the token's halves broadcast from the pack (a load,
@@ -42,16 +42,16 @@
  *
  * Packed activations. Each token row is quantized as q8_0 (the same quants
  * and the same fp16-rounded scales as the q8_0 quantizer). Tokens go in
- * groups of 8 (the last group: what is left, k tokens) at g * 8 * xrow
- * bytes; a group is units of two tokens (the last one alone when k is
- * odd), each unit's quants and scales, then each token's block sums times
- * its scale, padded with zeros to a multiple of 8 blocks. A unit of two
- * tokens A, B: per block 64 bytes of quants (A 0..15, B 0..15, A 16..31,
- * B 16..31), then per block 8 floats (A's scale four times, B's four
- * times). A unit of one token: per block its 32 quants, then per block
- * its scale four times. Both take 48 bytes per token and block, so unit u
- * starts at u * 2 * nb * 48 bytes into the group. One pack serves all
- * three types. */
+ * groups of G (the last group: what is left, k tokens) at g * G * xrow
+ * bytes, and a group in units of two tokens (the last one alone when k is
+ * odd): block by block, the k tokens' quants (k * 32 bytes: unit u's 64
+ * at u * 64, two tokens A, B as A 0..15, B 0..15, A 16..31, B 16..31, one
+ * token as its 32), then block by block the k tokens' scales (k * 4
+ * floats: unit u's at u * 8, A's scale four times then B's, or the one
+ * token's four times), then each token's block sums times its scale,
+ * padded with zeros to a multiple of 8 blocks. A tile of many tokens then
+ * reads one run of quants and one of scales. One pack serves all three
+ * types. */
 #ifndef PW_GEMM_AVX2_IMPL_H
 #define PW_GEMM_AVX2_IMPL_H
 
@@ -88,6 +88,9 @@ enum { KQ8_0, KQ4_0, KQ5_0 };
 
 /* packed bytes per token and block: 32 quants and 4 scale floats */
 #define XB 48
+/* tokens per group: the many-token tiles take a group, a weight block
+ * unpacked once for G tokens */
+#define G 16
 
 AI int64_t padded(int64_t nb) { return (nb + 7) / 8 * 8; }
 
@@ -107,39 +110,46 @@ typedef struct {
   int qs, hi, ds;
 } xtok;
 
-/* One unit of a group (a tile of many tokens): quants of block b at q + b
- * * 64 (two tokens) or b * 32 (one), scales at d + b * 8 (b * 4). */
+/* A group as the many-token tiles read it: block b's quants at q + b * k
+ * * 32, its scales at d + b * k * 4, token j's block sums c[j]. */
 typedef struct {
   const int8_t *q;
   const float *d;
-  const float *c[2];
-} xunit;
+  const float *c[G];
+} xgroup;
+
+/* group g of a pack of nt tokens: its base and token count */
+AI const uint8_t *x_base(const uint8_t *xp, int64_t n, int nt, int g, int *k) {
+  *k = nt - G * g < G ? nt - G * g : G;
+  return xp + (size_t)g * G * gemm_xrow(n);
+}
 
 /* token t of a pack of nt tokens */
 AI xtok x_tok(const uint8_t *xp, int64_t n, int nt, int t) {
   const int64_t nb = n / 32;
-  const int g = t / 8, j = t % 8, k = nt - 8 * g < 8 ? nt - 8 * g : 8;
-  const uint8_t *base = xp + (size_t)g * 8 * gemm_xrow(n);
-  const uint8_t *u = base + (size_t)(j / 2) * 2 * (size_t)nb * XB;
-  const int pair = (j | 1) < k, h = j & 1;
+  const int j = t % G;
+  int k;
+  const uint8_t *base = x_base(xp, n, nt, t / G, &k);
+  const int pair = (j | 1) < k, h = j & 1, u = j / 2;
   xtok x;
-  x.q = (const int8_t *)u + (pair ? 16 * h : 0);
-  x.qs = pair ? 64 : 32;
+  x.q = (const int8_t *)base + 64 * u + (pair ? 16 * h : 0);
+  x.qs = 32 * k;
   x.hi = pair ? 32 : 16;
-  x.d = (const float *)(u + (size_t)nb * (pair ? 64 : 32)) + (pair ? 4 * h : 0);
-  x.ds = pair ? 8 : 4;
-  x.c = (const float *)(base + (size_t)k * (size_t)nb * XB) + (size_t)j * (size_t)padded(nb);
+  x.d = (const float *)(base + (size_t)nb * 32 * (size_t)k) + 8 * u + (pair ? 4 * h : 0);
+  x.ds = 4 * k;
+  x.c = (const float *)(base + (size_t)nb * XB * (size_t)k) + (size_t)j * (size_t)padded(nb);
   return x;
 }
 
-/* unit u of the group holding token t0 (a multiple of 8) */
-AI xunit x_unit(const uint8_t *xp, int64_t n, int nt, int t0, int u) {
-  const xtok a = x_tok(xp, n, nt, t0 + 2 * u);
-  xunit x;
-  x.q = a.q;
-  x.d = a.d;
-  x.c[0] = a.c;
-  x.c[1] = a.c + padded(n / 32);
+/* group g */
+AI xgroup x_group(const uint8_t *xp, int64_t n, int nt, int g) {
+  const int64_t nb = n / 32;
+  int k;
+  const uint8_t *base = x_base(xp, n, nt, g, &k);
+  xgroup x;
+  x.q = (const int8_t *)base;
+  x.d = (const float *)(base + (size_t)nb * 32 * (size_t)k);
+  for (int j = 0; j < k; j++) x.c[j] = (const float *)(base + (size_t)nb * XB * (size_t)k) + (size_t)j * (size_t)padded(nb);
   return x;
 }
 
@@ -206,16 +216,19 @@ AI float finish(const int kind, float s, __m256 corr) {
   return kind == KQ8_0 ? s : s - off * hsum8(corr);
 }
 
-/* Many tokens: one row wr against U units of a group (the last one a
- * single token when S), results y[t * ys + yo] for the group's tokens t
- * (from 0) */
-AI void tile_tokens(const int kind, const int U, const int S, const int64_t nb, const uint8_t *wr, const xunit *x,
+/* Many tokens: one row wr against a group of 2U - S tokens, U units (the
+ * last one a single token when S), results y[t * ys + yo] for the
+ * group's tokens t (from 0) */
+AI void tile_tokens(const int kind, const int U, const int S, const int64_t nb, const uint8_t *wr, const xgroup *x,
                     float *y, size_t ys, size_t yo) {
   const size_t bs = wblock(kind);
-  __m256 acc[4], corr[4][2];
+  const int K = 2 * U - S;
+  __m256 acc[G / 2], corr[G];
   _Alignas(32) float dw[CHUNK];
   UNROLL
-  for (int u = 0; u < U; u++) acc[u] = corr[u][0] = corr[u][1] = _mm256_setzero_ps();
+  for (int u = 0; u < U; u++) acc[u] = _mm256_setzero_ps();
+  UNROLL
+  for (int j = 0; j < K; j++) corr[j] = _mm256_setzero_ps();
   for (int64_t b0 = 0; b0 < nb; b0 += CHUNK) {
     const int nc = nb - b0 < CHUNK ? (int)(nb - b0) : CHUNK;
     if (kind != KQ8_0)
@@ -227,32 +240,30 @@ AI void tile_tokens(const int kind, const int U, const int S, const int64_t nb, 
       const float d = h2f(*(const pw_half *)(wr + (size_t)bb * bs));
       if (kind != KQ8_0) dw[b] = d;
       const __m256 dwv = _mm256_set1_ps(d);
+      const int8_t *xq = x->q + bb * 32 * K;
+      const float *xd = x->d + bb * 4 * K;
       UNROLL
       for (int u = 0; u < U; u++) {
-        const int one = S && u == U - 1;
         __m256i x0, x1;
         __m256 dxv;
-        if (one) {
-          x0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(x[u].q + bb * 32)));
-          x1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(x[u].q + bb * 32 + 16)));
-          dxv = _mm256_broadcast_ps((const __m128 *)(x[u].d + bb * 4));
+        if (S && u == U - 1) {
+          x0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(xq + 64 * u)));
+          x1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(xq + 64 * u + 16)));
+          dxv = _mm256_broadcast_ps((const __m128 *)(xd + 8 * u));
         } else {
-          x0 = loadu256(x[u].q + bb * 64);
-          x1 = loadu256(x[u].q + bb * 64 + 32);
-          dxv = _mm256_loadu_ps(x[u].d + bb * 8);
+          x0 = loadu256(xq + 64 * u);
+          x1 = loadu256(xq + 64 * u + 32);
+          dxv = _mm256_loadu_ps(xd + 8 * u);
         }
         acc[u] = fstep(kind, dot2(kind, w0, w1, x0, x1), dxv, dwv, acc[u]);
       }
     }
     if (kind != KQ8_0)
       UNROLL
-      for (int u = 0; u < U; u++)
-        for (int h = 0; h < (S && u == U - 1 ? 1 : 2); h++) corr[u][h] = corr_step(dw, x[u].c[h] + b0, nc, corr[u][h]);
+      for (int j = 0; j < K; j++) corr[j] = corr_step(dw, x->c[j] + b0, nc, corr[j]);
   }
   UNROLL
-  for (int u = 0; u < U; u++)
-    for (int h = 0; h < (S && u == U - 1 ? 1 : 2); h++)
-      y[(size_t)(2 * u + h) * ys + yo] = finish(kind, half_sum(acc[u], h), corr[u][h]);
+  for (int j = 0; j < K; j++) y[(size_t)j * ys + yo] = finish(kind, half_sum(acc[j / 2], j & 1), corr[j]);
 }
 
 /* Up to 4 tokens: R rows (wr[0..R), two per vector; with R odd the last
@@ -322,29 +333,30 @@ AI void tile_rows(const int kind, const int R, const int T, const int64_t nb, co
 #define ROWS_CASE(R, T)                                                                                      \
   case (R) * 16 + (T): tile_rows(kind, R, T, nb, wr, xt, yt, ys, yo); break;
 #define TOKENS_CASE(U, S)                                                                                    \
-  case (U) * 2 + (S): tile_tokens(kind, U, S, nb, w0, xu, yt, ys, (size_t)v); break;
+  case (U) * 2 + (S): tile_tokens(kind, U, S, nb, w0, &xg, yt, ys, (size_t)v); break;
 
 AI void gemm_sym(const int kind, int64_t n, const void *w, size_t w_row, int nr, size_t seg, const void *vxp, int nt,
                  float *y, size_t ys) {
   const int64_t nb = n / 32;
   const uint8_t *xp = vxp;
   if (nt > PW_GEMM_STREAM_TOKENS) {
-    /* one row at a time against each group of 8 tokens; the groups outside
-     * when a group's pack and the rows fit in L1 together (every read then
-     * hits L1 after the first), else the rows outside (a row stays in L1
-     * while the groups stream from L2) */
-    const int ng = (nt + 7) / 8;
-    const int groups_out = 8 * gemm_xrow(n) + (size_t)nr * w_row <= GROUPS_OUT_BYTES;
+    /* one row at a time against each group of G tokens; the groups
+     * outside when a group's pack and the rows fit in L1 together (every
+     * read then hits L1 after the first), else the rows outside (a row
+     * stays in L1 while the groups stream from L2) */
+    const int ng = (nt + G - 1) / G;
+    const int groups_out = G * gemm_xrow(n) + (size_t)nr * w_row <= GROUPS_OUT_BYTES;
     for (int i = 0; i < ng * nr; i++) {
-      const int g = groups_out ? i / nr : i % ng, v = groups_out ? i % nr : i / ng, t0 = 8 * g;
-      const int k = nt - t0 < 8 ? nt - t0 : 8, U = (k + 1) / 2, S = k & 1;
-      xunit xu[4];
-      for (int u = 0; u < U; u++) xu[u] = x_unit(xp, n, nt, t0, u);
+      const int g = groups_out ? i / nr : i % ng, v = groups_out ? i % nr : i / ng, t0 = G * g;
+      const int k = nt - t0 < G ? nt - t0 : G, U = (k + 1) / 2, S = k & 1;
+      const xgroup xg = x_group(xp, n, nt, g);
       float *yt = y + (size_t)t0 * ys;
       const uint8_t *w0 = (const uint8_t *)w + (size_t)v * w_row;
       switch (U * 2 + S) {
         TOKENS_CASE(1, 1) TOKENS_CASE(1, 0) TOKENS_CASE(2, 1) TOKENS_CASE(2, 0) TOKENS_CASE(3, 1)
-        TOKENS_CASE(3, 0) TOKENS_CASE(4, 1) TOKENS_CASE(4, 0)
+        TOKENS_CASE(3, 0) TOKENS_CASE(4, 1) TOKENS_CASE(4, 0) TOKENS_CASE(5, 1) TOKENS_CASE(5, 0)
+        TOKENS_CASE(6, 1) TOKENS_CASE(6, 0) TOKENS_CASE(7, 1) TOKENS_CASE(7, 0) TOKENS_CASE(8, 1)
+        TOKENS_CASE(8, 0)
       default: break;
       }
     }
