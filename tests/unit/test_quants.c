@@ -608,6 +608,59 @@ static void test_kernels_vs_ref(void) {
     CHECK(pw_tensor_level() == PW_IMPL_AVX2VNNI && strcmp(pw_tensor_kernels(), "avx2vnni") == 0);
 }
 
+/* The 256-bit levels' GEMM (Q8_0, Q4_0, Q5_0): every (row, token) within
+ * the reference's tolerance, at extreme codes and activations too (where a
+ * saturating integer step would show), and the AVX-VNNI level's bits the
+ * AVX2 level's (the same integers in the same lanes). Many tokens (a
+ * partial group of an odd count) and few (four streams). */
+static void test_gemm_256(void) {
+  enum { NR = 8, NT = 19, NMAX = 896 };
+  static uint8_t w[NR * NMAX * 2], xq[NMAX * 2];
+  static float x[NT * NMAX], y[2][NT * NR], wd[NMAX], xd[NMAX];
+  const uint32_t types[] = {PW_DT_Q8_0, PW_DT_Q4_0, PW_DT_Q5_0};
+  const int levels[] = {PW_IMPL_AVX2, PW_IMPL_AVX2VNNI};
+  for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+    for (int n = 96; n <= NMAX; n += NMAX - 96)
+      for (int mode = 0; mode < 5; mode++) {
+        const uint32_t dt = types[ti];
+        const size_t wr = (size_t)pw_dtype_row_size(dt, (uint64_t)n);
+        for (int r = 0; r < NR; r++) make_weights(dt, w + r * wr, n, r == 5 ? MODE_MAXQ : mode);
+        for (int t = 0; t < NT; t++) make_acts(x + t * n, n, t == 2 ? MODE_MAXQ : mode);
+        for (int nt = 1; nt <= NT; nt += NT - 1)
+          for (int li = 0; li < 2; li++) {
+            const pw_traits *tr = pw_traits_get_impl(dt, levels[li]);
+            if (!tr || !tr->gemm) continue;
+            void *xp = aligned_alloc(64, (tr->gemm_xrow(n) * (size_t)nt + 63) / 64 * 64);
+            CHECK(xp != NULL);
+            for (int t = nt - 1; t >= 0; t--) tr->gemm_pack(x + t * n, xp, n, t, nt); /* any order */
+            memset(y[li], 0xFF, sizeof y[li]);
+            if (nt == 1)
+              tr->gemm(n, w, wr, NR / 4, NR / 4, xp, nt, y[li], NR, 0);
+            else
+              tr->gemm(n, w, wr, NR, 0, xp, nt, y[li], NR, 0);
+            free(xp);
+            for (int t = 0; t < nt; t++) {
+              pw_ref_quantize(PW_DT_Q8_0, x + t * n, xq, n);
+              pw_ref_dequant(PW_DT_Q8_0, xq, xd, n);
+              for (int r = 0; r < NR; r++) {
+                float ref;
+                pw_traits_ref(dt)->vec_dot(n, w + r * wr, xq, 0, 1, &ref);
+                pw_ref_dequant(dt, w + r * wr, wd, n);
+                double sabs = 0;
+                for (int i = 0; i < n; i++) sabs += fabs((double)wd[i] * xd[i]);
+                const float got = y[li][t * NR + r];
+                CHECK_MSG(fabs((double)got - ref) <= 2e-5 * sabs + 1e-35 && isfinite(got) == isfinite(ref),
+                          "%s %s gemm n=%d mode %d nt %d row %d token %d: %.9g vs ref %.9g", tr->name, tr->impl, n,
+                          mode, nt, r, t, got, ref);
+              }
+            }
+            if (li == 1 && pw_traits_get_impl(dt, PW_IMPL_AVX2))
+              CHECK_MSG(memcmp(y[0], y[1], (size_t)nt * NR * sizeof(float)) == 0,
+                        "%s avx2vnni gemm differs from avx2 (n=%d mode %d nt %d)", tr->name, n, mode, nt);
+          }
+      }
+}
+
 /* ref vec_dot agrees with a double-precision dot of the dequantized rows:
  * integer sums are exact, so only float scaling rounding remains */
 static void test_ref_dot_vs_dequant(void) {
@@ -647,5 +700,6 @@ int main(void) {
   test_roundtrip();
   test_ref_dot_vs_dequant();
   test_kernels_vs_ref();
+  test_gemm_256();
   TEST_DONE();
 }

@@ -6,6 +6,11 @@
 #include <immintrin.h>
 
 #define VD_DPBUSD(acc, u, s) _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1)))
+/* two maddubs added as int16 (no saturation for the 4- and 5-bit codes:
+ * at most 2 * 2 * 31 * 127), then one madd */
+#define VD_DOT2S(u0, s0, u1, s1)                                                                                  \
+  _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16((u0), (s0)), _mm256_maddubs_epi16((u1), (s1))),         \
+                    _mm256_set1_epi16(1))
 #include "tensor/arch/gemm_avx2_impl.h"
 
 void gemm_fill_avx2(pw_traits *t) { gemm_fill(t); }

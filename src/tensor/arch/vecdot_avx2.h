@@ -238,6 +238,13 @@ AI void k_prefetch(const void *blk, const size_t bsz, const size_t dist) {
   for (size_t o = 0; o < bsz; o += 64) _mm_prefetch((const char *)blk + dist + o, _MM_HINT_T0);
 }
 
+/* An empty asm that takes v in a register and gives it back: the
+ * compiler cannot move work across it. Without it gcc computed every
+ * row's products of a half super-block first and stored them to the stack
+ * before adding them up (the eight-row Q4_K step: 463 instructions a
+ * super-block, 151 of them stack accesses). */
+#define KEEP_IN_REG(v) __asm__("" : "+x"(v))
+
 /* the loops over a super-block's parts, unrolled so that the pshufb masks
  * below are constants */
 #define UNROLL_ALL _Pragma("GCC unroll 8")
@@ -347,16 +354,24 @@ AI void q2k_step(const block_q2_K *w, const void *x, size_t xs, int64_t i, const
     sumi[j] = _mm256_setzero_si256();
   }
   UNROLL_ALL for (int h = 0; h < 2; h++) {
+    /* the half's codes and scales stay in registers while each row
+     * takes its four parts into its sum in one go */
+    __m256i qk[4], sk[4];
     const __m256i bits = loadu256(w->qs + 32 * h);
     const __m256i sch = scales_half(sc16, h);
     UNROLL_ALL for (int k = 0; k < 4; k++) {
       const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
       const __m256i s = scale_pair_v(sch, 2 * k, 2 * k + 1);
-      FOR_NX(j) {
-        const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
-        const __m256i p = _mm256_maddubs_epi16(q, loadu256(y->qs + 128 * h + 32 * k));
-        sumi[j] = VD_DPWSSD(sumi[j], p, s);
-      }
+      qk[k] = q;
+      sk[k] = s;
+    }
+    FOR_NX(j) {
+      const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
+      __m256i sj = sumi[j];
+      UNROLL_ALL for (int m = 0; m < 4; m++)
+        sj = VD_DPWSSD(sj, _mm256_maddubs_epi16(qk[m], loadu256(y->qs + 128 * h + 32 * m)), sk[m]);
+      KEEP_IN_REG(sj);
+      sumi[j] = sj;
     }
   }
   FOR_NX(j) {
@@ -389,6 +404,9 @@ AI void q3k_step(const block_q3_K *w, const void *x, size_t xs, int64_t i, const
   }
   const __m256i hbits = loadu256(w->hmask);
   UNROLL_ALL for (int h = 0; h < 2; h++) {
+    /* the half's codes and scales stay in registers while each row
+     * takes its four parts into its sum in one go */
+    __m256i qk[4], sk[4];
     const __m256i bits = loadu256(w->qs + 32 * h);
     const __m256i sch = scales_half(sc16, h);
     UNROLL_ALL for (int k = 0; k < 4; k++) {
@@ -396,11 +414,16 @@ AI void q3k_step(const block_q3_K *w, const void *x, size_t xs, int64_t i, const
       const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hbits, 4 * h + k), m1);
       const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2));
       const __m256i s = scale_pair_v(sch, 2 * k, 2 * k + 1);
-      FOR_NX(j) {
-        const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
-        const __m256i p = _mm256_maddubs_epi16(q, loadu256(y->qs + 128 * h + 32 * k));
-        sumi[j] = VD_DPWSSD(sumi[j], p, s);
-      }
+      qk[k] = q;
+      sk[k] = s;
+    }
+    FOR_NX(j) {
+      const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
+      __m256i sj = sumi[j];
+      UNROLL_ALL for (int m = 0; m < 4; m++)
+        sj = VD_DPWSSD(sj, _mm256_maddubs_epi16(qk[m], loadu256(y->qs + 128 * h + 32 * m)), sk[m]);
+      KEEP_IN_REG(sj);
+      sumi[j] = sj;
     }
   }
   FOR_NX(j) {
@@ -446,20 +469,31 @@ AI void q45k_step(const uint8_t *blk, const void *x, size_t xs, int64_t i, const
     sumi[j] = _mm256_setzero_si256();
   }
   __m256i hb = five ? loadu256(w5->qh) : _mm256_setzero_si256();
-  UNROLL_ALL for (int c = 0; c < 4; c++) {
-    const __m256i bits = loadu256(qs + 32 * c);
-    __m256i ql = _mm256_and_si256(bits, m4);
-    __m256i qh = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-    if (five) {
-      ql = _mm256_or_si256(ql, _mm256_slli_epi16(_mm256_and_si256(hb, m1), 4));
-      qh = _mm256_or_si256(qh, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), m1), 4));
-      hb = _mm256_srli_epi16(hb, 2);
+  /* a half super-block's codes and scales (8 vectors) stay in registers
+   * while each row takes its four sub-blocks into its sum in one go */
+  UNROLL_ALL for (int half = 0; half < 2; half++) {
+    __m256i q[4], s[4];
+    UNROLL_ALL for (int cc = 0; cc < 2; cc++) {
+      const int c = 2 * half + cc;
+      const __m256i bits = loadu256(qs + 32 * c);
+      q[2 * cc] = _mm256_and_si256(bits, m4);
+      q[2 * cc + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+      if (five) {
+        q[2 * cc] = _mm256_or_si256(q[2 * cc], _mm256_slli_epi16(_mm256_and_si256(hb, m1), 4));
+        q[2 * cc + 1] =
+            _mm256_or_si256(q[2 * cc + 1], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), m1), 4));
+        hb = _mm256_srli_epi16(hb, 2);
+      }
+      s[2 * cc] = scale_k(sc, 2 * c);
+      s[2 * cc + 1] = scale_k(sc, 2 * c + 1);
     }
-    const __m256i sl = scale_k(sc, 2 * c), sh = scale_k(sc, 2 * c + 1);
     FOR_NX(j) {
       const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
-      sumi[j] = VD_DPWSSD(sumi[j], _mm256_maddubs_epi16(ql, loadu256(y->qs + 64 * c)), sl);
-      sumi[j] = VD_DPWSSD(sumi[j], _mm256_maddubs_epi16(qh, loadu256(y->qs + 64 * c + 32)), sh);
+      __m256i sj = sumi[j];
+      UNROLL_ALL for (int m = 0; m < 4; m++)
+        sj = VD_DPWSSD(sj, _mm256_maddubs_epi16(q[m], loadu256(y->qs + 128 * half + 32 * m)), s[m]);
+      KEEP_IN_REG(sj);
+      sumi[j] = sj;
     }
   }
   FOR_NX(j) {
@@ -489,6 +523,9 @@ AI void q6k_step(const block_q6_K *w, const void *x, size_t xs, int64_t i, const
     sumi[j] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
   }
   UNROLL_ALL for (int h = 0; h < 2; h++) {
+    /* the half's codes and scales stay in registers while each row
+     * takes its four parts into its sum in one go */
+    __m256i qk[4], sk[4];
     const __m256i l0 = loadu256(w->ql + 64 * h), l1 = loadu256(w->ql + 64 * h + 32);
     const __m256i hh = loadu256(w->qh + 32 * h);
     const __m256i sch = scales_half(sc16, h);
@@ -499,11 +536,16 @@ AI void q6k_step(const block_q6_K *w, const void *x, size_t xs, int64_t i, const
       const __m256i hs = k == 0 ? _mm256_slli_epi16(hh, 4) : k == 1 ? _mm256_slli_epi16(hh, 2) : k == 2 ? hh : _mm256_srli_epi16(hh, 2);
       const __m256i q = _mm256_or_si256(lo, _mm256_and_si256(hs, m30));
       const __m256i s = scale_pair_v(sch, 2 * k, 2 * k + 1);
-      FOR_NX(j) {
-        const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
-        const __m256i p = _mm256_maddubs_epi16(q, loadu256(y->qs + 128 * h + 32 * k));
-        sumi[j] = VD_DPWSSD(sumi[j], p, s);
-      }
+      qk[k] = q;
+      sk[k] = s;
+    }
+    FOR_NX(j) {
+      const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
+      __m256i sj = sumi[j];
+      UNROLL_ALL for (int m = 0; m < 4; m++)
+        sj = VD_DPWSSD(sj, _mm256_maddubs_epi16(qk[m], loadu256(y->qs + 128 * h + 32 * m)), sk[m]);
+      KEEP_IN_REG(sj);
+      sumi[j] = sj;
     }
   }
   FOR_NX(j) {
