@@ -20,7 +20,7 @@
 
 const model_arch_ops *const model_archs[] = {&model_arch_llama,  &model_arch_qwen2, &model_arch_qwen3, &model_arch_gemma3,
                                              &model_arch_phi3,   &model_arch_qwen35, &model_arch_bert,
-                                             &model_arch_nomic_bert, &model_arch_qwen3moe, &model_arch_qwen2moe, NULL};
+                                             &model_arch_nomic_bert, &model_arch_qwen3moe, &model_arch_qwen2moe, &model_arch_gptoss, NULL};
 
 /* ---- loading ---------------------------------------------------------- */
 

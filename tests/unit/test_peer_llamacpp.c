@@ -216,6 +216,7 @@ int main(void) {
   char p[512];
   static const int32_t qids[12] = {785, 3974, 13876, 38835, 34208, 916, 279, 15678, 5562, 13, 151643, 40};
   static const int32_t sids[12] = {1, 450, 4996, 17354, 1701, 432, 17204, 975, 278, 17366, 11203, 29889};
+#define GPTOSS_SHAPE "--layers 2 --experts 8 --embd 256 --window 5"
   /* gemma-3-1b: seven layers (five local, one global, one local) with a
    * window of 5 over the 12 positions, so the mask and both RoPE bases
    * are exercised. */
@@ -249,6 +250,13 @@ int main(void) {
       {"qwen1.5-moe-a2.7b F16 12 experts", "qwen1.5-moe-a2.7b", "llama-spm", "F16", "--layers 2 --experts 12", sids},
       {"qwen1.5-moe-a2.7b Q4_K_M 12 experts", "qwen1.5-moe-a2.7b", "llama-spm", "Q4_K_M", "--layers 2 --experts 12",
        sids},
+      /* gpt-oss-20b: a local layer (window 5) and a full one, 8 experts
+       * (4 per token) of the real expert width on a 256-wide residual,
+       * YaRN 32x over 4096 as published; MXFP4_MOE as llama.cpp's
+       * quantizer makes gpt-oss files (experts MXFP4, the rest Q8_0) */
+      {"gpt-oss-20b F16 8 experts", "gpt-oss-20b", "llama-spm", "F16", GPTOSS_SHAPE, sids},
+      {"gpt-oss-20b Q8_0 8 experts", "gpt-oss-20b", "llama-spm", "Q8_0", GPTOSS_SHAPE, sids},
+      {"gpt-oss-20b MXFP4_MOE 8 experts", "gpt-oss-20b", "llama-spm", "MXFP4_MOE", GPTOSS_SHAPE, sids},
   };
   /* PW_PEER_ONLY=text runs only the cases whose label contains it */
   const char *only = getenv("PW_PEER_ONLY");
