@@ -12,7 +12,7 @@
  * file is the same whatever the thread count. 2-D weights are approximately
  * normal (sum of four uniforms) with std 0.02 (0.05 for the embedding, so
  * logits spread like a real model's); norm weights are 1 + N(0, 0.02);
- * biases N(0, 0.02) (gpt-oss's attention sinks N(0, 1), so they weigh
+ * biases N(0, 0.02) (gpt-oss's attention sinks N(0, 3), so they weigh
  * against the keys); rope_freqs as llama.cpp's converter computes them.
  *
  * Not here: the mix rules and the converter (cmd_quantize.c). */
@@ -252,7 +252,7 @@ static int sy_build(sy_ctx *c, int n_layer, int64_t n_vocab) {
     }
     if (sy_gptoss(m)) {
       ADD("attn_output.bias", 1, e, 1, SY_BIAS, 0.02f);
-      ADD("attn_sinks.weight", 1, m->n_head, 1, SY_BIAS, 1.0f);
+      ADD("attn_sinks.weight", 1, m->n_head, 1, SY_BIAS, 3.0f);
     }
     if (m->qk_norm && (mtp || !sy_recurrent(m, il))) {
       ADD("attn_q_norm.weight", 1, m->head_dim, 1, SY_NORM, 0.02f);
