@@ -69,7 +69,6 @@ static int load_hparams(model *m, char *err) {
     return pw_seterr(err, PW_EUNSUPPORTED, "gpt-oss: a RoPE base of the local layers (%g) other than the full ones' (%g)",
                      (double)base_swa, (double)hp->rope_base);
   if (hp->n_rot != hp->head_dim) return pw_seterr(err, PW_EUNSUPPORTED, "gpt-oss: partial RoPE");
-  hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
   return 0;
 }
 
@@ -145,7 +144,7 @@ static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int i
   be->kv_store(c, kv, e, n, il);
   model_prefetch_weight(c, &L->wo, n);
   be->prefetch_vec(L->attn_sinks, hp->n_head);
-  be->attention(c, kv, e, n, il, hp->attn_scale, is_swa(hp, il) ? hp->n_swa : 0, L->attn_sinks);
+  be->attention(c, kv, e, n, il, 1.0f / sqrtf((float)hp->head_dim), is_swa(hp, il) ? hp->n_swa : 0, L->attn_sinks);
   be->prefetch_vec(L->bo, E);
   be->prefetch_vec(L->attn_post_norm, E);
   model_prefetch_weight(c, &L->ffn_gate_inp, n);
