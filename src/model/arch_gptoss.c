@@ -20,9 +20,10 @@
  * 1.702, limit 7, +1 on the up branch). Expert weights are any weight
  * type, MXFP4 in the published files.
  *
- * Not here: the harmony chat format's parsing (the template renders it);
- * the KV cache of a local layer is as long as a full layer's (the window
- * is applied by the attention, not by the cache's size). */
+ * Not here: the harmony chat format (the file's template renders it,
+ * chat/toolcall.c parses channels and tool calls out of the output). The
+ * KV cache of a local layer is as long as a full layer's: the window is
+ * applied by the attention, not by the cache's size (as for gemma3). */
 #include "model/model_int.h"
 
 #include "base/error.h"
