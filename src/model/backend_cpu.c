@@ -252,7 +252,7 @@ static void attn_call(const attn_job *j, int seq, int hk, int p0, const float *c
   pw_attn_kvq(&a, q, np, nq, hd, j->scale, out, ms, 0);
 }
 
-/* A sink: the logit s of query head's softmax with no value, taken into
+/* A sink: a logit s in a query head's softmax with no value, taken into
  * its finished state (acc, ms: max and sum) as llama.cpp's flash attention
  * does after the last key (the accumulator rescaled when s is the new
  * max, else exp(s - max) added to the sum), then normalised. */

@@ -255,7 +255,9 @@ struct model_backend {
    * sum over each entry's top-k experts (router softmax, top-k, weights
    * normalised and scaled as hp says) of weight * down(silu(gate x) * up
    * x), plus the shared expert's output times its sigmoid gate where L has
-   * one; x = [n][n_embd] (y may not alias x). scratch:
+   * one; with hp->moe_softmax_topk (gpt-oss) the biased router's top-k
+   * and a softmax over them, biased experts and the clamped SwiGLU of
+   * hp->swiglu_*; x = [n][n_embd] (y may not alias x). scratch:
    * model_moe_scratch_floats floats. */
   void (*moe_ffn)(model_ctx *c, const layer_w *L, const float *x, int n, float *y, float *scratch);
   /* Hints, no-ops where meaningless: the weights of the next matmul of a
