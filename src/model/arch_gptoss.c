@@ -63,8 +63,8 @@ static int load_hparams(model *m, char *err) {
     return pw_seterr(err, PW_EUNSUPPORTED, "gpt-oss: a per-layer sliding_window_pattern array is not supported");
   }
   /* the local layers rotate as the full ones (their own base would need
-   * its own scaled table) */
-  hp->rope_base_swa = hp->rope_base;
+   * its own scaled table): no table of their own */
+  hp->rope_base_swa = 0;
   float base_swa;
   if (gguf_get_f32(f, "gpt-oss.rope.freq_base_swa", &base_swa) && base_swa != hp->rope_base)
     return pw_seterr(err, PW_EUNSUPPORTED, "gpt-oss: a RoPE base of the local layers (%g) other than the full ones' (%g)",

@@ -158,6 +158,8 @@ static void cpu_rope(model_ctx *c, float *v, int n_tok, int n_heads, bool swa) {
   const model_hparams *hp = &c->m->hp;
   /* the first n_rot dimensions of each head rotate, the rest pass */
   int hd = hp->head_dim, half = hp->n_rot / 2;
+  /* local layers without a base of their own rotate as the global ones */
+  swa = swa && c->rope_cos_swa;
   const float *tc = swa ? c->rope_cos_swa : c->rope_cos, *ts = swa ? c->rope_sin_swa : c->rope_sin;
   for (int t = 0; t < n_tok; t++) {
     const float *cs = tc + (size_t)t * half, *sn = ts + (size_t)t * half;

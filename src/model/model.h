@@ -80,7 +80,7 @@ typedef struct model_hparams {
   float logit_softcap; /* final logits = cap * tanh(logits / cap) */
   int32_t n_swa;       /* sliding window of the local layers, in positions */
   int32_t swa_period;  /* every swa_period-th layer is global, the others local */
-  float rope_base_swa; /* RoPE base of the local layers */
+  float rope_base_swa; /* RoPE base of the local layers (0: they rotate as the global ones) */
   int32_t n_rot;       /* rotated dimensions of a head (= head_dim unless partial RoPE) */
   int32_t rope_sections[4]; /* M-RoPE sections in rotation pairs (all 0 = plain RoPE) */
   bool rope_imrope;    /* interleaved M-RoPE (qwen3.5): section of pair i is i % 3 */
