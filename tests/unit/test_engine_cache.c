@@ -403,7 +403,9 @@ int main(void) {
     k_model = gpath;
     fprintf(stderr, "  gpt-oss (synth):\n");
     test_reuse(ENGINE_SPEC_OFF);
-    test_reuse(ENGINE_SPEC_NGRAM);
+    /* random weights repeat their own output only in longer runs: the
+     * n-gram drafter proposes within GEN tokens only at full length */
+    if (GEN >= 24) test_reuse(ENGINE_SPEC_NGRAM);
     k_model = saved;
     unlink(gpath);
   }
