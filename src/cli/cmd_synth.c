@@ -6,13 +6,14 @@
  * meaningless; its speed and memory traffic are those of the real model.
  *
  *   power synth --arch qwen2.5-0.5b --vocab ggml-vocab-qwen2.gguf --out M.gguf
- *               [--type Q4_K_M] [--seed S] [--layers N] [--threads N]
+ *               [--type Q4_K_M] [--seed S] [--layers N] [--embd N] [--threads N]
  *
  * Weights are generated row by row from (seed, tensor name, row), so the
  * file is the same whatever the thread count. 2-D weights are approximately
  * normal (sum of four uniforms) with std 0.02 (0.05 for the embedding, so
  * logits spread like a real model's); norm weights are 1 + N(0, 0.02);
- * biases N(0, 0.02); rope_freqs as llama.cpp's converter computes them.
+ * biases N(0, 0.02) (gpt-oss's attention sinks N(0, 3), so they weigh
+ * against the keys); rope_freqs as llama.cpp's converter computes them.
  *
  * Not here: the mix rules and the converter (cmd_quantize.c). */
 #include "cli/cmd_synth.h"
@@ -82,6 +83,20 @@ static const synth_model k_models[] = {
      0, 0, 0, 0, false, 0, false, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
     {"qwen1.5-moe-a2.7b", "qwen2moe", "Qwen1.5 MoE A2.7B", 2048, 24, 16, 16, 128, 5632, 8192, 1e6f, 1e-6f, true, false,
      false, 0, 0, 0, 0, false, 0, false, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
+    /* gpt-oss: biased Q/K/V/O, per-head sinks, a window of 128 on every
+     * other layer, YaRN (k_yarn), biased experts (k_moe) */
+    {"gpt-oss-20b", "gpt-oss", "gpt-oss 20B", 2880, 24, 64, 8, 64, 2880, 131072, 150000.0f, 1e-5f, true, false, false,
+     0, 0, 0, 0, false, 128, false, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
+};
+
+/* Models published with YaRN rope scaling: the factor and the original
+ * context (rope.scaling.*), written unless --yarn says otherwise. */
+static const struct {
+  const char *id;
+  float factor;
+  int orig_ctx;
+} k_yarn[] = {
+    {"gpt-oss-20b", 32.0f, 4096},
 };
 
 /* Mixture-of-experts geometry of the models that have one: the MLP of
@@ -98,6 +113,7 @@ typedef struct synth_moe {
 static const synth_moe k_moe[] = {
     {"qwen3-30b-a3b", 128, 8, 768, 0},
     {"qwen1.5-moe-a2.7b", 60, 4, 1408, 5632},
+    {"gpt-oss-20b", 32, 4, 2880, 0},
 };
 
 /* The encoders among k_models: their pooling ({arch}.pooling_type, as
@@ -182,11 +198,13 @@ static int sy_add3(sy_ctx *c, const char *name, uint64_t ne0, uint64_t ne1, uint
   return rc;
 }
 
+static bool sy_gptoss(const synth_model *m) { return !strcmp(m->arch, "gpt-oss"); }
+
 /* qwen35: is layer il a gated DeltaNet layer */
 static bool sy_recurrent(const synth_model *m, int il) { return m->ssm_d_conv > 0 && (il + 1) % m->full_attn != 0; }
 
 /* The tensors of a model as llama.cpp names them (llama, qwen2, qwen3,
- * gemma3, qwen35). */
+ * gemma3, qwen35, the MoE models, gpt-oss). */
 static int sy_build(sy_ctx *c, int n_layer, int64_t n_vocab) {
   const synth_model *m = c->m;
   int64_t e = m->n_embd, qd = (int64_t)m->n_head * m->head_dim, kvd = (int64_t)m->n_head_kv * m->head_dim;
@@ -232,6 +250,10 @@ static int sy_build(sy_ctx *c, int n_layer, int64_t n_vocab) {
       ADD("attn_k.bias", 1, kvd, 1, SY_BIAS, 0.02f);
       ADD("attn_v.bias", 1, kvd, 1, SY_BIAS, 0.02f);
     }
+    if (sy_gptoss(m)) {
+      ADD("attn_output.bias", 1, e, 1, SY_BIAS, 0.02f);
+      ADD("attn_sinks.weight", 1, m->n_head, 1, SY_BIAS, 3.0f);
+    }
     if (m->qk_norm && (mtp || !sy_recurrent(m, il))) {
       ADD("attn_q_norm.weight", 1, m->head_dim, 1, SY_NORM, 0.02f);
       ADD("attn_k_norm.weight", 1, m->head_dim, 1, SY_NORM, 0.02f);
@@ -240,8 +262,8 @@ static int sy_build(sy_ctx *c, int n_layer, int64_t n_vocab) {
       ADD("post_attention_norm.weight", 1, e, 1, SY_NORM, 0.02f);
       ADD("post_ffw_norm.weight", 1, e, 1, SY_NORM, 0.02f);
     }
-    /* qwen35 names its pre-MLP norm post_attention_norm */
-    ADD(m->ssm_d_conv > 0 ? "post_attention_norm.weight" : "ffn_norm.weight", 1, e, 1, SY_NORM, 0.02f);
+    /* qwen35 and gpt-oss name their pre-MLP norm post_attention_norm */
+    ADD(m->ssm_d_conv > 0 || sy_gptoss(m) ? "post_attention_norm.weight" : "ffn_norm.weight", 1, e, 1, SY_NORM, 0.02f);
     if (c->n_expert > 0) {
       /* the router stays F32 (llama.cpp's quantizer leaves it) */
       const int64_t F = c->moe->n_ff_exp, X = c->n_expert;
@@ -251,6 +273,12 @@ static int sy_build(sy_ctx *c, int n_layer, int64_t n_vocab) {
       ADD3("ffn_up_exps.weight", e, F);
       ADD3("ffn_down_exps.weight", F, e);
 #undef ADD3
+      if (sy_gptoss(m)) { /* biases of the router and of each expert (F32) */
+        ADD("ffn_gate_inp.bias", 1, X, 1, SY_BIAS, 0.02f);
+        ADD("ffn_gate_exps.bias", 2, F, X, SY_BIAS, 0.02f);
+        ADD("ffn_up_exps.bias", 2, F, X, SY_BIAS, 0.02f);
+        ADD("ffn_down_exps.bias", 2, e, X, SY_BIAS, 0.02f);
+      }
       if (c->moe->n_ff_shexp > 0) {
         const int64_t S = c->moe->n_ff_shexp;
         ADD("ffn_gate_inp_shexp.weight", 2, e, 1, SY_MATRIX, 0.02f);
@@ -433,6 +461,8 @@ static void synth_usage(FILE *out) {
           "  --type T        weight type with llama.cpp's mix (default F16): %s\n"
           "  --seed S        weight seed (default 1)\n"
           "  --layers N      override the layer count (quick tests)\n"
+          "  --embd N        override the hidden size, a multiple of 32 (quick tests; the heads, their size and\n"
+          "                  the MLP widths stay the model's)\n"
           "  --window N      override the sliding window of models that have one (quick tests)\n"
           "  --yarn F,CTX    YaRN rope scaling by F over an original context of CTX positions\n"
           "  --orig-ctx N    override the original context of LongRoPE models (quick tests of the long factors)\n"
@@ -447,7 +477,7 @@ static void synth_usage(FILE *out) {
 
 int cmd_synth(int argc, char **argv) {
   const char *arch = NULL, *vocab = NULL, *outp = NULL, *type = "F16";
-  long seed = 1, layers = 0, threads = 2, window = 0, yarn_ctx = 0, orig_ctx = 0, experts = 0;
+  long seed = 1, layers = 0, threads = 2, window = 0, yarn_ctx = 0, orig_ctx = 0, experts = 0, embd = 0;
   const char *pooling = NULL;
   double yarn_factor = 0;
   int quiet = 0;
@@ -468,7 +498,7 @@ int cmd_synth(int argc, char **argv) {
       continue;
     }
     bool known = !strcmp(a, "--arch") || !strcmp(a, "--vocab") || !strcmp(a, "--out") || !strcmp(a, "-o") ||
-                 !strcmp(a, "--type") || !strcmp(a, "--seed") || !strcmp(a, "--layers") || !strcmp(a, "--window") || !strcmp(a, "--yarn") || !strcmp(a, "--orig-ctx") || !strcmp(a, "--pooling") || !strcmp(a, "--experts") ||
+                 !strcmp(a, "--type") || !strcmp(a, "--seed") || !strcmp(a, "--layers") || !strcmp(a, "--embd") || !strcmp(a, "--window") || !strcmp(a, "--yarn") || !strcmp(a, "--orig-ctx") || !strcmp(a, "--pooling") || !strcmp(a, "--experts") ||
                  !strcmp(a, "--threads") || !strcmp(a, "-t");
     if (!known) {
       fprintf(stderr, "power synth: unknown argument %s (try --help)\n", a);
@@ -488,6 +518,12 @@ int cmd_synth(int argc, char **argv) {
       if (cli_parse_long("synth", a, v, 0, 0x7fffffffL, &seed)) return 2;
     } else if (!strcmp(a, "--layers")) {
       if (cli_parse_long("synth", a, v, 1, 1024, &layers)) return 2;
+    } else if (!strcmp(a, "--embd")) {
+      if (cli_parse_long("synth", a, v, 32, 65536, &embd)) return 2;
+      if (embd % 32) {
+        fprintf(stderr, "power synth: --embd %ld is not a multiple of 32\n", embd);
+        return 2;
+      }
     } else if (!strcmp(a, "--yarn")) {
       char *end = NULL;
       yarn_factor = strtod(v, &end);
@@ -516,6 +552,14 @@ int cmd_synth(int argc, char **argv) {
     for (size_t i = 0; i < sizeof k_models / sizeof k_models[0]; i++) fprintf(stderr, " %s", k_models[i].id);
     fprintf(stderr, ")\n");
     return 2;
+  }
+  synth_model resized;
+  if (embd > 0) {
+    /* the head size stays the model's: written as key_length when it no
+     * longer equals the hidden size over the heads */
+    resized = *m;
+    resized.n_embd = (int)embd;
+    m = &resized;
   }
   if (mtp && m->ssm_d_conv == 0) {
     fprintf(stderr, "power synth: --mtp: %s has no MTP block\n", m->id);
@@ -613,9 +657,10 @@ int cmd_synth(int argc, char **argv) {
     if (gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->out_type, err)) goto fail;
   }
   /* Metadata in the order llama.cpp's converter writes it. */
-  char title[96];
-  snprintf(title, sizeof title, "%s (synthetic weights, seed %ld%s%s%s)", m->title, seed,
-           n_layer != m->n_layer ? ", fewer layers" : "", window > 0 ? ", another window" : "",
+  char title[160];
+  snprintf(title, sizeof title, "%s (synthetic weights, seed %ld%s%s%s%s)", m->title, seed,
+           n_layer != m->n_layer ? ", fewer layers" : "", embd > 0 ? ", another width" : "",
+           window > 0 ? ", another window" : "",
            moe && c.n_expert != moe->n_expert ? ", other expert count" : "");
   const char *a = m->arch;
 #define KEY(s) (snprintf(key, sizeof key, "%s.%s", a, s), key)
@@ -667,6 +712,11 @@ int cmd_synth(int argc, char **argv) {
         gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)m->head_dim, err))
       goto fail;
   }
+  for (size_t i = 0; i < sizeof k_yarn / sizeof k_yarn[0] && yarn_factor == 0; i++)
+    if (!strcmp(k_yarn[i].id, m->id)) {
+      yarn_factor = k_yarn[i].factor;
+      yarn_ctx = k_yarn[i].orig_ctx;
+    }
   if (yarn_factor > 0 &&
       (gguf_writer_set_str(w, KEY("rope.scaling.type"), "yarn", err) ||
        gguf_writer_set_f32(w, KEY("rope.scaling.factor"), (float)yarn_factor, err) ||

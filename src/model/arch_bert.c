@@ -242,7 +242,7 @@ static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int i
     }
     ea = full;
   }
-  be->attention(c, kv, ea, n, L->kv_slot, 1.0f / sqrtf((float)hd), 0);
+  be->attention(c, kv, ea, n, L->kv_slot, 1.0f / sqrtf((float)hd), 0, NULL);
   be->matmul(c, &L->wo, c->att, n, c->xn);
   be->add_rows(c, c->xn, L->bo, n, E);
   be->add(c, c->xn, c->xn, c->x, (int64_t)n * E);

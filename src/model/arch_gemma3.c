@@ -88,7 +88,7 @@ static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int i
   /* llama.cpp scales Q in f32 and attends with scale 1 */
   be->scale(c, c->q, c->q, hp->attn_scale, (int64_t)n * qd);
   be->kv_store(c, kv, e, n, il);
-  be->attention(c, kv, e, n, il, 1.0f, swa ? hp->n_swa : 0);
+  be->attention(c, kv, e, n, il, 1.0f, swa ? hp->n_swa : 0, NULL);
   be->prefetch_weights(c, gu, 2, E, n);
   be->matmul(c, &L->wo, c->att, n, c->xn);
   be->rmsnorm(c, c->xn, c->xn, L->attn_post_norm, n, E, hp->rms_eps);

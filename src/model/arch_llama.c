@@ -69,7 +69,7 @@ static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int i
   be->rope(c, c->k, n, hp->n_head_kv, false);
   be->kv_store(c, kv, e, n, il);
   model_prefetch_weight(c, &L->wo, n);
-  be->attention(c, kv, e, n, il, 1.0f / sqrtf((float)hd), 0);
+  be->attention(c, kv, e, n, il, 1.0f / sqrtf((float)hd), 0, NULL);
   be->prefetch_vec(L->ffn_norm, E);
   be->prefetch_weights(c, gu, 2, E, n);
   be->matmul(c, &L->wo, c->att, n, c->xn);

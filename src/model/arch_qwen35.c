@@ -302,7 +302,7 @@ static void attn_mixer(model_ctx *c, model_kv *kv, const model_entry *e, int n, 
   be->rope(c, c->k, n, hp->n_head_kv, false);
   be->kv_store(c, kv, e, n, L->kv_slot);
   prefetch_w(c, &L->wo, n);
-  be->attention(c, kv, e, n, L->kv_slot, 1.0f / sqrtf((float)hd), 0);
+  be->attention(c, kv, e, n, L->kv_slot, 1.0f / sqrtf((float)hd), 0, NULL);
   be->mul_sigmoid(c, c->att, a->qgate, (int64_t)n * qd);
   be->matmul(c, &L->wo, c->att, n, c->xn);
 }

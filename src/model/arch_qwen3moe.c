@@ -31,7 +31,7 @@
 #define MOE_MAX_EXPERTS 512
 #define MOE_MAX_USED 64
 
-static int load_hparams(model *m, char *err) {
+int model_moe_hparams(model *m, char *err) {
   model_hparams *hp = &m->hp;
   const gguf_file *f = m->f;
   const char *a = hp->arch_name;
@@ -72,8 +72,8 @@ static int load_hparams(model *m, char *err) {
 }
 
 /* A stacked expert tensor [n_in, n_out, n_expert], bound as expert 0. */
-static int bind_experts(const gguf_file *f, const char *name, int64_t n_in, int64_t n_out, int64_t n_exp,
-                        model_weight *w, char *err) {
+int model_bind_experts(const gguf_file *f, const char *name, int64_t n_in, int64_t n_out, int64_t n_exp,
+                       model_weight *w, char *err) {
   const gguf_tensor *t = gguf_find_tensor(f, name);
   if (!t) return pw_seterr(err, PW_EFORMAT, "tensor %s is missing", name);
   const pw_dtype_info *di = pw_dtype_get(t->type);
@@ -111,9 +111,9 @@ static int bind_layer(model *m, int il, char *err) {
   if (!L->q_norm != !L->k_norm) return pw_seterr(err, PW_EFORMAT, "layer %d: attn_q_norm and attn_k_norm come together", il);
   if ((rc = model_bind_vec(f, NAME("ffn_norm.weight"), e, &L->ffn_norm, true, err))) return rc;
   if ((rc = model_bind_weight(f, NAME("ffn_gate_inp.weight"), e, X, &L->ffn_gate_inp, true, err))) return rc;
-  if ((rc = bind_experts(f, NAME("ffn_gate_exps.weight"), e, F, X, &L->gate_exps, err))) return rc;
-  if ((rc = bind_experts(f, NAME("ffn_up_exps.weight"), e, F, X, &L->up_exps, err))) return rc;
-  if ((rc = bind_experts(f, NAME("ffn_down_exps.weight"), F, e, X, &L->down_exps, err))) return rc;
+  if ((rc = model_bind_experts(f, NAME("ffn_gate_exps.weight"), e, F, X, &L->gate_exps, err))) return rc;
+  if ((rc = model_bind_experts(f, NAME("ffn_up_exps.weight"), e, F, X, &L->up_exps, err))) return rc;
+  if ((rc = model_bind_experts(f, NAME("ffn_down_exps.weight"), F, e, X, &L->down_exps, err))) return rc;
   if (hp->n_ff_shexp > 0) {
     const int64_t S = hp->n_ff_shexp;
     /* the gate: [n_embd] or [n_embd, 1], kept F32 by the quantizers */
@@ -129,7 +129,7 @@ static int bind_layer(model *m, int il, char *err) {
 
 /* The matmul scratch: the attention's, the router's for the pass, and an
  * expert's for up to all the pass's entries. */
-static size_t scratch_size(const model *m, int il, int max_batch) {
+size_t model_moe_scratch_size(const model *m, int il, int max_batch) {
   const layer_w *L = &m->layers[il];
   const model_hparams *hp = &m->hp;
   pw_mm_op qkv[3];
@@ -155,7 +155,7 @@ static size_t scratch_size(const model *m, int il, int max_batch) {
 
 /* c->arch_act: the MLP's output [max_batch][n_embd], then the moe_ffn
  * op's scratch */
-static size_t act_floats(const model *m, int max_batch) {
+size_t model_moe_act_floats(const model *m, int max_batch) {
   return (size_t)max_batch * m->hp.n_embd + model_moe_scratch_floats(&m->hp, max_batch);
 }
 
@@ -186,7 +186,7 @@ static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int i
   be->rope(c, c->k, n, hp->n_head_kv, false);
   be->kv_store(c, kv, e, n, il);
   model_prefetch_weight(c, &L->wo, n);
-  be->attention(c, kv, e, n, il, 1.0f / sqrtf((float)hd), 0);
+  be->attention(c, kv, e, n, il, 1.0f / sqrtf((float)hd), 0, NULL);
   be->prefetch_vec(L->ffn_norm, E);
   model_prefetch_weight(c, &L->ffn_gate_inp, n);
   be->matmul(c, &L->wo, c->att, n, c->xn);
@@ -202,8 +202,8 @@ static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int i
 }
 
 #define QWEN_MOE                                                                                               \
-  .rope_neox = true, .load_hparams = load_hparams, .bind_layer = bind_layer, .scratch_size = scratch_size,     \
-  .layer = layer, .prefetch_layer = model_layer_prefetch, .act_floats = act_floats
+  .rope_neox = true, .load_hparams = model_moe_hparams, .bind_layer = bind_layer, .scratch_size = model_moe_scratch_size,     \
+  .layer = layer, .prefetch_layer = model_layer_prefetch, .act_floats = model_moe_act_floats
 
 const model_arch_ops model_arch_qwen3moe = {.name = "qwen3moe", .arch = MODEL_ARCH_QWEN3MOE, .qk_norm = true, QWEN_MOE};
 const model_arch_ops model_arch_qwen2moe = {.name = "qwen2moe", .arch = MODEL_ARCH_QWEN2MOE, .qkv_bias = true, QWEN_MOE};

@@ -158,6 +158,8 @@ static void cpu_rope(model_ctx *c, float *v, int n_tok, int n_heads, bool swa) {
   const model_hparams *hp = &c->m->hp;
   /* the first n_rot dimensions of each head rotate, the rest pass */
   int hd = hp->head_dim, half = hp->n_rot / 2;
+  /* local layers without a base of their own rotate as the global ones */
+  swa = swa && c->rope_cos_swa;
   const float *tc = swa ? c->rope_cos_swa : c->rope_cos, *ts = swa ? c->rope_sin_swa : c->rope_sin;
   for (int t = 0; t < n_tok; t++) {
     const float *cs = tc + (size_t)t * half, *sn = ts + (size_t)t * half;
@@ -198,6 +200,7 @@ typedef struct attn_job {
   bool f16;     /* the cache is F16 (else pw_attn_kvq) */
   float scale;  /* of q K^T */
   int window;   /* > 0: each query sees at most the last `window` positions */
+  const float *sinks; /* [n_head] logits joining each head's softmax, or NULL */
   int s0, ns;   /* the wave: spans [s0, s0 + ns) of the split */
   _Atomic long next; /* next work item */
 } attn_job;
@@ -251,6 +254,35 @@ static void attn_call(const attn_job *j, int seq, int hk, int p0, const float *c
   pw_attn_kvq(&a, q, np, nq, hd, j->scale, out, ms, 0);
 }
 
+/* A sink: a logit s in a query head's softmax with no value, taken into
+ * its finished state (acc, ms: max and sum) as llama.cpp's flash attention
+ * does after the last key (the accumulator rescaled when s is the new
+ * max, else exp(s - max) added to the sum), then normalised. */
+static void attn_sink_finish(float *acc, float *ms, float s, int hd) {
+  if (s > ms[0]) {
+    const float sc = expf(ms[0] - s);
+    for (int i = 0; i < hd; i++) acc[i] *= sc;
+    ms[1] = ms[1] * sc + 1.0f;
+    ms[0] = s;
+  } else {
+    ms[1] += expf(s - ms[0]);
+  }
+  pw_attn_finish(acc, ms, hd);
+}
+
+/* attn_call for whole prefixes: normalised outputs; with sinks, through
+ * the span state, the sink of each query's head (heads[i]) folded in. */
+static void attn_call_full(const attn_job *j, int seq, int hk, int p0, const float *const *q, const int *np, int nq,
+                           float *const *out, const int *heads) {
+  if (!j->sinks) {
+    attn_call(j, seq, hk, p0, q, np, nq, out, NULL);
+    return;
+  }
+  float ms[2 * PW_ATTN_GROUP_MAX];
+  attn_call(j, seq, hk, p0, q, np, nq, out, ms);
+  for (int i = 0; i < nq; i++) attn_sink_finish(out[i], ms + 2 * i, j->sinks[heads[i]], j->kv->head_dim);
+}
+
 /* Sliding-window layers: one item is a group and a block of query heads;
  * each token's keys start at its own position, so its query heads go
  * through the kernel on their own (windows are short: no split). */
@@ -263,14 +295,15 @@ static void attn_window(attn_job *j, long w) {
   for (int t = c->att_groups[g]; t < c->att_groups[g + 1]; t++) {
     const float *qp[PW_ATTN_GROUP_MAX];
     float *op[PW_ATTN_GROUP_MAX];
-    int np[PW_ATTN_GROUP_MAX], nq = 0;
+    int np[PW_ATTN_GROUP_MAX], hs[PW_ATTN_GROUP_MAX], nq = 0;
     const int start = j->e[t].pos + 1 > j->window ? j->e[t].pos + 1 - j->window : 0;
     for (int h = h0; h < h0 + j->heads; h++) {
       qp[nq] = c->q + ((size_t)t * hp->n_head + h) * hd;
       op[nq] = c->att + ((size_t)t * hp->n_head + h) * hd;
+      hs[nq] = h;
       np[nq++] = j->e[t].pos + 1 - start;
     }
-    attn_call(j, seq, hk, start, qp, np, nq, op, NULL);
+    attn_call_full(j, seq, hk, start, qp, np, nq, op, hs);
   }
 }
 
@@ -294,7 +327,7 @@ static void attn_span(attn_job *j, long w) {
   const float *qs[PW_ATTN_GROUP_MAX], *qp[PW_ATTN_GROUP_MAX];
   float *os[PW_ATTN_GROUP_MAX], *op[PW_ATTN_GROUP_MAX];
   float ms[2 * PW_ATTN_GROUP_MAX];
-  int n1pos[PW_ATTN_GROUP_MAX], np[PW_ATTN_GROUP_MAX], n1 = 0, nm = 0;
+  int n1pos[PW_ATTN_GROUP_MAX], np[PW_ATTN_GROUP_MAX], h1[PW_ATTN_GROUP_MAX], n1 = 0, nm = 0;
   float *msrow[PW_ATTN_GROUP_MAX];
   for (int t = t0; t < t1; t++) {
     const int n_pos = j->e[t].pos + 1;
@@ -305,6 +338,7 @@ static void attn_span(attn_job *j, long w) {
       if (!split) {
         qs[n1] = q;
         os[n1] = c->att + ((size_t)t * hp->n_head + h) * hd;
+        h1[n1] = h;
         n1pos[n1++] = n_pos;
       } else {
         const size_t row = ((size_t)t * hp->n_head + h) * j->ns + (size_t)(si - j->s0);
@@ -314,7 +348,7 @@ static void attn_span(attn_job *j, long w) {
         np[nm++] = n_pos - p0 < PW_ATTN_SPLIT ? n_pos - p0 : PW_ATTN_SPLIT;
       }
       if (n1 == PW_ATTN_GROUP_MAX) {
-        attn_call(j, seq, hk, p0, qs, n1pos, n1, os, NULL);
+        attn_call_full(j, seq, hk, p0, qs, n1pos, n1, os, h1);
         n1 = 0;
       }
       if (nm == PW_ATTN_GROUP_MAX) {
@@ -324,7 +358,7 @@ static void attn_span(attn_job *j, long w) {
       }
     }
   }
-  if (n1) attn_call(j, seq, hk, p0, qs, n1pos, n1, os, NULL);
+  if (n1) attn_call_full(j, seq, hk, p0, qs, n1pos, n1, os, h1);
   if (nm) {
     attn_call(j, seq, hk, p0, qp, np, nm, op, ms);
     for (int i = 0; i < nm; i++) memcpy(msrow[i], ms + 2 * i, 2 * sizeof(float));
@@ -378,12 +412,15 @@ static void fold_worker(void *ctx, int ith, int nth) {
       const size_t row = (size_t)w * j->ns + (size_t)(si - j->s0);
       pw_attn_fold(racc, rms, c->att_part + row * hd, c->att_part_ms + row * 2, hd);
     }
-    if (f->last_wave) pw_attn_finish(racc, rms, hd);
+    if (f->last_wave) {
+      if (j->sinks) attn_sink_finish(racc, rms, j->sinks[w % hp->n_head], hd);
+      else pw_attn_finish(racc, rms, hd);
+    }
   }
 }
 
 static void cpu_attention(model_ctx *c, model_kv *kv, const model_entry *e, int n, int il, float scale,
-                          int window) {
+                          int window, const float *sinks) {
   const model *m = c->m;
   const model_hparams *hp = &m->hp;
   const int nth = pw_pool_size(m->pool);
@@ -406,7 +443,7 @@ static void cpu_attention(model_ctx *c, model_kv *kv, const model_entry *e, int 
   const long units = (long)c->n_att_groups * hp->n_head_kv * (window > 0 ? 1 : wave);
   attn_job job = {c, kv, e, il, c->n_att_groups, units >= nth ? hp->n_head / hp->n_head_kv : 1,
                   pw_attn_multi_get(), pw_attn_part_get(), kv->type_k == PW_DT_F16 && kv->type_v == PW_DT_F16,
-                  scale, window, 0, wave, 0};
+                  scale, window, sinks, 0, wave, 0};
   for (int s0 = 0; s0 < max_spans; s0 += wave) {
     job.s0 = s0;
     job.ns = max_spans - s0 < wave ? max_spans - s0 : wave;

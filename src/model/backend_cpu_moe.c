@@ -13,6 +13,13 @@
  *   shared   (where the layer has one) y += sigmoid(x . g) * the shared
  *            expert's SwiGLU of x, computed after the routed ones; the
  *            sigmoid as llama.cpp's qwen2moe graph, silu(v) / v
+ * and for gpt-oss (hp->moe_softmax_topk, llama.cpp's softmax_weight
+ * gating and its swiglu_oai):
+ *   router   logits = x W_router^T + b_router
+ *   top-k    the k largest logits; weights = softmax over those k alone
+ *   experts  g = gate x + b_gate, u = up x + b_up,
+ *            a = min(g, L) sigmoid(alpha min(g, L)) (clamp(u, -L, L) + 1),
+ *            y = sum of weight * (down a + b_down)
  *
  * Speed: the entries of a pass are gathered by expert, so each expert
  * that any entry chose runs once over all its entries (its weights are
@@ -77,18 +84,29 @@ size_t model_moe_scratch_floats(const model_hparams *hp, int max_batch) {
   return hp->n_expert > 0 ? lay(hp, max_batch, NULL, NULL) : 0;
 }
 
-/* Softmax over one entry's router logits, its top k, and their weights. */
-static void route(const model_hparams *hp, float *p, float *w, int32_t *sel) {
-  const int ne = hp->n_expert, k = hp->n_expert_used;
+/* p[0..n) = softmax(p) as ggml's soft_max: max subtracted, the sum in
+ * double, one multiply by its inverse. */
+static void softmax(float *p, int n) {
   float mx = -INFINITY;
-  for (int i = 0; i < ne; i++) mx = p[i] > mx ? p[i] : mx;
+  for (int i = 0; i < n; i++) mx = p[i] > mx ? p[i] : mx;
   double sum = 0;
-  for (int i = 0; i < ne; i++) {
+  for (int i = 0; i < n; i++) {
     p[i] = expf(p[i] - mx);
     sum += (double)p[i];
   }
   const float inv = (float)(1.0 / sum);
-  for (int i = 0; i < ne; i++) p[i] *= inv;
+  for (int i = 0; i < n; i++) p[i] *= inv;
+}
+
+/* One entry's router logits p (biased where the layer has a bias) to its
+ * top k and their weights: a softmax over all the experts, then the top k
+ * (normalised and scaled as hp says), or (moe_softmax_topk) the top k of
+ * the logits and a softmax over those k. */
+static void route(const model_hparams *hp, const float *bias, float *p, float *w, int32_t *sel) {
+  const int ne = hp->n_expert, k = hp->n_expert_used;
+  if (bias)
+    for (int i = 0; i < ne; i++) p[i] += bias[i];
+  if (!hp->moe_softmax_topk) softmax(p, ne);
   /* selection by insertion into a sorted list of k: k is small (8) */
   int n = 0;
   for (int i = 0; i < ne; i++) {
@@ -101,10 +119,9 @@ static void route(const model_hparams *hp, float *p, float *w, int32_t *sel) {
     sel[j] = i;
   }
   double ws = 0;
-  for (int j = 0; j < k; j++) {
-    w[j] = p[sel[j]];
-    ws += (double)w[j];
-  }
+  for (int j = 0; j < k; j++) w[j] = p[sel[j]];
+  if (hp->moe_softmax_topk) softmax(w, k);
+  for (int j = 0; j < k; j++) ws += (double)w[j];
   if (hp->expert_norm) {
     float s = (float)ws;
     if (s < 6.103515625e-5f) s = 6.103515625e-5f;
@@ -112,6 +129,16 @@ static void route(const model_hparams *hp, float *p, float *w, int32_t *sel) {
   }
   if (hp->expert_scale != 0.0f && hp->expert_scale != 1.0f)
     for (int j = 0; j < k; j++) w[j] *= hp->expert_scale;
+}
+
+/* ggml's swiglu_oai, element by element in its float operations:
+ * g = min(g, limit) / (1 + exp(-alpha min(g, limit))) * (clamp(u) + 1). */
+static void swiglu_oai(float *g, const float *u, int64_t n, float alpha, float limit) {
+  for (int64_t i = 0; i < n; i++) {
+    const float x = g[i] < limit ? g[i] : limit;
+    const float y = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+    g[i] = x / (1.0f + expf(alpha * (-x))) * (y + 1.0f);
+  }
 }
 
 void model_cpu_moe_ffn(model_ctx *c, const layer_w *L, const float *x, int n, float *y, float *scratch) {
@@ -126,7 +153,7 @@ void model_cpu_moe_ffn(model_ctx *c, const layer_w *L, const float *x, int n, fl
   pw_matmul_ex(m->pool, L->ffn_gate_inp.type, L->ffn_gate_inp.data, E, ne, x, n, s.logits, c->mm_scratch, m->mm_hints);
   memset(s.start, 0, (size_t)(ne + 1) * sizeof *s.start);
   for (int t = 0; t < n; t++) {
-    route(hp, s.logits + (size_t)t * ne, s.wsel + (size_t)t * k, s.isel + (size_t)t * k);
+    route(hp, L->b_gate_inp, s.logits + (size_t)t * ne, s.wsel + (size_t)t * k, s.isel + (size_t)t * k);
     for (int j = 0; j < k; j++) s.start[s.isel[(size_t)t * k + j] + 1]++;
   }
   /* the entries of each expert, in entry order (counting sort) */
@@ -160,13 +187,19 @@ void model_cpu_moe_ffn(model_ctx *c, const layer_w *L, const float *x, int n, fl
     const pw_mm_op dn = {wd.type, wd.data, E, s.d};
     m->be->prefetch_weights(c, &dn, 1, F, cnt);
     pw_matmul_multi_ex(m->pool, gu, 2, E, xe, cnt, c->mm_scratch, hints);
-    m->be->swiglu(c, s.g, s.u, (int64_t)cnt * F);
+    if (L->b_gate_exps) {
+      m->be->add_rows(c, s.g, L->b_gate_exps + (size_t)ex * F, cnt, F);
+      m->be->add_rows(c, s.u, L->b_up_exps + (size_t)ex * F, cnt, F);
+    }
+    if (hp->swiglu_limit > 0) swiglu_oai(s.g, s.u, (int64_t)cnt * F, hp->swiglu_alpha, hp->swiglu_limit);
+    else m->be->swiglu(c, s.g, s.u, (int64_t)cnt * F);
     if (next < ne) {
       const model_weight ng = model_expert(&L->gate_exps, next), nu = model_expert(&L->up_exps, next);
       const pw_mm_op ngu[2] = {{ng.type, ng.data, F, s.g}, {nu.type, nu.data, F, s.u}};
       m->be->prefetch_weights(c, ngu, 2, E, s.start[next + 1] - s.start[next]);
     }
     pw_matmul_multi_ex(m->pool, &dn, 1, F, s.g, cnt, c->mm_scratch, hints);
+    if (L->b_down_exps) m->be->add_rows(c, s.d, L->b_down_exps + (size_t)ex * E, cnt, E);
     for (int r = 0; r < cnt; r++) {
       const int t = s.list[r0 + r] / k;
       const float w = s.wsel[s.list[r0 + r]];

@@ -20,7 +20,7 @@
 
 const model_arch_ops *const model_archs[] = {&model_arch_llama,  &model_arch_qwen2, &model_arch_qwen3, &model_arch_gemma3,
                                              &model_arch_phi3,   &model_arch_qwen35, &model_arch_bert,
-                                             &model_arch_nomic_bert, &model_arch_qwen3moe, &model_arch_qwen2moe, NULL};
+                                             &model_arch_nomic_bert, &model_arch_qwen3moe, &model_arch_qwen2moe, &model_arch_gptoss, NULL};
 
 /* ---- loading ---------------------------------------------------------- */
 
@@ -552,7 +552,7 @@ int model_ctx_create(const model *m, int max_batch, int max_ctx, model_ctx **out
   c->rows = alloc_lines(B * hp->n_embd * sizeof(float));
   c->rope_cos = malloc(B * hp->head_dim / 2 * sizeof(float));
   c->rope_sin = malloc(B * hp->head_dim / 2 * sizeof(float));
-  if (hp->n_swa > 0) {
+  if (hp->n_swa > 0 && hp->rope_base_swa > 0) {
     c->rope_cos_swa = malloc(B * hp->head_dim / 2 * sizeof(float));
     c->rope_sin_swa = malloc(B * hp->head_dim / 2 * sizeof(float));
   }
@@ -585,7 +585,7 @@ int model_ctx_create(const model *m, int max_batch, int max_ctx, model_ctx **out
   c->mm_scratch = alloc_lines(mm ? mm : 1);
   if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->rows ||
       !c->rope_cos || !c->rope_sin || !c->att_groups || !c->mm_scratch || (act && !c->arch_act) || split_err ||
-      (hp->n_swa > 0 && (!c->rope_cos_swa || !c->rope_sin_swa))) {
+      (hp->n_swa > 0 && hp->rope_base_swa > 0 && (!c->rope_cos_swa || !c->rope_sin_swa))) {
     model_ctx_destroy(c);
     return pw_seterr(err, PW_ENOMEM, "out of memory for batch scratch");
   }

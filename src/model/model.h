@@ -7,7 +7,9 @@
  * sandwich norms, Q/K norm, sliding-window layers between global ones, a
  * GeGLU MLP), `phi3` (fused QKV and gate/up projections, LongRoPE) and
  * `qwen3moe` (qwen3's attention, a routed mixture-of-experts MLP) and
- * `qwen2moe` (qwen2's attention, routed experts beside a gated shared one).
+ * `qwen2moe` (qwen2's attention, routed experts beside a gated shared one)
+ * and `gpt-oss` (attention with biases and per-head sinks, sliding-window
+ * layers between full ones, biased experts with a clamped SwiGLU).
  * Weights are views into the bytes weights/ holds: the GGUF mapping by
  * default, or an owned (possibly decrypted) copy.
  *
@@ -39,7 +41,8 @@ typedef enum model_arch {
   MODEL_ARCH_BERT,
   MODEL_ARCH_NOMIC_BERT,
   MODEL_ARCH_QWEN3MOE,
-  MODEL_ARCH_QWEN2MOE
+  MODEL_ARCH_QWEN2MOE,
+  MODEL_ARCH_GPTOSS
 } model_arch;
 
 /* How an encoder's hidden states become one vector per sequence
@@ -77,7 +80,7 @@ typedef struct model_hparams {
   float logit_softcap; /* final logits = cap * tanh(logits / cap) */
   int32_t n_swa;       /* sliding window of the local layers, in positions */
   int32_t swa_period;  /* every swa_period-th layer is global, the others local */
-  float rope_base_swa; /* RoPE base of the local layers */
+  float rope_base_swa; /* RoPE base of the local layers (0: they rotate as the global ones) */
   int32_t n_rot;       /* rotated dimensions of a head (= head_dim unless partial RoPE) */
   int32_t rope_sections[4]; /* M-RoPE sections in rotation pairs (all 0 = plain RoPE) */
   bool rope_imrope;    /* interleaved M-RoPE (qwen3.5): section of pair i is i % 3 */
@@ -96,6 +99,13 @@ typedef struct model_hparams {
   bool expert_norm;      /* the top-k weights are divided by their sum */
   float expert_scale;    /* the top-k weights are multiplied by this (0, 1: none) */
   int32_t n_ff_shexp;    /* hidden size of the shared expert (qwen2moe; 0 = none) */
+  /* gpt-oss's routing and experts: the top-k of the router logits (plus
+   * its bias) with a softmax over those k alone, instead of a softmax over
+   * all experts first; the experts' activation the clamped SwiGLU
+   * min(g, limit) * sigmoid(alpha min(g, limit)) * (clamp(u, +-limit) + 1)
+   * (swiglu_limit 0: plain SwiGLU) */
+  bool moe_softmax_topk;
+  float swiglu_alpha, swiglu_limit;
 } model_hparams;
 
 /* A weight matrix: n_out rows of n_in elements of `type` (view). */

@@ -16,6 +16,8 @@
  *                  blocks with bidirectional attention, pooling heads
  *   arch_qwen3moe.c  Qwen3-MoE's and Qwen2-MoE's blocks: their attention,
  *                  then a routed mixture-of-experts MLP (the moe_ffn op)
+ *   arch_gptoss.c  gpt-oss's block: biased attention with sinks, sliding
+ *                  windows on alternate layers, biased experts
  *   backend_cpu.c  the op interface on the CPU kernels of tensor/
  *   backend_cpu_dnet.c  the CPU's DeltaNet recurrence (conv1d + gated
  *                  delta rule over the per-sequence state)
@@ -75,6 +77,11 @@ typedef struct layer_w {
    * [n_embd -> n_ff_shexp] SwiGLU, its output scaled by
    * sigmoid(x . gate_inp_shexp), gate_inp_shexp [n_embd -> 1] F32 */
   model_weight gate_shexp, up_shexp, down_shexp, gate_inp_shexp;
+  /* gpt-oss: the attention sinks [n_head] (a logit per query head that
+   * joins the softmax with a zero value), the router's bias [n_expert], the
+   * experts' biases [n_expert][n_ff_exp] (gate, up) and [n_expert][n_embd]
+   * (down); NULL where absent */
+  const float *attn_sinks, *b_gate_inp, *b_gate_exps, *b_up_exps, *b_down_exps;
 } layer_w;
 
 /* Expert e of a stacked expert tensor bound as expert 0 (a view). */
@@ -222,8 +229,10 @@ struct model_backend {
   void (*kv_store)(model_ctx *c, model_kv *kv, const model_entry *e, int n, int layer);
   /* c->att = softmax(scale q K^T) V per query head, each entry over its
    * sequence up to and including its position, and over at most the last
-   * window positions when window > 0 */
-  void (*attention)(model_ctx *c, model_kv *kv, const model_entry *e, int n, int layer, float scale, int window);
+   * window positions when window > 0; sinks (NULL: none): per query head a
+   * logit that joins the softmax's denominator with no value */
+  void (*attention)(model_ctx *c, model_kv *kv, const model_entry *e, int n, int layer, float scale, int window,
+                    const float *sinks);
   /* g = silu(g) * u over n elements */
   void (*swiglu)(model_ctx *c, float *g, const float *u, int64_t n);
   /* g = gelu(g) * u over n elements (tanh form, as ggml's table) */
@@ -246,7 +255,9 @@ struct model_backend {
    * sum over each entry's top-k experts (router softmax, top-k, weights
    * normalised and scaled as hp says) of weight * down(silu(gate x) * up
    * x), plus the shared expert's output times its sigmoid gate where L has
-   * one; x = [n][n_embd] (y may not alias x). scratch:
+   * one; with hp->moe_softmax_topk (gpt-oss) the biased router's top-k
+   * and a softmax over them, biased experts and the clamped SwiGLU of
+   * hp->swiglu_*; x = [n][n_embd] (y may not alias x). scratch:
    * model_moe_scratch_floats floats. */
   void (*moe_ffn)(model_ctx *c, const layer_w *L, const float *x, int n, float *y, float *scratch);
   /* Hints, no-ops where meaningless: the weights of the next matmul of a
@@ -292,12 +303,21 @@ struct model_arch_ops {
 extern const model_arch_ops *const model_archs[];
 extern const model_arch_ops model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma3,
     model_arch_phi3, model_arch_qwen35, model_arch_bert, model_arch_nomic_bert, model_arch_qwen3moe,
-    model_arch_qwen2moe;
+    model_arch_qwen2moe, model_arch_gptoss;
 
 /* model.c: binding helpers for the architectures' files */
 int model_bind_weight(const gguf_file *f, const char *name, int64_t n_in, int64_t n_out, model_weight *w,
                       bool required, char *err);
 int model_bind_vec(const gguf_file *f, const char *name, int64_t n, const float **out, bool required, char *err);
+/* arch_qwen3moe.c, shared with the other MoE blocks: the expert counts and
+ * widths ({arch}.expert_*), a stacked expert tensor [n_in, n_out, n_exp]
+ * bound as expert 0, the matmul scratch of an attention + MoE layer, and
+ * c->arch_act's floats (the MLP's output, then the moe_ffn op's scratch) */
+int model_moe_hparams(model *m, char *err);
+int model_bind_experts(const gguf_file *f, const char *name, int64_t n_in, int64_t n_out, int64_t n_exp,
+                       model_weight *w, char *err);
+size_t model_moe_scratch_size(const model *m, int il, int max_batch);
+size_t model_moe_act_floats(const model *m, int max_batch);
 /* arch_qwen35.c: matmul scratch of an MTP pass of max_batch entries */
 size_t model_mtp_scratch_size(const model *m, int max_batch);
 /* the CPU's delta_net op (backend_cpu_dnet.c) */

@@ -259,18 +259,38 @@ static inline bool is_nl(uint32_t c) { return c == '\r' || c == '\n'; }
 
 /* (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|
  *  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+   (Qwen2) */
+/* (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD]) at pos: its
+ * length or 0. ASCII letters only: std::regex sees every non-ASCII code
+ * point collapsed to one category byte, which no [sS] matches. */
+static size_t contraction_ascii_len(const uint32_t *cp, size_t pos, size_t end) {
+  if (cp[pos] != '\'' || pos + 1 >= end || cp[pos + 1] >= 0x80) return 0;
+  uint32_t c1 = cp[pos + 1] | 0x20; /* |0x20 maps no other ASCII code point onto these letters */
+  if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return 2;
+  if (pos + 2 >= end || cp[pos + 2] >= 0x80) return 0;
+  uint32_t c2 = cp[pos + 2] | 0x20;
+  return (c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l') ? 3 : 0;
+}
+
+/* \s*[\r\n]+|\s+(?!\S)|\s+ at pos, as std::regex matches it within the
+ * piece (the lookahead sees the piece's end as the end of the text): the
+ * length, or 0 when pos is not whitespace. */
+static size_t ws_match(const uint32_t *cp, const uint8_t *fl, size_t pos, size_t end) {
+  size_t nws = 0, last_nl = 0;
+  while (r_ws(fl, pos + nws, end)) {
+    if (is_nl(cp[pos + nws])) last_nl = nws + 1;
+    nws++;
+  }
+  if (last_nl) return last_nl;
+  if (nws == 0) return 0;
+  if (pos + nws == end) return nws;
+  if (nws >= 2) return nws - 1;
+  return nws;
+}
+
 static size_t m_qwen2(const uint32_t *cp, const uint8_t *fl, size_t pos, size_t end) {
   uint32_t c = cp[pos];
-  if (c == '\'' && pos + 1 < end) {
-    uint32_t c1 = cp[pos + 1] | 0x20; /* [sS]: ASCII only; |0x20 maps no other cp onto s..t */
-    if (cp[pos + 1] < 0x80) {
-      if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return 2;
-      if (pos + 2 < end && cp[pos + 2] < 0x80) {
-        uint32_t c2 = cp[pos + 2] | 0x20;
-        if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) return 3;
-      }
-    }
-  }
+  size_t cl = contraction_ascii_len(cp, pos, end);
+  if (cl) return cl;
   size_t q = pos;
   if (r_l(fl, q, end) || (!is_nl(c) && !r_n(fl, q, end) && r_l(fl, q + 1, end))) {
     q++;
@@ -284,19 +304,74 @@ static size_t m_qwen2(const uint32_t *cp, const uint8_t *fl, size_t pos, size_t 
     while (q < end && is_nl(cp[q])) q++;
     return q - pos;
   }
-  size_t nws = 0, last_nl = 0;
-  while (r_ws(fl, pos + nws, end)) {
-    if (is_nl(cp[pos + nws])) last_nl = nws + 1;
-    nws++;
-  }
-  if (last_nl) return last_nl;
-  if (nws == 0) return 0;
-  if (pos + nws == end) return nws;
-  if (nws >= 2) return nws - 1;
-  return nws;
+  return ws_match(cp, fl, pos, end);
 }
 static size_t step_qwen2(const uint32_t *cp, const uint8_t *fl, size_t ini, size_t end, uint32_t *out) {
   return scan(m_qwen2, cp, fl, ini, end, out);
+}
+
+/* GPT-4o / o200k (llama.cpp's rewrite of the tokenizer.json expression
+ * for std::regex):
+ *   [^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|...)?
+ *  |[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|...)?
+ *  |\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * A word is an optional prefix, a run of "upper" letters (not a-z) and a
+ * run of "lower" ones (not A-Z); a non-ASCII letter is both, since
+ * std::regex sees it as one collapsed byte. The first alternative is tried
+ * as the backtracking engine does: the upper run as long as possible, then
+ * shorter, until a lower letter follows it. */
+static inline bool g_up(const uint32_t *cp, const uint8_t *fl, size_t i, size_t end) {
+  return r_l(fl, i, end) && !(cp[i] >= 'a' && cp[i] <= 'z');
+}
+static inline bool g_lo(const uint32_t *cp, const uint8_t *fl, size_t i, size_t end) {
+  return r_l(fl, i, end) && !(cp[i] >= 'A' && cp[i] <= 'Z');
+}
+
+/* The words of both alternatives from q (after any prefix): the end of the
+ * match, or 0 when there is none. lower_required: the first alternative
+ * (upper*, lower+); else the second (upper+, lower*). */
+static size_t g_word(const uint32_t *cp, const uint8_t *fl, size_t q, size_t end, bool lower_required) {
+  size_t a = 0;
+  while (g_up(cp, fl, q + a, end)) a++;
+  size_t j = a;
+  if (lower_required) {
+    /* the longest upper run after which a lower letter starts */
+    for (;; j--) {
+      if (g_lo(cp, fl, q + j, end)) break;
+      if (j == 0) return 0;
+    }
+  } else if (a == 0) {
+    return 0;
+  }
+  size_t e = q + j;
+  while (g_lo(cp, fl, e, end)) e++;
+  return e + contraction_ascii_len(cp, e, end);
+}
+
+static size_t m_gpt4o(const uint32_t *cp, const uint8_t *fl, size_t pos, size_t end) {
+  const uint32_t c = cp[pos];
+  /* [^\r\n\p{L}\p{N}]: the optional prefix of both word alternatives */
+  const bool pre = !is_nl(c) && !r_l(fl, pos, end) && !r_n(fl, pos, end);
+  for (int alt = 0; alt < 2; alt++) {
+    size_t e = pre ? g_word(cp, fl, pos + 1, end, alt == 0) : 0;
+    if (!e) e = g_word(cp, fl, pos, end, alt == 0);
+    if (e) return e - pos;
+  }
+  if (r_n(fl, pos, end)) {
+    size_t q = pos;
+    while (q < pos + 3 && r_n(fl, q, end)) q++;
+    return q - pos;
+  }
+  if (r_other(fl, pos, end) || (c == ' ' && r_other(fl, pos + 1, end))) {
+    size_t q = pos + (c == ' ');
+    while (r_other(fl, q, end)) q++;
+    while (q < end && (is_nl(cp[q]) || cp[q] == '/')) q++;
+    return q - pos;
+  }
+  return ws_match(cp, fl, pos, end);
+}
+static size_t step_gpt4o(const uint32_t *cp, const uint8_t *fl, size_t ini, size_t end, uint32_t *out) {
+  return scan(m_gpt4o, cp, fl, ini, end, out);
 }
 
 /* \p{N} */
@@ -491,6 +566,7 @@ static const tok_pre_def k_pre[] = {
     {"qwen2|deepseek-r1-qwen|kormo|f2llmv2|stablelm2|hunyuan|solar-open|megrez|grok-2", {step_qwen2}, false, false,
      false},
     {"qwen35", {step_qwen35}, false, false, false},
+    {"gpt-4o|llama4|kanana2|talkie", {step_gpt4o}, false, false, false},
     {"gpt-2|phi-2|gigachat|a.x-4.0|mellum|mpt|olmo|jais|trillion|granite-docling|exaone4", {step_gpt2}, false,
      false, false},
     {"starcoder|refact|command-r|smollm|codeshell|exaone|minerva-7b|mellum2", {step_num1, step_gpt2}, false, false,
@@ -520,7 +596,7 @@ bool tok_pre_add_bos(const tok_pre_def *d) { return d->add_bos; }
 bool tok_pre_no_bos(const tok_pre_def *d) { return d->no_bos; }
 
 const char *tok_pre_supported(void) {
-  return "default, llama3/llama-bpe, qwen2, qwen35, gpt-2, starcoder, smollm, deepseek-llm, deepseek-coder, falcon, "
+  return "default, llama3/llama-bpe, qwen2, qwen35, gpt-4o, gpt-2, starcoder, smollm, deepseek-llm, deepseek-coder, falcon, "
          "dbrx, command-r, stablelm2, ...";
 }
 

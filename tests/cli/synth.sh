@@ -53,6 +53,24 @@ check "synth missing vocab fails" [ $? -ne 0 ]
 check "synth missing vocab is one line" [ "$(wc -l <"$tmp/err")" -eq 1 ]
 "$bin" synth --arch qwen3-0.6b --vocab "$f32" --out "$tmp/x.gguf" --layers 0 >/dev/null 2>"$tmp/err"
 check "synth --layers 0 fails" [ $? -ne 0 ]
+"$bin" synth --arch gpt-oss-20b --vocab "$vocab" --out "$tmp/x.gguf" --embd 100 >/dev/null 2>"$tmp/err"
+check "synth --embd 100 exits 2" [ $? -eq 2 ]
+check "synth --embd 100 is one line" [ "$(wc -l <"$tmp/err")" -eq 1 ]
+check "synth --embd 100 says why" grep -q "multiple of 32" "$tmp/err"
+# gpt-oss: a small file with its tensors and YaRN metadata, and a run of it
+"$bin" synth --arch gpt-oss-20b --vocab "$vocab" --out "$tmp/g.gguf" --type MXFP4_MOE --layers 2 --experts 4 \
+  --embd 64 --quiet 2>"$tmp/err"
+check "synth gpt-oss-20b exits 0" [ $? -eq 0 ]
+"$bin" inspect "$tmp/g.gguf" --kv --tensors >"$tmp/out" 2>&1
+check "gpt-oss file is gpt-oss" grep -q "architecture: gpt-oss" "$tmp/out"
+check "gpt-oss file has YaRN scaling" grep -q "rope.scaling.type.*yarn" "$tmp/out"
+check "gpt-oss file has the original context 4096" grep -q "original_context_length.*4096" "$tmp/out"
+check "gpt-oss file has sinks" grep -q "blk.1.attn_sinks.weight" "$tmp/out"
+check "gpt-oss file has expert biases" grep -q "blk.1.ffn_down_exps.bias" "$tmp/out"
+check "gpt-oss experts are MXFP4" grep -q "MXFP4" "$tmp/out"
+"$bin" run --model "$tmp/g.gguf" --prompt-ids "1,2,3" -n 4 >"$tmp/out" 2>"$tmp/err"
+check "run generates from a gpt-oss file" [ $? -eq 0 ]
+rm -f "$tmp/g.gguf"
 
 # quantize: round trip and errors
 "$bin" quantize "$f32" "$tmp/q.gguf" Q8_0 >"$tmp/out" 2>"$tmp/err"

@@ -1,8 +1,8 @@
 /* test_model.c - forward-pass contracts: batch invariance (an entry's logits
  * are bit-identical alone or batched with other sequences), thread-count
  * invariance, KV truncation and replay (rollback), and clean errors for bad
- * batches and bad models; for llama, qwen2, qwen3, gemma3, qwen3moe and
- * qwen2moe. */
+ * batches and bad models; for llama, qwen2, qwen3, gemma3, qwen3moe,
+ * qwen2moe and gpt-oss. */
 #include "base/error.h"
 #include "model/model.h"
 #include "test.h"
@@ -252,6 +252,21 @@ static void test_invariance_qwen2moe(void) {
   unlink(path);
 }
 
+/* gpt-oss (a local layer with a window of 4 over the 10 positions and a
+ * full one, both with sinks; 8 experts with biases, 4 per token, MXFP4
+ * as published): batched against alone, 1 against 2 threads, rollback. */
+static void test_invariance_gptoss(void) {
+  char path[256], cmd[1024];
+  snprintf(path, sizeof path, "/tmp/pw_test_model_gptoss_%d.gguf", (int)getpid());
+  snprintf(cmd, sizeof cmd,
+           "'%s' synth --arch gpt-oss-20b --vocab '%s/tokenizer/ggml-vocab-llama-spm.gguf' --out '%s' "
+           "--type MXFP4_MOE --layers 2 --experts 8 --embd 64 --window 4 --quiet",
+           POWER_BIN, POWER_SHARED_DIR, path);
+  CHECK_MSG(system(cmd) == 0, "synth gpt-oss-20b failed");
+  test_invariance_path(path, "gpt-oss-20b (synth, 8 experts, window 4)");
+  unlink(path);
+}
+
 int main(void) {
   test_depth("syn-llama-Q4_K_M.gguf", "f16", "f16");
   test_depth("syn-llama-Q4_K_M.gguf", "q8_0", "q8_0");
@@ -265,6 +280,7 @@ int main(void) {
   test_invariance_qwen3moe();
   test_invariance_qwen2moe();
   test_invariance_gemma3();
+  test_invariance_gptoss();
   test_invariance("syn-llama-Q4_K_M.gguf");
   test_invariance("syn-qwen3-Q8_0.gguf");
   test_invariance("syn-qwen2-Q4_K_M.gguf");

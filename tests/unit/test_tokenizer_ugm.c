@@ -1,5 +1,7 @@
-/* test_tokenizer_ugm.c - the unigram tokenizer (tokenizer.ggml.model "t5")
- * against llama.cpp's own tokenization, on llama.cpp's nomic-bert-moe
+/* test_tokenizer_ugm.c - tokenizers the bundle has no conformance vectors
+ * for, against llama.cpp's own tokenization.
+ *
+ * The unigram tokenizer (tokenizer.ggml.model "t5"), on llama.cpp's nomic-bert-moe
  * vocabulary (XLM-RoBERTa's 250k pieces with a precompiled charsmap; the
  * bundle has no conformance vectors for it). The texts are llama.cpp's
  * tokenizer test strings (the bert-bge .inp file) plus cases of the
@@ -10,11 +12,19 @@
  * release) and Power's tok_encode (no special tokens added or parsed); the
  * ids must be equal. Then the special tokens added around a text.
  *
+ * The GPT-4o (o200k) pre-tokenizer: Llama 3's byte-level BPE vocabulary
+ * (the bundle ships no o200k one) relabelled tokenizer.ggml.pre = "gpt-4o",
+ * so llama.cpp splits with its GPT4O expression and both sides merge with
+ * the same pieces; the texts are llama-bpe's test strings and cases of the
+ * expression's case-aware word split, numbers, punctuation runs with
+ * slashes and newlines, and non-ASCII letters, marks and spaces.
+ *
  * Needs `node` and the peer's node_modules; fails saying so when missing. */
 #include "test.h"
 
 #include "base/error.h"
 #include "gguf/gguf.h"
+#include "gguf/writer.h"
 #include "tok/tok.h"
 
 #include <jansson.h>
@@ -55,6 +65,117 @@ static const char *const k_extra[] = {
     "<s> not special here </s> <unk> <mask>",
     "",
 };
+
+/* Tokenizes each of texts with llama.cpp (through the peer script, on the
+ * vocabulary file vocab_path) and with v; counts the texts whose ids are
+ * equal. */
+static void compare_peer(const char *peer, const char *vocab_path, const tok_vocab *v, json_t *texts, int *pass_out,
+                         int *total_out) {
+  char err[PW_ERRMAX];
+  char tin[] = "/tmp/power-ugm-XXXXXX";
+  int fd = mkstemp(tin);
+  CHECK(fd >= 0);
+  char *dump = json_dumps(texts, JSON_COMPACT);
+  if (fd >= 0 && dump) CHECK((size_t)write(fd, dump, strlen(dump)) == strlen(dump));
+  if (fd >= 0) close(fd);
+  free(dump);
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "node '%s/llamacpp-tokenize.mjs' '%s' < '%s' 2>/dev/null", peer, vocab_path, tin);
+  FILE *p = popen(cmd, "r");
+  json_error_t je;
+  json_t *j = p ? json_loadf(p, 0, &je) : NULL;
+  if (p) pclose(p);
+  unlink(tin);
+  json_t *ref = j ? json_object_get(j, "tokens") : NULL;
+  CHECK_MSG(ref && json_array_size(ref) == json_array_size(texts), "llama.cpp did not tokenize (%s)", cmd);
+  int pass = 0, total = 0;
+  for (size_t i = 0; ref && i < json_array_size(ref) && i < json_array_size(texts); i++) {
+    json_t *t = json_array_get(texts, i), *want = json_array_get(ref, i);
+    size_t n = 0, nw = json_array_size(want);
+    int32_t *got = malloc((json_string_length(t) * 2 + 8) * sizeof *got);
+    int rc = tok_encode(v, json_string_value(t), json_string_length(t), false, false, got,
+                        json_string_length(t) * 2 + 8, &n, err);
+    bool ok = rc == 0 && n == nw;
+    for (size_t k = 0; ok && k < n; k++) ok = got[k] == json_integer_value(json_array_get(want, k));
+    total++;
+    pass += ok;
+    if (!ok) {
+      fprintf(stderr, "  mismatch on \"%.80s\" (%zu bytes): llama.cpp %zu tokens, Power %zu (rc %d)\n",
+              json_string_value(t), json_string_length(t), nw, n, rc);
+      for (size_t k = 0; k < n && k < nw; k++)
+        if (got[k] != json_integer_value(json_array_get(want, k))) {
+          fprintf(stderr, "    first difference at %zu: %lld vs %d\n", k,
+                  (long long)json_integer_value(json_array_get(want, k)), got[k]);
+          break;
+        }
+    }
+    free(got);
+  }
+  *pass_out = pass;
+  *total_out = total;
+  json_decref(j);
+}
+
+static const char *const k_gpt4o_extra[] = {
+    "HelloWorld JSONParser iPhone McDonald's XMLHttpRequest getHTTPResponseCode",
+    "DON'T I'M WE'LL they'RE You'Ve it's O'Neil 'quoted' '",
+    "ABC abc Abc aBC ABCdef ABC123def A1b2C3",
+    "1 12 123 1234 12345 1234567 3.14159 1,000,000 \xd9\xa3\xd9\xa4\xd9\xa5\xd9\xa6",
+    "path/to/file.txt //comment\n/* block */\n!!!\n\n??? ...///\r\n",
+    "  leading\tand\t\ttabs \n\n  \n trailing   ",
+    "\xc3\x80\xc3\x89\xc3\x8e\xc3\xb5\xc3\xbc \xc3\x9c" "ber \xc3\xa9t\xc3\xa9 \xc3\x89T\xc3\x89 na\xc3\xafve caf\xc3\xa9s Stra\xc3\x9f" "e",
+    "e\xcc\x81 A\xcc\x8a" "B x\xcc\xa3\xcc\x87y \xe0\xa4\xb9\xe0\xa4\xbf\xe0\xa4\xa8\xe0\xa5\x8d\xe0\xa4\xa6\xe0\xa5\x80",
+    "\xe2\x80\x83" "em\xe2\x80\x83space\xc2\xa0nbsp \xe3\x80\x80ideographic",
+    "\xf0\x9f\x98\x80\xf0\x9f\xa6\x99 emoji\xf0\x9f\x98\x80word \xe2\x82\xac" "5 $5 \xc2\xa9 2024",
+    "\xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82 \xd0\x9c\xd0\x98\xd0\xa0 \xce\x9a\xce\xb1\xce\xbb\xce\xb7\xce\xbc\xce\xad\xcf\x81\xce\xb1 \xe6\x9d\xb1\xe4\xba\xac\xe3\x81\xaf",
+    "<|start|>user<|message|>hi<|end|> not special here",
+    "x=1;y=2\n\tif(x<y){return -x;}\r\n",
+    "",
+};
+
+/* The GPT-4o pre-tokenizer on Llama 3's vocabulary relabelled (see the
+ * top of the file). */
+static void gpt4o(const char *peer) {
+  char err[PW_ERRMAX], path[] = "/tmp/power-gpt4o-XXXXXX";
+  gguf_file *src = NULL, *g = NULL;
+  tok_vocab *v = NULL;
+  gguf_writer *w = gguf_writer_create();
+  const char *vocab = POWER_SHARED_DIR "/tokenizer/ggml-vocab-llama-bpe.gguf";
+  const char *texts_path = POWER_SHARED_DIR "/tokenizer/ggml-vocab-llama-bpe.gguf.inp";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  if (fd >= 0) close(fd);
+  CHECK_MSG(gguf_open(vocab, &src, err) == 0, "%s: %s", vocab, err);
+  CHECK(w != NULL);
+  if (!src || !w || fd < 0) goto done;
+  CHECK_MSG(gguf_writer_copy_kvs_prefix(w, src, "", err) >= 0 &&
+                gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-4o", err) == 0 &&
+                gguf_writer_write(w, path, NULL, NULL, err) == 0,
+            "writing %s: %s", path, err);
+  CHECK_MSG(gguf_open(path, &g, err) == 0 && tok_vocab_load(g, &v, err) == 0, "gpt-4o vocabulary: %s", err);
+  if (!v) goto done;
+  size_t tlen = 0;
+  char *inp = read_all(texts_path, &tlen);
+  CHECK_MSG(inp != NULL, "missing %s", texts_path);
+  json_t *texts = json_array();
+  const char *sep = "\n__ggml_vocab_test__\n";
+  for (char *p = inp, *e; inp && (e = strstr(p, sep)) != NULL; p = e + strlen(sep))
+    json_array_append_new(texts, json_stringn_nocheck(p, (size_t)(e - p)));
+  for (size_t i = 0; i < sizeof k_gpt4o_extra / sizeof k_gpt4o_extra[0]; i++)
+    json_array_append_new(texts, json_stringn_nocheck(k_gpt4o_extra[i], strlen(k_gpt4o_extra[i])));
+  int pass = 0, total = 0;
+  compare_peer(peer, path, v, texts, &pass, &total);
+  fprintf(stderr, "gpt-4o pre-tokenizer against llama.cpp: %d/%d texts tokenize the same\n", pass, total);
+  CHECK_MSG(pass == total && total >= 40, "%d of %d texts", pass, total);
+  json_decref(texts);
+  free(inp);
+done:
+  tok_vocab_destroy(v);
+  gguf_close(g);
+  gguf_close(src);
+  gguf_writer_destroy(w);
+  unlink(path);
+}
 
 int main(void) {
   char self[1024], peer[1100];
@@ -99,45 +220,8 @@ int main(void) {
     json_array_append_new(texts, json_stringn_nocheck(big, n));
     free(big);
   }
-  char tin[] = "/tmp/power-ugm-XXXXXX";
-  int fd = mkstemp(tin);
-  CHECK(fd >= 0);
-  char *dump = json_dumps(texts, JSON_COMPACT);
-  if (fd >= 0 && dump) CHECK((size_t)write(fd, dump, strlen(dump)) == strlen(dump));
-  if (fd >= 0) close(fd);
-  free(dump);
-  char cmd[4096];
-  snprintf(cmd, sizeof cmd, "node '%s/llamacpp-tokenize.mjs' '%s' < '%s' 2>/dev/null", peer, VOCAB, tin);
-  FILE *p = popen(cmd, "r");
-  json_error_t je;
-  json_t *j = p ? json_loadf(p, 0, &je) : NULL;
-  if (p) pclose(p);
-  unlink(tin);
-  json_t *ref = j ? json_object_get(j, "tokens") : NULL;
-  CHECK_MSG(ref && json_array_size(ref) == json_array_size(texts), "llama.cpp did not tokenize (%s)", cmd);
   int pass = 0, total = 0;
-  for (size_t i = 0; ref && i < json_array_size(ref) && i < json_array_size(texts); i++) {
-    json_t *t = json_array_get(texts, i), *want = json_array_get(ref, i);
-    size_t n = 0, nw = json_array_size(want);
-    int32_t *got = malloc((json_string_length(t) * 2 + 8) * sizeof *got);
-    int rc = tok_encode(v, json_string_value(t), json_string_length(t), false, false, got,
-                        json_string_length(t) * 2 + 8, &n, err);
-    bool ok = rc == 0 && n == nw;
-    for (size_t k = 0; ok && k < n; k++) ok = got[k] == json_integer_value(json_array_get(want, k));
-    total++;
-    pass += ok;
-    if (!ok) {
-      fprintf(stderr, "  mismatch on \"%.80s\" (%zu bytes): llama.cpp %zu tokens, Power %zu (rc %d)\n",
-              json_string_value(t), json_string_length(t), nw, n, rc);
-      for (size_t k = 0; k < n && k < nw; k++)
-        if (got[k] != json_integer_value(json_array_get(want, k))) {
-          fprintf(stderr, "    first difference at %zu: %lld vs %d\n", k,
-                  (long long)json_integer_value(json_array_get(want, k)), got[k]);
-          break;
-        }
-    }
-    free(got);
-  }
+  compare_peer(peer, VOCAB, v, texts, &pass, &total);
   fprintf(stderr, "nomic-bert-moe (unigram) against llama.cpp: %d/%d texts tokenize the same\n", pass, total);
   CHECK_MSG(pass == total && total >= 50, "%d of %d texts", pass, total);
   /* invalid UTF-8: each bad byte is U+FFFD, which no piece covers: one
@@ -157,10 +241,10 @@ int main(void) {
   CHECK(tok_encode(v, "Hello world", 11, true, false, ids, 64, &n, err) == 0);
   CHECK(n == 4 && ids[0] == tok_bos(v) && ids[3] == tok_eos(v));
   CHECK(tok_encode(v, "<s>", 3, false, true, ids, 64, &n, err) == 0 && n == 1 && ids[0] == tok_bos(v));
-  json_decref(j);
   json_decref(texts);
   free(inp);
   tok_vocab_destroy(v);
   gguf_close(g);
+  gpt4o(peer);
   TEST_DONE();
 }
