@@ -7,7 +7,10 @@
  * sandwich norms, Q/K norm, sliding-window layers between global ones, a
  * GeGLU MLP), `phi3` (fused QKV and gate/up projections, LongRoPE) and
  * `qwen3moe` (qwen3's attention, a routed mixture-of-experts MLP) and
- * `qwen2moe` (qwen2's attention, routed experts beside a gated shared one).
+ * `qwen2moe` (qwen2's attention, routed experts beside a gated shared one),
+ * `qwen35` (gated DeltaNet layers between gated full-attention ones) and
+ * `qwen35moe` (the same layers with qwen2moe-like routed and shared
+ * experts).
  * Weights are views into the bytes weights/ holds: the GGUF mapping by
  * default, or an owned (possibly decrypted) copy.
  *
@@ -39,7 +42,8 @@ typedef enum model_arch {
   MODEL_ARCH_BERT,
   MODEL_ARCH_NOMIC_BERT,
   MODEL_ARCH_QWEN3MOE,
-  MODEL_ARCH_QWEN2MOE
+  MODEL_ARCH_QWEN2MOE,
+  MODEL_ARCH_QWEN35MOE
 } model_arch;
 
 /* How an encoder's hidden states become one vector per sequence
@@ -89,13 +93,15 @@ typedef struct model_hparams {
   int32_t ssm_d_inner; /* value heads x value head dimension */
   int32_t n_recurrent; /* layers with a recurrent state */
   int32_t n_nextn;     /* MTP blocks stored after the n_layer decoder layers */
-  /* Mixture of experts (qwen3moe; 0 = dense MLP) */
+  /* Mixture of experts (qwen3moe, qwen2moe, qwen35moe; 0 = dense MLP) */
   int32_t n_expert;      /* experts per layer */
   int32_t n_expert_used; /* experts each token goes through (top-k) */
   int32_t n_ff_exp;      /* hidden size of one expert */
   bool expert_norm;      /* the top-k weights are divided by their sum */
   float expert_scale;    /* the top-k weights are multiplied by this (0, 1: none) */
-  int32_t n_ff_shexp;    /* hidden size of the shared expert (qwen2moe; 0 = none) */
+  int32_t n_ff_shexp;    /* hidden size of the shared expert (qwen2moe, qwen35moe; 0 = none) */
+  bool shexp_sigmoid;    /* the shared expert's gate is sigmoid(v) (qwen35moe); false: silu(v) / v
+                          * as llama.cpp's qwen2moe graph computes it (the same up to rounding) */
 } model_hparams;
 
 /* A weight matrix: n_out rows of n_in elements of `type` (view). */

@@ -11,7 +11,9 @@
  *   arch_gemma3.c  Gemma 3's block
  *   arch_phi3.c    Phi-3's block (fused QKV and gate/up, LongRoPE)
  *   arch_qwen35.c  Qwen3.5's hybrid block: gated DeltaNet layers with a
- *                  recurrent state, and gated full-attention layers
+ *                  recurrent state, and gated full-attention layers; with
+ *                  a dense MLP (qwen35) or arch_qwen3moe.c's routed and
+ *                  shared experts (qwen35moe)
  *   arch_bert.c    the BERT-family encoders (bert, nomic-bert): post-norm
  *                  blocks with bidirectional attention, pooling heads
  *   arch_qwen3moe.c  Qwen3-MoE's and Qwen2-MoE's blocks: their attention,
@@ -286,13 +288,16 @@ struct model_arch_ops {
   /* Floats of c->arch_act a pass of max_batch needs (may be NULL: none). */
   size_t (*act_floats)(const model *m, int max_batch);
   bool partial_rope; /* rope.dimension_count may be below the head size */
+  /* feed_forward_length may be absent (qwen35moe: the experts' widths
+   * describe the MLP); load_hparams then sets n_ff */
+  bool ff_optional;
 };
 
 /* NULL-terminated rows (model.c). */
 extern const model_arch_ops *const model_archs[];
 extern const model_arch_ops model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma3,
     model_arch_phi3, model_arch_qwen35, model_arch_bert, model_arch_nomic_bert, model_arch_qwen3moe,
-    model_arch_qwen2moe;
+    model_arch_qwen2moe, model_arch_qwen35moe;
 
 /* model.c: binding helpers for the architectures' files */
 int model_bind_weight(const gguf_file *f, const char *name, int64_t n_in, int64_t n_out, model_weight *w,
@@ -306,6 +311,12 @@ void model_cpu_delta_net(model_ctx *c, model_kv *kv, const model_entry *e, int n
  * needs for a pass of max_batch entries */
 void model_cpu_moe_ffn(model_ctx *c, const layer_w *L, const float *x, int n, float *y, float *scratch);
 size_t model_moe_scratch_floats(const model_hparams *hp, int max_batch);
+/* arch_qwen3moe.c, shared by the MoE architectures: the experts'
+ * hyperparameters ({arch}.expert_*; sets n_ff when it is 0), block blk's
+ * router, stacked experts and shared expert, and their matmul scratch */
+int model_moe_load_hparams(model *m, char *err);
+int model_moe_bind(model *m, int blk, layer_w *L, char *err);
+size_t model_moe_scratch_size(const model *m, const layer_w *L, int max_batch);
 /* row of (KV layer slot, seq, KV head, position) in the cache, and where
  * its K and V bytes are */
 static inline size_t model_kv_row(const model_kv *kv, int layer, int seq, int head, int pos) {
