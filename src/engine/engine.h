@@ -125,6 +125,13 @@ typedef struct engine_opts {
    * measure. */
   const double *spec_cost_fixed;
   int spec_cost_n;
+  /* Testing: the same for the drafter: spec_draft_cost_fixed[k - 1] is the
+   * time of the drafter's passes in a step whose longest round has k
+   * proposals (k <= spec_draft_cost_n; larger k cost the last), in the
+   * units of spec_cost_fixed. NULL = measure (drafters without passes of
+   * their own, prompt lookup and n-gram, cost nothing). */
+  const double *spec_draft_cost_fixed;
+  int spec_draft_cost_n;
 } engine_opts;
 
 /* Speculation: each round proposes up to K tokens, verifies the committed
@@ -137,11 +144,13 @@ typedef struct engine_opts {
  * speculation, with the same RNG consumption). K adapts per request
  * under one of two policies:
  * - cost (the default): the engine times its target passes by their number
- *   of entries, keeps each request's rate of accepted proposals (a decayed
- *   count of accepted tokens and of rejections), and gives a request each
- *   round the width that maximises the step's expected tokens per second,
- *   which is no proposals at all when verifying them costs more than they
- *   are expected to save. A request that gets no proposals keeps probing
+ *   of entries and the drafter's passes (draft model, MTP block) by the
+ *   proposals asked of them, keeps each request's rate of accepted
+ *   proposals (a decayed count of accepted tokens and of rejections), and
+ *   gives a request each round the width that maximises the step's
+ *   expected tokens per second, drafting and verifying counted, which is
+ *   no proposals at all when drafting and verifying them costs more than
+ *   they are expected to save. A request that gets no proposals keeps probing
  *   with a short round after 16, 32, ... (at most 256) steps without one,
  *   so a copy-heavy stretch later in the output is still found; the
  *   probes are the only price speculation can cost.
