@@ -172,7 +172,7 @@ typedef enum engine_spec_mode {
   ENGINE_SPEC_PROMPT_LOOKUP = 1, /* copy what followed the last n-gram's match in the prompt */
   ENGINE_SPEC_NGRAM = 2,         /* the same over prompt and generated text */
   ENGINE_SPEC_DRAFT = 3,         /* a smaller GGUF with the same vocabulary, greedy */
-  ENGINE_SPEC_MTP = 4,           /* the model's own MTP block (qwen35 nextn), greedy; a model
+  ENGINE_SPEC_MTP = 4,           /* the model's own MTP block (qwen35/qwen35moe nextn), greedy; a model
                                   * without one is an engine_create error */
 } engine_spec_mode;
 

@@ -85,7 +85,7 @@ typedef struct model_hparams {
   int32_t n_rot;       /* rotated dimensions of a head (= head_dim unless partial RoPE) */
   int32_t rope_sections[4]; /* M-RoPE sections in rotation pairs (all 0 = plain RoPE) */
   bool rope_imrope;    /* interleaved M-RoPE (qwen3.5): section of pair i is i % 3 */
-  /* Gated DeltaNet layers (qwen35; 0 = none) */
+  /* Gated DeltaNet layers (qwen35, qwen35moe; 0 = none) */
   int32_t ssm_d_conv;  /* causal conv1d kernel width */
   int32_t ssm_d_state; /* key/value head dimension of the recurrent state */
   int32_t ssm_n_group; /* key heads */
@@ -176,7 +176,7 @@ size_t model_kv_pos_bytes(const model_kv *kv);
 void model_kv_destroy(model_kv *kv);
 int model_kv_n_seq(const model_kv *kv);
 /* True when the model keeps a recurrent state per sequence beside the KV
- * cache (qwen35's DeltaNet layers). Such a state cannot be truncated: a
+ * cache (the DeltaNet layers of qwen35 and qwen35moe). Such a state cannot be truncated: a
  * sequence cut back to a length other than 0 or its own length (by
  * model_kv_truncate or model_kv_copy) has no valid state until it is
  * restored from a snapshot taken at that length or reset to 0, and
@@ -230,7 +230,7 @@ void model_rank_head(model_ctx *c, const float *pooled, float *scores);
  * pass. */
 void model_ctx_hidden(model_ctx *c, int n, float *out);
 
-/* ---- multi-token prediction (qwen35's MTP block, "nextn") ----------------
+/* ---- multi-token prediction (the MTP block of qwen35/qwen35moe, "nextn") --
  * The block proposes the token after next: for an entry (seq, pos, token)
  * and h, the target's normalised hidden state at pos - 1 (model_ctx_hidden;
  * zeros at pos 0), or the block's own h_out of the previous entry when
