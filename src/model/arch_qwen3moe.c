@@ -18,10 +18,10 @@
  * The stacked tensors are bound once, as expert 0's matrix; the backend's
  * moe_ffn op takes the views of the experts the pass needs.
  *
- * The experts' hyperparameters, binding and scratch are shared with
- * qwen35moe (arch_qwen35.c), whose layers are Qwen3.5's hybrid ones.
+ * The experts' hyperparameters, binding and scratch (model_moe_*) are
+ * shared with qwen35moe.
  *
- * Not here: qwen35moe's hybrid layers. */
+ * Not here: qwen35moe's hybrid layers (arch_qwen35.c). */
 #include "model/model_int.h"
 
 #include "base/error.h"
