@@ -83,6 +83,10 @@ static const synth_model k_models[] = {
      0, 0, 0, 0, false, 0, false, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
     {"qwen1.5-moe-a2.7b", "qwen2moe", "Qwen1.5 MoE A2.7B", 2048, 24, 16, 16, 128, 5632, 8192, 1e6f, 1e-6f, true, false,
      false, 0, 0, 0, 0, false, 0, false, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
+    /* n_ff 0: the config has no dense width, the converter writes no
+     * feed_forward_length (the experts' widths describe the MLP) */
+    {"qwen3.5-35b-a3b", "qwen35moe", "Qwen3.5 35B A3B", 2048, 40, 16, 2, 256, 0, 262144, 1e7f, 1e-6f, false, true,
+     false, 0, 0, 0, 0, false, 0, false, 0, 4, 128, 16, 32, 4, 64, {11, 11, 10, 0}},
     /* gpt-oss: biased Q/K/V/O, per-head sinks, a window of 128 on every
      * other layer, YaRN (k_yarn), biased experts (k_moe) */
     {"gpt-oss-20b", "gpt-oss", "gpt-oss 20B", 2880, 24, 64, 8, 64, 2880, 131072, 150000.0f, 1e-5f, true, false, false,
@@ -113,6 +117,7 @@ typedef struct synth_moe {
 static const synth_moe k_moe[] = {
     {"qwen3-30b-a3b", 128, 8, 768, 0},
     {"qwen1.5-moe-a2.7b", 60, 4, 1408, 5632},
+    {"qwen3.5-35b-a3b", 256, 8, 512, 512},
     {"gpt-oss-20b", 32, 4, 2880, 0},
 };
 
@@ -204,7 +209,8 @@ static bool sy_gptoss(const synth_model *m) { return !strcmp(m->arch, "gpt-oss")
 static bool sy_recurrent(const synth_model *m, int il) { return m->ssm_d_conv > 0 && (il + 1) % m->full_attn != 0; }
 
 /* The tensors of a model as llama.cpp names them (llama, qwen2, qwen3,
- * gemma3, qwen35, the MoE models, gpt-oss). */
+ * gemma3, phi3, qwen35, the MoE ones: qwen3moe, qwen2moe, qwen35moe, and
+ * gpt-oss). */
 static int sy_build(sy_ctx *c, int n_layer, int64_t n_vocab) {
   const synth_model *m = c->m;
   int64_t e = m->n_embd, qd = (int64_t)m->n_head * m->head_dim, kvd = (int64_t)m->n_head_kv * m->head_dim;
@@ -466,7 +472,8 @@ static void synth_usage(FILE *out) {
           "  --window N      override the sliding window of models that have one (quick tests)\n"
           "  --yarn F,CTX    YaRN rope scaling by F over an original context of CTX positions\n"
           "  --orig-ctx N    override the original context of LongRoPE models (quick tests of the long factors)\n"
-          "  --mtp           qwen3.5: add the MTP block (nextn) after the layers\n"
+          "  --mtp           qwen3.5: add the MTP block (nextn) after the layers (with experts where the\n"
+          "                  model has them)\n"
           "  --pooling P     encoders: mean, cls, last or rank (rank needs a reranker; default: the model's)\n"
           "  --experts N     mixture-of-experts models: N experts per layer instead of the model's (at least\n"
           "                  its experts per token; quick tests)\n"
@@ -673,7 +680,7 @@ int cmd_synth(int argc, char **argv) {
       gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)(n_layer + (mtp ? 1 : 0)), err) ||
       gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)m->n_ctx, err) ||
       gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)m->n_embd, err) ||
-      gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)m->n_ff, err) ||
+      (m->n_ff > 0 && gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)m->n_ff, err)) ||
       gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)m->n_head, err) ||
       gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)m->n_head_kv, err) ||
       gguf_writer_set_f32(w, KEY("rope.freq_base"), m->rope_base, err) ||

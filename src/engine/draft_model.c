@@ -65,6 +65,7 @@ static void propose_batch(engine *e) {
   }
   if (n == 0) return;
   int rc = model_forward(ds->dctx, ds->dkv, ds->dents, n, ds->dlogits, NULL, e->err);
+  e->draft_passes = 1;
   if (rc < 0) {
     pw_log(PW_LOG_WARN, "engine: draft pass failed: %s", e->err);
     for (int i = 0; i < e->n_run; i++) e->run[i]->n_prop = 0;
@@ -86,6 +87,7 @@ static void propose_batch(engine *e) {
     }
     if (n == 0) break;
     rc = model_forward(ds->dctx, ds->dkv, ds->dents, n, ds->dlogits, NULL, e->err);
+    e->draft_passes++;
     for (int i = 0; i < e->n_run; i++) {
       engine_req *r = e->run[i];
       if (r->draft_row < 0) continue;

@@ -216,6 +216,7 @@ static void propose_batch(engine *e) {
   }
   for (int j = 0; j < kmax && n > 0; j++) {
     int rc = model_mtp_forward(s->mctx, s->mkv, s->ments, n, s->hin, s->logits, s->hout, err);
+    e->draft_passes++;
     if (rc < 0) {
       pw_log(PW_LOG_WARN, "engine: MTP draft pass failed: %s", err);
       for (int i = 0; i < n; i++) s->who[i]->n_prop = j;

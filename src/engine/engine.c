@@ -136,6 +136,14 @@ static int resolve_opts(const engine_opts *opts, engine_opts *out, const drafter
       if (!(o.spec_cost_fixed[i] > 0 && o.spec_cost_fixed[i] < 1e300))
         return pw_seterr(err, PW_EINVAL, "engine: spec_cost_fixed[%d] is not a positive number", i);
   }
+  if (o.spec_draft_cost_fixed) {
+    if (o.spec_draft_cost_n < 1 || o.spec_draft_cost_n > SPEC_MAX_K)
+      return pw_seterr(err, PW_EINVAL, "engine: spec_draft_cost_n %d out of range [1, %d]", o.spec_draft_cost_n,
+                       SPEC_MAX_K);
+    for (int i = 0; i < o.spec_draft_cost_n; i++)
+      if (!(o.spec_draft_cost_fixed[i] >= 0 && o.spec_draft_cost_fixed[i] < 1e300))
+        return pw_seterr(err, PW_EINVAL, "engine: spec_draft_cost_fixed[%d] is not a number >= 0", i);
+  }
   if (o.spec_draft_max < 1 || o.spec_draft_max > SPEC_MAX_K)
     return pw_seterr(err, PW_EINVAL, "engine: spec_draft_max %d out of range [1, %d]", o.spec_draft_max, SPEC_MAX_K);
   if (drafter && drafter->needs_model && (!o.spec_draft_model || !*o.spec_draft_model))
@@ -185,7 +193,13 @@ static int alloc_buffers(engine *e, const engine_opts *o, char *err) {
     if ((e->cost_fixed = malloc((size_t)o->spec_cost_n * sizeof *e->cost_fixed)))
       memcpy(e->cost_fixed, o->spec_cost_fixed, (size_t)o->spec_cost_n * sizeof *e->cost_fixed);
   }
-  if (!e->pass_ns || !e->pass_seen || (o->spec_cost_fixed && !e->cost_fixed) || !e->sbuf || !e->grow || !e->run || !e->part || !e->free_slots || !e->ents || !e->eents || !e->eowner || !e->logits ||
+  if (o->spec_draft_cost_fixed) {
+    e->n_draft_fixed = o->spec_draft_cost_n;
+    if ((e->draft_fixed = malloc((size_t)o->spec_draft_cost_n * sizeof *e->draft_fixed)))
+      memcpy(e->draft_fixed, o->spec_draft_cost_fixed, (size_t)o->spec_draft_cost_n * sizeof *e->draft_fixed);
+  }
+  if (!e->pass_ns || !e->pass_seen || (o->spec_cost_fixed && !e->cost_fixed) ||
+      (o->spec_draft_cost_fixed && !e->draft_fixed) || !e->sbuf || !e->grow || !e->run || !e->part || !e->free_slots || !e->ents || !e->eents || !e->eowner || !e->logits ||
       !e->hidden || !e->dbuf || (e->n_cache && !e->cache))
     return pw_seterr(err, PW_ENOMEM, "engine: out of memory for batch buffers");
   for (int i = 0; i < e->n_cache; i++) {
@@ -297,6 +311,7 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   o.spec_draft_model = NULL;
   e->o = o;
   e->o.spec_cost_fixed = NULL; /* the caller's array is not kept (e->cost_fixed is) */
+  e->o.spec_draft_cost_fixed = NULL;
   e->o.load_cancel = NULL; /* only the load asked it */
   e->o.load_cancel_arg = NULL;
   e->st.max_active = o.max_active;
@@ -342,6 +357,7 @@ void engine_destroy(engine *e) {
   free(e->pass_ns);
   free(e->pass_seen);
   free(e->cost_fixed);
+  free(e->draft_fixed);
   free(e->hidden);
   free(e->dbuf);
   free(e->sbuf);

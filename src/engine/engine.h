@@ -129,6 +129,13 @@ typedef struct engine_opts {
    * measure. */
   const double *spec_cost_fixed;
   int spec_cost_n;
+  /* Testing: the same for the drafter: spec_draft_cost_fixed[k - 1] is the
+   * time of the drafter's passes in a step whose longest round has k
+   * proposals (k <= spec_draft_cost_n; larger k cost the last), in the
+   * units of spec_cost_fixed. NULL = measure (drafters without passes of
+   * their own, prompt lookup and n-gram, cost nothing). */
+  const double *spec_draft_cost_fixed;
+  int spec_draft_cost_n;
 } engine_opts;
 
 /* Speculation: each round proposes up to K tokens, verifies the committed
@@ -141,11 +148,13 @@ typedef struct engine_opts {
  * speculation, with the same RNG consumption). K adapts per request
  * under one of two policies:
  * - cost (the default): the engine times its target passes by their number
- *   of entries, keeps each request's rate of accepted proposals (a decayed
- *   count of accepted tokens and of rejections), and gives a request each
- *   round the width that maximises the step's expected tokens per second,
- *   which is no proposals at all when verifying them costs more than they
- *   are expected to save. A request that gets no proposals keeps probing
+ *   of entries and the drafter's passes (draft model, MTP block) by the
+ *   proposals asked of them, keeps each request's rate of accepted
+ *   proposals (a decayed count of accepted tokens and of rejections), and
+ *   gives a request each round the width that maximises the step's
+ *   expected tokens per second, drafting and verifying counted, which is
+ *   no proposals at all when drafting and verifying them costs more than
+ *   they are expected to save. A request that gets no proposals keeps probing
  *   with a short round after 16, 32, ... (at most 256) steps without one,
  *   so a copy-heavy stretch later in the output is still found; the
  *   probes are the only price speculation can cost.
@@ -167,7 +176,7 @@ typedef enum engine_spec_mode {
   ENGINE_SPEC_PROMPT_LOOKUP = 1, /* copy what followed the last n-gram's match in the prompt */
   ENGINE_SPEC_NGRAM = 2,         /* the same over prompt and generated text */
   ENGINE_SPEC_DRAFT = 3,         /* a smaller GGUF with the same vocabulary, greedy */
-  ENGINE_SPEC_MTP = 4,           /* the model's own MTP block (qwen35 nextn), greedy; a model
+  ENGINE_SPEC_MTP = 4,           /* the model's own MTP block (qwen35/qwen35moe nextn), greedy; a model
                                   * without one is an engine_create error */
 } engine_spec_mode;
 

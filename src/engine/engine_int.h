@@ -210,6 +210,14 @@ struct engine {
   long *pass_seen;     /* [step_tokens + 1] n_passes when pass_ns[n] was last updated */
   double *cost_fixed;
   int n_cost_fixed;
+  /* cost policy: the time of the drafter's passes in a step by the most
+   * proposals a round of the step asked for, [k] for k in 1..SPEC_MAX_K
+   * (an average as pass_ns; 0 = not seen), or the fixed test costs (owned
+   * copies) */
+  double draft_ns[SPEC_MAX_K + 1];
+  double *draft_fixed;
+  int n_draft_fixed;
+  int draft_passes;    /* set by propose_batch: the chained passes it ran this step */
   float *hidden;       /* [step_tokens][n_embd] final hidden states of an embedding batch */
   char *dbuf;          /* [dbuf_cap] detokenizer output of one token */
   size_t dbuf_cap;
@@ -237,7 +245,9 @@ struct drafter_ops {
    * returns how many. */
   int (*propose)(engine *e, engine_req *r, int k);
   /* Proposes for every run-list sequence whose r->n_prop (planned) is > 0,
-   * batched; may lower n_prop (to 0: no proposal this round). */
+   * batched; may lower n_prop (to 0: no proposal this round). Sets
+   * e->draft_passes to the chained forward passes it ran (the cost policy
+   * times them). */
   void (*propose_batch)(engine *e);
   /* The target committed r's tokens up to r->n_fed after verifying a
    * round of r->n_prop proposals with `accepted` of them accepted. */

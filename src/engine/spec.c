@@ -6,6 +6,7 @@
  * new drafter is one file and one row of engine_drafters. */
 #include "engine/engine_int.h"
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
 
@@ -118,6 +119,36 @@ static double pass_cost(const engine *e, int n) {
   return 0;
 }
 
+/* Records the time of the drafter's k chained passes in one step (the
+ * batched passes of its draft model or MTP block); outliers clamped as
+ * the target's. */
+static void spec_observe_draft(engine *e, int k, uint64_t ns) {
+  if (k < 1 || k > SPEC_MAX_K || ns == 0) return;
+  double *c = &e->draft_ns[k], x = (double)ns;
+  if (*c > 0 && x > 2 * *c) x = 2 * *c;
+  *c = *c > 0 ? *c + 0.25 * (x - *c) : x;
+}
+
+/* The time of the drafter's passes for a step whose longest round has k
+ * proposals (k chained passes): the fixed test cost, the measured
+ * average, or the nearest measured length scaled to k passes (a pass of
+ * the chain costs about the same as the others); 0 for k = 0, for a
+ * drafter never timed (tried, then measured), and for the fixed target
+ * costs of a test without fixed drafter costs (its units are not time). */
+static double draft_cost(const engine *e, int k) {
+  if (k <= 0) return 0;
+  if (e->draft_fixed) return e->draft_fixed[(k < e->n_draft_fixed ? k : e->n_draft_fixed) - 1];
+  if (e->cost_fixed) return 0;
+  if (k > SPEC_MAX_K) k = SPEC_MAX_K;
+  const double *c = e->draft_ns;
+  if (c[k] > 0) return c[k];
+  for (int i = k - 1; i >= 1; i--)
+    if (c[i] > 0) return c[i] * k / i;
+  for (int i = k + 1; i <= SPEC_MAX_K; i++)
+    if (c[i] > 0) return c[i] * k / i;
+  return 0;
+}
+
 /* Expected tokens of a round of k proposals for r: one, plus the chance
  * that proposals 1..j are all accepted, for each j <= k. */
 static double spec_expect(const engine_req *r, int k) {
@@ -129,17 +160,21 @@ static double spec_expect(const engine_req *r, int k) {
 /* Cost policy: of 0..k proposals for r, the number that gives the step the
  * most expected tokens per unit of time, where the step has n entries
  * and t expected tokens so far (fixed = prompts fill the step whatever
- * the proposals, so they cost no time of their own). Proposals must beat
- * none by SPEC_MARGIN. None for too long: a probe of SPEC_PROBE_K. */
-static int spec_cost_width(engine *e, engine_req *r, int k, int n, double t, bool fixed) {
+ * the proposals, so they cost no verification time of their own), and
+ * its drafter runs dk chained passes for the rounds planned so far (a
+ * round of j > dk proposals makes it j: the drafter's passes are batched
+ * over the step's requests). Proposals must beat none by SPEC_MARGIN.
+ * None for too long: a probe of SPEC_PROBE_K. */
+static int spec_cost_width(engine *e, engine_req *r, int k, int n, double t, bool fixed, int dk) {
   if (k == 0) return 0;
   double c0 = pass_cost(e, n);
   int best = k;
   if (c0 > 0) {
-    double bv = t / c0 * SPEC_MARGIN;
+    double bv = t / (c0 + draft_cost(e, dk)) * SPEC_MARGIN;
     best = 0;
     for (int j = 1; j <= k; j++) {
-      double v = (t - 1 + spec_expect(r, j)) / (fixed ? c0 : pass_cost(e, n + j));
+      double cj = (fixed ? c0 : pass_cost(e, n + j)) + draft_cost(e, j > dk ? j : dk);
+      double v = (t - 1 + spec_expect(r, j)) / cj;
       if (v > bv) {
         best = j;
         bv = v;
@@ -236,22 +271,31 @@ void eng_spec_plan(engine *e, int extra) {
       n++;
   }
   double t = n; /* expected tokens of the step so far */
+  int dk = 0;    /* the longest round planned so far: the drafter's chained passes */
   if (waiting) n += extra;
   for (int i = 0; i < e->n_run && extra > 0; i++) {
     engine_req *r = e->run[i];
     if (r->embedding || r->n_fed < r->n_prompt) continue;
     int k = spec_want(e, r);
     if (k > extra) k = extra;
-    if (cost && r->spec) k = spec_cost_width(e, r, k, n, t, waiting);
+    if (cost && r->spec) k = spec_cost_width(e, r, k, n, t, waiting, dk);
     if (k > 0 && d->propose) k = d->propose(e, r, k);
     r->n_prop = k;
     extra -= k;
+    if (k > dk) dk = k;
     if (cost && k > 0) {
       if (!waiting) n += k;
       t += spec_expect(r, k) - 1;
     }
   }
-  if (d->propose_batch) d->propose_batch(e);
+  if (d->propose_batch && dk > 0) {
+    /* the drafter's passes are timed as the target's steps are (sched.c),
+     * by how many it chained */
+    const uint64_t t0 = pw_now_ns();
+    e->draft_passes = 0;
+    d->propose_batch(e);
+    spec_observe_draft(e, e->draft_passes, pw_now_ns() - t0);
+  }
   /* Proposals the grammar refuses would be rejected anyway: cut them. */
   for (int i = 0; i < e->n_run; i++)
     if (e->run[i]->gm && e->run[i]->n_prop > 0)

@@ -44,7 +44,7 @@ static int load_hparams(model *m, char *err) {
   model_hparams *hp = &m->hp;
   const gguf_file *f = m->f;
   int rc;
-  if ((rc = model_moe_hparams(m, err))) return rc;
+  if ((rc = model_moe_load_hparams(m, err))) return rc;
   /* llama.cpp's graph never renormalises the top-k weights here */
   hp->expert_norm = false;
   hp->moe_softmax_topk = true;
@@ -168,7 +168,7 @@ const model_arch_ops model_arch_gptoss = {.name = "gpt-oss",
                                           .rope_neox = true,
                                           .load_hparams = load_hparams,
                                           .bind_layer = bind_layer,
-                                          .scratch_size = model_moe_scratch_size,
+                                          .scratch_size = model_moe_layer_scratch_size,
                                           .layer = layer,
                                           .prefetch_layer = model_layer_prefetch,
                                           .act_floats = model_moe_act_floats};

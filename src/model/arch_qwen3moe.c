@@ -18,7 +18,10 @@
  * The stacked tensors are bound once, as expert 0's matrix; the backend's
  * moe_ffn op takes the views of the experts the pass needs.
  *
- * Not here: qwen35moe's hybrid layers. */
+ * The experts' hyperparameters, binding and scratch (model_moe_*) are
+ * shared with qwen35moe.
+ *
+ * Not here: qwen35moe's hybrid layers (arch_qwen35.c). */
 #include "model/model_int.h"
 
 #include "base/error.h"
@@ -31,7 +34,9 @@
 #define MOE_MAX_EXPERTS 512
 #define MOE_MAX_USED 64
 
-int model_moe_hparams(model *m, char *err) {
+/* The experts' hyperparameters of any of the MoE architectures (their
+ * keys under the file's architecture name). Shared with arch_qwen35.c. */
+int model_moe_load_hparams(model *m, char *err) {
   model_hparams *hp = &m->hp;
   const gguf_file *f = m->f;
   const char *a = hp->arch_name;
@@ -47,13 +52,16 @@ int model_moe_hparams(model *m, char *err) {
       hp->n_expert_used > hp->n_expert || hp->n_expert_used > MOE_MAX_USED)
     return pw_seterr(err, PW_EFORMAT, "%s: invalid expert counts %d of %d (at most %d of %d)", a, hp->n_expert_used,
                      hp->n_expert, MOE_MAX_USED, MOE_MAX_EXPERTS);
-  /* as llama.cpp: without the key, the dense width split over the top-k */
+  /* as llama.cpp: without the key, the dense width split over the top-k
+   * (qwen35moe files may have no dense width: then the key is needed) */
   hp->n_ff_exp = hp->n_ff / hp->n_expert_used;
   snprintf(key, sizeof key, "%s.expert_feed_forward_length", a);
   if (gguf_get_u32(f, key, &v)) hp->n_ff_exp = (int32_t)v;
   if (hp->n_ff_exp <= 0 || hp->n_ff_exp > (1 << 20))
-    return pw_seterr(err, PW_EFORMAT, "%s: invalid expert width %d", a, hp->n_ff_exp);
-  hp->expert_norm = hp->arch == MODEL_ARCH_QWEN3MOE;
+    return pw_seterr(err, PW_EFORMAT, "%s: invalid or missing expert width %d (%s)", a, hp->n_ff_exp, key);
+  /* llama.cpp normalises the top-k weights of qwen3moe and qwen35moe
+   * always, of qwen2moe never; a file that says otherwise is honoured */
+  hp->expert_norm = hp->arch == MODEL_ARCH_QWEN3MOE || hp->arch == MODEL_ARCH_QWEN35MOE;
   snprintf(key, sizeof key, "%s.expert_weights_norm", a);
   gguf_get_bool(f, key, &hp->expert_norm);
   hp->expert_scale = 0.0f;
@@ -61,13 +69,17 @@ int model_moe_hparams(model *m, char *err) {
   gguf_get_f32(f, key, &hp->expert_scale);
   if (!isfinite(hp->expert_scale) || hp->expert_scale < 0 || hp->expert_scale > 1e6f)
     return pw_seterr(err, PW_EFORMAT, "%s: invalid expert_weights_scale %g", a, (double)hp->expert_scale);
-  if (hp->arch == MODEL_ARCH_QWEN2MOE) {
+  if (hp->arch == MODEL_ARCH_QWEN2MOE || hp->arch == MODEL_ARCH_QWEN35MOE) {
     hp->n_ff_shexp = hp->n_ff;
     snprintf(key, sizeof key, "%s.expert_shared_feed_forward_length", a);
     if (gguf_get_u32(f, key, &v)) hp->n_ff_shexp = (int32_t)v;
     if (hp->n_ff_shexp <= 0 || hp->n_ff_shexp > (1 << 20))
-      return pw_seterr(err, PW_EFORMAT, "%s: invalid shared expert width %d", a, hp->n_ff_shexp);
+      return pw_seterr(err, PW_EFORMAT, "%s: invalid or missing shared expert width %d (%s)", a, hp->n_ff_shexp, key);
+    hp->shexp_sigmoid = hp->arch == MODEL_ARCH_QWEN35MOE;
   }
+  /* a file without a dense width: the scratch sized by n_ff holds an
+   * expert's hidden rows */
+  if (hp->n_ff == 0) hp->n_ff = hp->n_ff_exp > hp->n_ff_shexp ? hp->n_ff_exp : hp->n_ff_shexp;
   return 0;
 }
 
@@ -88,28 +100,15 @@ int model_bind_experts(const gguf_file *f, const char *name, int64_t n_in, int64
   return 0;
 }
 
-static int bind_layer(model *m, int il, char *err) {
+/* Block blk's router, stacked experts and, where hp has one, shared
+ * expert with its gate. Shared with arch_qwen35.c. */
+int model_moe_bind(model *m, int blk, layer_w *L, char *err) {
   const gguf_file *f = m->f;
   const model_hparams *hp = &m->hp;
-  layer_w *L = &m->layers[il];
-  int64_t e = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
-  int64_t F = hp->n_ff_exp, X = hp->n_expert;
+  const int64_t e = hp->n_embd, F = hp->n_ff_exp, X = hp->n_expert;
   int rc;
   char n[96];
-#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", il, s), n)
-  if ((rc = model_bind_vec(f, NAME("attn_norm.weight"), e, &L->attn_norm, true, err))) return rc;
-  if ((rc = model_bind_weight(f, NAME("attn_q.weight"), e, qd, &L->wq, true, err))) return rc;
-  if ((rc = model_bind_weight(f, NAME("attn_k.weight"), e, kvd, &L->wk, true, err))) return rc;
-  if ((rc = model_bind_weight(f, NAME("attn_v.weight"), e, kvd, &L->wv, true, err))) return rc;
-  if ((rc = model_bind_weight(f, NAME("attn_output.weight"), qd, e, &L->wo, true, err))) return rc;
-  const bool bias = m->ad->qkv_bias, qk_norm = m->ad->qk_norm;
-  if ((rc = model_bind_vec(f, NAME("attn_q.bias"), qd, &L->bq, bias, err)) < 0) return rc;
-  if ((rc = model_bind_vec(f, NAME("attn_k.bias"), kvd, &L->bk, bias, err)) < 0) return rc;
-  if ((rc = model_bind_vec(f, NAME("attn_v.bias"), kvd, &L->bv, bias, err)) < 0) return rc;
-  if ((rc = model_bind_vec(f, NAME("attn_q_norm.weight"), hp->head_dim, &L->q_norm, qk_norm, err)) < 0) return rc;
-  if ((rc = model_bind_vec(f, NAME("attn_k_norm.weight"), hp->head_dim, &L->k_norm, qk_norm, err)) < 0) return rc;
-  if (!L->q_norm != !L->k_norm) return pw_seterr(err, PW_EFORMAT, "layer %d: attn_q_norm and attn_k_norm come together", il);
-  if ((rc = model_bind_vec(f, NAME("ffn_norm.weight"), e, &L->ffn_norm, true, err))) return rc;
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", blk, s), n)
   if ((rc = model_bind_weight(f, NAME("ffn_gate_inp.weight"), e, X, &L->ffn_gate_inp, true, err))) return rc;
   if ((rc = model_bind_experts(f, NAME("ffn_gate_exps.weight"), e, F, X, &L->gate_exps, err))) return rc;
   if ((rc = model_bind_experts(f, NAME("ffn_up_exps.weight"), e, F, X, &L->up_exps, err))) return rc;
@@ -127,28 +126,64 @@ static int bind_layer(model *m, int il, char *err) {
   return 0;
 }
 
-/* The matmul scratch: the attention's, the router's for the pass, and an
- * expert's for up to all the pass's entries. */
-size_t model_moe_scratch_size(const model *m, int il, int max_batch) {
-  const layer_w *L = &m->layers[il];
+static int bind_layer(model *m, int il, char *err) {
+  const gguf_file *f = m->f;
   const model_hparams *hp = &m->hp;
-  pw_mm_op qkv[3];
-  model_qkv_ops(L, NULL, qkv);
+  layer_w *L = &m->layers[il];
+  int64_t e = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
+  int rc;
+  char n[96];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", il, s), n)
+  if ((rc = model_bind_vec(f, NAME("attn_norm.weight"), e, &L->attn_norm, true, err))) return rc;
+  if ((rc = model_bind_weight(f, NAME("attn_q.weight"), e, qd, &L->wq, true, err))) return rc;
+  if ((rc = model_bind_weight(f, NAME("attn_k.weight"), e, kvd, &L->wk, true, err))) return rc;
+  if ((rc = model_bind_weight(f, NAME("attn_v.weight"), e, kvd, &L->wv, true, err))) return rc;
+  if ((rc = model_bind_weight(f, NAME("attn_output.weight"), qd, e, &L->wo, true, err))) return rc;
+  const bool bias = m->ad->qkv_bias, qk_norm = m->ad->qk_norm;
+  if ((rc = model_bind_vec(f, NAME("attn_q.bias"), qd, &L->bq, bias, err)) < 0) return rc;
+  if ((rc = model_bind_vec(f, NAME("attn_k.bias"), kvd, &L->bk, bias, err)) < 0) return rc;
+  if ((rc = model_bind_vec(f, NAME("attn_v.bias"), kvd, &L->bv, bias, err)) < 0) return rc;
+  if ((rc = model_bind_vec(f, NAME("attn_q_norm.weight"), hp->head_dim, &L->q_norm, qk_norm, err)) < 0) return rc;
+  if ((rc = model_bind_vec(f, NAME("attn_k_norm.weight"), hp->head_dim, &L->k_norm, qk_norm, err)) < 0) return rc;
+  if (!L->q_norm != !L->k_norm) return pw_seterr(err, PW_EFORMAT, "layer %d: attn_q_norm and attn_k_norm come together", il);
+  if ((rc = model_bind_vec(f, NAME("ffn_norm.weight"), e, &L->ffn_norm, true, err))) return rc;
+  if ((rc = model_moe_bind(m, il, L, err))) return rc;
+#undef NAME
+  return 0;
+}
+
+/* The matmul scratch of an MoE MLP (router, an expert's matmuls for up to
+ * all the pass's entries, the shared expert). Shared with arch_qwen35.c. */
+size_t model_moe_scratch_size(const model *m, const layer_w *L, int max_batch) {
+  const model_hparams *hp = &m->hp;
   const pw_mm_op gu[2] = {{L->gate_exps.type, L->gate_exps.data, hp->n_ff_exp, NULL},
                           {L->up_exps.type, L->up_exps.data, hp->n_ff_exp, NULL}};
   const pw_mm_op sgu[2] = {{L->gate_shexp.type, L->gate_shexp.data, hp->n_ff_shexp, NULL},
                            {L->up_shexp.type, L->up_shexp.data, hp->n_ff_shexp, NULL}};
   const bool sh = L->gate_shexp.data != NULL;
-  size_t sz[8] = {sh ? pw_matmul_multi_scratch_size(sgu, 2, hp->n_embd, max_batch) : 0,
+  size_t sz[6] = {sh ? pw_matmul_multi_scratch_size(sgu, 2, hp->n_embd, max_batch) : 0,
                   sh ? pw_matmul_scratch_size(L->down_shexp.type, L->down_shexp.n_in, max_batch) : 0,
                   sh ? pw_matmul_scratch_size(L->gate_inp_shexp.type, hp->n_embd, max_batch) : 0,
-                  pw_matmul_multi_scratch_size(qkv, 3, hp->n_embd, max_batch),
                   pw_matmul_multi_scratch_size(gu, 2, hp->n_embd, max_batch),
-                  pw_matmul_scratch_size(L->wo.type, L->wo.n_in, max_batch),
                   pw_matmul_scratch_size(L->down_exps.type, L->down_exps.n_in, max_batch),
                   pw_matmul_scratch_size(L->ffn_gate_inp.type, L->ffn_gate_inp.n_in, max_batch)};
   size_t mm = 0;
-  for (int i = 0; i < 8; i++)
+  for (int i = 0; i < 6; i++)
+    if (sz[i] > mm) mm = sz[i];
+  return mm;
+}
+
+/* The matmul scratch: the attention's and the MLP's (the scratch_size of
+ * the attention-and-experts layers: qwen3moe, qwen2moe, gpt-oss). */
+size_t model_moe_layer_scratch_size(const model *m, int il, int max_batch) {
+  const layer_w *L = &m->layers[il];
+  const model_hparams *hp = &m->hp;
+  pw_mm_op qkv[3];
+  model_qkv_ops(L, NULL, qkv);
+  size_t sz[3] = {pw_matmul_multi_scratch_size(qkv, 3, hp->n_embd, max_batch),
+                  pw_matmul_scratch_size(L->wo.type, L->wo.n_in, max_batch), model_moe_scratch_size(m, L, max_batch)};
+  size_t mm = 0;
+  for (int i = 0; i < 3; i++)
     if (sz[i] > mm) mm = sz[i];
   return mm;
 }
@@ -202,7 +237,7 @@ static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int i
 }
 
 #define QWEN_MOE                                                                                               \
-  .rope_neox = true, .load_hparams = model_moe_hparams, .bind_layer = bind_layer, .scratch_size = model_moe_scratch_size,     \
+  .rope_neox = true, .load_hparams = model_moe_load_hparams, .bind_layer = bind_layer, .scratch_size = model_moe_layer_scratch_size, \
   .layer = layer, .prefetch_layer = model_layer_prefetch, .act_floats = model_moe_act_floats
 
 const model_arch_ops model_arch_qwen3moe = {.name = "qwen3moe", .arch = MODEL_ARCH_QWEN3MOE, .qk_norm = true, QWEN_MOE};

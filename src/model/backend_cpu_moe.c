@@ -12,7 +12,8 @@
  *   experts  y = sum of weight * down(silu(gate x) * up x)
  *   shared   (where the layer has one) y += sigmoid(x . g) * the shared
  *            expert's SwiGLU of x, computed after the routed ones; the
- *            sigmoid as llama.cpp's qwen2moe graph, silu(v) / v
+ *            sigmoid as llama.cpp's graphs compute it: silu(v) / v for
+ *            qwen2moe, 1 / (1 + exp(-v)) for qwen35moe
  * and for gpt-oss (hp->moe_softmax_topk, llama.cpp's softmax_weight
  * gating and its swiglu_oai):
  *   router   logits = x W_router^T + b_router
@@ -32,7 +33,8 @@
  * matmul.h). llama.cpp sums in top-k order instead: the same terms, a
  * rounding apart.
  *
- * Not here: the attention and norms around it (arch_qwen3moe.c). */
+ * Not here: the attention and norms around it (arch_qwen3moe.c,
+ * arch_qwen35.c). */
 #include "model/model_int.h"
 
 #include "base/error.h"
@@ -219,7 +221,7 @@ void model_cpu_moe_ffn(model_ctx *c, const layer_w *L, const float *x, int n, fl
   m->be->swiglu(c, s.g, s.u, (int64_t)n * S);
   pw_matmul_ex(m->pool, L->down_shexp.type, L->down_shexp.data, S, E, s.g, n, s.d, c->mm_scratch, m->mm_hints);
   for (int t = 0; t < n; t++) {
-    const float v = s.logits[t], gate = v / (1.0f + expf(-v)) / v;
+    const float v = s.logits[t], gate = hp->shexp_sigmoid ? 1.0f / (1.0f + expf(-v)) : v / (1.0f + expf(-v)) / v;
     float *yt = y + (size_t)t * E;
     const float *dr = s.d + (size_t)t * E;
     for (int i = 0; i < E; i++) yt[i] += dr[i] * gate;

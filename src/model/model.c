@@ -20,7 +20,8 @@
 
 const model_arch_ops *const model_archs[] = {&model_arch_llama,  &model_arch_qwen2, &model_arch_qwen3, &model_arch_gemma3,
                                              &model_arch_phi3,   &model_arch_qwen35, &model_arch_bert,
-                                             &model_arch_nomic_bert, &model_arch_qwen3moe, &model_arch_qwen2moe, &model_arch_gptoss, NULL};
+                                             &model_arch_nomic_bert, &model_arch_qwen3moe, &model_arch_qwen2moe,
+                                             &model_arch_qwen35moe, &model_arch_gptoss, NULL};
 
 /* ---- loading ---------------------------------------------------------- */
 
@@ -98,13 +99,15 @@ static int load_hparams(model *m, char *err) {
   hp->n_head_kv = hp->n_head;
   if ((rc = get_u32_key(f, a, "attention.head_count_kv", false, &v, err)) < 0) return rc;
   if (rc == 0) hp->n_head_kv = (int32_t)v;
-  if ((rc = get_u32_key(f, a, "feed_forward_length", true, &v, err))) return rc;
+  v = 0;
+  if ((rc = get_u32_key(f, a, "feed_forward_length", !m->ad->ff_optional, &v, err)) < 0) return rc;
   hp->n_ff = (int32_t)v;
+  const bool ff_absent = rc == 1;
   hp->n_ctx_train = 2048;
   if ((rc = get_u32_key(f, a, "context_length", false, &v, err)) < 0) return rc;
   if (rc == 0) hp->n_ctx_train = (int32_t)v;
   if (hp->n_embd <= 0 || hp->n_embd > 65536 || hp->n_layer <= 0 || hp->n_layer > 1024 || hp->n_head <= 0 ||
-      hp->n_head > 1024 || hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv || hp->n_ff <= 0 ||
+      hp->n_head > 1024 || hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv || (hp->n_ff <= 0 && !ff_absent) ||
       hp->n_ff > 1 << 20 || hp->n_ctx_train <= 0)
     return pw_seterr(err, PW_EFORMAT,
                      "invalid hyperparameters: n_embd %d, n_layer %d, n_head %d, n_head_kv %d, n_ff %d, n_ctx %d",
@@ -176,7 +179,9 @@ static int load_hparams(model *m, char *err) {
   if (!(hp->rope_base > 0) || !(hp->rms_eps >= 0))
     return pw_seterr(err, PW_EFORMAT, "invalid rope base %g or rms epsilon %g", (double)hp->rope_base,
                      (double)hp->rms_eps);
-  return m->ad->load_hparams ? m->ad->load_hparams(m, err) : 0;
+  if (m->ad->load_hparams && (rc = m->ad->load_hparams(m, err))) return rc;
+  if (hp->n_ff <= 0 || hp->n_ff > 1 << 20) return pw_seterr(err, PW_EFORMAT, "invalid feed-forward width %d", hp->n_ff);
+  return 0;
 }
 
 static int bind_weights(model *m, char *err) {

@@ -7,9 +7,12 @@
  * sandwich norms, Q/K norm, sliding-window layers between global ones, a
  * GeGLU MLP), `phi3` (fused QKV and gate/up projections, LongRoPE) and
  * `qwen3moe` (qwen3's attention, a routed mixture-of-experts MLP) and
- * `qwen2moe` (qwen2's attention, routed experts beside a gated shared one)
- * and `gpt-oss` (attention with biases and per-head sinks, sliding-window
- * layers between full ones, biased experts with a clamped SwiGLU).
+ * `qwen2moe` (qwen2's attention, routed experts beside a gated shared one),
+ * `qwen35` (gated DeltaNet layers between gated full-attention ones),
+ * `qwen35moe` (the same layers with qwen2moe-like routed and shared
+ * experts) and `gpt-oss` (attention with biases and per-head sinks,
+ * sliding-window layers between full ones, biased experts with a clamped
+ * SwiGLU).
  * Weights are views into the bytes weights/ holds: the GGUF mapping by
  * default, or an owned (possibly decrypted) copy.
  *
@@ -42,6 +45,7 @@ typedef enum model_arch {
   MODEL_ARCH_NOMIC_BERT,
   MODEL_ARCH_QWEN3MOE,
   MODEL_ARCH_QWEN2MOE,
+  MODEL_ARCH_QWEN35MOE,
   MODEL_ARCH_GPTOSS
 } model_arch;
 
@@ -84,7 +88,7 @@ typedef struct model_hparams {
   int32_t n_rot;       /* rotated dimensions of a head (= head_dim unless partial RoPE) */
   int32_t rope_sections[4]; /* M-RoPE sections in rotation pairs (all 0 = plain RoPE) */
   bool rope_imrope;    /* interleaved M-RoPE (qwen3.5): section of pair i is i % 3 */
-  /* Gated DeltaNet layers (qwen35; 0 = none) */
+  /* Gated DeltaNet layers (qwen35, qwen35moe; 0 = none) */
   int32_t ssm_d_conv;  /* causal conv1d kernel width */
   int32_t ssm_d_state; /* key/value head dimension of the recurrent state */
   int32_t ssm_n_group; /* key heads */
@@ -92,13 +96,15 @@ typedef struct model_hparams {
   int32_t ssm_d_inner; /* value heads x value head dimension */
   int32_t n_recurrent; /* layers with a recurrent state */
   int32_t n_nextn;     /* MTP blocks stored after the n_layer decoder layers */
-  /* Mixture of experts (qwen3moe; 0 = dense MLP) */
+  /* Mixture of experts (qwen3moe, qwen2moe, qwen35moe; 0 = dense MLP) */
   int32_t n_expert;      /* experts per layer */
   int32_t n_expert_used; /* experts each token goes through (top-k) */
   int32_t n_ff_exp;      /* hidden size of one expert */
   bool expert_norm;      /* the top-k weights are divided by their sum */
   float expert_scale;    /* the top-k weights are multiplied by this (0, 1: none) */
-  int32_t n_ff_shexp;    /* hidden size of the shared expert (qwen2moe; 0 = none) */
+  int32_t n_ff_shexp;    /* hidden size of the shared expert (qwen2moe, qwen35moe; 0 = none) */
+  bool shexp_sigmoid;    /* the shared expert's gate is sigmoid(v) (qwen35moe); false: silu(v) / v
+                          * as llama.cpp's qwen2moe graph computes it (the same up to rounding) */
   /* gpt-oss's routing and experts: the top-k of the router logits (plus
    * its bias) with a softmax over those k alone, instead of a softmax over
    * all experts first; the experts' activation the clamped SwiGLU
@@ -180,7 +186,7 @@ size_t model_kv_pos_bytes(const model_kv *kv);
 void model_kv_destroy(model_kv *kv);
 int model_kv_n_seq(const model_kv *kv);
 /* True when the model keeps a recurrent state per sequence beside the KV
- * cache (qwen35's DeltaNet layers). Such a state cannot be truncated: a
+ * cache (the DeltaNet layers of qwen35 and qwen35moe). Such a state cannot be truncated: a
  * sequence cut back to a length other than 0 or its own length (by
  * model_kv_truncate or model_kv_copy) has no valid state until it is
  * restored from a snapshot taken at that length or reset to 0, and
@@ -234,7 +240,7 @@ void model_rank_head(model_ctx *c, const float *pooled, float *scores);
  * pass. */
 void model_ctx_hidden(model_ctx *c, int n, float *out);
 
-/* ---- multi-token prediction (qwen35's MTP block, "nextn") ----------------
+/* ---- multi-token prediction (the MTP block of qwen35/qwen35moe, "nextn") --
  * The block proposes the token after next: for an entry (seq, pos, token)
  * and h, the target's normalised hidden state at pos - 1 (model_ctx_hidden;
  * zeros at pos 0), or the block's own h_out of the previous entry when

@@ -11,7 +11,9 @@
  *   arch_gemma3.c  Gemma 3's block
  *   arch_phi3.c    Phi-3's block (fused QKV and gate/up, LongRoPE)
  *   arch_qwen35.c  Qwen3.5's hybrid block: gated DeltaNet layers with a
- *                  recurrent state, and gated full-attention layers
+ *                  recurrent state, and gated full-attention layers; with
+ *                  a dense MLP (qwen35) or arch_qwen3moe.c's routed and
+ *                  shared experts (qwen35moe)
  *   arch_bert.c    the BERT-family encoders (bert, nomic-bert): post-norm
  *                  blocks with bidirectional attention, pooling heads
  *   arch_qwen3moe.c  Qwen3-MoE's and Qwen2-MoE's blocks: their attention,
@@ -297,26 +299,33 @@ struct model_arch_ops {
   /* Floats of c->arch_act a pass of max_batch needs (may be NULL: none). */
   size_t (*act_floats)(const model *m, int max_batch);
   bool partial_rope; /* rope.dimension_count may be below the head size */
+  /* feed_forward_length may be absent (qwen35moe: the experts' widths
+   * describe the MLP); load_hparams then sets n_ff */
+  bool ff_optional;
 };
 
 /* NULL-terminated rows (model.c). */
 extern const model_arch_ops *const model_archs[];
 extern const model_arch_ops model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma3,
     model_arch_phi3, model_arch_qwen35, model_arch_bert, model_arch_nomic_bert, model_arch_qwen3moe,
-    model_arch_qwen2moe, model_arch_gptoss;
+    model_arch_qwen2moe, model_arch_qwen35moe, model_arch_gptoss;
 
 /* model.c: binding helpers for the architectures' files */
 int model_bind_weight(const gguf_file *f, const char *name, int64_t n_in, int64_t n_out, model_weight *w,
                       bool required, char *err);
 int model_bind_vec(const gguf_file *f, const char *name, int64_t n, const float **out, bool required, char *err);
-/* arch_qwen3moe.c, shared with the other MoE blocks: the expert counts and
- * widths ({arch}.expert_*), a stacked expert tensor [n_in, n_out, n_exp]
- * bound as expert 0, the matmul scratch of an attention + MoE layer, and
- * c->arch_act's floats (the MLP's output, then the moe_ffn op's scratch) */
-int model_moe_hparams(model *m, char *err);
+/* arch_qwen3moe.c, shared with the other MoE blocks (qwen35moe, gpt-oss):
+ * the expert counts and widths ({arch}.expert_*; sets n_ff when it is 0);
+ * a stacked expert tensor [n_in, n_out, n_exp] bound as expert 0; block
+ * blk's router, experts and shared expert; the matmul scratch of the MoE
+ * MLP alone and of an attention + MoE layer; c->arch_act's floats (the
+ * MLP's output, then the moe_ffn op's scratch) */
+int model_moe_load_hparams(model *m, char *err);
 int model_bind_experts(const gguf_file *f, const char *name, int64_t n_in, int64_t n_out, int64_t n_exp,
                        model_weight *w, char *err);
-size_t model_moe_scratch_size(const model *m, int il, int max_batch);
+int model_moe_bind(model *m, int blk, layer_w *L, char *err);
+size_t model_moe_scratch_size(const model *m, const layer_w *L, int max_batch);
+size_t model_moe_layer_scratch_size(const model *m, int il, int max_batch);
 size_t model_moe_act_floats(const model *m, int max_batch);
 /* arch_qwen35.c: matmul scratch of an MTP pass of max_batch entries */
 size_t model_mtp_scratch_size(const model *m, int max_batch);

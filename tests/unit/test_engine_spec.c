@@ -4,8 +4,10 @@
  * the same tokens, text and logprobs as decoding without speculation,
  * greedy and seeded sampling with penalties, alone and 8 at once, with stop
  * strings and max_tokens ending a round early; acceptance on copy-heavy
- * code is real; a request that cannot be helped falls back; a draft model
- * with another vocabulary is refused at startup. Every wait has a timeout. */
+ * code is real; a request that cannot be helped falls back; the cost
+ * policy declines a drafter whose passes cost more than they save and uses
+ * a cheap one; a draft model with another vocabulary is refused at
+ * startup. Every wait has a timeout. */
 #include "base/clock.h"
 #include "base/error.h"
 #include "engine/engine.h"
@@ -44,14 +46,17 @@ static struct {
   int policy;
   const double *cost; /* NULL = measured */
   int n_cost;
-} g_pol = {ENGINE_SPEC_POLICY_COST, k_free, 1};
+  const double *draft_cost; /* the drafter's passes (NULL: free with fixed costs, else measured) */
+  int n_draft_cost;
+} g_pol = {ENGINE_SPEC_POLICY_COST, k_free, 1, NULL, 0};
 
 static engine *make(const char *model, int mode, const char *draft, int max_active) {
   engine_opts o = {.model_path = model, .n_threads = 2, .max_active = max_active, .max_queue = 16, .n_ctx = 256,
                    .kv_type_k = g_kv_k, .kv_type_v = g_kv_v,
                    .step_tokens = 96, .spec_mode = mode, .spec_draft_model = draft, .spec_draft_max = 8,
                    .prompt_cache_entries = -1, .spec_policy = g_pol.policy, .spec_cost_fixed = g_pol.cost,
-                   .spec_cost_n = g_pol.n_cost};
+                   .spec_cost_n = g_pol.n_cost, .spec_draft_cost_fixed = g_pol.draft_cost,
+                   .spec_draft_cost_n = g_pol.n_draft_cost};
   return create_engine(&o);
 }
 
@@ -385,6 +390,64 @@ static void test_cost_policy(void) {
   }
 }
 
+/* The cost policy counts the drafter's own passes: with the draft model
+ * on copy-heavy code and verification costed as cheap (8 entries for the
+ * price of 1.5), a drafter whose every pass costs as much as a target
+ * pass never pays (k proposals cost k + the verification for at most k
+ * more tokens), so the request decodes without proposals but for its
+ * probes; a drafter whose passes cost a hundredth of that is used at
+ * once. Either way the same tokens as without speculation. */
+static void test_cost_policy_drafter(void) {
+  const char *m = MODELS "codelm-py-F32.gguf", *dm = MODELS "codelm-py-draft-F32.gguf";
+  static const double cheap[9] = {1.0, 1.05, 1.1, 1.15, 1.2, 1.3, 1.35, 1.4, 1.5};
+  static const double costly[8] = {1, 2, 3, 4, 5, 6, 7, 8}, light[8] = {.01, .02, .03, .04, .05, .06, .07, .08};
+  int gen = SMALL ? 30 : GEN < 48 ? 40 : 60;
+  engine *off = make(m, ENGINE_SPEC_OFF, NULL, 2);
+  if (!off) return;
+  static int32_t pr[256];
+  int n = encode(off, k_copy, pr, 256);
+  if (n + gen > 256) gen = 256 - n;
+  engine_params p = params(pr, n, gen, false, 0);
+  static result ref, got;
+  run_many(off, &p, 1, &ref);
+  engine_destroy(off);
+  for (int c = 0; c < 2; c++) {
+    g_pol.cost = cheap;
+    g_pol.n_cost = 9;
+    g_pol.draft_cost = c == 0 ? costly : light;
+    g_pol.n_draft_cost = 8;
+    engine *e = make(m, ENGINE_SPEC_DRAFT, dm, 2);
+    g_pol.cost = k_free;
+    g_pol.n_cost = 1;
+    g_pol.draft_cost = NULL;
+    g_pol.n_draft_cost = 0;
+    if (!e) return;
+    run_many(e, &p, 1, &got);
+    CHECK_MSG(same_exact(&ref, &got), "cost policy (%s drafter) changes the output", c == 0 ? "costly" : "cheap");
+    check_usage(&got);
+    engine_stats st;
+    engine_get_stats(e, &st);
+    fprintf(stderr,
+            "  cost policy, %-6s drafter: %d tokens in %d passes, drafted %d accepted %d, %llu declined steps, "
+            "%llu probes\n",
+            c == 0 ? "costly" : "cheap", got.n_tok, got.usage.target_passes, got.usage.spec_drafted,
+            got.usage.spec_accepted, (unsigned long long)st.spec_declined_total,
+            (unsigned long long)st.spec_probes_total);
+    if (c == 0) {
+      /* declined from the first step: only probes (SPEC_PROBE_K = 3) */
+      CHECK(st.spec_declined_total > 0);
+      CHECK_MSG(got.usage.spec_drafted <= 3 * (int)st.spec_probes_total, "drafted %d with %llu probes",
+                got.usage.spec_drafted, (unsigned long long)st.spec_probes_total);
+      CHECK(got.usage.target_passes >= gen - 3 * (int)st.spec_probes_total);
+    } else {
+      CHECK(got.usage.spec_drafted > 0);
+      CHECK_MSG((double)got.n_tok / got.usage.target_passes > 1.5, "cheap drafter: %d tokens in %d passes",
+                got.n_tok, got.usage.target_passes);
+    }
+    engine_destroy(e);
+  }
+}
+
 /* A grammar stays exact under speculation: a lazy one (free text until
  * "def ", then a fixed method shape) and one from the first token, greedy
  * and sampled, copy-heavy code where prompt-lookup proposes a lot. */
@@ -443,6 +506,15 @@ static void test_draft_mismatch(void) {
   o.spec_cost_n = 2;
   CHECK_EQ_INT(engine_create(&o, &e, err), PW_EINVAL);
   CHECK(strstr(err, "spec_cost_fixed[1]") != NULL);
+  o.spec_cost_fixed = NULL;
+  o.spec_draft_cost_fixed = bad;
+  o.spec_draft_cost_n = 2;
+  CHECK_EQ_INT(engine_create(&o, &e, err), PW_EINVAL);
+  CHECK(strstr(err, "spec_draft_cost_fixed[1]") != NULL);
+  o.spec_draft_cost_n = 99;
+  CHECK_EQ_INT(engine_create(&o, &e, err), PW_EINVAL);
+  CHECK(strstr(err, "spec_draft_cost_n") != NULL);
+  o.spec_draft_cost_fixed = NULL;
   CHECK_EQ_INT(engine_spec_policy_parse("cost"), ENGINE_SPEC_POLICY_COST);
   CHECK_EQ_INT(engine_spec_policy_parse("acceptance"), ENGINE_SPEC_POLICY_ACCEPTANCE);
   CHECK_EQ_INT(engine_spec_policy_parse("fastest"), -1);
@@ -469,6 +541,7 @@ int main(void) {
   double t0 = pw_now_s();
   test_draft_mismatch();
   test_cost_policy();
+  test_cost_policy_drafter();
   test_grammar_spec();
   /* The sanitizer builds check the engine's memory and threads, the same
    * code for every model: one trained and one random model there. */

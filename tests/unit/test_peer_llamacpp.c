@@ -6,9 +6,11 @@
  * Q8_0 with a short sliding window, qwen2 F16 with YaRN scaling, phi3 Q8_0
  * with LongRoPE's short factors and F16 with its long ones, qwen3moe F16,
  * Q8_0 and Q4_K_M with 16 experts of Qwen3-30B-A3B's geometry, qwen2moe
- * F16 and Q4_K_M with a shared expert, gpt-oss F16 and MXFP4_MOE with a
- * window of 5, and Q8_0 over 600 positions; a qwen3 Q8_0 file cut in three
- * parts by `power split`, loaded by both by its first part) and `power
+ * F16 and Q4_K_M with a shared expert, qwen35moe F16, Q8_0 (with its MTP
+ * block) and Q4_K_M with 12 experts of Qwen3.5-35B-A3B's geometry, gpt-oss
+ * F16 and MXFP4_MOE with a window of 5, and Q8_0 over 600 positions; a
+ * qwen3 Q8_0 file cut in three parts by `power split`, loaded by both by
+ * its first part) and `power
  * quantize` (the trained codelm-py to Q4_K_M; a qwen2 F16 synth file to
  * IQ4_XS, IQ4_NL and MXFP4 (MXFP4_MOE --pure, every matrix MXFP4)), runs
  * llama.cpp on each through
@@ -262,6 +264,14 @@ int main(void) {
        * Q8_0 alone: the 600-position case below) */
       {"gpt-oss-20b F16 8 experts", "gpt-oss-20b", "llama-spm", "F16", GPTOSS_SHAPE, sids},
       {"gpt-oss-20b MXFP4_MOE 8 experts", "gpt-oss-20b", "llama-spm", "MXFP4_MOE", GPTOSS_SHAPE, sids},
+      /* qwen3.5-35b-a3b: Qwen3.5's hybrid layers (three gated DeltaNet
+       * with 32 value heads over 16 key heads, one gated attention) with
+       * 12 experts (8 per token) of the real geometry and the sigmoid-gated
+       * shared expert; no feed_forward_length, as the converter writes it.
+       * The Q8_0 file also has the MTP block with its own experts. */
+      {"qwen3.5-35b-a3b F16 12 experts", "qwen3.5-35b-a3b", "llama-spm", "F16", "--layers 4 --experts 12", sids},
+      {"qwen3.5-35b-a3b Q8_0 +mtp", "qwen3.5-35b-a3b", "llama-spm", "Q8_0", "--layers 4 --experts 12 --mtp", sids},
+      {"qwen3.5-35b-a3b Q4_K_M", "qwen3.5-35b-a3b", "llama-spm", "Q4_K_M", "--layers 4 --experts 12", sids},
   };
   /* PW_PEER_ONLY=text runs only the cases whose label contains it */
   const char *only = getenv("PW_PEER_ONLY");
