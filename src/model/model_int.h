@@ -6,9 +6,10 @@
  *   model.c        loading (hyperparameters, output and embedding
  *                  weights), the KV cache, batch scratch and the forward
  *                  pass's frame: embed, run each layer, norm, logits
- *   arch_llama.c   the llama-family block (llama, qwen2, qwen3): its
- *                  weights and its layer function
- *   arch_gemma3.c  Gemma 3's block
+ *   arch_llama.c   the llama-family block (llama, qwen2, qwen3, and with
+ *                  their extras smollm3, granite, mistral3): its weights
+ *                  and its layer function
+ *   arch_gemma3.c  Gemma 3's and Gemma 2's blocks
  *   arch_phi3.c    Phi-3's block (fused QKV and gate/up, LongRoPE)
  *   arch_qwen35.c  Qwen3.5's hybrid block: gated DeltaNet layers with a
  *                  recurrent state, and gated full-attention layers
@@ -222,7 +223,8 @@ struct model_backend {
   void (*kv_store)(model_ctx *c, model_kv *kv, const model_entry *e, int n, int layer);
   /* c->att = softmax(scale q K^T) V per query head, each entry over its
    * sequence up to and including its position, and over at most the last
-   * window positions when window > 0 */
+   * window positions when window > 0; each score capped as
+   * cap * tanh(score / cap) where hp.attn_softcap > 0 */
   void (*attention)(model_ctx *c, model_kv *kv, const model_entry *e, int n, int layer, float scale, int window);
   /* g = silu(g) * u over n elements */
   void (*swiglu)(model_ctx *c, float *g, const float *u, int64_t n);
@@ -290,14 +292,20 @@ struct model_arch_ops {
 
 /* NULL-terminated rows (model.c). */
 extern const model_arch_ops *const model_archs[];
-extern const model_arch_ops model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma3,
-    model_arch_phi3, model_arch_qwen35, model_arch_bert, model_arch_nomic_bert, model_arch_qwen3moe,
-    model_arch_qwen2moe;
+extern const model_arch_ops model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma3, model_arch_phi3,
+    model_arch_qwen35, model_arch_bert, model_arch_nomic_bert, model_arch_qwen3moe, model_arch_qwen2moe,
+    model_arch_gemma2, model_arch_smollm3, model_arch_granite, model_arch_mistral3;
 
 /* model.c: binding helpers for the architectures' files */
 int model_bind_weight(const gguf_file *f, const char *name, int64_t n_in, int64_t n_out, model_weight *w,
                       bool required, char *err);
 int model_bind_vec(const gguf_file *f, const char *name, int64_t n, const float **out, bool required, char *err);
+/* model.c: YaRN's angle parameters in hp from its scaling factor
+ * (1/rope_scale), original context (n_ctx_orig) and base, the file's
+ * attention factor attn, the ramp's beta_fast and beta_slow (llama.cpp's
+ * defaults 32 and 1) and log_mul (rope.scaling.yarn_log_multiplier, 0 =
+ * none), as llama.cpp derives them. */
+int model_rope_yarn(model_hparams *hp, float attn, float beta_fast, float beta_slow, float log_mul, char *err);
 /* arch_qwen35.c: matmul scratch of an MTP pass of max_batch entries */
 size_t model_mtp_scratch_size(const model *m, int max_batch);
 /* the CPU's delta_net op (backend_cpu_dnet.c) */
