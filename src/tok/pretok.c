@@ -299,6 +299,72 @@ static size_t step_qwen2(const uint32_t *cp, const uint8_t *fl, size_t ini, size
   return scan(m_qwen2, cp, fl, ini, end, out);
 }
 
+/* Tekken (Mistral):
+ * [^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|
+ * [^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*|\p{N}|
+ *  ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * over llama.cpp's collapsed text: a non-ASCII letter is one code point
+ * that is neither a-z nor A-Z, so it counts as upper (tk_up) and lower
+ * (tk_lo) case alike; ASCII letters by their case. */
+static inline bool tk_up(const uint32_t *cp, const uint8_t *fl, size_t i, size_t end) {
+  return r_l(fl, i, end) && !(cp[i] >= 'a' && cp[i] <= 'z');
+}
+static inline bool tk_lo(const uint32_t *cp, const uint8_t *fl, size_t i, size_t end) {
+  return r_l(fl, i, end) && !(cp[i] >= 'A' && cp[i] <= 'Z');
+}
+/* U*L+ at q (backtracking: the longest run of U, then the last place in it
+ * where L can start); 0 = no match */
+static size_t tk_word1(const uint32_t *cp, const uint8_t *fl, size_t q, size_t end) {
+  size_t u = q;
+  while (tk_up(cp, fl, u, end)) u++;
+  for (size_t k = u + 1; k-- > q;) {
+    if (!tk_lo(cp, fl, k, end)) continue;
+    size_t r = k;
+    while (tk_lo(cp, fl, r, end)) r++;
+    return r;
+  }
+  return 0;
+}
+/* U+L* at q; 0 = no match */
+static size_t tk_word2(const uint32_t *cp, const uint8_t *fl, size_t q, size_t end) {
+  size_t u = q;
+  while (tk_up(cp, fl, u, end)) u++;
+  if (u == q) return 0;
+  while (tk_lo(cp, fl, u, end)) u++;
+  return u;
+}
+static size_t m_tekken(const uint32_t *cp, const uint8_t *fl, size_t pos, size_t end) {
+  const uint32_t c = cp[pos];
+  /* the optional leading [^\r\n\p{L}\p{N}] (tried with it, then without:
+   * without, the word must start at pos) */
+  const bool lead = !is_nl(c) && !r_l(fl, pos, end) && !r_n(fl, pos, end);
+  size_t r;
+  if (lead && (r = tk_word1(cp, fl, pos + 1, end))) return r - pos;
+  if ((r = tk_word1(cp, fl, pos, end))) return r - pos;
+  if (lead && (r = tk_word2(cp, fl, pos + 1, end))) return r - pos;
+  if ((r = tk_word2(cp, fl, pos, end))) return r - pos;
+  if (r_n(fl, pos, end)) return 1;
+  if (r_other(fl, pos, end) || (c == ' ' && r_other(fl, pos + 1, end))) {
+    size_t q = pos + (c == ' ' && !r_other(fl, pos, end));
+    while (r_other(fl, q, end)) q++;
+    while (q < end && (is_nl(cp[q]) || cp[q] == '/')) q++;
+    return q - pos;
+  }
+  size_t nws = 0, last_nl = 0;
+  while (r_ws(fl, pos + nws, end)) {
+    if (is_nl(cp[pos + nws])) last_nl = nws + 1;
+    nws++;
+  }
+  if (last_nl) return last_nl;
+  if (nws == 0) return 0;
+  if (pos + nws == end) return nws;
+  if (nws >= 2) return nws - 1;
+  return nws;
+}
+static size_t step_tekken(const uint32_t *cp, const uint8_t *fl, size_t ini, size_t end, uint32_t *out) {
+  return scan(m_tekken, cp, fl, ini, end, out);
+}
+
 /* \p{N} */
 static size_t m_num1(const uint32_t *cp, const uint8_t *fl, size_t pos, size_t end) {
   (void)cp;
@@ -491,6 +557,7 @@ static const tok_pre_def k_pre[] = {
     {"qwen2|deepseek-r1-qwen|kormo|f2llmv2|stablelm2|hunyuan|solar-open|megrez|grok-2", {step_qwen2}, false, false,
      false},
     {"qwen35", {step_qwen35}, false, false, false},
+    {"tekken", {step_tekken}, true, true, false},
     {"gpt-2|phi-2|gigachat|a.x-4.0|mellum|mpt|olmo|jais|trillion|granite-docling|exaone4", {step_gpt2}, false,
      false, false},
     {"starcoder|refact|command-r|smollm|codeshell|exaone|minerva-7b|mellum2", {step_num1, step_gpt2}, false, false,
@@ -520,8 +587,8 @@ bool tok_pre_add_bos(const tok_pre_def *d) { return d->add_bos; }
 bool tok_pre_no_bos(const tok_pre_def *d) { return d->no_bos; }
 
 const char *tok_pre_supported(void) {
-  return "default, llama3/llama-bpe, qwen2, qwen35, gpt-2, starcoder, smollm, deepseek-llm, deepseek-coder, falcon, "
-         "dbrx, command-r, stablelm2, ...";
+  return "default, llama3/llama-bpe, qwen2, qwen35, tekken, gpt-2, starcoder, smollm, deepseek-llm, deepseek-coder, "
+         "falcon, dbrx, command-r, stablelm2, ...";
 }
 
 size_t tok_pretok_split(const tok_pre_def *d, const uint32_t *cp, const uint8_t *fl, size_t n, uint32_t *seg,

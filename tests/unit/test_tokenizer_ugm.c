@@ -8,13 +8,16 @@
  * takes JavaScript strings; invalid bytes are checked on Power alone). Each
  * goes through tests/peer/llamacpp-tokenize.mjs (node-llama-cpp's prebuilt
  * release) and Power's tok_encode (no special tokens added or parsed); the
- * ids must be equal. Then the special tokens added around a text.
+ * ids must be equal. Then the special tokens added around a text. And the
+ * tekken pre-tokenizer (Mistral) the same way, on the same texts and cased
+ * words, with the Llama 3 vocabulary renamed to it (test_tekken).
  *
  * Needs `node` and the peer's node_modules; fails saying so when missing. */
 #include "test.h"
 
 #include "base/error.h"
 #include "gguf/gguf.h"
+#include "gguf/writer.h"
 #include "tok/tok.h"
 
 #include <jansson.h>
@@ -55,6 +58,101 @@ static const char *const k_extra[] = {
     "<s> not special here </s> <unk> <mask>",
     "",
 };
+
+/* The texts through llama.cpp (tests/peer/llamacpp-tokenize.mjs with the
+ * vocabulary at path) and through Power's tok_encode (no special tokens
+ * added or parsed): counts the texts whose ids are equal. */
+static void peer_compare(const char *peer, const char *path, const tok_vocab *v, json_t *texts, int *pass_out,
+                         int *total_out) {
+  char err[PW_ERRMAX];
+  char tin[] = "/tmp/power-tok-XXXXXX";
+  int fd = mkstemp(tin);
+  CHECK(fd >= 0);
+  char *dump = json_dumps(texts, JSON_COMPACT);
+  if (fd >= 0 && dump) CHECK((size_t)write(fd, dump, strlen(dump)) == strlen(dump));
+  if (fd >= 0) close(fd);
+  free(dump);
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "node '%s/llamacpp-tokenize.mjs' '%s' < '%s' 2>/dev/null", peer, path, tin);
+  FILE *p = popen(cmd, "r");
+  json_error_t je;
+  json_t *j = p ? json_loadf(p, 0, &je) : NULL;
+  if (p) pclose(p);
+  unlink(tin);
+  json_t *ref = j ? json_object_get(j, "tokens") : NULL;
+  CHECK_MSG(ref && json_array_size(ref) == json_array_size(texts), "llama.cpp did not tokenize (%s)", cmd);
+  int pass = 0, total = 0;
+  for (size_t i = 0; ref && i < json_array_size(ref) && i < json_array_size(texts); i++) {
+    json_t *t = json_array_get(texts, i), *want = json_array_get(ref, i);
+    size_t n = 0, nw = json_array_size(want);
+    int32_t *got = malloc((json_string_length(t) * 2 + 8) * sizeof *got);
+    int rc = tok_encode(v, json_string_value(t), json_string_length(t), false, false, got,
+                        json_string_length(t) * 2 + 8, &n, err);
+    bool ok = rc == 0 && n == nw;
+    for (size_t k = 0; ok && k < n; k++) ok = got[k] == json_integer_value(json_array_get(want, k));
+    total++;
+    pass += ok;
+    if (!ok) {
+      fprintf(stderr, "  mismatch on \"%.80s\" (%zu bytes): llama.cpp %zu tokens, Power %zu (rc %d)\n",
+              json_string_value(t), json_string_length(t), nw, n, rc);
+      for (size_t k = 0; k < n && k < nw; k++)
+        if (got[k] != json_integer_value(json_array_get(want, k))) {
+          fprintf(stderr, "    first difference at %zu: %lld vs %d\n", k,
+                  (long long)json_integer_value(json_array_get(want, k)), got[k]);
+          break;
+        }
+    }
+    free(got);
+  }
+  json_decref(j);
+  *pass_out = pass;
+  *total_out = total;
+}
+
+/* Tekken (Mistral's tokenizer.ggml.pre): llama.cpp's bundle has no such
+ * vocabulary, so the Llama 3 BPE vocabulary is written again with its
+ * pre-tokenizer named tekken, and both engines tokenize the texts with
+ * it: the split (cased words, single digits, punctuation runs with
+ * trailing newlines and slashes) is what differs. */
+static void test_tekken(const char *peer, json_t *texts) {
+  char err[PW_ERRMAX], path[64];
+  snprintf(path, sizeof path, "/tmp/power-tekken-%d.gguf", (int)getpid());
+  gguf_file *src = NULL, *g = NULL;
+  gguf_writer *w = gguf_writer_create();
+  tok_vocab *v = NULL;
+  CHECK_MSG(gguf_open(POWER_SHARED_DIR "/tokenizer/ggml-vocab-llama-bpe.gguf", &src, err) == 0, "%s", err);
+  if (src && w) {
+    CHECK(gguf_writer_copy_kvs_prefix(w, src, "", err) > 0);
+    gguf_writer_remove_kv(w, "tokenizer.ggml.pre");
+    CHECK(gguf_writer_set_str(w, "tokenizer.ggml.pre", "tekken", err) == 0);
+    CHECK_MSG(gguf_writer_write(w, path, NULL, NULL, err) == 0, "%s", err);
+  }
+  CHECK_MSG(gguf_open(path, &g, err) == 0, "%s", err);
+  if (g) CHECK_MSG(tok_vocab_load(g, &v, err) == 0, "tekken: %s", err);
+  static const char *const k_cased[] = {
+      "HELLOworld HelloWorld helloWORLD ABC abc A b",
+      "McDonald's iPhone XMLHttpRequest getHTTPResponse",
+      "\xC3\x89t\xC3\xA9 \xC3\x89" "COLE \xC3\xA9" "cole caf\xC3\xA9S",
+      "path/to/file.txt // comment\n/* x */\r\n",
+      "12345 3.14159 1,000,000 v2.0.1",
+      "  \t indented\n\n\nthree newlines   \n  ",
+      "!!!\n\n...///\nend",
+      "x=\"y\"; f(a, b) -> c != d",
+  };
+  json_t *all = json_deep_copy(texts);
+  for (size_t i = 0; i < sizeof k_cased / sizeof k_cased[0]; i++)
+    json_array_append_new(all, json_stringn_nocheck(k_cased[i], strlen(k_cased[i])));
+  int pass = 0, total = 0;
+  if (v) peer_compare(peer, path, v, all, &pass, &total);
+  fprintf(stderr, "tekken (BPE) against llama.cpp: %d/%d texts tokenize the same\n", pass, total);
+  CHECK_MSG(pass == total && total >= 50, "tekken: %d of %d texts", pass, total);
+  json_decref(all);
+  tok_vocab_destroy(v);
+  gguf_close(g);
+  gguf_close(src);
+  gguf_writer_destroy(w);
+  unlink(path);
+}
 
 int main(void) {
   char self[1024], peer[1100];
@@ -99,45 +197,8 @@ int main(void) {
     json_array_append_new(texts, json_stringn_nocheck(big, n));
     free(big);
   }
-  char tin[] = "/tmp/power-ugm-XXXXXX";
-  int fd = mkstemp(tin);
-  CHECK(fd >= 0);
-  char *dump = json_dumps(texts, JSON_COMPACT);
-  if (fd >= 0 && dump) CHECK((size_t)write(fd, dump, strlen(dump)) == strlen(dump));
-  if (fd >= 0) close(fd);
-  free(dump);
-  char cmd[4096];
-  snprintf(cmd, sizeof cmd, "node '%s/llamacpp-tokenize.mjs' '%s' < '%s' 2>/dev/null", peer, VOCAB, tin);
-  FILE *p = popen(cmd, "r");
-  json_error_t je;
-  json_t *j = p ? json_loadf(p, 0, &je) : NULL;
-  if (p) pclose(p);
-  unlink(tin);
-  json_t *ref = j ? json_object_get(j, "tokens") : NULL;
-  CHECK_MSG(ref && json_array_size(ref) == json_array_size(texts), "llama.cpp did not tokenize (%s)", cmd);
   int pass = 0, total = 0;
-  for (size_t i = 0; ref && i < json_array_size(ref) && i < json_array_size(texts); i++) {
-    json_t *t = json_array_get(texts, i), *want = json_array_get(ref, i);
-    size_t n = 0, nw = json_array_size(want);
-    int32_t *got = malloc((json_string_length(t) * 2 + 8) * sizeof *got);
-    int rc = tok_encode(v, json_string_value(t), json_string_length(t), false, false, got,
-                        json_string_length(t) * 2 + 8, &n, err);
-    bool ok = rc == 0 && n == nw;
-    for (size_t k = 0; ok && k < n; k++) ok = got[k] == json_integer_value(json_array_get(want, k));
-    total++;
-    pass += ok;
-    if (!ok) {
-      fprintf(stderr, "  mismatch on \"%.80s\" (%zu bytes): llama.cpp %zu tokens, Power %zu (rc %d)\n",
-              json_string_value(t), json_string_length(t), nw, n, rc);
-      for (size_t k = 0; k < n && k < nw; k++)
-        if (got[k] != json_integer_value(json_array_get(want, k))) {
-          fprintf(stderr, "    first difference at %zu: %lld vs %d\n", k,
-                  (long long)json_integer_value(json_array_get(want, k)), got[k]);
-          break;
-        }
-    }
-    free(got);
-  }
+  peer_compare(peer, VOCAB, v, texts, &pass, &total);
   fprintf(stderr, "nomic-bert-moe (unigram) against llama.cpp: %d/%d texts tokenize the same\n", pass, total);
   CHECK_MSG(pass == total && total >= 50, "%d of %d texts", pass, total);
   /* invalid UTF-8: each bad byte is U+FFFD, which no piece covers: one
@@ -157,7 +218,7 @@ int main(void) {
   CHECK(tok_encode(v, "Hello world", 11, true, false, ids, 64, &n, err) == 0);
   CHECK(n == 4 && ids[0] == tok_bos(v) && ids[3] == tok_eos(v));
   CHECK(tok_encode(v, "<s>", 3, false, true, ids, 64, &n, err) == 0 && n == 1 && ids[0] == tok_bos(v));
-  json_decref(j);
+  test_tekken(peer, texts);
   json_decref(texts);
   free(inp);
   tok_vocab_destroy(v);
