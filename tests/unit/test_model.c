@@ -140,19 +140,23 @@ static void test_invariance_synth(const char *arch, const char *type, const char
   unlink(path);
 }
 
-/* The dense architectures built on other blocks' extras (an MLP of 512 to
+/* The dense architectures built on other blocks' extras (a small MLP to
  * keep the files small): gemma2 with a window of 4 and caps the scores
  * reach (its attention goes through the capped kernel), smollm3's fourth
  * layer without RoPE, granite's multipliers, mistral3's attention
  * temperature (YaRN over an original context of 4, so the 10 positions
- * span three temperatures). */
+ * span three temperatures). Under sanitizers gemma2 alone (the capped
+ * kernel through the backend's attention jobs): the others are the llama
+ * block with a step skipped or scaled, and each file's logits cost
+ * seconds there. */
 static void test_invariance_dense(void) {
-  test_invariance_synth("gemma-2-2b", "Q4_0", "--layers 2 --ff 512 --window 4 --softcap 1.5,8",
+  test_invariance_synth("gemma-2-2b", "Q4_0", "--layers 2 --ff 256 --window 4 --softcap 1.5,8",
                         "gemma-2-2b (synth, window 4, caps)");
-  test_invariance_synth("smollm3-3b", "Q4_0", "--layers 4 --ff 512", "smollm3-3b (synth)");
-  test_invariance_synth("granite-3.3-2b", "Q4_0", "--layers 2 --ff 512", "granite-3.3-2b (synth)");
-  test_invariance_synth("ministral-3-3b", "Q4_0", "--layers 2 --ff 512 --yarn 16,4",
-                        "ministral-3-3b (synth, YaRN 16x4)");
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  test_invariance_synth("ministral-3-3b", "Q4_0", "--layers 2 --ff 256 --yarn 16,4", "ministral-3-3b (synth, YaRN 16x4)");
+  test_invariance_synth("smollm3-3b", "Q4_0", "--layers 4 --ff 256", "smollm3-3b (synth)");
+  test_invariance_synth("granite-3.3-2b", "Q4_0", "--layers 2 --ff 256", "granite-3.3-2b (synth)");
+#endif
 }
 
 /* At depth the attention splits each query's prefix into spans spread
