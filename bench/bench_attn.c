@@ -79,7 +79,7 @@ __attribute__((noinline)) static void bench_one(int kind, const cache *c, int de
              HD, HD, scale, ap, ms);
       } else {
         const pw_attn_kv a = {k0 + (size_t)p0 * c->rk, v0 + (size_t)p0 * c->rv, c->rk, c->rv, c->tk, c->tv};
-        pw_attn_kvq(&a, qp, np, GQA, HD, scale, ap, ms, 0);
+        pw_attn_kvq(&a, qp, np, GQA, HD, scale, 0.0f, ap, ms, 0);
       }
       for (int h = 0; h < GQA; h++) pw_attn_fold(racc[h], rms[h], ap[h], ms + 2 * h, HD);
     }

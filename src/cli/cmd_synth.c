@@ -15,6 +15,10 @@
  * biases N(0, 0.02) (gpt-oss's attention sinks N(0, 3), so they weigh
  * against the keys); rope_freqs as llama.cpp's converter computes them.
  *
+ * Architectures: llama, qwen2, qwen3, gemma3, gemma2, phi3, qwen35,
+ * qwen3moe, qwen2moe, smollm3, granite, mistral3 and the encoders bert and
+ * nomic-bert, with the metadata keys their llama.cpp converters write.
+ *
  * Not here: the mix rules and the converter (cmd_quantize.c). */
 #include "cli/cmd_synth.h"
 
@@ -88,20 +92,52 @@ static const synth_model k_models[] = {
     {"qwen3.5-35b-a3b", "qwen35moe", "Qwen3.5 35B A3B", 2048, 40, 16, 2, 256, 0, 262144, 1e7f, 1e-6f, false, true,
      false, 0, 0, 0, 0, false, 0, false, 0, 4, 128, 16, 32, 4, 64, {11, 11, 10, 0}},
     /* gpt-oss: biased Q/K/V/O, per-head sinks, a window of 128 on every
-     * other layer, YaRN (k_yarn), biased experts (k_moe) */
+     * other layer, YaRN (k_extra), biased experts (k_moe) */
     {"gpt-oss-20b", "gpt-oss", "gpt-oss 20B", 2880, 24, 64, 8, 64, 2880, 131072, 150000.0f, 1e-5f, true, false, false,
      0, 0, 0, 0, false, 128, false, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
+    {.id = "gemma-2-2b", .arch = "gemma2", .title = "Gemma 2 2B", .n_embd = 2304, .n_layer = 26, .n_head = 8,
+     .n_head_kv = 4, .head_dim = 256, .n_ff = 9216, .n_ctx = 8192, .rope_base = 1e4f, .rms_eps = 1e-6f, .tied = true,
+     .post_norms = true, .n_swa = 4096},
+    {.id = "smollm3-3b", .arch = "smollm3", .title = "SmolLM3 3B", .n_embd = 2048, .n_layer = 36, .n_head = 16,
+     .n_head_kv = 4, .head_dim = 128, .n_ff = 11008, .n_ctx = 65536, .rope_base = 5e6f, .rms_eps = 1e-6f, .tied = true},
+    {.id = "granite-3.3-2b", .arch = "granite", .title = "Granite 3.3 2B", .n_embd = 2048, .n_layer = 40, .n_head = 32,
+     .n_head_kv = 8, .head_dim = 64, .n_ff = 8192, .n_ctx = 131072, .rope_base = 1e7f, .rms_eps = 1e-5f, .tied = true},
+    {.id = "ministral-3-3b", .arch = "mistral3", .title = "Ministral 3 3B", .n_embd = 3072, .n_layer = 26, .n_head = 32,
+     .n_head_kv = 8, .head_dim = 128, .n_ff = 9216, .n_ctx = 262144, .rope_base = 1e6f, .rms_eps = 1e-5f, .tied = true},
+    {.id = "mistral-small-3.1-24b", .arch = "mistral3", .title = "Mistral Small 3.1 24B", .n_embd = 5120,
+     .n_layer = 40, .n_head = 32, .n_head_kv = 8, .head_dim = 128, .n_ff = 32768, .n_ctx = 131072, .rope_base = 1e9f,
+     .rms_eps = 1e-5f},
 };
 
-/* Models published with YaRN rope scaling: the factor and the original
- * context (rope.scaling.*), written unless --yarn says otherwise. */
-static const struct {
+/* The extras of the models that have them: gemma2's soft-capping of
+ * attention scores and final logits; granite's embedding, attention and
+ * residual multipliers and its logit divisor; the published YaRN (factor
+ * over an original context, yarn_log_multiplier = mscale_all_dim, the
+ * ramp's betas) and mistral3's attention temperature (llama_4_scaling_beta),
+ * as their converters write them. 0 = none. */
+typedef struct synth_extra {
   const char *id;
-  float factor;
-  int orig_ctx;
-} k_yarn[] = {
-    {"gpt-oss-20b", 32.0f, 4096},
+  float attn_softcap, final_softcap;
+  float emb_mult, attn_mult, resid_mult, logit_scale;
+  float yarn_factor;
+  int yarn_orig;
+  float yarn_log_mul, yarn_beta_fast, yarn_beta_slow, attn_temp;
+} synth_extra;
+
+static const synth_extra k_extra[] = {
+    {.id = "gemma-2-2b", .attn_softcap = 50.0f, .final_softcap = 30.0f},
+    {.id = "granite-3.3-2b", .emb_mult = 12.0f, .attn_mult = 0.015625f, .resid_mult = 0.22f, .logit_scale = 8.0f},
+    {.id = "gpt-oss-20b", .yarn_factor = 32.0f, .yarn_orig = 4096, .yarn_beta_fast = 32.0f, .yarn_beta_slow = 1.0f},
+    {.id = "ministral-3-3b", .yarn_factor = 16.0f, .yarn_orig = 16384, .yarn_log_mul = 1.0f, .yarn_beta_fast = 32.0f,
+     .yarn_beta_slow = 1.0f, .attn_temp = 0.1f},
 };
+
+static const synth_extra *sy_extra(const synth_model *m) {
+  static const synth_extra none = {.id = ""};
+  for (size_t i = 0; i < sizeof k_extra / sizeof k_extra[0]; i++)
+    if (!strcmp(k_extra[i].id, m->id)) return &k_extra[i];
+  return &none;
+}
 
 /* Mixture-of-experts geometry of the models that have one: the MLP of
  * every layer is a router (ffn_gate_inp) and n_expert stacked SwiGLU
@@ -472,6 +508,8 @@ static void synth_usage(FILE *out) {
           "  --window N      override the sliding window of models that have one (quick tests)\n"
           "  --yarn F,CTX    YaRN rope scaling by F over an original context of CTX positions\n"
           "  --orig-ctx N    override the original context of LongRoPE models (quick tests of the long factors)\n"
+          "  --softcap A,F   gemma2: override the attention and final logit soft-capping (quick tests)\n"
+          "  --ff N          override the MLP hidden size of dense models (quick tests)\n"
           "  --mtp           qwen3.5: add the MTP block (nextn) after the layers (with experts where the\n"
           "                  model has them)\n"
           "  --pooling P     encoders: mean, cls, last or rank (rank needs a reranker; default: the model's)\n"
@@ -484,9 +522,9 @@ static void synth_usage(FILE *out) {
 
 int cmd_synth(int argc, char **argv) {
   const char *arch = NULL, *vocab = NULL, *outp = NULL, *type = "F16";
-  long seed = 1, layers = 0, threads = 2, window = 0, yarn_ctx = 0, orig_ctx = 0, experts = 0, embd = 0;
+  long seed = 1, layers = 0, threads = 2, window = 0, yarn_ctx = 0, orig_ctx = 0, experts = 0, embd = 0, ff = 0;
   const char *pooling = NULL;
-  double yarn_factor = 0;
+  double yarn_factor = 0, softcap_attn = 0, softcap_final = 0;
   int quiet = 0;
   bool mtp = false;
   for (int i = 1; i < argc; i++) {
@@ -505,8 +543,10 @@ int cmd_synth(int argc, char **argv) {
       continue;
     }
     bool known = !strcmp(a, "--arch") || !strcmp(a, "--vocab") || !strcmp(a, "--out") || !strcmp(a, "-o") ||
-                 !strcmp(a, "--type") || !strcmp(a, "--seed") || !strcmp(a, "--layers") || !strcmp(a, "--embd") || !strcmp(a, "--window") || !strcmp(a, "--yarn") || !strcmp(a, "--orig-ctx") || !strcmp(a, "--pooling") || !strcmp(a, "--experts") ||
-                 !strcmp(a, "--threads") || !strcmp(a, "-t");
+                 !strcmp(a, "--type") || !strcmp(a, "--seed") || !strcmp(a, "--layers") || !strcmp(a, "--embd") ||
+                 !strcmp(a, "--window") || !strcmp(a, "--yarn") || !strcmp(a, "--orig-ctx") || !strcmp(a, "--pooling") ||
+                 !strcmp(a, "--experts") || !strcmp(a, "--softcap") || !strcmp(a, "--ff") || !strcmp(a, "--threads") ||
+                 !strcmp(a, "-t");
     if (!known) {
       fprintf(stderr, "power synth: unknown argument %s (try --help)\n", a);
       return 2;
@@ -539,13 +579,24 @@ int cmd_synth(int argc, char **argv) {
         fprintf(stderr, "power synth: --yarn takes FACTOR,CONTEXT (FACTOR in (1, 1024]), not '%s'\n", v);
         return 2;
       }
+    } else if (!strcmp(a, "--ff")) {
+      if (cli_parse_long("synth", a, v, 32, 1 << 20, &ff)) return 2;
+    } else if (!strcmp(a, "--softcap")) {
+      char *end = NULL;
+      softcap_attn = strtod(v, &end);
+      if (end && *end == ',') softcap_final = strtod(end + 1, &end);
+      if (!end || *end || !(softcap_attn > 0 && softcap_attn <= 1e4) || !(softcap_final > 0 && softcap_final <= 1e4)) {
+        fprintf(stderr, "power synth: --softcap takes ATTENTION,FINAL (each in (0, 10000]), not '%s'\n", v);
+        return 2;
+      }
     } else if (!strcmp(a, "--experts")) {
       if (cli_parse_long("synth", a, v, 1, 512, &experts)) return 2;
     } else if (!strcmp(a, "--orig-ctx")) {
       if (cli_parse_long("synth", a, v, 1, 1 << 24, &orig_ctx)) return 2;
     } else if (!strcmp(a, "--window")) {
       if (cli_parse_long("synth", a, v, 1, 1 << 20, &window)) return 2;
-    } else if (cli_parse_long("synth", a, v, 1, 256, &threads)) return 2;
+    } else if (cli_parse_long("synth", a, v, 1, 256, &threads))
+      return 2;
   }
   if (!arch || !vocab || !outp) {
     fprintf(stderr, "power synth: --arch, --vocab and --out are required (try --help)\n");
@@ -575,6 +626,10 @@ int cmd_synth(int argc, char **argv) {
   const synth_moe *moe = NULL;
   for (size_t i = 0; i < sizeof k_moe / sizeof k_moe[0]; i++)
     if (!strcmp(m->id, k_moe[i].id)) moe = &k_moe[i];
+  if (ff > 0 && moe) {
+    fprintf(stderr, "power synth: --ff: %s is a mixture of experts (--experts sizes it)\n", m->id);
+    return 2;
+  }
   if (experts > 0 && !moe) {
     fprintf(stderr, "power synth: --experts: %s is not a mixture of experts\n", m->id);
     return 2;
@@ -586,6 +641,21 @@ int cmd_synth(int argc, char **argv) {
   }
   if (orig_ctx > 0 && m->longrope_ctx == 0) {
     fprintf(stderr, "power synth: --orig-ctx: %s has no LongRoPE\n", m->id);
+    return 2;
+  }
+  const synth_extra *x = sy_extra(m);
+  synth_model shaped; /* m with --ff's MLP size */
+  if (ff > 0) {
+    if (ff % 32) {
+      fprintf(stderr, "power synth: --ff %ld: not a multiple of 32 (the quantized types' blocks)\n", ff);
+      return 2;
+    }
+    shaped = *m;
+    shaped.n_ff = (int)ff;
+    m = &shaped;
+  }
+  if (softcap_attn > 0 && x->final_softcap == 0) {
+    fprintf(stderr, "power synth: --softcap: %s has no soft-capping\n", m->id);
     return 2;
   }
   if (window > 0 && m->n_swa == 0) {
@@ -665,10 +735,10 @@ int cmd_synth(int argc, char **argv) {
   }
   /* Metadata in the order llama.cpp's converter writes it. */
   char title[160];
-  snprintf(title, sizeof title, "%s (synthetic weights, seed %ld%s%s%s%s)", m->title, seed,
+  snprintf(title, sizeof title, "%s (synthetic weights, seed %ld%s%s%s%s%s%s)", m->title, seed,
            n_layer != m->n_layer ? ", fewer layers" : "", embd > 0 ? ", another width" : "",
-           window > 0 ? ", another window" : "",
-           moe && c.n_expert != moe->n_expert ? ", other expert count" : "");
+           window > 0 ? ", another window" : "", moe && c.n_expert != moe->n_expert ? ", other expert count" : "",
+           softcap_attn > 0 ? ", other soft-capping" : "", ff > 0 ? ", another MLP size" : "");
   const char *a = m->arch;
 #define KEY(s) (snprintf(key, sizeof key, "%s.%s", a, s), key)
   if (enc >= 0 && (gguf_writer_set_str(w, "general.architecture", a, err) ||
@@ -719,21 +789,42 @@ int cmd_synth(int argc, char **argv) {
         gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)m->head_dim, err))
       goto fail;
   }
-  for (size_t i = 0; i < sizeof k_yarn / sizeof k_yarn[0] && yarn_factor == 0; i++)
-    if (!strcmp(k_yarn[i].id, m->id)) {
-      yarn_factor = k_yarn[i].factor;
-      yarn_ctx = k_yarn[i].orig_ctx;
-    }
+  /* YaRN: --yarn's, else the published config's (with its betas,
+   * magnitude and attention temperature, as the mistral3 converter writes
+   * them) */
+  if (yarn_factor == 0 && x->yarn_factor > 0) {
+    yarn_factor = x->yarn_factor;
+    yarn_ctx = x->yarn_orig;
+  }
   if (yarn_factor > 0 &&
       (gguf_writer_set_str(w, KEY("rope.scaling.type"), "yarn", err) ||
        gguf_writer_set_f32(w, KEY("rope.scaling.factor"), (float)yarn_factor, err) ||
        gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)yarn_ctx, err)))
     goto fail;
+  if (x->yarn_factor > 0 &&
+      (gguf_writer_set_f32(w, KEY("rope.scaling.yarn_beta_fast"), x->yarn_beta_fast, err) ||
+       gguf_writer_set_f32(w, KEY("rope.scaling.yarn_beta_slow"), x->yarn_beta_slow, err) ||
+       (x->yarn_log_mul > 0 && gguf_writer_set_f32(w, KEY("rope.scaling.yarn_log_multiplier"), x->yarn_log_mul, err))))
+    goto fail;
+  if (x->attn_temp != 0 && gguf_writer_set_f32(w, KEY("attention.temperature_scale"), x->attn_temp, err)) goto fail;
+  if (x->final_softcap > 0 && (gguf_writer_set_f32(w, KEY("attn_logit_softcapping"),
+                                                   softcap_attn > 0 ? (float)softcap_attn : x->attn_softcap, err) ||
+                               gguf_writer_set_f32(w, KEY("final_logit_softcapping"),
+                                                   softcap_final > 0 ? (float)softcap_final : x->final_softcap, err)))
+    goto fail;
+  if (x->logit_scale > 0 && (gguf_writer_set_f32(w, KEY("embedding_scale"), x->emb_mult, err) ||
+                             gguf_writer_set_f32(w, KEY("attention.scale"), x->attn_mult, err) ||
+                             gguf_writer_set_f32(w, KEY("residual_scale"), x->resid_mult, err) ||
+                             gguf_writer_set_f32(w, KEY("logit_scale"), x->logit_scale, err)))
+    goto fail;
   if (m->n_swa > 0 &&
       gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)(window > 0 ? window : m->n_swa), err))
     goto fail;
-  if (!strcmp(a, "llama") && (gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)toks.n, err) ||
-                              gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)m->head_dim, err)))
+  /* the llama converter's keys, which its derived converters write too */
+  const bool llama_conv =
+      !strcmp(a, "llama") || !strcmp(a, "smollm3") || !strcmp(a, "granite") || !strcmp(a, "mistral3");
+  if (llama_conv && (gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)toks.n, err) ||
+                     gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)m->head_dim, err)))
     goto fail;
 #undef KEY
   if (gguf_writer_set_u32(w, "general.file_type", q->ftype, err)) goto fail;

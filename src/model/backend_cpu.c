@@ -197,8 +197,9 @@ typedef struct attn_job {
   int heads;    /* query heads per work item: the GQA group, or 1 */
   pw_attn_multi_fn attn; /* F16 K and V */
   pw_attn_part_fn part;
-  bool f16;     /* the cache is F16 (else pw_attn_kvq) */
+  bool f16;     /* the cache is F16 and scores are not capped (else pw_attn_kvq) */
   float scale;  /* of q K^T */
+  float softcap; /* > 0: scores capped (hp->attn_softcap) */
   int window;   /* > 0: each query sees at most the last `window` positions */
   const float *sinks; /* [n_head] logits joining each head's softmax, or NULL */
   int s0, ns;   /* the wave: spans [s0, s0 + ns) of the split */
@@ -251,7 +252,7 @@ static void attn_call(const attn_job *j, int seq, int hk, int p0, const float *c
   }
   const pw_attn_kv a = {model_kv_k(kv, j->layer, seq, hk, p0), model_kv_v(kv, j->layer, seq, hk, p0), kv->row_k,
                         kv->row_v, kv->type_k, kv->type_v};
-  pw_attn_kvq(&a, q, np, nq, hd, j->scale, out, ms, 0);
+  pw_attn_kvq(&a, q, np, nq, hd, j->scale, j->softcap, out, ms, 0);
 }
 
 /* A sink: a logit s in a query head's softmax with no value, taken into
@@ -441,9 +442,9 @@ static void cpu_attention(model_ctx *c, model_kv *kv, const model_entry *e, int 
     if (fit < (size_t)wave) wave = fit > 0 ? (int)fit : 1;
   }
   const long units = (long)c->n_att_groups * hp->n_head_kv * (window > 0 ? 1 : wave);
+  const bool f16 = kv->type_k == PW_DT_F16 && kv->type_v == PW_DT_F16 && !(hp->attn_softcap > 0);
   attn_job job = {c, kv, e, il, c->n_att_groups, units >= nth ? hp->n_head / hp->n_head_kv : 1,
-                  pw_attn_multi_get(), pw_attn_part_get(), kv->type_k == PW_DT_F16 && kv->type_v == PW_DT_F16,
-                  scale, window, sinks, 0, wave, 0};
+                  pw_attn_multi_get(), pw_attn_part_get(), f16, scale, hp->attn_softcap, window, sinks, 0, wave, 0};
   for (int s0 = 0; s0 < max_spans; s0 += wave) {
     job.s0 = s0;
     job.ns = max_spans - s0 < wave ? max_spans - s0 : wave;

@@ -18,10 +18,11 @@
 #include <string.h>
 #include <strings.h>
 
-const model_arch_ops *const model_archs[] = {&model_arch_llama,  &model_arch_qwen2, &model_arch_qwen3, &model_arch_gemma3,
-                                             &model_arch_phi3,   &model_arch_qwen35, &model_arch_bert,
-                                             &model_arch_nomic_bert, &model_arch_qwen3moe, &model_arch_qwen2moe,
-                                             &model_arch_qwen35moe, &model_arch_gptoss, NULL};
+const model_arch_ops *const model_archs[] = {
+    &model_arch_llama,  &model_arch_qwen2,   &model_arch_qwen3,      &model_arch_gemma3,   &model_arch_phi3,
+    &model_arch_qwen35, &model_arch_bert,    &model_arch_nomic_bert, &model_arch_qwen3moe, &model_arch_qwen2moe,
+    &model_arch_gemma2, &model_arch_smollm3, &model_arch_granite,    &model_arch_mistral3, &model_arch_qwen35moe,
+    &model_arch_gptoss, NULL};
 
 /* ---- loading ---------------------------------------------------------- */
 
@@ -71,6 +72,33 @@ int model_bind_vec(const gguf_file *f, const char *name, int64_t n, const float 
                      (unsigned long long)t->ne[0], (long long)n);
   if ((uintptr_t)t->data % 4) return pw_seterr(err, PW_EFORMAT, "tensor %s is misaligned", name);
   *out = t->data;
+  return 0;
+}
+
+int model_rope_yarn(model_hparams *hp, float attn, float beta_fast, float beta_slow, float log_mul, char *err) {
+  /* YaRN (the ramp between the dimension pairs whose wavelengths fit
+   * beta_fast and beta_slow rotations in the original context). The
+   * magnitude correction 1 + 0.1 ln(factor) is applied where the angles are
+   * made; llama.cpp computes it twice, once cancelled, and the float steps
+   * are kept. With log_mul (mscale_all_dim) the factor given to the angles
+   * is llama.cpp's mscale(1) / mscale(log_mul). */
+  if (!(beta_fast > 0) || !(beta_slow > 0) || beta_fast > 1e4f || beta_slow > 1e4f || !(log_mul >= 0) || log_mul > 1e3f)
+    return pw_seterr(err, PW_EFORMAT, "invalid YaRN beta_fast %g, beta_slow %g or log multiplier %g", (double)beta_fast,
+                     (double)beta_slow, (double)log_mul);
+  hp->rope_ext_factor = 1.0f;
+  const float fs = 1.0f / hp->rope_scale;
+  float mscale = fs <= 1.0f ? 1.0f : 0.1f * logf(fs) + 1.0f;
+  if (log_mul != 0.0f) mscale /= fs <= 1.0f ? 1.0f : 0.1f * log_mul * logf(fs) + 1.0f;
+  mscale *= 1.0f / (1.0f + 0.1f * logf(fs));
+  attn *= mscale;
+  const int nd = hp->head_dim;
+  const float oc = (float)hp->n_ctx_orig;
+  float lo = floorf((float)nd * logf(oc / (beta_fast * 2 * (float)M_PI)) / (2 * logf(hp->rope_base)));
+  float hi = ceilf((float)nd * logf(oc / (beta_slow * 2 * (float)M_PI)) / (2 * logf(hp->rope_base)));
+  hp->rope_corr[0] = lo > 0 ? lo : 0;
+  hp->rope_corr[1] = hi < (float)(nd - 1) ? hi : (float)(nd - 1);
+  if (!(attn > 0) || attn > 1e3) return pw_seterr(err, PW_EFORMAT, "invalid rope attention factor %g", (double)attn);
+  hp->rope_attn_factor = attn;
   return 0;
 }
 
@@ -154,25 +182,11 @@ static int load_hparams(model *m, char *err) {
   snprintf(key, sizeof key, "%s.rope.scaling.attn_factor", a);
   gguf_get_f32(f, key, &attn);
   if (!strcmp(stype, "yarn")) {
-    /* YaRN (llama.cpp's defaults: beta_fast 32, beta_slow 1, the ramp
-     * between the dimension pairs whose wavelengths fit those many
-     * rotations in the original context). The magnitude correction
-     * 1 + 0.1 ln(factor) is applied where the angles are made; llama.cpp
-     * computes it twice, once cancelled, and the float steps are kept. */
-    hp->rope_ext_factor = 1.0f;
-    const float fs = 1.0f / hp->rope_scale;
-    float mscale = fs <= 1.0f ? 1.0f : 0.1f * logf(fs) + 1.0f;
-    mscale *= 1.0f / (1.0f + 0.1f * logf(fs));
-    attn *= mscale;
-    const int nd = hp->head_dim;
-    const float beta_fast = 32.0f, beta_slow = 1.0f;
-    float lo = floorf((float)nd * logf((float)oc / (beta_fast * 2 * (float)M_PI)) / (2 * logf(hp->rope_base)));
-    float hi = ceilf((float)nd * logf((float)oc / (beta_slow * 2 * (float)M_PI)) / (2 * logf(hp->rope_base)));
-    hp->rope_corr[0] = lo > 0 ? lo : 0;
-    hp->rope_corr[1] = hi < (float)(nd - 1) ? hi : (float)(nd - 1);
+    if ((rc = model_rope_yarn(hp, attn, 32.0f, 1.0f, 0.0f, err))) return rc;
+  } else {
+    if (!(attn > 0) || attn > 1e3) return pw_seterr(err, PW_EFORMAT, "invalid rope attention factor %g", (double)attn);
+    hp->rope_attn_factor = attn;
   }
-  if (!(attn > 0) || attn > 1e3) return pw_seterr(err, PW_EFORMAT, "invalid rope attention factor %g", (double)attn);
-  hp->rope_attn_factor = attn;
   hp->rms_eps = 1e-5f;
   snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", a);
   gguf_get_f32(f, key, &hp->rms_eps);
@@ -740,6 +754,10 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
     /* the next step starts with layer 0's q, k and v */
     m->ad->prefetch_layer(c, 0, nw);
     if ((rc = output_logits(c, nw, logits, err))) return rc;
+    if (hp->logit_scale != 0) { /* granite: as llama.cpp, times the reciprocal */
+      const float inv = 1.0f / hp->logit_scale;
+      for (size_t i = 0; i < (size_t)nw * hp->n_vocab; i++) logits[i] *= inv;
+    }
     if (hp->logit_softcap > 0) { /* cap * tanh(logits / cap), as llama.cpp's scale, tanh, scale */
       const float cap = hp->logit_softcap;
       for (size_t i = 0; i < (size_t)nw * hp->n_vocab; i++) logits[i] = tanhf(logits[i] * (1.0f / cap)) * cap;

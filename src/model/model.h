@@ -10,9 +10,13 @@
  * `qwen2moe` (qwen2's attention, routed experts beside a gated shared one),
  * `qwen35` (gated DeltaNet layers between gated full-attention ones),
  * `qwen35moe` (the same layers with qwen2moe-like routed and shared
- * experts) and `gpt-oss` (attention with biases and per-head sinks,
+ * experts), `gpt-oss` (attention with biases and per-head sinks,
  * sliding-window layers between full ones, biased experts with a clamped
- * SwiGLU).
+ * SwiGLU), `gemma2` (gemma3's block without Q/K norm, with soft-capped
+ * attention scores and logits), and llama blocks with extras: `smollm3`
+ * (every fourth layer without RoPE), `granite` (embedding, attention,
+ * residual and logit multipliers) and `mistral3` (YaRN with Llama 4's
+ * attention temperature).
  * Weights are views into the bytes weights/ holds: the GGUF mapping by
  * default, or an owned (possibly decrypted) copy.
  *
@@ -46,7 +50,11 @@ typedef enum model_arch {
   MODEL_ARCH_QWEN3MOE,
   MODEL_ARCH_QWEN2MOE,
   MODEL_ARCH_QWEN35MOE,
-  MODEL_ARCH_GPTOSS
+  MODEL_ARCH_GPTOSS,
+  MODEL_ARCH_GEMMA2,
+  MODEL_ARCH_SMOLLM3,
+  MODEL_ARCH_GRANITE,
+  MODEL_ARCH_MISTRAL3
 } model_arch;
 
 /* How an encoder's hidden states become one vector per sequence
@@ -82,6 +90,21 @@ typedef struct model_hparams {
   float attn_scale;    /* query scale before attention; 0 = 1/sqrt(head_dim) inside it */
   float emb_scale;     /* token embeddings are multiplied by this (gemma: sqrt(n_embd)) */
   float logit_softcap; /* final logits = cap * tanh(logits / cap) */
+  float attn_softcap; /* attention scores = cap * tanh(score / cap) before the
+                          softmax (gemma2) */
+  float kq_scale; /* score scale inside attention (granite's attention.scale); 0
+                     = 1/sqrt(head_dim) */
+  float residual_scale; /* a layer's attention and MLP outputs times this before
+                           each residual add (granite) */
+  float logit_scale; /* final logits divided by this (granite) */
+  int32_t no_rope_step; /* layers with (il + 1) % no_rope_step == 0 have no RoPE
+                           (smollm3) */
+  bool no_rope; /* no layer has RoPE (granite's rope.scaling.finetuned = false)
+                 */
+  /* queries times 1 + attn_temp * ln(floor(pos / attn_temp_floor) + 1)
+   * after RoPE (mistral3's temperature tuning, Llama 4's formula) */
+  float attn_temp;
+  int32_t attn_temp_floor;
   int32_t n_swa;       /* sliding window of the local layers, in positions */
   int32_t swa_period;  /* every swa_period-th layer is global, the others local */
   float rope_base_swa; /* RoPE base of the local layers (0: they rotate as the global ones) */

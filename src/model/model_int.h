@@ -6,9 +6,10 @@
  *   model.c        loading (hyperparameters, output and embedding
  *                  weights), the KV cache, batch scratch and the forward
  *                  pass's frame: embed, run each layer, norm, logits
- *   arch_llama.c   the llama-family block (llama, qwen2, qwen3): its
- *                  weights and its layer function
- *   arch_gemma3.c  Gemma 3's block
+ *   arch_llama.c   the llama-family block (llama, qwen2, qwen3, and with
+ *                  their extras smollm3, granite, mistral3): its weights
+ *                  and its layer function
+ *   arch_gemma3.c  Gemma 3's and Gemma 2's blocks
  *   arch_phi3.c    Phi-3's block (fused QKV and gate/up, LongRoPE)
  *   arch_qwen35.c  Qwen3.5's hybrid block: gated DeltaNet layers with a
  *                  recurrent state, and gated full-attention layers; with
@@ -232,7 +233,8 @@ struct model_backend {
   /* c->att = softmax(scale q K^T) V per query head, each entry over its
    * sequence up to and including its position, and over at most the last
    * window positions when window > 0; sinks (NULL: none): per query head a
-   * logit that joins the softmax's denominator with no value */
+   * logit that joins the softmax's denominator with no value; each score
+   * capped as cap * tanh(score / cap) where hp.attn_softcap > 0 */
   void (*attention)(model_ctx *c, model_kv *kv, const model_entry *e, int n, int layer, float scale, int window,
                     const float *sinks);
   /* g = silu(g) * u over n elements */
@@ -306,9 +308,10 @@ struct model_arch_ops {
 
 /* NULL-terminated rows (model.c). */
 extern const model_arch_ops *const model_archs[];
-extern const model_arch_ops model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma3,
-    model_arch_phi3, model_arch_qwen35, model_arch_bert, model_arch_nomic_bert, model_arch_qwen3moe,
-    model_arch_qwen2moe, model_arch_qwen35moe, model_arch_gptoss;
+extern const model_arch_ops model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma3, model_arch_phi3,
+    model_arch_qwen35, model_arch_bert, model_arch_nomic_bert, model_arch_qwen3moe, model_arch_qwen2moe,
+    model_arch_gemma2, model_arch_smollm3, model_arch_granite, model_arch_mistral3, model_arch_qwen35moe,
+    model_arch_gptoss;
 
 /* model.c: binding helpers for the architectures' files */
 int model_bind_weight(const gguf_file *f, const char *name, int64_t n_in, int64_t n_out, model_weight *w,
@@ -327,6 +330,12 @@ int model_moe_bind(model *m, int blk, layer_w *L, char *err);
 size_t model_moe_scratch_size(const model *m, const layer_w *L, int max_batch);
 size_t model_moe_layer_scratch_size(const model *m, int il, int max_batch);
 size_t model_moe_act_floats(const model *m, int max_batch);
+/* model.c: YaRN's angle parameters in hp from its scaling factor
+ * (1/rope_scale), original context (n_ctx_orig) and base, the file's
+ * attention factor attn, the ramp's beta_fast and beta_slow (llama.cpp's
+ * defaults 32 and 1) and log_mul (rope.scaling.yarn_log_multiplier, 0 =
+ * none), as llama.cpp derives them. */
+int model_rope_yarn(model_hparams *hp, float attn, float beta_fast, float beta_slow, float log_mul, char *err);
 /* arch_qwen35.c: matmul scratch of an MTP pass of max_batch entries */
 size_t model_mtp_scratch_size(const model *m, int max_batch);
 /* the CPU's delta_net op (backend_cpu_dnet.c) */

@@ -103,7 +103,7 @@ pw_attn_multi_fn pw_attn_multi_get(void) {
 static inline float round16(float x) { return pw_fp16_to_fp32(pw_fp32_to_fp16(x)); }
 
 void pw_attn_kvq(const pw_attn_kv *kv, const float *const *q, const int *n_pos, int nq, int hd, float scale,
-                 float *const *out, float *ms, int ref) {
+                 float softcap, float *const *out, float *ms, int ref) {
   enum { NX = PW_VEC_DOT_MAX_NX };
   const pw_traits *tk = ref ? pw_traits_ref(kv->k_type) : pw_traits_get(kv->k_type);
   const pw_traits *tv = ref ? pw_traits_ref(kv->v_type) : pw_traits_get(kv->v_type);
@@ -128,6 +128,8 @@ void pw_attn_kvq(const pw_attn_kv *kv, const float *const *q, const int *n_pos, 
     S[h] = 0;
     if (n_pos[h] > n_max) n_max = n_pos[h];
   }
+  /* as ggml: the scale divided by the cap once, then cap * tanh(s * that) */
+  const float cap_scale = softcap > 0 ? scale / softcap : 0.0f;
   const uint8_t *kr = kv->k, *vr = kv->v;
   for (int p = 0; p < n_max; p++, kr += kv->k_row, vr += kv->v_row) {
     /* the next rows on their way (the cache streams from memory) */
@@ -137,7 +139,7 @@ void pw_attn_kvq(const pw_attn_kv *kv, const float *const *q, const int *n_pos, 
     tv->to_float(vr, vf, hd);
     for (int h = 0; h < nq; h++) {
       if (p >= n_pos[h]) continue;
-      const float sc = s[h] * scale;
+      const float sc = softcap > 0 ? softcap * tanhf(s[h] * cap_scale) : s[h] * scale;
       float *a = acc[h], msc = 1.0f, vs = 1.0f;
       if (vec) {
         const int grow = sc > M[h];

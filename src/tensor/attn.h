@@ -79,8 +79,11 @@ typedef struct pw_attn_kv {
   uint32_t k_type, v_type;
 } pw_attn_kv;
 #define PW_ATTN_KVQ_MAX_HD 256
+/* softcap > 0: each score is capped as llama.cpp's flash attention caps
+ * it, s_p = softcap * tanh(vec_dot(K_p, q) * (scale / softcap)) (Gemma 2);
+ * this kernel is the one that does it, for F16 caches too. */
 void pw_attn_kvq(const pw_attn_kv *kv, const float *const *q, const int *n_pos, int nq, int hd, float scale,
-                 float *const *out, float *ms, int ref);
+                 float softcap, float *const *out, float *ms, int ref);
 
 /* The installed (fastest) kernel and the scalar reference. */
 pw_attn_fn pw_attn_get(void);

@@ -319,7 +319,9 @@ static size_t step_qwen2(const uint32_t *cp, const uint8_t *fl, size_t ini, size
  * run of "lower" ones (not A-Z); a non-ASCII letter is both, since
  * std::regex sees it as one collapsed byte. The first alternative is tried
  * as the backtracking engine does: the upper run as long as possible, then
- * shorter, until a lower letter follows it. */
+ * shorter, until a lower letter follows it.
+ * Tekken (Mistral) is the same expression without the contractions and
+ * with single digits (\p{N} instead of \p{N}{1,3}). */
 static inline bool g_up(const uint32_t *cp, const uint8_t *fl, size_t i, size_t end) {
   return r_l(fl, i, end) && !(cp[i] >= 'a' && cp[i] <= 'z');
 }
@@ -329,8 +331,10 @@ static inline bool g_lo(const uint32_t *cp, const uint8_t *fl, size_t i, size_t 
 
 /* The words of both alternatives from q (after any prefix): the end of the
  * match, or 0 when there is none. lower_required: the first alternative
- * (upper*, lower+); else the second (upper+, lower*). */
-static size_t g_word(const uint32_t *cp, const uint8_t *fl, size_t q, size_t end, bool lower_required) {
+ * (upper*, lower+); else the second (upper+, lower*). contractions: an
+ * ASCII contraction may follow (GPT-4o; not tekken). */
+static size_t g_word(const uint32_t *cp, const uint8_t *fl, size_t q, size_t end, bool lower_required,
+                     bool contractions) {
   size_t a = 0;
   while (g_up(cp, fl, q + a, end)) a++;
   size_t j = a;
@@ -345,21 +349,22 @@ static size_t g_word(const uint32_t *cp, const uint8_t *fl, size_t q, size_t end
   }
   size_t e = q + j;
   while (g_lo(cp, fl, e, end)) e++;
-  return e + contraction_ascii_len(cp, e, end);
+  return e + (contractions ? contraction_ascii_len(cp, e, end) : 0);
 }
 
-static size_t m_gpt4o(const uint32_t *cp, const uint8_t *fl, size_t pos, size_t end) {
+static size_t m_gpt4o_like(const uint32_t *cp, const uint8_t *fl, size_t pos, size_t end, bool contractions,
+                           size_t max_digits) {
   const uint32_t c = cp[pos];
   /* [^\r\n\p{L}\p{N}]: the optional prefix of both word alternatives */
   const bool pre = !is_nl(c) && !r_l(fl, pos, end) && !r_n(fl, pos, end);
   for (int alt = 0; alt < 2; alt++) {
-    size_t e = pre ? g_word(cp, fl, pos + 1, end, alt == 0) : 0;
-    if (!e) e = g_word(cp, fl, pos, end, alt == 0);
+    size_t e = pre ? g_word(cp, fl, pos + 1, end, alt == 0, contractions) : 0;
+    if (!e) e = g_word(cp, fl, pos, end, alt == 0, contractions);
     if (e) return e - pos;
   }
   if (r_n(fl, pos, end)) {
     size_t q = pos;
-    while (q < pos + 3 && r_n(fl, q, end)) q++;
+    while (q < pos + max_digits && r_n(fl, q, end)) q++;
     return q - pos;
   }
   if (r_other(fl, pos, end) || (c == ' ' && r_other(fl, pos + 1, end))) {
@@ -370,8 +375,17 @@ static size_t m_gpt4o(const uint32_t *cp, const uint8_t *fl, size_t pos, size_t 
   }
   return ws_match(cp, fl, pos, end);
 }
+static size_t m_gpt4o(const uint32_t *cp, const uint8_t *fl, size_t pos, size_t end) {
+  return m_gpt4o_like(cp, fl, pos, end, true, 3);
+}
+static size_t m_tekken(const uint32_t *cp, const uint8_t *fl, size_t pos, size_t end) {
+  return m_gpt4o_like(cp, fl, pos, end, false, 1);
+}
 static size_t step_gpt4o(const uint32_t *cp, const uint8_t *fl, size_t ini, size_t end, uint32_t *out) {
   return scan(m_gpt4o, cp, fl, ini, end, out);
+}
+static size_t step_tekken(const uint32_t *cp, const uint8_t *fl, size_t ini, size_t end, uint32_t *out) {
+  return scan(m_tekken, cp, fl, ini, end, out);
 }
 
 /* \p{N} */
@@ -567,6 +581,7 @@ static const tok_pre_def k_pre[] = {
      false},
     {"qwen35", {step_qwen35}, false, false, false},
     {"gpt-4o|llama4|kanana2|talkie", {step_gpt4o}, false, false, false},
+    {"tekken", {step_tekken}, true, true, false},
     {"gpt-2|phi-2|gigachat|a.x-4.0|mellum|mpt|olmo|jais|trillion|granite-docling|exaone4", {step_gpt2}, false,
      false, false},
     {"starcoder|refact|command-r|smollm|codeshell|exaone|minerva-7b|mellum2", {step_num1, step_gpt2}, false, false,
@@ -596,8 +611,8 @@ bool tok_pre_add_bos(const tok_pre_def *d) { return d->add_bos; }
 bool tok_pre_no_bos(const tok_pre_def *d) { return d->no_bos; }
 
 const char *tok_pre_supported(void) {
-  return "default, llama3/llama-bpe, qwen2, qwen35, gpt-4o, gpt-2, starcoder, smollm, deepseek-llm, deepseek-coder, falcon, "
-         "dbrx, command-r, stablelm2, ...";
+  return "default, llama3/llama-bpe, qwen2, qwen35, gpt-4o, tekken, gpt-2, starcoder, smollm, deepseek-llm, "
+         "deepseek-coder, falcon, dbrx, command-r, stablelm2, ...";
 }
 
 size_t tok_pretok_split(const tok_pre_def *d, const uint32_t *cp, const uint8_t *fl, size_t n, uint32_t *seg,

@@ -112,8 +112,9 @@ static void test_split(int hd, int n) {
  * product sees it (within the quantization of q and the accumulation),
  * several queries in one call the same bits as each alone, and the span
  * form folded equal to the normalised form for one span. F16/F16 agrees
- * with pw_attn_ref (the same semantics). */
-static void test_kvq(uint32_t tk, uint32_t tv, int hd, int n) {
+ * with pw_attn_ref (the same semantics). cap > 0: soft-capped scores,
+ * against the same double-precision attention with cap * tanh(s / cap). */
+static void test_kvq(uint32_t tk, uint32_t tv, int hd, int n, float cap) {
   const pw_traits *k_tr = pw_traits_get(tk), *v_tr = pw_traits_get(tv);
   const size_t rk = (size_t)hd / k_tr->blck * k_tr->type_size, rv = (size_t)hd / v_tr->blck * v_tr->type_size;
   uint8_t *k = malloc(rk * n), *v = malloc(rv * n);
@@ -140,19 +141,19 @@ static void test_kvq(uint32_t tk, uint32_t tv, int hd, int n) {
   }
   const pw_attn_kv a = {k, v, rk, rv, tk, tv};
   const float scale = 1.0f / sqrtf((float)hd);
-  pw_attn_kvq(&a, qp, np, NQ, hd, scale, of, NULL, 0);
-  pw_attn_kvq(&a, qp, np, NQ, hd, scale, orf, NULL, 1);
+  pw_attn_kvq(&a, qp, np, NQ, hd, scale, cap, of, NULL, 0);
+  pw_attn_kvq(&a, qp, np, NQ, hd, scale, cap, orf, NULL, 1);
   const double tol_q = tk == PW_DT_Q4_0 ? 0.08 : tk == PW_DT_Q8_0 ? 0.02 : 0.004; /* q as the dot sees it */
   for (int h = 0; h < NQ; h++) {
     float *o1 = o_one;
-    pw_attn_kvq(&a, &qp[h], &np[h], 1, hd, scale, &o1, NULL, 0);
+    pw_attn_kvq(&a, &qp[h], &np[h], 1, hd, scale, cap, &o1, NULL, 0);
     CHECK_MSG(memcmp(o_one, o_fast[h], sizeof(float) * hd) == 0, "kvq %u/%u: query %d differs alone", tk, tv, h);
     /* double precision over the dequantized cache */
     double *s = malloc(sizeof(double) * n), mx = -1e300, sum = 0;
     for (int p = 0; p < np[h]; p++) {
       double d = 0;
       for (int i = 0; i < hd; i++) d += (double)qs[h][i] * kf[(size_t)p * hd + i];
-      s[p] = d * scale;
+      s[p] = cap > 0 ? cap * tanh(d * scale / cap) : d * scale;
       if (s[p] > mx) mx = s[p];
     }
     for (int p = 0; p < np[h]; p++) sum += (s[p] = exp(s[p] - mx));
@@ -169,11 +170,11 @@ static void test_kvq(uint32_t tk, uint32_t tv, int hd, int n) {
   /* one span, unnormalised then folded: the normalised bits */
   float acc[256], ms[2], racc[256] = {0}, rms[2] = {-INFINITY, 0};
   float *ap = acc;
-  pw_attn_kvq(&a, &qp[0], &np[0], 1, hd, scale, &ap, ms, 0);
+  pw_attn_kvq(&a, &qp[0], &np[0], 1, hd, scale, cap, &ap, ms, 0);
   pw_attn_fold(racc, rms, acc, ms, hd);
   pw_attn_finish(racc, rms, hd);
   CHECK_MSG(memcmp(racc, o_fast[0], sizeof(float) * hd) == 0, "kvq %u/%u: span form differs", tk, tv);
-  if (tk == PW_DT_F16 && tv == PW_DT_F16) {
+  if (tk == PW_DT_F16 && tv == PW_DT_F16 && cap == 0) {
     float o2[256];
     pw_attn_ref(qs[0], (const uint16_t *)k, (const uint16_t *)v, (size_t)hd, n, hd, scale, o2);
     for (int i = 0; i < hd; i++) CHECK_MSG(fabsf(o2[i] - o_ref[0][i]) <= 2e-3f, "kvq f16: %g vs pw_attn_ref %g", o_ref[0][i], o2[i]);
@@ -188,9 +189,12 @@ int main(void) {
   const uint32_t kv_types[] = {PW_DT_F16, PW_DT_Q8_0, PW_DT_Q4_0};
   for (int a = 0; a < 3; a++)
     for (int b = 0; b < 3; b++) {
-      test_kvq(kv_types[a], kv_types[b], 64, 700);
-      test_kvq(kv_types[a], kv_types[b], 128, 90);
+      test_kvq(kv_types[a], kv_types[b], 64, 700, 0);
+      test_kvq(kv_types[a], kv_types[b], 128, 90, 0);
     }
+  /* soft-capped scores (Gemma 2), a cap the scores reach */
+  test_kvq(PW_DT_F16, PW_DT_F16, 64, 300, 1.5f);
+  test_kvq(PW_DT_Q8_0, PW_DT_F16, 128, 90, 1.5f);
   test_split(64, 300);
   test_split(64, 1500);
   test_split(128, 2100);

@@ -2,7 +2,7 @@
  * are bit-identical alone or batched with other sequences), thread-count
  * invariance, KV truncation and replay (rollback), and clean errors for bad
  * batches and bad models; for llama, qwen2, qwen3, gemma3, qwen3moe,
- * qwen2moe and gpt-oss. */
+ * qwen2moe, gpt-oss, gemma2, smollm3, granite and mistral3. */
 #include "base/error.h"
 #include "model/model.h"
 #include "test.h"
@@ -124,6 +124,39 @@ static void test_invariance_gemma3(void) {
   CHECK_MSG(system(cmd) == 0, "synth gemma-3-1b failed");
   test_invariance_path(path, "gemma-3-1b (synth, window 4)");
   unlink(path);
+}
+
+/* A synthesized file of arch (power synth --arch ... shape) through the
+ * invariance checks. */
+static void test_invariance_synth(const char *arch, const char *type, const char *shape, const char *label) {
+  char path[256], cmd[1024];
+  snprintf(path, sizeof path, "/tmp/pw_test_model_%s_%d.gguf", arch, (int)getpid());
+  snprintf(cmd, sizeof cmd,
+           "'%s' synth --arch %s --vocab '%s/tokenizer/ggml-vocab-llama-spm.gguf' "
+           "--out '%s' --type %s %s --quiet",
+           POWER_BIN, arch, POWER_SHARED_DIR, path, type, shape);
+  CHECK_MSG(system(cmd) == 0, "synth %s failed", arch);
+  test_invariance_path(path, label);
+  unlink(path);
+}
+
+/* The dense architectures built on other blocks' extras (a small MLP to
+ * keep the files small): gemma2 with a window of 4 and caps the scores
+ * reach (its attention goes through the capped kernel), smollm3's fourth
+ * layer without RoPE, granite's multipliers, mistral3's attention
+ * temperature (YaRN over an original context of 4, so the 10 positions
+ * span three temperatures). Under sanitizers gemma2 alone (the capped
+ * kernel through the backend's attention jobs): the others are the llama
+ * block with a step skipped or scaled, and each file's logits cost
+ * seconds there. */
+static void test_invariance_dense(void) {
+  test_invariance_synth("gemma-2-2b", "Q4_0", "--layers 2 --ff 256 --window 4 --softcap 1.5,8",
+                        "gemma-2-2b (synth, window 4, caps)");
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  test_invariance_synth("ministral-3-3b", "Q4_0", "--layers 2 --ff 256 --yarn 16,4", "ministral-3-3b (synth, YaRN 16x4)");
+  test_invariance_synth("smollm3-3b", "Q4_0", "--layers 4 --ff 256", "smollm3-3b (synth)");
+  test_invariance_synth("granite-3.3-2b", "Q4_0", "--layers 2 --ff 256", "granite-3.3-2b (synth)");
+#endif
 }
 
 /* At depth the attention splits each query's prefix into spans spread
@@ -281,6 +314,7 @@ int main(void) {
   test_invariance_qwen2moe();
   test_invariance_gemma3();
   test_invariance_gptoss();
+  test_invariance_dense();
   test_invariance("syn-llama-Q4_K_M.gguf");
   test_invariance("syn-qwen3-Q8_0.gguf");
   test_invariance("syn-qwen2-Q4_K_M.gguf");

@@ -10,7 +10,9 @@
  * takes JavaScript strings; invalid bytes are checked on Power alone). Each
  * goes through tests/peer/llamacpp-tokenize.mjs (node-llama-cpp's prebuilt
  * release) and Power's tok_encode (no special tokens added or parsed); the
- * ids must be equal. Then the special tokens added around a text.
+ * ids must be equal. Then the special tokens added around a text. And the
+ * tekken pre-tokenizer (Mistral) the same way, on the same texts and cased
+ * words, with the Llama 3 vocabulary renamed to it (test_tekken).
  *
  * The GPT-4o (o200k) pre-tokenizer: Llama 3's byte-level BPE vocabulary
  * (the bundle ships no o200k one) relabelled tokenizer.ggml.pre = "gpt-4o",
@@ -177,6 +179,51 @@ done:
   unlink(path);
 }
 
+/* Tekken (Mistral's tokenizer.ggml.pre): llama.cpp's bundle has no such
+ * vocabulary, so the Llama 3 BPE vocabulary is written again with its
+ * pre-tokenizer named tekken, and both engines tokenize the texts with
+ * it: the split (cased words, single digits, punctuation runs with
+ * trailing newlines and slashes) is what differs. */
+static void test_tekken(const char *peer, json_t *texts) {
+  char err[PW_ERRMAX], path[64];
+  snprintf(path, sizeof path, "/tmp/power-tekken-%d.gguf", (int)getpid());
+  gguf_file *src = NULL, *g = NULL;
+  gguf_writer *w = gguf_writer_create();
+  tok_vocab *v = NULL;
+  CHECK_MSG(gguf_open(POWER_SHARED_DIR "/tokenizer/ggml-vocab-llama-bpe.gguf", &src, err) == 0, "%s", err);
+  if (src && w) {
+    CHECK(gguf_writer_copy_kvs_prefix(w, src, "", err) > 0);
+    gguf_writer_remove_kv(w, "tokenizer.ggml.pre");
+    CHECK(gguf_writer_set_str(w, "tokenizer.ggml.pre", "tekken", err) == 0);
+    CHECK_MSG(gguf_writer_write(w, path, NULL, NULL, err) == 0, "%s", err);
+  }
+  CHECK_MSG(gguf_open(path, &g, err) == 0, "%s", err);
+  if (g) CHECK_MSG(tok_vocab_load(g, &v, err) == 0, "tekken: %s", err);
+  static const char *const k_cased[] = {
+      "HELLOworld HelloWorld helloWORLD ABC abc A b",
+      "McDonald's iPhone XMLHttpRequest getHTTPResponse",
+      "\xC3\x89t\xC3\xA9 \xC3\x89" "COLE \xC3\xA9" "cole caf\xC3\xA9S",
+      "path/to/file.txt // comment\n/* x */\r\n",
+      "12345 3.14159 1,000,000 v2.0.1",
+      "  \t indented\n\n\nthree newlines   \n  ",
+      "!!!\n\n...///\nend",
+      "x=\"y\"; f(a, b) -> c != d",
+  };
+  json_t *all = json_deep_copy(texts);
+  for (size_t i = 0; i < sizeof k_cased / sizeof k_cased[0]; i++)
+    json_array_append_new(all, json_stringn_nocheck(k_cased[i], strlen(k_cased[i])));
+  int pass = 0, total = 0;
+  if (v) compare_peer(peer, path, v, all, &pass, &total);
+  fprintf(stderr, "tekken (BPE) against llama.cpp: %d/%d texts tokenize the same\n", pass, total);
+  CHECK_MSG(pass == total && total >= 50, "tekken: %d of %d texts", pass, total);
+  json_decref(all);
+  tok_vocab_destroy(v);
+  gguf_close(g);
+  gguf_close(src);
+  gguf_writer_destroy(w);
+  unlink(path);
+}
+
 int main(void) {
   char self[1024], peer[1100];
   snprintf(self, sizeof self, "%s", __FILE__);
@@ -241,6 +288,7 @@ int main(void) {
   CHECK(tok_encode(v, "Hello world", 11, true, false, ids, 64, &n, err) == 0);
   CHECK(n == 4 && ids[0] == tok_bos(v) && ids[3] == tok_eos(v));
   CHECK(tok_encode(v, "<s>", 3, false, true, ids, 64, &n, err) == 0 && n == 1 && ids[0] == tok_bos(v));
+  test_tekken(peer, texts);
   json_decref(texts);
   free(inp);
   tok_vocab_destroy(v);
