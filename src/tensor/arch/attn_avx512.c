@@ -10,21 +10,21 @@
 #include <immintrin.h>
 #include <math.h>
 
-/* the lane helpers of arch/attn_impl.h's step 2 */
-static inline __m512 v_shift_in(__m512 x, __m512 fill, const int k) {
-  return _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(x), _mm512_castps_si512(fill), 16 - k));
-}
+/* the lane helpers of arch/attn_impl.h's step 2; V_SHIFT_IN: lanes up by
+ * k (a constant: an immediate), the lanes below k from fill */
+#define V_SHIFT_IN(x, fill, k) \
+  _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(x), _mm512_castps_si512(fill), 16 - (k)))
 static inline __m512 v_load_ninf(const float *p, int n) {
   return _mm512_mask_load_ps(_mm512_set1_ps(-INFINITY), n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1), p);
 }
 static inline __m512 v_scan_max(__m512 x) {
   const __m512 ninf = _mm512_set1_ps(-INFINITY);
-  x = _mm512_max_ps(x, v_shift_in(x, ninf, 1));
-  x = _mm512_max_ps(x, v_shift_in(x, ninf, 2));
-  x = _mm512_max_ps(x, v_shift_in(x, ninf, 4));
-  return _mm512_max_ps(x, v_shift_in(x, ninf, 8));
+  x = _mm512_max_ps(x, V_SHIFT_IN(x, ninf, 1));
+  x = _mm512_max_ps(x, V_SHIFT_IN(x, ninf, 2));
+  x = _mm512_max_ps(x, V_SHIFT_IN(x, ninf, 4));
+  return _mm512_max_ps(x, V_SHIFT_IN(x, ninf, 8));
 }
-static inline __m512 v_shift1(__m512 x, float first) { return v_shift_in(x, _mm512_set1_ps(first), 1); }
+static inline __m512 v_shift1(__m512 x, float first) { return V_SHIFT_IN(x, _mm512_set1_ps(first), 1); }
 static inline unsigned v_exp_arg(__m512 s, __m512 m, __m512 *e) {
   const __m512 d = _mm512_sub_ps(s, m);
   const __mmask16 g = _mm512_cmp_ps_mask(s, m, _CMP_GT_OQ);

@@ -62,8 +62,8 @@ static inline __m256 hsum8x8(const __m256 a[8]) {
  * meanwhile rows [0, npf) at pf (same layout) are prefetched: at long
  * contexts the cache comes from memory, so each chunk asks for the rows it
  * will need next */
-static inline __attribute__((always_inline)) void rows_to_f32(const uint16_t *src, size_t stride, int np, int hd, float *dst, const uint16_t *pf,
-                        int npf) {
+static inline __attribute__((always_inline)) void rows_to_f32(const uint16_t *src, size_t stride, int np, int hd,
+                                                              float *dst, const uint16_t *pf, int npf) {
   for (int p = 0; p < np; p++) {
     if (p < npf)
       for (int i = 0; i < hd; i += 32) _mm_prefetch((const char *)(pf + p * stride + i), _MM_HINT_T0);
