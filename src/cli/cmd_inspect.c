@@ -12,8 +12,10 @@
 #include "tensor/dtype.h"
 #include "weights/weights.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Bytes in binary units with three significant digits ("14.2 MiB"). */
@@ -122,6 +124,46 @@ static int inspect_residency(const char *path, const weights_opts *wo) {
   return 0;
 }
 
+/* SHA-256 of a split model's parts' bytes in order. */
+static int parts_sha256(const char *first, int n, uint8_t d[32], char *err) {
+  pw_sha256_ctx *c = pw_sha256_begin();
+  char *buf = malloc(1 << 20), p[4096];
+  int rc = !c || !buf ? pw_seterr(err, PW_ENOMEM, "out of memory") : 0;
+  for (int i = 0; i < n && !rc; i++) {
+    if ((rc = gguf_split_path(first, 0, n, i, p, sizeof p, err))) break;
+    FILE *fp = fopen(p, "rb");
+    if (!fp) {
+      rc = pw_seterr(err, PW_EIO, "%s: %s", p, strerror(errno));
+      break;
+    }
+    size_t k;
+    while ((k = fread(buf, 1, 1 << 20, fp)) > 0) pw_sha256_update(c, buf, k);
+    if (ferror(fp)) rc = pw_seterr(err, PW_EIO, "%s: read error", p);
+    fclose(fp);
+  }
+  free(buf);
+  if (rc) pw_sha256_free(c);
+  else pw_sha256_end(c, d);
+  return rc;
+}
+
+/* The parts of a split model: text lines, or a JSON array. */
+static void print_parts(const char *first, const gguf_file *f, json_t *arr) {
+  const int n = gguf_n_parts(f);
+  char p[4096], e[PW_ERRMAX], hb[32];
+  for (int i = 0; i < n; i++) {
+    const gguf_file *q = gguf_part(f, i);
+    if (gguf_split_path(first, 0, n, i, p, sizeof p, e)) snprintf(p, sizeof p, "part %d", i + 1);
+    if (arr) {
+      json_array_append_new(arr, json_pack("{s:s,s:I,s:I}", "file", p, "size_bytes", (json_int_t)gguf_size(q),
+                                           "tensors", (json_int_t)gguf_n_tensors(q)));
+      continue;
+    }
+    human_bytes(gguf_size(q), hb, sizeof hb);
+    printf("  %d/%d  %s  %s, %llu tensors\n", i + 1, n, p, hb, (unsigned long long)gguf_n_tensors(q));
+  }
+}
+
 int cmd_inspect(int argc, char **argv) {
   const char *path = NULL;
   bool want_res = false;
@@ -178,20 +220,28 @@ int cmd_inspect(int argc, char **argv) {
     fprintf(stderr, "power inspect: --mem-budget goes with --residency\n");
     return 2;
   }
-  char hex[65] = "";
-  if (want_sha) {
-    uint8_t d[32];
-    if (pw_sha256_file(path, d, err)) {
-      fprintf(stderr, "power inspect: %s\n", err);
-      return 1;
-    }
-    pw_hex(d, 32, hex);
-  }
   gguf_file *f;
   int rc = gguf_open(path, &f, err);
   if (rc) {
     fprintf(stderr, "power inspect: %s: %s\n", path, err);
     return 1;
+  }
+  /* the parts of a split model, by the names gguf_open found them */
+  const int n_parts = gguf_n_parts(f);
+  char hex[65] = "";
+  if (want_sha) {
+    /* the digest of the model's bytes: its parts' in order, as the
+     * engine's model digest */
+    uint8_t d[32];
+    rc = 0;
+    if (n_parts == 1) rc = pw_sha256_file(path, d, err);
+    else rc = parts_sha256(path, n_parts, d, err);
+    if (rc) {
+      fprintf(stderr, "power inspect: %s\n", err);
+      gguf_close(f);
+      return 1;
+    }
+    pw_hex(d, 32, hex);
   }
   char arch[64] = "?", name[128] = "", tk[64] = "none", pre[64] = "", hb[32], hc[32];
   gguf_get_cstr(f, "general.architecture", arch, sizeof arch);
@@ -217,6 +267,11 @@ int cmd_inspect(int argc, char **argv) {
     json_t *o = json_object(), *hp = json_object(), *types = json_array();
     json_object_set_new(o, "file", json_string(path));
     json_object_set_new(o, "size_bytes", json_integer((json_int_t)gguf_size(f)));
+    if (n_parts > 1) {
+      json_t *parts = json_array();
+      print_parts(path, f, parts);
+      json_object_set_new(o, "parts", parts);
+    }
     json_object_set_new(o, "gguf", json_pack("{s:i,s:I,s:I,s:i}", "version", (int)gguf_version(f), "metadata_entries",
                                              (json_int_t)gguf_n_kv(f), "tensors", (json_int_t)gguf_n_tensors(f),
                                              "alignment", (int)gguf_alignment(f)));
@@ -283,6 +338,10 @@ int cmd_inspect(int argc, char **argv) {
   printf("size:         %s (%llu bytes)\n", hb, (unsigned long long)gguf_size(f));
   printf("gguf:         v%u, %llu metadata entries, %llu tensors, alignment %u\n", gguf_version(f),
          (unsigned long long)gguf_n_kv(f), (unsigned long long)gguf_n_tensors(f), gguf_alignment(f));
+  if (n_parts > 1) {
+    printf("split:        %d parts (split.count)\n", n_parts);
+    print_parts(path, f, NULL);
+  }
   printf("architecture: %s\n", arch);
   if (*name) printf("name:         %s\n", name);
   if (ft_name) printf("quantization: %s (general.file_type %u)\n", ft_name, ft);

@@ -62,7 +62,14 @@ static void on_progress(void *ud, const store_progress *p) {
   char done[32], total[32], rate[32], part[32] = "", eta[32] = "";
   human(p->done, done, sizeof done);
   human(p->total, total, sizeof total);
-  human((uint64_t)p->rate, rate, sizeof rate);
+  /* no rate until one has been measured (half a second into a transfer) */
+  if (p->rate > 0) {
+    char r[24];
+    human((uint64_t)p->rate, r, sizeof r);
+    snprintf(rate, sizeof rate, " %s/s", r);
+  } else {
+    rate[0] = 0;
+  }
   if (p->n_parts > 1) snprintf(part, sizeof part, " [%d/%d]", p->part, p->n_parts);
   double pct = p->total ? 100.0 * (double)p->done / (double)p->total : 0;
   if (p->total && p->rate > 0 && p->done < p->total) {
@@ -76,10 +83,10 @@ static void on_progress(void *ud, const store_progress *p) {
     for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
     bar[30] = 0;
     if (p->total)
-      fprintf(stderr, "\r\033[K%s %s%s [%s] %5.1f%% %s / %s %s/s%s", what, p->file, part, bar, pct, done, total, rate,
+      fprintf(stderr, "\r\033[K%s %s%s [%s] %5.1f%% %s / %s%s%s", what, p->file, part, bar, pct, done, total, rate,
               eta);
     else
-      fprintf(stderr, "\r\033[K%s %s%s %s %s/s", what, p->file, part, done, rate);
+      fprintf(stderr, "\r\033[K%s %s%s %s%s", what, p->file, part, done, rate);
     v->drawn = 1;
     if (p->finished) {
       fputc('\n', stderr);
@@ -94,7 +101,7 @@ static void on_progress(void *ud, const store_progress *p) {
   if (!p->finished && t - v->t_line < 2.0) return;
   v->t_line = t;
   if (p->total)
-    fprintf(stderr, "%s %s%s: %s of %s (%.0f%%), %s/s%s\n", what, p->file, part, done, total, pct, rate, eta);
+    fprintf(stderr, "%s %s%s: %s of %s (%.0f%%)%s%s\n", what, p->file, part, done, total, pct, rate, eta);
   else
     fprintf(stderr, "%s %s%s: %s\n", what, p->file, part, done);
 }

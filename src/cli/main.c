@@ -7,6 +7,7 @@
 #include "cli/cmd_crypt.h"
 #include "cli/cmd_ps.h"
 #include "cli/cmd_serve.h"
+#include "cli/cmd_split.h"
 #include "cli/cmd_store.h"
 #include "cli/cmd_synth.h"
 #include "cli/cmd_template.h"
@@ -34,6 +35,7 @@ static const subcommand k_cmds[] = {
     {"serve", cmd_serve, "OpenAI-compatible HTTP server (one model, or the store's models on demand)"},
     {"ps", cmd_ps, "models a running server has loaded (--host, --port)"},
     {"synth", cmd_synth, "write a model with a real model's shapes and dummy weights"},
+    {"split", cmd_split, "cut a GGUF into split parts (--parts N) or join them (--merge)"},
     {"quantize", cmd_quantize, "convert F32/F16/BF16 weights to a quantized type"},
     {"template", cmd_template, "render a chat template (--model M | --template F.jinja) --vars V.json"},
     {"tokenize", cmd_tokenize, "text to token ids and pieces (--ids, --raw, --file)"},

@@ -237,7 +237,9 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
                                .mem_budget_frac = o.weights_mem_budget_frac,
                                .residency = o.weights_residency,
                                .mlock = o.weights_mlock,
-                               .hugepages = o.weights_hugepages}};
+                               .hugepages = o.weights_hugepages,
+                               .cancel = o.load_cancel,
+                               .cancel_arg = o.load_cancel_arg}};
   if ((rc = model_load(o.model_path, &mo, &e->m, err)) < 0) goto fail;
   const model_hparams *hp = model_hp(e->m);
   if ((rc = tok_vocab_load(model_gguf(e->m), &e->vocab, err)) < 0) goto fail;
@@ -295,6 +297,8 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   o.spec_draft_model = NULL;
   e->o = o;
   e->o.spec_cost_fixed = NULL; /* the caller's array is not kept (e->cost_fixed is) */
+  e->o.load_cancel = NULL; /* only the load asked it */
+  e->o.load_cancel_arg = NULL;
   e->st.max_active = o.max_active;
   e->st.max_queue = o.max_queue;
   if (pthread_create(&e->thread, NULL, eng_main, e) != 0) {

@@ -95,6 +95,10 @@ typedef struct engine_opts {
   int weights_residency;  /* weights_residency_policy */
   bool weights_mlock;
   bool weights_hugepages;
+  /* May be NULL: asked between pieces of the load (weights_opts.cancel);
+   * true abandons it and engine_create returns PW_ECANCELED. */
+  bool (*load_cancel)(void *arg);
+  void *load_cancel_arg;
   int max_active;         /* sequences decoding at once (KV slots), 1..ENGINE_MAX_ACTIVE; 0 = the default */
   int max_queue;          /* requests waiting for a slot, 0..ENGINE_MAX_QUEUE; 0 = the default */
   int n_ctx;              /* context per sequence, ENGINE_MIN_CTX..ENGINE_MAX_CTX;

@@ -39,6 +39,12 @@ struct gguf_file {
   gguf_tensor *tensors; /* [n_tensors], owned */
   uint64_t **indexes;   /* owned offset indexes of string/array arrays */
   uint64_t n_indexes, cap_indexes;
+  /* A split model (gguf_merge): kvs is a copy of part 0's table (views
+   * into part 0), tensors gathers every part's (views into each part);
+   * base/size/data_offset are part 0's, size the parts' sum. */
+  gguf_file **parts;    /* [n_parts]; owned when own_parts */
+  int n_parts;          /* 0: an ordinary file */
+  int own_parts;
 };
 
 typedef struct cursor {
@@ -306,7 +312,7 @@ int gguf_open_mem(const void *buf, size_t len, gguf_file **out, char *err) {
   return open_common(f, out, err);
 }
 
-int gguf_open(const char *path, gguf_file **out, char *err) {
+int gguf_open_file(const char *path, gguf_file **out, char *err) {
   *out = NULL;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return pw_seterr(err, PW_EIO, "%s: %s", path, strerror(errno));
@@ -341,6 +347,15 @@ int gguf_open(const char *path, gguf_file **out, char *err) {
 
 void gguf_close(gguf_file *f) {
   if (!f) return;
+  if (f->n_parts) {
+    if (f->own_parts)
+      for (int i = 0; i < f->n_parts; i++) gguf_close(f->parts[i]);
+    free(f->parts);
+    free(f->kvs);
+    free(f->tensors);
+    free(f);
+    return;
+  }
   if (f->mapped) {
     munmap((void *)f->base, f->size);
     close(f->fd);
@@ -415,6 +430,17 @@ static void populate(const gguf_file *f) {
 
 void gguf_make_resident(gguf_file *f, gguf_residency *r) {
   memset(r, 0, sizeof *r);
+  if (f->n_parts) {
+    r->huge_bytes = 0;
+    for (int i = 0; i < f->n_parts; i++) {
+      gguf_residency pr;
+      gguf_make_resident(f->parts[i], &pr);
+      r->bytes += pr.bytes;
+      r->huge_bytes = pr.huge_bytes < 0 || r->huge_bytes < 0 ? -1 : r->huge_bytes + pr.huge_bytes;
+      r->refreshed |= pr.refreshed;
+    }
+    return;
+  }
   r->bytes = f->size;
   r->huge_bytes = -1;
   if (!f->mapped) return;
@@ -645,4 +671,218 @@ void gguf_kv_format(const gguf_kv *kv, char *buf, size_t cap) {
       snprintf(buf, cap, "%llu", (unsigned long long)uv);
     }
   }
+}
+
+/* ---- split models ----------------------------------------------------------
+ * llama.cpp's gguf-split writes a model as N files named
+ * PREFIX-00001-of-0000N.gguf .. PREFIX-0000N-of-0000N.gguf (5 digits each).
+ * Every part carries split.no (u16, 0-based), split.count (u16) and
+ * split.tensors.count (i32, the tensors of all parts); the first part also
+ * carries all the model's metadata, the others only these keys. Tensor
+ * offsets are relative to each part's own data section, so a merged file
+ * is a directory whose entries point into several mappings. */
+
+#define GGUF_MAX_PARTS 1000
+
+bool gguf_split_get(const gguf_file *f, gguf_split *out) {
+  memset(out, 0, sizeof *out);
+  uint32_t cnt = 0, no = 0;
+  int64_t nt = -1;
+  if (!gguf_get_u32(f, "split.count", &cnt)) return false;
+  gguf_get_u32(f, "split.no", &no);
+  gguf_get_i64(f, "split.tensors.count", &nt);
+  out->count = cnt > INT32_MAX ? INT32_MAX : (int)cnt;
+  out->no = no > INT32_MAX ? INT32_MAX : (int)no;
+  out->tensors = nt;
+  return true;
+}
+
+int gguf_split_path(const char *path, int no, int count, int want, char *out, size_t cap, char *err) {
+  char suf[48];
+  snprintf(suf, sizeof suf, "-%05d-of-%05d.gguf", no + 1, count);
+  const size_t n = strlen(path), k = strlen(suf);
+  if (n <= k || strcmp(path + n - k, suf))
+    return pw_seterr(err, PW_EFORMAT,
+                     "%s is part %d of a %d-part split model but its name does not end in %s, so the other "
+                     "parts cannot be found",
+                     path, no + 1, count, suf);
+  if (n - k + k + 1 > cap) return pw_seterr(err, PW_ERANGE, "%s: path too long", path);
+  snprintf(out, cap, "%.*s-%05d-of-%05d.gguf", (int)(n - k), path, want + 1, count);
+  return 0;
+}
+
+static int cmp_tensor_name(const void *pa, const void *pb) {
+  const gguf_tensor *a = *(const gguf_tensor *const *)pa, *b = *(const gguf_tensor *const *)pb;
+  const uint64_t n = a->name.len < b->name.len ? a->name.len : b->name.len;
+  const int c = memcmp(a->name.ptr, b->name.ptr, (size_t)n);
+  return c ? c : (a->name.len > b->name.len) - (a->name.len < b->name.len);
+}
+
+int gguf_merge(gguf_file **parts, int n, int own, const char *const *names, gguf_file **out, char *err) {
+  *out = NULL;
+  int rc = 0;
+  gguf_file *m = NULL;
+  const gguf_tensor **sorted = NULL;
+  char nb[32];
+#define PART_NAME(i) (names && names[i] ? names[i] : (snprintf(nb, sizeof nb, "part %d", (i) + 1), nb))
+  gguf_split s0;
+  if (n < 1 || n > GGUF_MAX_PARTS) {
+    rc = pw_seterr(err, PW_EINVAL, "a split model has 1..%d parts, not %d", GGUF_MAX_PARTS, n);
+    goto fail;
+  }
+  if (!gguf_split_get(parts[0], &s0)) {
+    rc = pw_seterr(err, PW_EFORMAT, "%s has no split.count: not part of a split model", PART_NAME(0));
+    goto fail;
+  }
+  uint64_t total = 0, size = 0;
+  for (int i = 0; i < n; i++) {
+    gguf_split si;
+    if (!gguf_split_get(parts[i], &si)) {
+      rc = pw_seterr(err, PW_EFORMAT, "%s has no split.count: not part of this split model", PART_NAME(i));
+      goto fail;
+    }
+    if (si.count != n || si.no != i || si.tensors != s0.tensors) {
+      rc = pw_seterr(err, PW_EFORMAT,
+                     "%s is part %d of %d of a split of %lld tensors; expected part %d of %d of %lld tensors "
+                     "(a part of another split?)",
+                     PART_NAME(i), si.no + 1, si.count, (long long)si.tensors, i + 1, n, (long long)s0.tensors);
+      goto fail;
+    }
+    total += parts[i]->n_tensors;
+    size += parts[i]->size;
+  }
+  if (s0.tensors < 0 || total != (uint64_t)s0.tensors) {
+    rc = pw_seterr(err, PW_EFORMAT, "the %d parts hold %llu tensors but split.tensors.count says %lld", n,
+                   (unsigned long long)total, (long long)s0.tensors);
+    goto fail;
+  }
+  m = calloc(1, sizeof *m);
+  if (!m || !(m->parts = calloc((size_t)n, sizeof *m->parts)) ||
+      !(m->kvs = calloc(parts[0]->n_kv ? parts[0]->n_kv : 1, sizeof *m->kvs)) ||
+      !(m->tensors = calloc(total ? total : 1, sizeof *m->tensors)) ||
+      !(sorted = malloc((total ? total : 1) * sizeof *sorted))) {
+    rc = pw_seterr(err, PW_ENOMEM, "out of memory");
+    goto fail;
+  }
+  memcpy(m->kvs, parts[0]->kvs, parts[0]->n_kv * sizeof *m->kvs);
+  m->n_kv = parts[0]->n_kv;
+  uint64_t k = 0;
+  for (int i = 0; i < n; i++)
+    for (uint64_t j = 0; j < parts[i]->n_tensors; j++) {
+      m->tensors[k] = parts[i]->tensors[j];
+      sorted[k] = &m->tensors[k];
+      k++;
+    }
+  m->n_tensors = total;
+  qsort(sorted, total, sizeof *sorted, cmp_tensor_name);
+  for (uint64_t i = 1; i < total; i++)
+    if (!cmp_tensor_name(&sorted[i - 1], &sorted[i])) {
+      const gguf_tensor *t = sorted[i];
+      rc = pw_seterr(err, PW_EFORMAT, "split model: tensor '%.*s' appears in more than one part",
+                     (int)(t->name.len > 64 ? 64 : t->name.len), t->name.ptr);
+      goto fail;
+    }
+  free(sorted);
+#undef PART_NAME
+  memcpy(m->parts, parts, (size_t)n * sizeof *parts);
+  m->n_parts = n;
+  m->own_parts = own;
+  m->base = parts[0]->base;
+  m->size = size;
+  m->fd = -1;
+  m->version = parts[0]->version;
+  m->alignment = parts[0]->alignment;
+  m->data_offset = parts[0]->data_offset;
+  *out = m;
+  return 0;
+fail:
+  free(sorted);
+  if (m) {
+    free(m->parts);
+    free(m->kvs);
+    free(m->tensors);
+    free(m);
+  }
+  if (own)
+    for (int i = 0; i < n; i++) gguf_close(parts[i]);
+  return rc;
+}
+
+int gguf_split_open_parts(const char *path, gguf_file *first, gguf_file ***parts_out, char ***names_out,
+                          int *n_out, char *err) {
+  *parts_out = NULL;
+  *names_out = NULL;
+  *n_out = 0;
+  gguf_split sp;
+  if (!gguf_split_get(first, &sp) || sp.count <= 1) return 0;
+  if (sp.count > GGUF_MAX_PARTS)
+    return pw_seterr(err, PW_EFORMAT, "%s: split.count %d exceeds the limit of %d parts", path, sp.count,
+                     GGUF_MAX_PARTS);
+  if (sp.no != 0)
+    return pw_seterr(err, PW_EINVAL, "%s is part %d of %d of a split model: give the first part (-00001-of-%05d.gguf)",
+                     path, sp.no + 1, sp.count, sp.count);
+  int rc = 0;
+  gguf_file **parts = calloc((size_t)sp.count, sizeof *parts);
+  char **names = calloc((size_t)sp.count, sizeof *names);
+  if (!parts || !names || !(names[0] = strdup(path))) {
+    rc = pw_seterr(err, PW_ENOMEM, "out of memory");
+    goto fail;
+  }
+  const size_t cap = strlen(path) + 32;
+  for (int i = 1; i < sp.count; i++) {
+    if (!(names[i] = malloc(cap))) {
+      rc = pw_seterr(err, PW_ENOMEM, "out of memory");
+      goto fail;
+    }
+    if ((rc = gguf_split_path(path, 0, sp.count, i, names[i], cap, err))) goto fail;
+    if (access(names[i], F_OK)) {
+      rc = pw_seterr(err, PW_ENOTFOUND, "split model part %d of %d is missing: %s", i + 1, sp.count, names[i]);
+      goto fail;
+    }
+  }
+  *parts_out = parts;
+  *names_out = names;
+  *n_out = sp.count;
+  return 0;
+fail:
+  gguf_split_free_names(names, sp.count);
+  free(parts);
+  return rc;
+}
+
+void gguf_split_free_names(char **names, int n) {
+  if (!names) return;
+  for (int i = 0; i < n; i++) free(names[i]);
+  free(names);
+}
+
+int gguf_open(const char *path, gguf_file **out, char *err) {
+  *out = NULL;
+  gguf_file *f = NULL, **parts = NULL;
+  char **names = NULL;
+  int n = 0;
+  int rc = gguf_open_file(path, &f, err);
+  if (rc) return rc;
+  if ((rc = gguf_split_open_parts(path, f, &parts, &names, &n, err)) || n == 0) {
+    if (rc) gguf_close(f);
+    else *out = f;
+    return rc;
+  }
+  parts[0] = f;
+  char e2[PW_ERRMAX];
+  for (int i = 1; i < n && !rc; i++)
+    if ((rc = gguf_open_file(names[i], &parts[i], e2))) pw_seterr(err, rc, "split part %d of %d: %s", i + 1, n, e2);
+  if (rc)
+    for (int i = 0; i < n; i++) gguf_close(parts[i]);
+  else
+    rc = gguf_merge(parts, n, 1, (const char *const *)names, out, err);
+  gguf_split_free_names(names, n);
+  free(parts);
+  return rc;
+}
+
+int gguf_n_parts(const gguf_file *f) { return f->n_parts ? f->n_parts : 1; }
+const gguf_file *gguf_part(const gguf_file *f, int i) {
+  if (!f->n_parts) return i == 0 ? f : NULL;
+  return i >= 0 && i < f->n_parts ? f->parts[i] : NULL;
 }

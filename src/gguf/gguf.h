@@ -77,8 +77,12 @@ typedef struct gguf_tensor {
 typedef struct gguf_file gguf_file;
 
 /* Maps and validates a file. On failure returns PW_EIO/PW_EFORMAT/... with a
- * message naming the defect, and *out is NULL. */
+ * message naming the defect, and *out is NULL. The first part of a split
+ * model (below) opens every part and gives them as one file; another part
+ * is an error naming the first. */
 int gguf_open(const char *path, gguf_file **out, char *err);
+/* One file only, a split part as it is (its own tensors and keys). */
+int gguf_open_file(const char *path, gguf_file **out, char *err);
 /* Same over a caller buffer (must outlive the gguf_file; not copied). */
 int gguf_open_mem(const void *buf, size_t len, gguf_file **out, char *err);
 void gguf_close(gguf_file *f);
@@ -136,6 +140,42 @@ uint64_t gguf_n_tensors(const gguf_file *f);
 const gguf_tensor *gguf_tensor_at(const gguf_file *f, uint64_t i);
 /* NULL when absent. */
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
+
+/* ---- split models (llama.cpp gguf-split) ----
+ * PREFIX-00001-of-0000N.gguf .. PREFIX-0000N-of-0000N.gguf, each with
+ * split.no (0-based), split.count and split.tensors.count; the first part
+ * holds the model's metadata. A merged file answers every accessor above
+ * as one model: part 0's metadata, every part's tensors (data pointers into
+ * each part), gguf_size the parts' sum, gguf_base/gguf_data_offset part 0's
+ * (meaningful per part only: use gguf_part). */
+typedef struct gguf_split {
+  int no;          /* split.no, 0-based */
+  int count;       /* split.count */
+  int64_t tensors; /* split.tensors.count, -1 when absent */
+} gguf_split;
+/* False when f has no split.count. */
+bool gguf_split_get(const gguf_file *f, gguf_split *out);
+/* The path of part `want` (0-based) of a `count`-part split, from the path
+ * of its part `no`: PW_EFORMAT when path does not end in that part's
+ * -NNNNN-of-NNNNN.gguf. */
+int gguf_split_path(const char *path, int no, int count, int want, char *out, size_t cap, char *err);
+/* For the already opened part `first` at path: when it is the first part
+ * of a split, *n_out = count, *names_out the parts' paths (owned; free with
+ * gguf_split_free_names) and *parts_out a zeroed array of count slots
+ * (owned, free()); every other part's file is checked to exist
+ * (PW_ENOTFOUND naming it). *n_out = 0 for an ordinary file; PW_EINVAL for
+ * a part other than the first. */
+int gguf_split_open_parts(const char *path, gguf_file *first, gguf_file ***parts_out, char ***names_out,
+                          int *n_out, char *err);
+void gguf_split_free_names(char **names, int n);
+/* Merges the n parts of one split (in order) into *out. own: *out owns and
+ * closes the parts (also on failure); else they must outlive it. names
+ * (may be NULL) name the parts in errors. PW_EFORMAT for a part of another
+ * split or out of order, a count that disagrees, a tensor in two parts. */
+int gguf_merge(gguf_file **parts, int n, int own, const char *const *names, gguf_file **out, char *err);
+/* 1 for an ordinary file; part i (0-based; f itself for an ordinary file). */
+int gguf_n_parts(const gguf_file *f);
+const gguf_file *gguf_part(const gguf_file *f, int i);
 
 /* True if s equals the NUL-terminated c. */
 bool gguf_str_eq(gguf_str s, const char *c);

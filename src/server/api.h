@@ -74,6 +74,9 @@ const char *srv_body(conn *k, size_t *len);
 const char *srv_arg(conn *k); /* the "{id}" part of the path; NULL = none */
 srv_caller srv_who(conn *k);  /* the caller's tenant (for per-tenant state) */
 uint64_t srv_t0(conn *k);     /* pw_now_ns at arrival */
+/* True when the client has closed or reset its connection (a long answer
+ * polls it to stop work nobody will read). */
+bool srv_client_gone(struct MHD_Connection *c);
 /* Sets the request's id (X-Request-Id, the request log). */
 void srv_set_id(conn *k, const char *id);
 
@@ -183,6 +186,9 @@ enum MHD_Result models_ps(conn *k, struct MHD_Connection *c);
 enum MHD_Result models_action(conn *k, struct MHD_Connection *c);
 enum MHD_Result models_delete(conn *k, struct MHD_Connection *c);
 enum MHD_Result ollama_pull(conn *k, struct MHD_Connection *c);
+/* POST /v1/models/pull: progress as SSE, or NDJSON (Accept:
+ * application/x-ndjson), or one JSON at the end (stream false). */
+enum MHD_Result models_pull(conn *k, struct MHD_Connection *c);
 enum MHD_Result ollama_delete(conn *k, struct MHD_Connection *c);
 
 /* The chat page (ui.c over the files built in) */

@@ -4,6 +4,10 @@
  *   POST   /v1/models/{id}/load        load (body optional: {"keep_alive":...})
  *   POST   /v1/models/{id}/unload      unload now, or when its requests end
  *   DELETE /v1/models/{id}             remove from the store (admin)
+ *   POST   /v1/models/pull             pull into the store (admin): progress
+ *                                      as SSE events, or NDJSON lines with
+ *                                      Accept: application/x-ndjson, or one
+ *                                      JSON at the end ("stream": false)
  *   POST   /api/pull                   Ollama: pull into the store, progress
  *                                      as NDJSON lines (admin)
  *   DELETE /api/delete                 Ollama: remove from the store (admin)
@@ -11,8 +15,10 @@
  * --allow-pull, and need an API key when keys are configured (every
  * non-public route does). With one model (--model) there is no store:
  * /api/pull and /api/delete are 404 as they always were, DELETE and unload
- * of /v1/models/{id} answer 400 no_store; /v1/ps and load describe the one
- * model.
+ * of /v1/models/{id} and /v1/models/pull answer 400 no_store; /v1/ps and
+ * load describe the one model. A pull runs on its own thread (models.c),
+ * at most SRV_MAX_PULLS at once, and is cancelled when its client goes
+ * away (the partial file stays for the next pull to resume).
  * What it is not: the store or the registry (models.c, registry.c). */
 #include "server/api.h"
 
@@ -23,7 +29,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PULL_WAIT_MS 1000
+/* How long a pull's answer waits for a progress line before it looks
+ * whether the client is still there (a gone client cancels the pull). */
+#define PULL_WAIT_MS 250
 
 static int no_store(const char *what, oai_error *e) {
   return oai_seterr(e, 400, "no_store", NULL,
@@ -175,7 +183,9 @@ enum MHD_Result ollama_delete(conn *k, struct MHD_Connection *c) {
 
 typedef struct pull_stream {
   srv_pull *p;
+  struct MHD_Connection *c; /* the client's, polled for a hangup */
   bool stream;  /* false: only the final line */
+  bool sse;     /* each line as an SSE event (data: LINE, blank line) */
   bool ended;
   sbuf out;     /* being sent */
   size_t pos;
@@ -199,6 +209,27 @@ static ssize_t pull_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     ps->pos = 0;
     ps->ended = srv_pull_read(ps->p, &ps->out, PULL_WAIT_MS) != 0;
     if (ps->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
+    /* a client that left cancels the pull (pull_free); its partial file
+     * stays for the next pull to resume */
+    if (!ps->ended && srv_client_gone(ps->c)) return MHD_CONTENT_READER_END_WITH_ERROR;
+    if (ps->sse && ps->out.len) {
+      sbuf ev = {0};
+      for (size_t a = 0; a < ps->out.len;) {
+        size_t b = a;
+        while (b < ps->out.len && ps->out.data[b] != '\n') b++;
+        sbuf_puts(&ev, "data: ");
+        sbuf_put(&ev, ps->out.data + a, b - a);
+        sbuf_puts(&ev, "\n\n");
+        a = b + 1;
+      }
+      if (ev.oom) {
+        sbuf_free(&ev);
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+      }
+      sbuf_clear(&ps->out);
+      sbuf_put(&ps->out, ev.data, ev.len);
+      sbuf_free(&ev);
+    }
     if (!ps->stream) {
       /* Keep only the last complete line; send it at the end. */
       if (ps->out.len) {
@@ -246,6 +277,7 @@ enum MHD_Result ollama_pull(conn *k, struct MHD_Connection *c) {
     goto fail;
   }
   ps->stream = stream;
+  ps->c = c;
   if (srv_pull_start(sm, source, name && *name ? name : NULL, &ps->p, &e)) goto fail;
   oai_request_free(&r);
   struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, pull_reader, ps, pull_free);
@@ -254,6 +286,110 @@ enum MHD_Result ollama_pull(conn *k, struct MHD_Connection *c) {
     return MHD_NO;
   }
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, stream ? "application/x-ndjson" : "application/json");
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+  return srv_reply_raw(k, c, 200, resp);
+fail:
+  free(ps);
+  oai_request_free(&r);
+  return srv_reply_error(k, c, &e);
+}
+
+/* ---- POST /v1/models/pull ------------------------------------------------------ */
+
+/* The HTTP status of a pull that failed with rc. */
+static int pull_status(int rc) {
+  switch (rc) {
+    case PW_EINVAL: return 400;
+    case PW_ENOTFOUND: return 404;
+    case PW_EFORMAT: return 422;
+    case PW_ECANCELED: return 499;
+    default: return 502; /* the source, the network or the disk */
+  }
+}
+
+enum MHD_Result models_pull(conn *k, struct MHD_Connection *c) {
+  srv_models *sm = srv_store(srv_server(k));
+  oai_error e;
+  oai_request r;
+  size_t len;
+  const char *body = srv_body(k, &len);
+  if (!sm) {
+    no_store("Pulling models", &e);
+    return srv_reply_error(k, c, &e);
+  }
+  if (srv_models_admin_check(sm, "Pulling models", &e)) return srv_reply_error(k, c, &e);
+  if (api_parse_body(body, len, OAI_CHAT, &r, &e)) return srv_reply_error(k, c, &e);
+  const char *source = NULL, *name = NULL, *key;
+  bool stream = true;
+  pull_stream *ps = NULL;
+  json_t *v;
+  json_object_foreach(r.root, key, v) {
+    if (strcmp(key, "model") && strcmp(key, "name") && strcmp(key, "stream")) {
+      oai_seterr(&e, 400, "unsupported_field", key, "'%.64s' is not a field of a pull (model, name, stream)", key);
+      goto fail;
+    }
+  }
+  if (api_str(r.root, "model", "model", &source, &e) || api_str(r.root, "name", "name", &name, &e) ||
+      api_bool(r.root, "stream", "stream", &stream, &e))
+    goto fail;
+  if (!(ps = calloc(1, sizeof *ps))) {
+    oai_seterr(&e, 500, "internal_error", NULL, "out of memory");
+    goto fail;
+  }
+  ps->c = c;
+  ps->stream = true;
+  const char *accept = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
+  ps->sse = !(accept && strstr(accept, "application/x-ndjson"));
+  if (srv_pull_start(sm, source, name && *name ? name : NULL, &ps->p, &e)) goto fail;
+  oai_request_free(&r);
+  if (!stream) {
+    /* one answer at the end, its status the pull's: wait here (this
+     * connection's thread; pulls are bounded by SRV_MAX_PULLS), and stop
+     * when the client leaves */
+    sbuf lines = {0}, last = {0}, out = {0};
+    bool gone = false;
+    for (;;) {
+      sbuf_clear(&lines);
+      const bool ended = srv_pull_read(ps->p, &lines, PULL_WAIT_MS);
+      if (lines.len > 1) { /* keep the last line: the final event */
+        size_t end = lines.len - 1, start = end;
+        while (start > 0 && lines.data[start - 1] != '\n') start--;
+        sbuf_clear(&last);
+        sbuf_put(&last, lines.data + start, end - start);
+      }
+      if (ended) break;
+      if (!lines.len && srv_client_gone(c)) {
+        gone = true;
+        break;
+      }
+    }
+    sbuf_free(&lines);
+    char msg[PW_ERRMAX];
+    const int rc = gone ? PW_ECANCELED : srv_pull_status(ps->p, msg);
+    if (!gone && !rc) {
+      /* the success line is the last one read */
+      json_t *root = last.len ? json_loadb(last.data, last.len, 0, NULL) : NULL;
+      char *txt = root ? json_dumps(root, JSON_COMPACT) : NULL;
+      json_decref(root);
+      if (txt) sbuf_puts(&out, txt);
+      else sbuf_puts(&out, "{\"status\":\"success\"}");
+      free(txt);
+    }
+    sbuf_free(&last);
+    pull_free(ps);
+    if (gone) return MHD_NO;
+    if (rc) {
+      oai_seterr(&e, pull_status(rc), rc == PW_ENOTFOUND ? "not_found" : "pull_failed", "model", "%s", msg);
+      return srv_reply_error(k, c, &e);
+    }
+    return srv_reply_json(k, c, 200, &out);
+  }
+  struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, pull_reader, ps, pull_free);
+  if (!resp) {
+    pull_free(ps);
+    return MHD_NO;
+  }
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ps->sse ? "text/event-stream" : "application/x-ndjson");
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
   return srv_reply_raw(k, c, 200, resp);
 fail:

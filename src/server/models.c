@@ -57,6 +57,7 @@ struct srv_models {
   registry *reg;            /* owned */
   pthread_mutex_t stats_mu;
   engine_stats retired;     /* counters of engines already unloaded */
+  int n_pulls;              /* pulls running (under store_mu) */
 };
 
 /* Every field of engine_stats, summed: a new field changes the size and
@@ -101,20 +102,27 @@ static void stats_add(engine_stats *a, const engine_stats *b) {
   a->cache_bytes += b->cache_bytes;
 }
 
-static int load_model(void *ctx, const char *name, void **model, uint64_t *bytes, char *err) {
+static int load_model(void *ctx, const char *name, bool (*abandoned)(void *arg), void *abandoned_arg, void **model,
+                      uint64_t *bytes, char *err) {
   srv_models *sm = ctx;
   char path[STORE_PATH_MAX];
+  store_manifest *man = malloc(sizeof *man);
+  if (!man) return pw_seterr(err, PW_ENOMEM, "out of memory");
   pthread_mutex_lock(&sm->store_mu);
   int rc = store_resolve(sm->st, name, path, err);
+  if (!rc) rc = store_get(sm->st, name, man, err);
   pthread_mutex_unlock(&sm->store_mu);
+  const uint64_t file_bytes = man->size; /* a split's parts together */
+  free(man);
   if (rc) return rc;
   engine_opts eo = sm->eo;
   eo.model_path = path;
   eo.model_id = name;
+  eo.load_cancel = abandoned; /* between pieces of the weights' read */
+  eo.load_cancel_arg = abandoned_arg;
   /* A model larger than the whole budget streams its layers within it
    * (its KV cache comes on top). */
-  struct stat fst;
-  bool streamed = sm->o.mem_budget && stat(path, &fst) == 0 && (uint64_t)fst.st_size > sm->o.mem_budget;
+  bool streamed = sm->o.mem_budget && file_bytes > sm->o.mem_budget;
   if (streamed) eo.weights_mem_budget = sm->o.mem_budget;
   engine *e = NULL;
   double t0 = pw_now_s();
@@ -582,6 +590,7 @@ struct srv_pull {
   pthread_t th;
   bool th_on;
   store *st;           /* the pull's own handle */
+  srv_models *sm;      /* counted in sm->n_pulls until freed */
   char source[2048];
   char name[STORE_NAME_MAX + 1];
 };
@@ -602,6 +611,7 @@ static void pull_progress(void *ud, const store_progress *pr) {
   snprintf(status, sizeof status, "%s %s", pr->waiting ? "waiting for another pull of" : "pulling", pr->file);
   sbuf_puts(&l, "{\"status\":");
   sbuf_json_str(&l, status, strlen(status));
+  if (pr->digest) sbuf_printf(&l, ",\"digest\":\"sha256:%.64s\"", pr->digest);
   sbuf_printf(&l, ",\"total\":%llu,\"completed\":%llu", (unsigned long long)pr->total, (unsigned long long)pr->done);
   if (pr->n_parts > 1) sbuf_printf(&l, ",\"part\":%d,\"parts\":%d", pr->part, pr->n_parts);
   sbuf_puts(&l, "}");
@@ -626,10 +636,19 @@ static void *pull_main(void *arg) {
     sbuf_puts(&l, "{\"error\":");
     sbuf_json_str(&l, err, strlen(err));
     sbuf_puts(&l, "}");
+    if (rc == PW_ECANCELED) pw_log_notice("pull of %.200s: %s", p->source, err);
+    else pw_log(PW_LOG_WARN, "pull of %.200s: %s", p->source, err);
   } else {
     sbuf_puts(&l, "{\"status\":\"success\",\"model\":");
     sbuf_json_str(&l, m->name, strlen(m->name));
-    sbuf_printf(&l, ",\"digest\":\"sha256:%s\",\"total\":%llu}", m->blobs[0].digest, (unsigned long long)m->size);
+    sbuf_printf(&l, ",\"digest\":\"sha256:%s\",\"total\":%llu,\"completed\":%llu", m->blobs[0].digest,
+                (unsigned long long)m->size, (unsigned long long)m->size);
+    if (m->n_blobs > 1) {
+      sbuf_puts(&l, ",\"digests\":[");
+      for (int i = 0; i < m->n_blobs; i++) sbuf_printf(&l, "%s\"sha256:%s\"", i ? "," : "", m->blobs[i].digest);
+      sbuf_puts(&l, "]");
+    }
+    sbuf_puts(&l, "}");
     pw_log_notice("pulled %s into the store", m->name);
   }
   free(m);
@@ -655,8 +674,22 @@ int srv_pull_start(srv_models *sm, const char *source, const char *name, srv_pul
   char norm[STORE_NAME_MAX + 1];
   if (name && (strlen(name) > STORE_NAME_MAX || store_name_check(name, norm, err)))
     return oai_seterr(e, 400, "invalid_value", "name", "invalid model name: %s", err);
+  /* each pull holds a connection's thread and a download: bounded */
+  pthread_mutex_lock(&sm->store_mu);
+  const bool room = sm->n_pulls < SRV_MAX_PULLS;
+  if (room) sm->n_pulls++;
+  pthread_mutex_unlock(&sm->store_mu);
+  if (!room)
+    return oai_seterr(e, 429, "too_many_pulls", NULL, "%d pulls are running (the limit): try again when one ends",
+                      SRV_MAX_PULLS);
   srv_pull *p = calloc(1, sizeof *p);
-  if (!p) return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
+  if (!p) {
+    pthread_mutex_lock(&sm->store_mu);
+    sm->n_pulls--;
+    pthread_mutex_unlock(&sm->store_mu);
+    return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
+  }
+  p->sm = sm;
   pthread_mutex_init(&p->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -712,6 +745,9 @@ void srv_pull_free(srv_pull *p) {
   if (!p) return;
   p->cancel = 1;
   if (p->th_on) pthread_join(p->th, NULL);
+  pthread_mutex_lock(&p->sm->store_mu);
+  p->sm->n_pulls--;
+  pthread_mutex_unlock(&p->sm->store_mu);
   store_destroy(p->st);
   sbuf_free(&p->lines);
   pthread_mutex_destroy(&p->mu);

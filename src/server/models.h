@@ -100,8 +100,11 @@ int srv_models_delete(srv_models *sm, const char *name, oai_error *e);
  * (Ollama's shape: {"status":...,"digest":...,"total":...,"completed":...},
  * then {"status":"success"} or {"error":"..."}). */
 typedef struct srv_pull srv_pull;
+/* Pulls running at once, at most (each holds its client's connection
+ * thread and a download); more are 429 too_many_pulls. */
+#define SRV_MAX_PULLS 2
 /* Starts pulling source (URL or hf.co/ORG/REPO[:QUANT][@sha256:HEX]) as
- * name (NULL = derived). 0 or e set (500). */
+ * name (NULL = derived). 0 or e set (400, 429, 500). */
 int srv_pull_start(srv_models *sm, const char *source, const char *name, srv_pull **out, oai_error *e);
 /* Appends the lines written since the last call to out, waiting up to
  * wait_ms for one. Returns 1 when the pull has ended and everything was

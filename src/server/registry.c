@@ -28,6 +28,7 @@ struct registry_entry {
   uint64_t bytes;       /* held while LOADING (the estimate), READY, UNLOADING */
   uint64_t last_bytes;  /* size of the last load, kept after unload */
   int refs;             /* requests holding it */
+  int callers;          /* registry_acquire calls inside for it (waiting or loading) */
   bool unload_when_idle; /* registry_unload while requests were in flight */
   double keep_s;        /* keep-alive in force (set by each release) */
   uint64_t expires_ns;  /* READY and idle: when it goes; 0 = never */
@@ -206,8 +207,30 @@ static struct registry_entry *entry_add(registry *r, const char *name) {
   return e;
 }
 
+/* What the loader's abandoned() looks at. */
+typedef struct load_watch {
+  registry *r;
+  struct registry_entry *e;
+  bool (*gone)(void *arg);
+  void *gone_arg;
+} load_watch;
+
+static bool load_abandoned(void *arg) {
+  load_watch *w = arg;
+  if (!w->gone || !w->gone(w->gone_arg)) return false;
+  pthread_mutex_lock(&w->r->mu);
+  const bool alone = w->e->callers <= 1; /* the loader's own call only */
+  pthread_mutex_unlock(&w->r->mu);
+  return alone;
+}
+
 int registry_acquire(registry *r, const char *name, uint64_t est_bytes, uint64_t deadline_ns, registry_ref **out,
                      char *err) {
+  return registry_acquire_ex(r, name, est_bytes, deadline_ns, NULL, NULL, out, err);
+}
+
+int registry_acquire_ex(registry *r, const char *name, uint64_t est_bytes, uint64_t deadline_ns,
+                        bool (*gone)(void *arg), void *gone_arg, registry_ref **out, char *err) {
   *out = NULL;
   if (strlen(name) > REGISTRY_NAME_MAX) return pw_seterr(err, PW_EINVAL, "model name too long");
   if (r->o.mem_budget && est_bytes > r->o.mem_budget)
@@ -216,6 +239,7 @@ int registry_acquire(registry *r, const char *name, uint64_t est_bytes, uint64_t
   pthread_mutex_lock(&r->mu);
   uint64_t seen_gen = 0; /* the load attempt this caller waited for */
   int rc = 0;
+  struct registry_entry *counted = NULL; /* the entry whose callers counts this call */
   for (;;) {
     if (r->stop) {
       rc = pw_seterr(err, PW_ECANCELED, "the server is stopping");
@@ -225,6 +249,10 @@ int registry_acquire(registry *r, const char *name, uint64_t est_bytes, uint64_t
     if (!e && !(e = entry_add(r, name))) {
       rc = pw_seterr(err, PW_ENOMEM, "out of memory (or %d model names tracked)", REGISTRY_MAX_ENTRIES);
       break;
+    }
+    if (!counted) {
+      counted = e;
+      e->callers++;
     }
     if (e->state == RS_READY) {
       e->refs++;
@@ -237,6 +265,10 @@ int registry_acquire(registry *r, const char *name, uint64_t est_bytes, uint64_t
       if (e->state == RS_LOADING) seen_gen = e->load_gen;
       if ((rc = wait_slice(r, deadline_ns))) {
         pw_seterr(err, rc, "model '%s' is still %s", name, e->state == RS_LOADING ? "loading" : "unloading");
+        break;
+      }
+      if (gone && gone(gone_arg)) {
+        rc = pw_seterr(err, PW_ECANCELED, "the request ended while waiting for model '%s'", name);
         break;
       }
       continue;
@@ -255,11 +287,18 @@ int registry_acquire(registry *r, const char *name, uint64_t est_bytes, uint64_t
       void *m = NULL;
       uint64_t bytes = est_bytes;
       char lerr[PW_ERRMAX] = "";
-      int lrc = r->ops.load(r->ops.ctx, name, &m, &bytes, lerr);
+      load_watch lw = {r, e, gone, gone_arg};
+      int lrc = r->ops.load(r->ops.ctx, name, load_abandoned, &lw, &m, &bytes, lerr);
       double secs = (double)(pw_now_ns() - t0) * 1e-9;
       pthread_mutex_lock(&r->mu);
       e->load_seconds += secs;
-      if (lrc) {
+      if (lrc == PW_ECANCELED) {
+        /* abandoned: not a failure to share; a caller that came since
+         * loads it again */
+        e->state = RS_UNLOADED;
+        e->bytes = 0;
+        rc = pw_seterr(err, lrc, "the load of model '%s' was abandoned: %s", name, lerr[0] ? lerr : "nobody waits for it");
+      } else if (lrc) {
         e->state = RS_UNLOADED;
         e->bytes = 0;
         e->fail_gen = gen;
@@ -295,7 +334,12 @@ int registry_acquire(registry *r, const char *name, uint64_t est_bytes, uint64_t
                 name, c, (unsigned long long)b);
       break;
     }
+    if (gone && gone(gone_arg)) {
+      rc = pw_seterr(err, PW_ECANCELED, "the request ended while waiting for room to load model '%s'", name);
+      break;
+    }
   }
+  if (counted) counted->callers--;
   pthread_mutex_unlock(&r->mu);
   return rc;
 }

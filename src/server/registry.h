@@ -47,8 +47,13 @@ typedef struct registry_entry registry_ref; /* an acquired model (a view, valid 
 typedef struct registry_ops {
   void *ctx;
   /* Loads name: *model (opaque, owned by the registry until unload) and
-   * *bytes (memory it holds). 0, or a negative PW_E* with err set. */
-  int (*load)(void *ctx, const char *name, void **model, uint64_t *bytes, char *err);
+   * *bytes (memory it holds). 0, or a negative PW_E* with err set.
+   * abandoned(abandoned_arg), asked between pieces of the load, turns true
+   * when nobody waits for it any more (the loading request's caller has
+   * gone and no other request waits for the model): the load may then
+   * stop and return PW_ECANCELED. */
+  int (*load)(void *ctx, const char *name, bool (*abandoned)(void *arg), void *abandoned_arg, void **model,
+              uint64_t *bytes, char *err);
   /* Frees a loaded model. */
   void (*unload)(void *ctx, void *model);
   /* Monotonic nanoseconds; NULL = pw_now_ns. Tests inject their clock. */
@@ -94,6 +99,15 @@ void registry_destroy(registry *r);
  * error (err set) when it failed. */
 int registry_acquire(registry *r, const char *name, uint64_t est_bytes, uint64_t deadline_ns, registry_ref **out,
                      char *err);
+/* The same, for a caller that may go away while it waits: gone(gone_arg)
+ * (may be NULL) is asked about every 50 ms of waiting and, when true, the
+ * call returns PW_ECANCELED leaving nothing behind (its place in the
+ * admission counts is given back at once). When this caller is the one
+ * loading, its load is abandoned once it is gone and no other caller waits
+ * for the same model (ops.load's abandoned); a caller that comes later
+ * then loads the model afresh instead of sharing a cancellation. */
+int registry_acquire_ex(registry *r, const char *name, uint64_t est_bytes, uint64_t deadline_ns,
+                        bool (*gone)(void *arg), void *gone_arg, registry_ref **out, char *err);
 /* The loaded model of an acquired ref (what ops.load returned). */
 void *registry_model(const registry_ref *ref);
 const char *registry_ref_name(const registry_ref *ref);

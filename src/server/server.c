@@ -80,6 +80,7 @@ static const route k_routes[] = {
     {"/rerank", RP_ROOT | RP_V1, RM_POST, "rerank", false, rerank_handle, NULL},
     {"/reranking", RP_ROOT | RP_V1, RM_POST, "rerank", false, rerank_handle, NULL},
     {"/models", RP_ROOT | RP_V1, RM_GET, "models", false, handle_models, NULL},
+    {"/models/pull", RP_ROOT | RP_V1, RM_POST, "models_pull", false, models_pull, NULL},
     {"/models/{id}", RP_ROOT | RP_V1, RM_GET, "models", false, handle_model, NULL},
     {"/models/{id}", RP_ROOT | RP_V1, RM_POST, "models_admin", false, models_action, NULL},   /* .../load, /unload */
     {"/models/{id}", RP_ROOT | RP_V1, RM_DELETE, "models_admin", false, models_delete, NULL},
@@ -506,6 +507,20 @@ static bool client_gone(int fd) {
   return false;
 }
 
+bool srv_client_gone(struct MHD_Connection *c) { return client_gone(conn_fd(c)); }
+
+/* A request waiting for its model: gone when its client left or the
+ * server stops. */
+typedef struct acquire_watch {
+  server *s;
+  int fd;
+} acquire_watch;
+
+static bool acquire_gone(void *arg) {
+  const acquire_watch *w = arg;
+  return client_gone(w->fd) || flag(&w->s->stopping);
+}
+
 /* Waits for the request's next event up to wait_ms (-1: until one comes).
  * Returns 0 with ev filled, PW_ETIMEOUT when wait_ms passed, PW_ECANCELED
  * when the client went away (the request has been cancelled) or the server
@@ -882,16 +897,10 @@ static int bind_store_model(conn *k, struct MHD_Connection *c, const char *name,
   registry_info before;
   bool was_loaded = registry_get(reg, canon, &before) == 0 && before.loaded;
   uint64_t t_acq = pw_now_ns();
-  for (;;) {
-    uint64_t now = pw_now_ns(), slice = now + (uint64_t)WAIT_SLICE_MS * 1000000u;
-    rc = registry_acquire(reg, canon, size, slice < deadline ? slice : deadline, &ref, err);
-    if (rc != PW_ETIMEOUT || pw_now_ns() >= deadline) break;
-    if (client_gone(fd) || flag(&s->stopping)) {
-      rc = PW_ECANCELED;
-      snprintf(err, sizeof err, "the request ended while waiting for model '%s'", canon);
-      break;
-    }
-  }
+  /* one wait, asking about the client as it goes: a request that leaves
+   * gives its place back, and a load only it waited for is abandoned */
+  acquire_watch aw = {s, fd};
+  rc = registry_acquire_ex(reg, canon, size, deadline, acquire_gone, &aw, &ref, err);
   if (rc == PW_ETIMEOUT || rc == PW_ECANCELED)
     return oai_seterr(e, 503, "model_busy", "model", "%s; try again later", err);
   if (rc == PW_ELIMIT) return oai_seterr(e, 503, "model_too_large", "model", "%s (--mem-budget)", err);

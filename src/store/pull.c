@@ -177,9 +177,10 @@ typedef struct xfer {
   char herr[PW_ERRMAX];
   /* progress */
   const char *file;
+  const char *expect;    /* the digest it must have, or NULL */
   int part, n_parts;
-  double t_last, t_rate;
-  uint64_t rate_bytes;
+  double t_last, t_rate, t_start;
+  uint64_t rate_bytes, start_bytes; /* t_start, start_bytes: this attempt's */
   double rate;
 } xfer;
 
@@ -251,9 +252,13 @@ static void report(xfer *x, int finished, int force) {
     x->t_rate = t;
     x->rate_bytes = x->offset;
   }
+  /* the last line gives the attempt's average (a file done in under half
+   * a second has had no rate yet) */
+  if (finished && t > x->t_start && x->offset > x->start_bytes)
+    x->rate = (double)(x->offset - x->start_bytes) / (t - x->t_start);
   if (!force && !finished && t - x->t_last < PROGRESS_EVERY_S) return;
   x->t_last = t;
-  store_progress p = {x->file, x->part, x->n_parts, x->offset, x->total, x->rate, 0, finished};
+  store_progress p = {x->file, x->part, x->n_parts, x->offset, x->total, x->rate, 0, finished, x->expect};
   o->progress(o->progress_ud, &p);
 }
 
@@ -746,6 +751,7 @@ static int fetch_file(store *s, const store_pull_opts *o, const target *t, const
   x.o = o;
   x.dir = dir;
   x.file = t->file;
+  x.expect = t->expect[0] ? t->expect : NULL;
   x.part = part;
   x.n_parts = n_parts;
   x.fd = open(partial, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -776,8 +782,8 @@ static int fetch_file(store *s, const store_pull_opts *o, const target *t, const
     x.status = 0;
     x.content_length = -1;
     x.content_range[0] = x.etag[0] = x.linked_etag[0] = 0;
-    x.t_rate = now_s();
-    x.rate_bytes = x.offset;
+    x.t_rate = x.t_start = now_s();
+    x.rate_bytes = x.start_bytes = x.offset;
     x.curl = make_curl(&x, t->url, token);
     if (!x.curl) {
       rc = pw_seterr(err, PW_ENOMEM, "out of memory");
@@ -926,7 +932,7 @@ static int take_lock(store *s, const store_pull_opts *o, const target *t, const 
       t_last = now;
     }
     if (o->progress) {
-      store_progress p = {t->file, part, n_parts, done, t->size, rate, 1, 0};
+      store_progress p = {t->file, part, n_parts, done, t->size, rate, 1, 0, t->expect[0] ? t->expect : NULL};
       o->progress(o->progress_ud, &p);
     }
     if (sleep_ms(o, 200)) {
@@ -1003,7 +1009,7 @@ int store_pull(store *s, const store_pull_opts *o, store_manifest *out, char *er
     }
     if (have) {
       if (o->progress) {
-        store_progress p = {t[i].file, i + 1, n, b->size, b->size, 0, 0, 1};
+        store_progress p = {t[i].file, i + 1, n, b->size, b->size, 0, 0, 1, b->digest};
         o->progress(o->progress_ud, &p);
       }
       continue;

@@ -34,6 +34,8 @@ typedef struct store_progress {
   double rate;        /* bytes/s, recent average; 0 when unknown */
   int waiting;        /* 1: another process is downloading it; done is its progress */
   int finished;       /* 1: this file is complete (last call for it) */
+  const char *digest; /* hex SHA-256 the file must have (pin, Hugging Face
+                       * LFS id), NULL when not known before the end */
 } store_progress;
 
 typedef struct store_pull_opts {

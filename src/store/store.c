@@ -325,6 +325,53 @@ static int gc_blobs(store *s, const store_manifest *m, char *err) {
   return rc;
 }
 
+/* ---- split models: the loaders find a split's parts by llama.cpp's file
+ * names (PREFIX-0000i-of-0000N.gguf), which blobs named by digest do not
+ * have; a directory of links splits/<key>/model-0000i-of-0000N.gguf -> the
+ * blobs gives them those names. <key> is 16 hex of the SHA-256 of the
+ * parts' digests, so two splits never share a directory. */
+static void split_links_dir(const store *s, const store_manifest *m, char *out) {
+  pw_sha256_ctx *h = pw_sha256_begin();
+  uint8_t d[32] = {0};
+  char hex[65];
+  if (h) {
+    for (int i = 0; i < m->n_blobs; i++) pw_sha256_update(h, m->blobs[i].digest, 64);
+    pw_sha256_end(h, d);
+  }
+  pw_hex(d, 8, hex);
+  snprintf(out, STORE_PATH_MAX, "%s/splits/%s", s->home, hex);
+}
+
+static void split_links_rm(const store *s, const store_manifest *m) {
+  char dir[STORE_PATH_MAX], p[STORE_PATH_MAX + 64];
+  split_links_dir(s, m, dir);
+  for (int i = 0; i < m->n_blobs; i++) {
+    snprintf(p, sizeof p, "%s/model-%05d-of-%05d.gguf", dir, i + 1, m->n_blobs);
+    unlink(p);
+  }
+  rmdir(dir);
+}
+
+static int split_links(const store *s, const store_manifest *m, char *out, char *err) {
+  char dir[STORE_PATH_MAX], p[STORE_PATH_MAX + 64], blob[STORE_PATH_MAX], cur[STORE_PATH_MAX];
+  split_links_dir(s, m, dir);
+  snprintf(p, sizeof p, "%s/splits", s->home);
+  if (mkdir(p, 0755) && errno != EEXIST) return pw_seterr(err, PW_EIO, "cannot create %s: %s", p, strerror(errno));
+  if (mkdir(dir, 0755) && errno != EEXIST) return pw_seterr(err, PW_EIO, "cannot create %s: %s", dir, strerror(errno));
+  for (int i = 0; i < m->n_blobs; i++) {
+    store_blob_path(s, m->blobs[i].digest, blob);
+    snprintf(p, sizeof p, "%s/model-%05d-of-%05d.gguf", dir, i + 1, m->n_blobs);
+    ssize_t n = readlink(p, cur, sizeof cur - 1);
+    if (n > 0 && (size_t)n == strlen(blob) && !memcmp(cur, blob, (size_t)n)) continue;
+    unlink(p);
+    /* concurrent resolves make the same link: EEXIST is theirs */
+    if (symlink(blob, p) && errno != EEXIST)
+      return pw_seterr(err, PW_EIO, "cannot link %s: %s", p, strerror(errno));
+  }
+  snprintf(out, STORE_PATH_MAX, "%.*s/model-%05d-of-%05d.gguf", STORE_PATH_MAX - 40, dir, 1, m->n_blobs);
+  return PW_OK;
+}
+
 int store_rm(store *s, const char *name, char *err) {
   store_manifest m;
   int rc = store_lock(s, err);
@@ -337,6 +384,7 @@ int store_rm(store *s, const char *name, char *err) {
     goto fail;
   }
   rc = gc_blobs(s, &m, err);
+  if (!rc && m.n_blobs > 1 && !store_blob_exists(s, m.blobs[0].digest)) split_links_rm(s, &m);
 fail:
   store_unlock(s);
   return rc;
@@ -389,7 +437,8 @@ const char *store_ftype_label(uint32_t ftype) {
 int store_describe_gguf(const char *path, store_manifest *m, char *err) {
   gguf_file *f;
   char e2[PW_ERRMAX];
-  if (gguf_open(path, &f, e2)) return pw_seterr(err, PW_EFORMAT, "not a valid GGUF file: %s", e2);
+  /* the first part of a split holds the metadata: that file alone */
+  if (gguf_open_file(path, &f, e2)) return pw_seterr(err, PW_EFORMAT, "not a valid GGUF file: %s", e2);
   m->architecture[0] = 0;
   gguf_get_cstr(f, "general.architecture", m->architecture, sizeof m->architecture);
   uint32_t ft;
@@ -480,6 +529,25 @@ fail:
   return rc;
 }
 
+/* Links (or copies) path into the store's tmp name while hashing it. */
+static int import_one(const char *path, const char *tmp, store_blob *b, char *err) {
+  struct stat st;
+  if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+    return pw_seterr(err, PW_EIO, "%s: %s", path, errno ? strerror(errno) : "not a regular file");
+  b->size = (uint64_t)st.st_size;
+  /* One pass over the bytes either way: a hard link is hashed where it
+   * lies, a copy is hashed as it is written. */
+  unlink(tmp);
+  uint8_t d[32];
+  int rc = link(path, tmp) == 0 ? pw_sha256_file(tmp, d, err) : copy_hashed(path, tmp, d, err);
+  if (rc) return rc;
+  struct stat st2;
+  if (stat(tmp, &st2) != 0 || (uint64_t)st2.st_size != b->size)
+    return pw_seterr(err, PW_EIO, "%s changed while it was imported", path);
+  pw_hex(d, 32, b->digest);
+  return PW_OK;
+}
+
 int store_import(store *s, const char *path, const char *name, store_manifest *m, char *err) {
   char norm[STORE_NAME_MAX + 1], mpath[STORE_PATH_MAX];
   int rc = store_name_check(name, norm, err);
@@ -494,30 +562,41 @@ int store_import(store *s, const char *path, const char *name, store_manifest *m
   snprintf(m->name, sizeof m->name, "%s", norm);
   char real[STORE_PATH_MAX];
   snprintf(m->source, sizeof m->source, "import:%.2000s", realpath(path, real) ? real : path);
-  m->n_blobs = 1;
-  m->blobs[0].size = (uint64_t)st.st_size;
-  /* One pass over the bytes either way: a hard link is hashed where it
-   * lies, a copy is hashed as it is written. */
-  char tmp[STORE_PATH_MAX + 32];
-  snprintf(tmp, sizeof tmp, "%s/blobs/.import-%ld", s->home, (long)getpid());
-  unlink(tmp);
-  uint8_t d[32];
-  if (link(path, tmp) == 0) rc = pw_sha256_file(tmp, d, err);
-  else rc = copy_hashed(path, tmp, d, err);
-  if (rc) goto fail;
-  struct stat st2;
-  if (stat(tmp, &st2) != 0 || (uint64_t)st2.st_size != m->blobs[0].size) {
-    rc = pw_seterr(err, PW_EIO, "%s changed while it was imported", path);
-    goto fail;
+  /* the first part of a split model brings its other parts */
+  gguf_file *f = NULL, **parts = NULL;
+  char **names = NULL;
+  int n = 0;
+  if ((rc = gguf_open_file(path, &f, err))) return rc;
+  rc = gguf_split_open_parts(path, f, &parts, &names, &n, err);
+  gguf_close(f);
+  free(parts);
+  if (rc) return rc;
+  if (n > STORE_MAX_PARTS) {
+    gguf_split_free_names(names, n);
+    return pw_seterr(err, PW_ELIMIT, "%s: a split of %d parts (the store takes at most %d)", path, n, STORE_MAX_PARTS);
   }
-  pw_hex(d, 32, m->blobs[0].digest);
-  char *paths[1] = {tmp};
+  m->n_blobs = n ? n : 1;
+  char (*tmp)[STORE_PATH_MAX + 48] = calloc(STORE_MAX_PARTS, sizeof *tmp);
+  char *paths[STORE_MAX_PARTS];
+  int made = 0;
+  if (!tmp) {
+    gguf_split_free_names(names, n);
+    return pw_seterr(err, PW_ENOMEM, "out of memory");
+  }
+  for (int i = 0; i < m->n_blobs && !rc; i++, made++) {
+    snprintf(tmp[i], sizeof tmp[i], "%s/blobs/.import-%ld-%d", s->home, (long)getpid(), i);
+    paths[i] = tmp[i];
+    rc = import_one(n ? names[i] : path, tmp[i], &m->blobs[i], err);
+  }
+  gguf_split_free_names(names, n);
+  if (rc) goto fail;
   if ((rc = store_lock(s, err))) goto fail;
   if (access(mpath, F_OK) == 0) rc = pw_seterr(err, PW_EINVAL, "model '%s' already exists (rm it first)", norm);
   else rc = store_commit(s, m, paths, NULL, err);
   store_unlock(s);
 fail:
-  unlink(tmp); /* after a commit it is gone already */
+  for (int i = 0; i < made; i++) unlink(tmp[i]); /* after a commit they are gone already */
+  free(tmp);
   return rc;
 }
 
@@ -558,12 +637,11 @@ int store_resolve(store *s, const char *name, char *out, char *err) {
   store_manifest m;
   int rc = store_get(s, name, &m, err);
   if (rc) return rc;
-  if (m.n_blobs > 1)
-    return pw_seterr(err, PW_EUNSUPPORTED, "model '%s' is a split GGUF of %d parts; loading split files is not supported",
-                     m.name, m.n_blobs);
+  for (int i = 0; i < m.n_blobs; i++)
+    if (!store_blob_exists(s, m.blobs[i].digest))
+      return pw_seterr(err, PW_ENOTFOUND, "model '%s': blob sha256-%.12s is missing from the store", m.name,
+                       m.blobs[i].digest);
+  if (m.n_blobs > 1) return split_links(s, &m, out, err);
   store_blob_path(s, m.blobs[0].digest, out);
-  if (!store_blob_exists(s, m.blobs[0].digest))
-    return pw_seterr(err, PW_ENOTFOUND, "model '%s': blob sha256-%.12s is missing from the store", m.name,
-                     m.blobs[0].digest);
   return PW_OK;
 }

@@ -19,6 +19,8 @@
  *                    "url": "<where it was downloaded from, when it was>" },
  *                  ... ] }
  *     "blobs" has one entry, or the parts of a split GGUF in order.
+ *   splits/<key>/           links naming a split model's blobs as its parts
+ *                           (store_resolve)
  *   .lock                   flock'ed (exclusive) around every change of
  *                           manifests or blobs, so rm of the last name and
  *                           a pull committing the same blob cannot race.
@@ -80,14 +82,17 @@ int store_list(store *s, store_manifest **out, size_t *n, char *err);
 int store_rm(store *s, const char *name, char *err);
 /* A second name for the same blobs. PW_EINVAL when dst exists. */
 int store_cp(store *s, const char *src, const char *dst, char *err);
-/* Hashes a GGUF file and puts it in the store under name: a hard link when
+/* Hashes a GGUF file and puts it in the store under name (the first part
+ * of a split model brings all its parts, one blob each): a hard link when
  * the file system allows it (then the blob shares the file's inode: do not
  * edit the original in place), else a copy hashed as it is written. */
 int store_import(store *s, const char *path, const char *name, store_manifest *m, char *err);
 
-/* Resolves a name to the path of its first blob (out: STORE_PATH_MAX).
- * PW_ENOTFOUND when the name is unknown or a blob is missing;
- * PW_EUNSUPPORTED for a split model (the loaders read one file). */
+/* Resolves a name to the path of its blob (out: STORE_PATH_MAX); for a
+ * split model, the first of links splits/<key>/model-0000i-of-0000N.gguf
+ * to its blobs (made here when missing), the names the loaders find the
+ * other parts by. PW_ENOTFOUND when the name is unknown or a blob is
+ * missing. */
 int store_resolve(store *s, const char *name, char *out, char *err);
 
 /* ---- used by pull.c ---- */

@@ -69,6 +69,8 @@ struct wstream {
   int n_units;
   int *layer_unit;   /* [n_layer] */
   int n_layer;
+  int n_layer_hint;  /* >= 0: the model's layer count (a split part other
+                      * than the first has no metadata to read it from) */
   tpieces tp[2];     /* token_embd.weight, output.weight */
   int n_tp;
   int tp_embd, tp_out; /* their index in tp, or -1 */
@@ -192,7 +194,9 @@ static int plan(wstream *s, uint64_t budget, char *err) {
   const gguf_file *f = s->f;
   char arch[64] = "", key[96];
   uint32_t n_layer = 0;
-  if (gguf_get_cstr(f, "general.architecture", arch, sizeof arch)) {
+  if (s->n_layer_hint >= 0) {
+    n_layer = (uint32_t)s->n_layer_hint;
+  } else if (gguf_get_cstr(f, "general.architecture", arch, sizeof arch)) {
     snprintf(key, sizeof key, "%s.block_count", arch);
     gguf_get_u32(f, key, &n_layer);
   }
@@ -516,6 +520,13 @@ int weights_stream_acquire(wstream *s, int ui, char *err) {
   return 0;
 }
 
+void weights_stream_prefetch(wstream *s, int ui) {
+  if (ui < 0 || ui >= s->n_units || s->u[ui].pinned) return;
+  pthread_mutex_lock(&s->mu);
+  if (s->u[ui].state == U_ABSENT) start_load(s, ui); /* no room now: the use reads it */
+  pthread_mutex_unlock(&s->mu);
+}
+
 void weights_stream_release(wstream *s, int ui) {
   if (ui < 0 || ui >= s->n_units || s->u[ui].pinned) return;
   pthread_mutex_lock(&s->mu);
@@ -583,15 +594,18 @@ static int lock_range(wstream *s, void *p, size_t n, char *err) {
   return weights_mlock_error(s->path, n, errno, err);
 }
 
-int weights_stream_open(const char *path, const weights_opts *o, wstream **out, gguf_file **f_out, char *err) {
+int weights_stream_open(const char *path, const weights_opts *o, uint64_t budget_override, int n_layer,
+                        wstream **out, gguf_file **f_out, uint64_t *min_out, char *err) {
   *out = NULL;
   *f_out = NULL;
+  if (min_out) *min_out = 0;
   wstream *s = calloc(1, sizeof *s);
   if (!s) return pw_seterr(err, PW_ENOMEM, "out of memory");
   s->io = o->io;
   s->memfd = -1;
   s->r.fd = s->r.dfd = -1;
   s->bi.policy = o->residency;
+  s->n_layer_hint = n_layer;
   const long pg = sysconf(_SC_PAGESIZE);
   s->page = pg > 0 ? (uint64_t)pg : 4096;
   if (s->page < 4096) s->page = 4096;
@@ -605,10 +619,10 @@ int weights_stream_open(const char *path, const weights_opts *o, wstream **out, 
     goto fail;
   }
   /* the directory first, from a mapping (header pages only are read) */
-  if ((rc = gguf_open(path, s->io == WEIGHTS_IO_MMAP ? &s->f : &hdr, err))) goto fail;
+  if ((rc = gguf_open_file(path, s->io == WEIGHTS_IO_MMAP ? &s->f : &hdr, err))) goto fail;
   if (!s->f) s->f = hdr;
   s->va = (uint8_t *)gguf_base(s->f);
-  uint64_t budget = o->mem_budget;
+  uint64_t budget = budget_override != UINT64_MAX ? budget_override : o->mem_budget;
   if (!budget) budget = (uint64_t)(o->mem_budget_frac * (double)gguf_size(s->f));
   if (budget >= gguf_size(s->f)) { /* it all fits: no streaming */
     if (hdr && s->f == hdr) s->f = NULL;
@@ -616,7 +630,10 @@ int weights_stream_open(const char *path, const weights_opts *o, wstream **out, 
     weights_stream_close(s);
     return 1;
   }
-  if ((rc = plan(s, budget, err))) goto fail;
+  if ((rc = plan(s, budget, err))) {
+    if (min_out) *min_out = s->bi.min_budget;
+    goto fail;
+  }
   if ((rc = weights_reader_open(&s->r, path, s->io, err))) goto fail;
   if (s->io != WEIGHTS_IO_MMAP) {
     if (s->r.size != gguf_size(hdr)) {
@@ -743,6 +760,16 @@ void weights_stream_close(wstream *s) {
 }
 
 /* ---- queries -------------------------------------------------------------------- */
+
+bool weights_stream_holds(const wstream *s, const void *p) {
+  const uint8_t *b = p;
+  return b >= s->va && b < s->va + gguf_size(s->f);
+}
+
+void weights_stream_offset_units(wstream *s, int base) {
+  for (int i = 0; i < s->n_tp; i++)
+    for (int k = 0; k < s->tp[i].n; k++) s->tp[i].unit[k] += base;
+}
 
 void weights_stream_tensor_rows(const wstream *s, const char *name, weights_rows *out) {
   memset(out, 0, sizeof *out);

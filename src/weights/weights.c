@@ -21,6 +21,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#if defined(__linux__) && !defined(MADV_POPULATE_READ)
+#define MADV_POPULATE_READ 22 /* Linux 5.14; older headers lack it */
+#endif
+
 #define HUGE_PAGE ((uint64_t)2 << 20)
 /* O_DIRECT offsets, lengths and buffers are kept at multiples of this: the
  * largest logical block size in common use (512-byte devices accept it). */
@@ -39,7 +43,32 @@ struct weights {
   size_t buf_cap; /* bytes mapped at buf */
   wstream *st;    /* with a memory budget: the streaming state (owns f), or NULL */
   char *path;     /* owned: for re-reads (weights_sha256) */
+  /* A split model: each part is a weights of its own (opened with the same
+   * strategy, each with a share of the budget), and f is their merge
+   * (borrowing the parts' files). Streamed units are numbered in one
+   * sequence: part i's unit u is ubase[i] + u; a layer with units in two
+   * parts gets an id n_gunits + c, composite c acquiring them all. */
+  weights **sub;      /* [n_sub], owned */
+  char **sub_path;    /* [n_sub], owned */
+  int n_sub;
+  int *ubase;         /* [n_sub] */
+  int n_gunits;
+  int *comp;          /* [n_comp * n_sub]: member ids (global), -1 padded */
+  int n_comp;
+  int *layer_g;       /* [n_layer]: the layer's id, or -1 */
+  int *g_layer;       /* [n_gunits + n_comp]: the layer of an id, or -1 */
+  uint64_t min_sum;   /* with a budget: the parts' minimums' sum */
+  int n_layer;
+  struct {
+    const char *name;
+    weights_rows rows; /* a part's, its unit ids offset (views) */
+  } tr[2];            /* the streamed matrices (token_embd, output) */
 };
+
+static weights *sub_of(const weights *w, int g, int *local);
+static int split_acquire(weights *w, int g, char *err);
+static void split_release(weights *w, int g);
+static void split_read_ahead(weights *w, int il);
 
 int weights_io_parse(const char *s) {
   for (int i = 0; i < WEIGHTS_IO_COUNT; i++)
@@ -185,12 +214,35 @@ int weights_reader_read(const reader *r, uint64_t off, uint64_t len, uint8_t *bu
 
 /* ---- plain files --------------------------------------------------------------- */
 
-static int open_owned_plain(weights *w, reader *r, char *err) {
+/* PW_ECANCELED when the caller abandoned the load (weights_opts.cancel). */
+static int abandoned(const weights_opts *o, const char *path, char *err) {
+  if (!o->cancel || !o->cancel(o->cancel_arg)) return 0;
+  return pw_seterr(err, PW_ECANCELED, "%s: the load was abandoned", path);
+}
+
+/* Faults a mapping in by pieces, asking o->cancel between them (the
+ * residency pass that follows then finds the pages in place). */
+static int populate_cancellable(const weights_opts *o, const gguf_file *f, const char *path, char *err) {
+  if (!o->cancel) return 0;
+  const uint8_t *b = gguf_base(f);
+  const uint64_t n = gguf_size(f), piece = 32u << 20;
+  for (uint64_t off = 0; off < n; off += piece) {
+    int rc = abandoned(o, path, err);
+    if (rc) return rc;
+#ifdef MADV_POPULATE_READ
+    madvise((void *)(b + off), (size_t)(n - off < piece ? n - off : piece), MADV_POPULATE_READ);
+#endif
+  }
+  return abandoned(o, path, err);
+}
+
+static int open_owned_plain(weights *w, reader *r, const weights_opts *o, char *err) {
   if (!(w->buf = buf_alloc(r->size, &w->buf_cap)))
     return pw_seterr(err, PW_ENOMEM, "%s: out of memory for %.1f MiB of weights", r->path, r->size / 1048576.0);
   for (uint64_t off = 0; off < r->size; off += READ_PIECE) {
     const uint64_t n = r->size - off < READ_PIECE ? r->size - off : READ_PIECE;
-    int rc = weights_reader_read(r, off, n, w->buf + off, err);
+    int rc = abandoned(o, r->path, err);
+    if (!rc) rc = weights_reader_read(r, off, n, w->buf + off, err);
     if (rc) return rc;
   }
   /* a file that grew since open is not the file we were asked to load
@@ -444,7 +496,8 @@ done:
 
 /* ---- open / close ---------------------------------------------------------------- */
 
-int weights_open(const char *path, const weights_opts *o, weights **out, char *err) {
+/* One file: an ordinary model, or one part of a split (n_layer >= 0). */
+static int open_one(const char *path, const weights_opts *o, int n_layer, weights **out, char *err) {
   *out = NULL;
   const weights_opts def = {0};
   if (!o) o = &def;
@@ -496,8 +549,8 @@ int weights_open(const char *path, const weights_opts *o, weights **out, char *e
       goto fail;
     }
     weights_reader_close(&r);
-    rc = weights_stream_open(path, o, &w->st, &w->f, err);
-    if (rc < 0) goto fail;
+    rc = weights_stream_open(path, o, UINT64_MAX, n_layer, &w->st, &w->f, NULL, err);
+    if (rc < 0 || (rc == 0 && (rc = abandoned(o, path, err)))) goto fail;
     if (rc == 0) {
       weights_budget_info bi;
       weights_stream_budget(w->st, &bi);
@@ -514,7 +567,7 @@ int weights_open(const char *path, const weights_opts *o, weights **out, char *e
   }
   if (!container && o->io == WEIGHTS_IO_MMAP) {
     weights_reader_close(&r);
-    if ((rc = gguf_open(path, &w->f, err))) goto fail;
+    if ((rc = gguf_open_file(path, &w->f, err)) || (rc = populate_cancellable(o, w->f, path, err))) goto fail;
     gguf_make_resident(w->f, &w->res);
     if (o->mlock) {
       if (mlock(gguf_base(w->f), (size_t)gguf_size(w->f))) {
@@ -540,7 +593,7 @@ int weights_open(const char *path, const weights_opts *o, weights **out, char *e
     }
     r.map = m;
   }
-  rc = container ? open_encrypted(w, &r, o->key_file, o->pool, err) : open_owned_plain(w, &r, err);
+  rc = container ? open_encrypted(w, &r, o->key_file, o->pool, err) : open_owned_plain(w, &r, o, err);
   weights_reader_close(&r);
   if (rc) goto fail;
   if (o->hugepages && madvise(w->buf, w->buf_cap, MADV_HUGEPAGE)) {
@@ -556,6 +609,14 @@ int weights_open(const char *path, const weights_opts *o, weights **out, char *e
   }
   if (!container) w->info.bytes = r.size;
   if ((rc = gguf_open_mem(w->buf, (size_t)w->info.bytes, &w->f, err))) goto fail;
+  gguf_split sp;
+  if (container && gguf_split_get(w->f, &sp) && sp.count > 1) {
+    rc = pw_seterr(err, PW_EUNSUPPORTED,
+                   "%s: an encrypted part of a split model: join the parts into one GGUF (power split --merge) "
+                   "before encrypting",
+                   path);
+    goto fail;
+  }
   w->res.bytes = w->info.bytes;
   int64_t kb = smaps_kb(w->buf, "AnonHugePages");
   w->res.huge_bytes = kb < 0 ? -1 : kb * 1024;
@@ -570,6 +631,17 @@ fail:
 
 void weights_close(weights *w) {
   if (!w) return;
+  if (w->sub) {
+    gguf_close(w->f); /* the merge: borrows the parts' files */
+    w->f = NULL;
+    for (int i = 0; i < w->n_sub; i++) weights_close(w->sub[i]);
+    free(w->sub);
+  }
+  gguf_split_free_names(w->sub_path, w->n_sub);
+  free(w->ubase);
+  free(w->comp);
+  free(w->layer_g);
+  free(w->g_layer);
   if (w->st) {
     weights_stream_close(w->st); /* owns f */
     w->f = NULL;
@@ -592,24 +664,44 @@ const weights_info *weights_get_info(const weights *w) { return &w->info; }
 
 /* ---- memory budget ------------------------------------------------------------------ */
 
-bool weights_streaming(const weights *w) { return w && w->st; }
+static bool split_streams(const weights *w) {
+  for (int i = 0; i < w->n_sub; i++)
+    if (w->sub[i]->st) return true;
+  return false;
+}
+
+bool weights_streaming(const weights *w) { return w && (w->st || split_streams(w)); }
 
 void weights_tensor_rows(const weights *w, const char *name, weights_rows *out) {
   memset(out, 0, sizeof *out);
   if (w->st) weights_stream_tensor_rows(w->st, name, out);
+  for (int t = 0; w->sub && t < 2; t++)
+    if (!strcmp(w->tr[t].name, name)) *out = w->tr[t].rows;
 }
 
-int weights_layer_unit(const weights *w, int il) { return w->st ? weights_stream_layer_unit(w->st, il) : -1; }
+int weights_layer_unit(const weights *w, int il) {
+  if (w->sub) return il >= 0 && il < w->n_layer && w->layer_g ? w->layer_g[il] : -1;
+  return w->st ? weights_stream_layer_unit(w->st, il) : -1;
+}
 
 int weights_acquire(weights *w, int u, char *err) {
+  if (w->sub) {
+    if (u < 0) return 0;
+    int rc = split_acquire(w, u, err);
+    if (!rc && u < w->n_gunits + w->n_comp && w->g_layer[u] >= 0) split_read_ahead(w, w->g_layer[u]);
+    return rc;
+  }
   return w->st && u >= 0 ? weights_stream_acquire(w->st, u, err) : 0;
 }
 
 void weights_release(weights *w, int u) {
-  if (w->st && u >= 0) weights_stream_release(w->st, u);
+  if (w->sub && u >= 0) split_release(w, u);
+  else if (w->st && u >= 0) weights_stream_release(w->st, u);
 }
 
 int weights_copy(weights *w, const void *src, size_t n, void *dst, char *err) {
+  for (int i = 0; i < w->n_sub; i++)
+    if (w->sub[i]->st && weights_stream_holds(w->sub[i]->st, src)) return weights_stream_copy(w->sub[i]->st, src, n, dst, err);
   if (w->st) return weights_stream_copy(w->st, src, n, dst, err);
   memcpy(dst, src, n);
   return 0;
@@ -617,17 +709,83 @@ int weights_copy(weights *w, const void *src, size_t n, void *dst, char *err) {
 
 bool weights_get_budget(const weights *w, weights_budget_info *out) {
   memset(out, 0, sizeof *out);
-  if (!w || !w->st) return false;
+  if (!w) return false;
+  if (w->sub) {
+    if (!split_streams(w)) return false;
+    /* the parts' sums; a part that fits its share whole counts as base */
+    for (int i = 0; i < w->n_sub; i++) {
+      weights_budget_info b;
+      if (!weights_get_budget(w->sub[i], &b)) {
+        out->base_bytes += w->sub[i]->info.bytes;
+        out->budget += w->sub[i]->info.bytes;
+        out->min_budget += w->sub[i]->info.bytes;
+        continue;
+      }
+      out->budget += b.budget;
+      out->tensor_bytes += b.tensor_bytes;
+      out->base_bytes += b.base_bytes;
+      out->pinned_bytes += b.pinned_bytes;
+      out->pool_bytes += b.pool_bytes;
+      out->min_budget += b.min_budget;
+      if (b.chunk > out->chunk) out->chunk = b.chunk;
+      out->policy = b.policy;
+      out->n_units += b.n_units;
+      out->loads += b.loads;
+      out->hits += b.hits;
+      out->read_bytes += b.read_bytes;
+      out->read_s += b.read_s;
+      out->wait_s += b.wait_s;
+    }
+    out->min_budget = w->min_sum;
+    return true;
+  }
+  if (!w->st) return false;
   weights_stream_budget(w->st, out);
   return true;
 }
 
 void weights_get_unit(const weights *w, int i, weights_unit_info *out) {
   memset(out, 0, sizeof *out);
+  if (w->sub) {
+    int u;
+    weights *p = i >= 0 && i < w->n_gunits ? sub_of(w, i, &u) : NULL;
+    if (p) weights_stream_unit(p->st, u, out);
+    return;
+  }
   if (w->st) weights_stream_unit(w->st, i, out);
 }
 
+/* The digest of a file's bytes read again with pread, into c. */
+static int hash_file(const char *path, uint64_t expect, pw_sha256_ctx *c, char *err) {
+  reader r;
+  int rc = weights_reader_open(&r, path, WEIGHTS_IO_PREAD, err);
+  if (rc) return rc;
+  if (r.size != expect) {
+    weights_reader_close(&r);
+    return pw_seterr(err, PW_EIO, "%s: the file changed size since it was loaded", path);
+  }
+  uint8_t *buf = malloc((size_t)READ_PIECE);
+  if (!buf) rc = pw_seterr(err, PW_ENOMEM, "out of memory");
+  for (uint64_t off = 0; !rc && off < r.size; off += READ_PIECE) {
+    const uint64_t n = r.size - off < READ_PIECE ? r.size - off : READ_PIECE;
+    if (!(rc = weights_reader_read(&r, off, n, buf, err))) pw_sha256_update(c, buf, (size_t)n);
+  }
+  free(buf);
+  weights_reader_close(&r);
+  return rc;
+}
+
 int weights_sha256(const weights *w, uint8_t dig[32], char *err) {
+  if (w->sub) {
+    /* a split model: the digest of its parts' bytes in order */
+    pw_sha256_ctx *c = pw_sha256_begin();
+    if (!c) return pw_seterr(err, PW_ENOMEM, "out of memory");
+    int rc = 0;
+    for (int i = 0; i < w->n_sub && !rc; i++) rc = hash_file(w->sub_path[i], w->sub[i]->info.file_bytes, c, err);
+    if (rc) pw_sha256_free(c);
+    else pw_sha256_end(c, dig);
+    return rc;
+  }
   if (!w->st) {
     pw_sha256(gguf_base(w->f), (size_t)gguf_size(w->f), dig);
     return 0;
@@ -659,7 +817,47 @@ int weights_sha256(const weights *w, uint8_t dig[32], char *err) {
 
 /* ---- page cache control -------------------------------------------------------------- */
 
+/* The files of path: its split parts (owned names, *n of them), or NULL
+ * and *n = 0 for an ordinary file (or one that is no GGUF). */
+static char **parts_of(const char *path, int *n) {
+  gguf_file *f = NULL, **parts = NULL;
+  char **names = NULL, e[PW_ERRMAX];
+  *n = 0;
+  if (gguf_open_file(path, &f, e)) return NULL;
+  if (gguf_split_open_parts(path, f, &parts, &names, n, e)) *n = 0;
+  free(parts);
+  gguf_close(f);
+  return names;
+}
+
+static int drop_one(const char *path, char *err);
+static int cached_one(const char *path, uint64_t *cached, uint64_t *size, char *err);
+
 int weights_drop_cache(const char *path, char *err) {
+  int n = 0, rc = 0;
+  char **names = parts_of(path, &n);
+  if (!names) return drop_one(path, err);
+  for (int i = 0; i < n && !rc; i++) rc = drop_one(names[i], err);
+  gguf_split_free_names(names, n);
+  return rc;
+}
+
+int weights_cached_bytes(const char *path, uint64_t *cached, uint64_t *size, char *err) {
+  int n = 0, rc = 0;
+  char **names = parts_of(path, &n);
+  if (!names) return cached_one(path, cached, size, err);
+  *cached = *size = 0;
+  for (int i = 0; i < n && !rc; i++) {
+    uint64_t c = 0, z = 0;
+    rc = cached_one(names[i], &c, &z, err);
+    *cached += c;
+    *size += z;
+  }
+  gguf_split_free_names(names, n);
+  return rc;
+}
+
+static int drop_one(const char *path, char *err) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return pw_seterr(err, PW_EIO, "%s: %s", path, strerror(errno));
   int e = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
@@ -668,7 +866,7 @@ int weights_drop_cache(const char *path, char *err) {
   return 0;
 }
 
-int weights_cached_bytes(const char *path, uint64_t *cached, uint64_t *size, char *err) {
+static int cached_one(const char *path, uint64_t *cached, uint64_t *size, char *err) {
   *cached = *size = 0;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return pw_seterr(err, PW_EIO, "%s: %s", path, strerror(errno));
@@ -700,4 +898,255 @@ int weights_cached_bytes(const char *path, uint64_t *cached, uint64_t *size, cha
   free(vec);
   munmap(m, (size_t)st.st_size);
   return rc;
+}
+
+/* ---- split models --------------------------------------------------------------------- */
+
+static weights *sub_of(const weights *w, int g, int *local) {
+  for (int i = w->n_sub - 1; i >= 0; i--)
+    if (w->sub[i]->st && g >= w->ubase[i]) {
+      *local = g - w->ubase[i];
+      return w->sub[i];
+    }
+  return NULL;
+}
+
+static int split_acquire(weights *w, int g, char *err) {
+  if (g >= w->n_gunits) {
+    const int *m = &w->comp[(size_t)(g - w->n_gunits) * (size_t)w->n_sub];
+    for (int k = 0; k < w->n_sub && m[k] >= 0; k++) {
+      int rc = split_acquire(w, m[k], err);
+      if (rc) {
+        while (k-- > 0) weights_release(w, m[k]);
+        return rc;
+      }
+    }
+    return 0;
+  }
+  int u;
+  weights *p = sub_of(w, g, &u);
+  return p ? weights_stream_acquire(p->st, u, err) : 0;
+}
+
+/* The units of global id g (a composite's members, or g itself) into m;
+ * returns their count. */
+static int members(const weights *w, int g, int *m) {
+  if (g < 0) return 0;
+  if (g < w->n_gunits) {
+    m[0] = g;
+    return 1;
+  }
+  const int *c = &w->comp[(size_t)(g - w->n_gunits) * (size_t)w->n_sub];
+  int k = 0;
+  while (k < w->n_sub && c[k] >= 0) m[k] = c[k], k++;
+  return k;
+}
+
+/* Each part's stream reads ahead in its own pass order; across a part
+ * boundary nobody would: when layer il is taken, start the units of what
+ * comes next (layer il + 1, or the output rows after the last layer) that
+ * lie in a part layer il has no unit in. */
+static void split_read_ahead(weights *w, int il) {
+  int cur[64], nxt[64], nc, nn = 0;
+  if (w->n_sub > 64 || !w->layer_g) return;
+  nc = members(w, w->layer_g[il], cur);
+  if (il + 1 < w->n_layer) {
+    nn = members(w, w->layer_g[il + 1], nxt);
+  } else {
+    const weights_rows *o = w->tr[1].rows.n ? &w->tr[1].rows : &w->tr[0].rows;
+    if (o->n) nn = members(w, o->unit[0], nxt);
+  }
+  for (int j = 0; j < nn; j++) {
+    int u;
+    weights *p = sub_of(w, nxt[j], &u);
+    bool same = false;
+    for (int i = 0; i < nc && !same; i++) {
+      int v;
+      same = sub_of(w, cur[i], &v) == p;
+    }
+    if (p && !same) weights_stream_prefetch(p->st, u);
+  }
+}
+
+static void split_release(weights *w, int g) {
+  if (g >= w->n_gunits) {
+    const int *m = &w->comp[(size_t)(g - w->n_gunits) * (size_t)w->n_sub];
+    for (int k = 0; k < w->n_sub && m[k] >= 0; k++) split_release(w, m[k]);
+    return;
+  }
+  int u;
+  weights *p = sub_of(w, g, &u);
+  if (p) weights_stream_release(p->st, u);
+}
+
+/* The units of a streamed split: one id sequence, the layers' (composite
+ * where a layer has units in several parts), the matrices' row pieces. */
+static int split_units(weights *w, char *err) {
+  int n = 0;
+  for (int i = 0; i < w->n_sub; i++) {
+    w->ubase[i] = n;
+    weights_budget_info bi;
+    if (weights_get_budget(w->sub[i], &bi)) {
+      weights_stream_offset_units(w->sub[i]->st, n);
+      n += bi.n_units;
+    }
+  }
+  w->n_gunits = n;
+  if (w->n_layer > 0) {
+    w->layer_g = malloc((size_t)w->n_layer * sizeof *w->layer_g);
+    w->comp = malloc((size_t)w->n_layer * (size_t)w->n_sub * sizeof *w->comp);
+    if (!w->layer_g || !w->comp) return pw_seterr(err, PW_ENOMEM, "out of memory");
+  }
+  for (int il = 0; il < w->n_layer; il++) {
+    int *m = &w->comp[(size_t)w->n_comp * (size_t)w->n_sub], k = 0;
+    for (int i = 0; i < w->n_sub; i++) {
+      const int u = w->sub[i]->st ? weights_stream_layer_unit(w->sub[i]->st, il) : -1;
+      if (u >= 0) m[k++] = w->ubase[i] + u;
+    }
+    for (int j = k; j < w->n_sub; j++) m[j] = -1;
+    w->layer_g[il] = k == 0 ? -1 : k == 1 ? m[0] : w->n_gunits + w->n_comp++;
+  }
+  if (!(w->g_layer = malloc(((size_t)w->n_gunits + (size_t)w->n_comp + 1) * sizeof *w->g_layer)))
+    return pw_seterr(err, PW_ENOMEM, "out of memory");
+  for (int g = 0; g < w->n_gunits + w->n_comp; g++) w->g_layer[g] = -1;
+  for (int il = 0; il < w->n_layer; il++)
+    if (w->layer_g[il] >= 0) w->g_layer[w->layer_g[il]] = il;
+  static const char *const mats[2] = {"token_embd.weight", "output.weight"};
+  for (int t = 0; t < 2; t++) {
+    w->tr[t].name = mats[t];
+    for (int i = 0; i < w->n_sub; i++) {
+      weights_rows r;
+      weights_tensor_rows(w->sub[i], mats[t], &r);
+      if (r.n > 0) w->tr[t].rows = r; /* unit ids already offset */
+    }
+  }
+  return 0;
+}
+
+static int open_split(weights *w, char **names, int n, int n_layer, const weights_opts *o, char *err) {
+  int rc = 0;
+  w->sub_path = names;
+  w->n_sub = n;
+  w->n_layer = n_layer > 0 ? n_layer : 0;
+  uint64_t *size = calloc((size_t)n, sizeof *size), *min = calloc((size_t)n, sizeof *min);
+  gguf_file **fs = calloc((size_t)n, sizeof *fs);
+  if (!(w->sub = calloc((size_t)n, sizeof *w->sub)) || !(w->ubase = calloc((size_t)n, sizeof *w->ubase)) || !size ||
+      !min || !fs) {
+    rc = pw_seterr(err, PW_ENOMEM, "out of memory");
+    goto done;
+  }
+  uint64_t total = 0;
+  for (int i = 0; i < n; i++) {
+    struct stat st;
+    if (stat(names[i], &st)) {
+      rc = pw_seterr(err, PW_EIO, "%s: %s", names[i], strerror(errno));
+      goto done;
+    }
+    size[i] = (uint64_t)st.st_size;
+    total += size[i];
+  }
+  uint64_t budget = o->mem_budget;
+  if (!budget && o->mem_budget_frac > 0) budget = (uint64_t)(o->mem_budget_frac * (double)total);
+  weights_opts po = *o;
+  po.mem_budget = 0;
+  po.mem_budget_frac = 0;
+  if (budget && budget < total) {
+    /* one budget shared by the parts: each its minimum, the rest by size */
+    uint64_t sum_min = 0;
+    for (int i = 0; i < n; i++) {
+      wstream *s = NULL;
+      gguf_file *f = NULL;
+      char e2[PW_ERRMAX];
+      rc = weights_stream_open(names[i], o, 1, n_layer, &s, &f, &min[i], e2);
+      weights_stream_close(s);
+      if (rc == 1) min[i] = 0, rc = 0; /* (a part of fewer bytes than a page) */
+      if (rc && !min[i]) {
+        pw_seterr(err, rc, "%s", e2);
+        goto done;
+      }
+      rc = 0;
+      sum_min += min[i];
+    }
+    w->min_sum = sum_min;
+    if (budget < sum_min) {
+      rc = pw_seterr(err, PW_EINVAL,
+                     "memory budget of %.1f MiB is below this %d-part split model's minimum of %.1f MiB (the "
+                     "sum of its parts' minimums)",
+                     budget / 1048576.0, n, sum_min / 1048576.0);
+      goto done;
+    }
+    for (int i = 0; i < n; i++) {
+      if ((rc = abandoned(o, names[i], err))) goto done;
+      const double share = (double)(budget - sum_min) * ((double)size[i] / (double)total);
+      po.mem_budget = min[i] + (uint64_t)share;
+      if (!po.mem_budget) po.mem_budget = 1;
+      if ((rc = open_one(names[i], &po, n_layer, &w->sub[i], err))) goto done;
+    }
+  } else {
+    for (int i = 0; i < n; i++)
+      if ((rc = abandoned(o, names[i], err)) || (rc = open_one(names[i], &po, n_layer, &w->sub[i], err))) goto done;
+  }
+  for (int i = 0; i < n; i++) {
+    fs[i] = w->sub[i]->f;
+    const weights_info *pi = &w->sub[i]->info;
+    w->info.file_bytes += pi->file_bytes;
+    w->info.bytes += pi->bytes;
+    w->info.locked = i == 0 ? pi->locked : w->info.locked && pi->locked;
+    w->res.bytes += w->sub[i]->res.bytes;
+    w->res.huge_bytes = i == 0 ? w->sub[i]->res.huge_bytes
+                        : w->res.huge_bytes < 0 || w->sub[i]->res.huge_bytes < 0 ? -1
+                                                                                 : w->res.huge_bytes + w->sub[i]->res.huge_bytes;
+    w->res.refreshed |= w->sub[i]->res.refreshed;
+  }
+  if ((rc = gguf_merge(fs, n, 0, (const char *const *)names, &w->f, err))) goto done;
+  rc = split_units(w, err);
+done:
+  free(size);
+  free(min);
+  free(fs);
+  return rc;
+}
+
+int weights_open(const char *path, const weights_opts *o, weights **out, char *err) {
+  *out = NULL;
+  const weights_opts def = {0};
+  if (!o) o = &def;
+  /* A split model is known by its first part's keys; an encrypted
+   * container is not GGUF (open_one refuses a split inside one). */
+  gguf_file *hdr = NULL, **parts = NULL;
+  char **names = NULL;
+  int n = 0;
+  char e2[PW_ERRMAX];
+  if (gguf_open_file(path, &hdr, e2) == 0) {
+    int rc = gguf_split_open_parts(path, hdr, &parts, &names, &n, err);
+    free(parts);
+    int n_layer = -1;
+    char arch[64], key[96];
+    uint32_t nl = 0;
+    if (n > 0 && gguf_get_cstr(hdr, "general.architecture", arch, sizeof arch)) {
+      snprintf(key, sizeof key, "%s.block_count", arch);
+      if (gguf_get_u32(hdr, key, &nl) && nl <= 4096) n_layer = (int)nl;
+    }
+    gguf_close(hdr);
+    if (rc) return rc;
+    if (n > 0) {
+      weights *w = calloc(1, sizeof *w);
+      if (!w || !(w->path = strdup(path))) {
+        free(w);
+        gguf_split_free_names(names, n);
+        return pw_seterr(err, PW_ENOMEM, "out of memory");
+      }
+      const double t0 = pw_now_s();
+      w->info.io = o->io;
+      rc = open_split(w, names, n, n_layer < 0 ? 0 : n_layer, o, err); /* w owns names now */
+      if (rc) {
+        weights_close(w);
+        return rc;
+      }
+      w->info.read_s = pw_now_s() - t0;
+      *out = w;
+      return 0;
+    }
+  }
+  return open_one(path, o, -1, out, err);
 }

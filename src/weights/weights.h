@@ -37,6 +37,14 @@
  *     MADV_POPULATE_READ and dropped with MADV_DONTNEED, so the process's
  *     resident file pages (RssFile) stay within the budget.
  *
+ * Split models (the first part of NAME-00001-of-0000N.gguf, gguf.h): each
+ * part is opened with the same strategy and the parts' directories merged,
+ * so the model sees one file. Under a budget each part streams within a
+ * share of it (the part's minimum plus the rest by size; the split's
+ * minimum is the sum of the parts'), unit ids run on across the parts, and
+ * a layer whose tensors two parts share is one composite unit. An
+ * encrypted part is refused.
+ *
  * Not here: GGUF parsing (gguf/), what the tensors mean (model/). */
 #ifndef PW_WEIGHTS_WEIGHTS_H
 #define PW_WEIGHTS_WEIGHTS_H
@@ -83,6 +91,11 @@ typedef struct weights_opts {
                          * A key with a plain file, or a container without
                          * a key, is an error. */
   pw_pool *pool;        /* borrowed, may be NULL: decrypt on these threads */
+  /* May be NULL: asked between pieces of the load (8 MiB reads, 32 MiB of
+   * a mapping faulted in, each part of a split); true abandons the load
+   * (PW_ECANCELED, everything freed), e.g. when nobody waits for it. */
+  bool (*cancel)(void *arg);
+  void *cancel_arg;
 } weights_opts;
 
 /* What a load did, for logs and benchmarks. */
@@ -172,7 +185,7 @@ int weights_sha256(const weights *w, uint8_t dig[32], char *err);
 
 /* ---- page cache control (cold-start benchmarks) ---- */
 /* Asks the kernel to drop path's clean cached pages (POSIX_FADV_DONTNEED;
- * pages another process maps stay). */
+ * pages another process maps stay). Both take a split model's every part. */
 int weights_drop_cache(const char *path, char *err);
 /* Bytes of path now in the page cache (mincore over a mapping of it). */
 int weights_cached_bytes(const char *path, uint64_t *cached, uint64_t *size, char *err);

@@ -154,6 +154,8 @@ code=$(curl -s -o "$tmp/del.json" -w '%{http_code}' --max-time 10 -X DELETE "$ur
 check "delete without --allow-pull is 403" [ "$code" = 403 ]
 code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "$url/api/pull" -d '{"model":"http://127.0.0.1:1/x.gguf"}')
 check "pull without --allow-pull is 403" [ "$code" = 403 ]
+code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "$url/v1/models/pull" -d '{"model":"http://127.0.0.1:1/x.gguf"}')
+check "POST /v1/models/pull without --allow-pull is 403" [ "$code" = 403 ]
 check "the store still has llama:q4" [ -f "$POWER_HOME/manifests/llama:q4.json" ]
 
 # Load and eviction figures from the log.
@@ -166,6 +168,8 @@ printf 'k1\n' >"$tmp/keys"
 start admin --allow-pull --api-key-file "$tmp/keys"
 code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X DELETE "$url/api/delete" -d '{"model":"llama:q4"}')
 check "delete without the key is 401" [ "$code" = 401 ]
+code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "$url/v1/models/pull" -d '{"model":"http://127.0.0.1:1/x.gguf"}')
+check "POST /v1/models/pull without the key is 401" [ "$code" = 401 ]
 code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X DELETE -H 'Authorization: Bearer k1' "$url/api/delete" -d '{"model":"llama:q4"}')
 check "delete with the key is 200" [ "$code" = 200 ]
 check "delete removed the manifest" [ ! -f "$POWER_HOME/manifests/llama:q4.json" ]

@@ -139,6 +139,53 @@ fi
 kill -TERM $spid 2>/dev/null
 wait $spid
 
+# a split model: import brings every part, and it loads and serves as one
+mkdir -p "$tmp/parts"
+"$bin" split --parts 3 "$tmp/b.gguf" "$tmp/parts/b" >/dev/null 2>"$tmp/err"
+check "split writes 3 parts" [ -f "$tmp/parts/b-00003-of-00003.gguf" ]
+"$bin" import "$tmp/parts/b-00001-of-00003.gguf" --name tiny-split >"$tmp/out" 2>"$tmp/err"
+check "import of a split exits 0" [ $? -eq 0 ]
+check "import of a split: three blobs in the manifest" [ "$(grep -c '"digest"' "$home/manifests/tiny-split.json")" -eq 3 ]
+"$bin" run --model "$tmp/b.gguf" --prompt-ids "1,9038,2501" -n 6 >"$tmp/a" 2>/dev/null
+"$bin" run --model tiny-split --prompt-ids "1,9038,2501" -n 6 >"$tmp/b" 2>"$tmp/err"
+check "run --model SPLIT-NAME equals the unsplit file's output" cmp -s "$tmp/a" "$tmp/b"
+"$bin" inspect tiny-split >"$tmp/out" 2>&1
+check "inspect of a split lists its parts" grep -q "3/3 .*model-00003-of-00003.gguf" "$tmp/out"
+"$bin" inspect "$tmp/parts/b-00001-of-00003.gguf" -o json >"$tmp/out" 2>&1
+check "inspect -o json lists the parts" grep -q '"file": ".*/b-00003-of-00003.gguf"' "$tmp/out"
+"$bin" split --parts 2 "$tmp/parts/b-00001-of-00003.gguf" "$tmp/parts/again" >/dev/null 2>"$tmp/err"
+check "split of a split is refused" grep -q "already split" "$tmp/err"
+"$bin" split --parts 999 "$tmp/b.gguf" "$tmp/parts/many" >/dev/null 2>"$tmp/err"
+check "more parts than tensors is refused" grep -q "cannot fill" "$tmp/err"
+"$bin" split --merge "$tmp/parts/b-00001-of-00003.gguf" "$tmp/joined.gguf" >/dev/null 2>"$tmp/err"
+"$bin" run --model "$tmp/joined.gguf" --prompt-ids "1,9038,2501" -n 6 >"$tmp/b" 2>"$tmp/err"
+check "split --merge gives the model back" cmp -s "$tmp/a" "$tmp/b"
+"$bin" inspect "$tmp/joined.gguf" >"$tmp/out" 2>&1
+check "a merged file is no split" sh -c "! grep -q '^split:' '$tmp/out'"
+"$bin" run --model "$tmp/parts/b-00002-of-00003.gguf" --prompt-ids 1 -n 1 >"$tmp/out" 2>"$tmp/err"
+check "run of a split's second part is refused" grep -q "give the first part" "$tmp/err"
+"$bin" serve --port 0 --no-request-log >"$tmp/serve-store.out" 2>"$tmp/serve-store.err" &
+spid=$!
+i=0
+while ! grep -q "serving" "$tmp/serve-store.err" 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+url=$(sed -n 's/.* on \(http:[^ ]*\).*/\1/p' "$tmp/serve-store.err" | head -1)
+if [ -n "$url" ] && command -v curl >/dev/null; then
+  curl -s --max-time 30 "$url/v1/completions" -H 'content-type: application/json' \
+    -d '{"model":"tiny-split","prompt":[1,9038,2501],"max_tokens":4,"temperature":0}' >"$tmp/split.json"
+  curl -s --max-time 30 "$url/v1/completions" -H 'content-type: application/json' \
+    -d '{"model":"tiny","prompt":[1,9038,2501],"max_tokens":4,"temperature":0}' >"$tmp/whole.json"
+  check "serve: the split model answers" grep -q '"text"' "$tmp/split.json"
+  t1=$(sed 's/.*"text": *"\([^"]*\)".*/\1/' "$tmp/split.json")
+  t2=$(sed 's/.*"text": *"\([^"]*\)".*/\1/' "$tmp/whole.json")
+  check "serve: the split model answers as the unsplit one" [ -n "$t1" ] && [ "$t1" = "$t2" ]
+else
+  check "serve of the store starts" false
+fi
+kill -TERM $spid 2>/dev/null
+wait $spid
+"$bin" rm tiny-split >/dev/null 2>&1
+check "rm of a split removes its parts' blobs and links" [ -z "$(ls -A "$home/splits" 2>/dev/null)" ]
+
 # rm: the blob goes with its last name only
 "$bin" rm tiny >"$tmp/out" 2>"$tmp/err"
 check "rm exits 0" [ $? -eq 0 ]

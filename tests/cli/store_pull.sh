@@ -21,15 +21,16 @@ cp "$shared/models/syn-llama-Q4_0.gguf" "$www/files/big.gguf"
 cp "$shared/models/llama2-tiny-random.gguf" "$www/files/tiny.gguf"
 cp "$shared/models/llama2-tiny-random.gguf" "$www/files/tiny2-Q8_0.gguf"
 printf '<html><body>not a model</body></html>%01000d' 0 >"$www/files/page.gguf"
-cp "$shared/models/codelm-py-Q8_0.gguf" "$www/files/sp-00001-of-00002.gguf"
-cp "$shared/models/codelm-py-draft-F32.gguf" "$www/files/sp-00002-of-00002.gguf"
+# a real split (power split writes llama.cpp's gguf-split layout)
+"$bin" split --parts 2 "$shared/models/codelm-py-Q8_0.gguf" "$www/files/sp" >/dev/null ||
+  { echo "FAIL: power split"; exit 1; }
 cp "$shared/models/llama2-tiny-random.gguf" "$www/hf/org/Tiny-GGUF/tiny-F16.gguf"
 cp "$shared/models/codelm-py-Q8_0.gguf" "$www/hf/org/Tiny-GGUF/tiny-Q8_0.gguf"
 echo "# readme" >"$www/hf/org/Tiny-GGUF/README.md"
 cp "$shared/models/llama2-tiny-random.gguf" "$www/hf/org/Gated-GGUF/gated-Q4_K_M.gguf"
 touch "$www/hf/org/Gated-GGUF/.gated"
-cp "$shared/models/codelm-py-Q8_0.gguf" "$www/hf/org/Split-GGUF/m-Q8_0-00001-of-00002.gguf"
-cp "$shared/models/codelm-py-draft-F32.gguf" "$www/hf/org/Split-GGUF/m-Q8_0-00002-of-00002.gguf"
+cp "$www/files/sp-00001-of-00002.gguf" "$www/hf/org/Split-GGUF/m-Q8_0-00001-of-00002.gguf"
+cp "$www/files/sp-00002-of-00002.gguf" "$www/hf/org/Split-GGUF/m-Q8_0-00002-of-00002.gguf"
 echo "# readme" >"$www/hf/org/Empty/README.md"
 d_big=$(sha256sum "$www/files/big.gguf" | cut -d' ' -f1)
 d_tiny=$(sha256sum "$www/files/tiny.gguf" | cut -d' ' -f1)
@@ -246,11 +247,99 @@ check "split URL: manifest lists two blobs" [ "$(grep -c '"digest"' "$home/manif
 rc=$?
 check "split hf: pulled as one model" [ $rc -eq 0 ]
 check "split hf: pulled as one model [2]" [ "$(grep -c '"digest"' "$home/manifests/split:q8_0.json")" -eq 2 ]
-"$bin" run --model split:q8_0 --prompt-ids 1 -n 1 >/dev/null 2>"$tmp/err"
+"$bin" run --model "$shared/models/codelm-py-Q8_0.gguf" --prompt-ids 1,2,3 -n 6 --temperature 0 >"$tmp/ref" 2>"$tmp/err"
+"$bin" run --model split:q8_0 --prompt-ids 1,2,3 -n 6 --temperature 0 >"$tmp/out" 2>"$tmp/err"
 rc=$?
-check "split model: loading says it is not supported" [ $rc -ne 0 ]
-check "split model: loading says it is not supported [2]" grep -q "split" "$tmp/err"
+check "split model: loads as one model" [ $rc -eq 0 ]
+check "split model: the unsplit file's tokens" cmp -s "$tmp/ref" "$tmp/out"
+"$bin" run --model sp:latest --prompt-ids 1,2,3 -n 6 --temperature 0 --weights-io pread --mem-budget 80% >"$tmp/out" 2>"$tmp/err"
+check "split model: the same under a memory budget" cmp -s "$tmp/ref" "$tmp/out"
 check "list shows the pulled models" [ "$("$bin" list | grep -c 'q8_0')" -ge 2 ]
+
+# --- POST /v1/models/pull on a running server (the same pull code) ---
+rm -rf "$home"
+srv_up() { # $1: log file; the rest: serve options. Sets spid and surl.
+  slog=$1
+  shift
+  "$bin" serve --port 0 --no-request-log "$@" >/dev/null 2>"$slog" &
+  spid=$!
+  i=0
+  while ! grep -q "serving" "$slog" 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+  surl=$(sed -n 's/.* on \(http:[^ ]*\).*/\1/p' "$slog" | head -1)
+}
+srv_down() { kill -TERM $spid 2>/dev/null; wait $spid 2>/dev/null; }
+# pull BODY [curl options...]: the answer in $tmp/p.body, headers in $tmp/p.hdr
+vpull() {
+  b=$1
+  shift
+  curl -s -D "$tmp/p.hdr" -o "$tmp/p.body" --max-time 60 -H 'content-type: application/json' "$@" \
+    "$surl/v1/models/pull" -d "$b"
+}
+srv_up "$tmp/s1.log"
+vpull "{\"model\":\"$base/files/tiny.gguf\"}"
+check "server pull without --allow-pull is 403" grep -q "^HTTP/1.1 403" "$tmp/p.hdr"
+check "server pull without --allow-pull: nothing stored" [ -z "$(ls "$home/manifests" 2>/dev/null)" ]
+srv_down
+srv_up "$tmp/s2.log" --allow-pull
+check "server with --allow-pull starts" [ -n "$surl" ]
+# SSE (the default): data: lines, then the success event with the digest
+vpull "{\"model\":\"$base/files/tiny.gguf\",\"name\":\"web-tiny\"}"
+check "SSE pull: 200 text/event-stream" grep -qi "^content-type: text/event-stream" "$tmp/p.hdr"
+check "SSE pull: every line is an event or the blank line between" [ -z "$(grep -v '^data: {.*}$' "$tmp/p.body" | tr -d '\r\n')" ]
+check "SSE pull: progress with completed and total" grep -q '^data: {"status":"pulling tiny.gguf","total":[0-9]*,"completed":[0-9]*' "$tmp/p.body"
+check "SSE pull: the last event is success with the digest" sh -c "grep '^data:' '$tmp/p.body' | tail -n 1 | grep -q '\"status\":\"success\",\"model\":\"web-tiny\",\"digest\":\"sha256:$d_tiny\"'"
+curl -s --max-time 10 "$surl/v1/models" >"$tmp/models.json"
+check "the pulled model is in /v1/models" grep -q '"id":"web-tiny"' "$tmp/models.json"
+curl -s --max-time 30 "$surl/v1/completions" -H 'content-type: application/json' \
+  -d '{"model":"web-tiny","prompt":"hi","max_tokens":2}' >"$tmp/c.json"
+check "the pulled model answers" grep -q '"text"' "$tmp/c.json"
+# NDJSON when asked for; a Hugging Face source with its LFS digest in the progress
+vpull '{"model":"hf.co/org/Tiny-GGUF:Q8_0"}' -H 'Accept: application/x-ndjson'
+check "NDJSON pull: application/x-ndjson" grep -qi "^content-type: application/x-ndjson" "$tmp/p.hdr"
+check "NDJSON pull: one JSON object a line" [ -z "$(grep -v '^{.*}$' "$tmp/p.body")" ]
+check "NDJSON pull: progress names the digest it expects" grep -q "\"digest\":\"sha256:$d_q8\"" "$tmp/p.body"
+check "NDJSON pull: ends in success" sh -c "tail -n 1 '$tmp/p.body' | grep -q '\"status\":\"success\"'"
+# not streamed: one JSON at the end, its status the pull's
+vpull "{\"model\":\"$base/files/big.gguf\",\"name\":\"web-big\",\"stream\":false}"
+check "non-streamed pull: 200 and one JSON" grep -q "^HTTP/1.1 200" "$tmp/p.hdr"
+check "non-streamed pull: success with the digest" grep -q "^{\"status\":\"success\",\"model\":\"web-big\",\"digest\":\"sha256:$d_big\"" "$tmp/p.body"
+vpull "{\"model\":\"$base/files/nosuch.gguf\",\"stream\":false}"
+check "non-streamed pull of a missing file: 404" grep -q "^HTTP/1.1 404" "$tmp/p.hdr"
+check "non-streamed pull of a missing file: an error body" grep -q '"error"' "$tmp/p.body"
+vpull '{"model":"hf.co/org/Tiny-GGUF:Q8_0","insecure":true}'
+check "an unknown field is 400 naming it" sh -c "grep -q '^HTTP/1.1 400' '$tmp/p.hdr' && grep -q insecure '$tmp/p.body'"
+vpull '{"name":"x"}'
+check "no source is 400" grep -q "^HTTP/1.1 400" "$tmp/p.hdr"
+# the client goes away mid-pull: the pull stops, its partial stays, the next resumes
+url=$base/slowfirst/200000/big.gguf
+curl -s -N --max-time 1 -o "$tmp/gone.body" -H 'content-type: application/json' "$surl/v1/models/pull" \
+  -d "{\"model\":\"$url\",\"name\":\"web-gone\"}"
+i=0
+while ! grep -q "pull of .*slowfirst.*cancelled" "$tmp/s2.log" && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+check "a gone client cancels the pull" grep -q "pull of .*slowfirst.*cancelled" "$tmp/s2.log"
+kept=$(stat -c %s "$home"/blobs/partial-[0-9a-f]* 2>/dev/null | grep -v lock | head -1)
+check "a gone client: the partial stays" [ "${kept:-0}" -gt 0 ]
+check "a gone client: no manifest" [ ! -f "$home/manifests/web-gone.json" ]
+vpull "{\"model\":\"$url\",\"name\":\"web-gone\",\"stream\":false}"
+check "pull again resumes from the kept bytes" grep -q "\"path\":\"/slowfirst/200000/big.gguf\".*\"range\":\"bytes=$kept-\"" "$log"
+check "pull again: right digest" grep -q "sha256:$d_big" "$home/manifests/web-gone.json"
+# at most two pulls at once
+cpids=
+for f in big.gguf tiny2-Q8_0.gguf; do
+  curl -s -N --max-time 20 -o /dev/null -H 'content-type: application/json' "$surl/v1/models/pull" \
+    -d "{\"model\":\"$base/slow/50000/$f\"}" &
+  cpids="$cpids $!"
+done
+i=0
+while { [ "$(count /slow/50000/big.gguf)" -lt 1 ] || [ "$(count /slow/50000/tiny2-Q8_0.gguf)" -lt 1 ]; } && [ $i -lt 100 ]; do
+  sleep 0.1
+  i=$((i + 1))
+done
+vpull '{"model":"hf.co/org/Tiny-GGUF:Q8_0"}'
+check "a third pull at once is 429" grep -q "^HTTP/1.1 429" "$tmp/p.hdr"
+kill $cpids 2>/dev/null # (their pulls are cancelled)
+wait $cpids 2>/dev/null
+srv_down
 
 # --- the progress bar on a terminal (tmux gives the pull a terminal) ---
 if command -v tmux >/dev/null; then

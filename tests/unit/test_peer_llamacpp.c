@@ -6,7 +6,8 @@
  * Q8_0 with a short sliding window, qwen2 F16 with YaRN scaling, phi3 Q8_0
  * with LongRoPE's short factors and F16 with its long ones, qwen3moe F16,
  * Q8_0 and Q4_K_M with 16 experts of Qwen3-30B-A3B's geometry, qwen2moe
- * F16 and Q4_K_M with a shared expert) and `power
+ * F16 and Q4_K_M with a shared expert; a qwen3 Q8_0 file cut in three
+ * parts by `power split`, loaded by both by its first part) and `power
  * quantize` (the trained codelm-py to Q4_K_M; a qwen2 F16 synth file to
  * IQ4_XS, IQ4_NL and MXFP4 (MXFP4_MOE --pure, every matrix MXFP4)), runs
  * llama.cpp on each through
@@ -261,6 +262,24 @@ int main(void) {
   }
 
   char cmd[3072];
+  /* A split model as power split writes it: llama.cpp loads it by its
+   * first part (its gguf-split layout) and agrees with Power on it. */
+  if (!only || !*only || strstr("qwen3-0.6b Q8_0 split in 3", only)) {
+    snprintf(p, sizeof p, "%s/whole.gguf", g_tmp);
+    if (synth("qwen3-0.6b", "llama-spm", "Q8_0", NULL, p) == 0) {
+      snprintf(cmd, sizeof cmd, "'%s' split --parts 3 '%s' '%s/sp' >/dev/null", bin(), p, g_tmp);
+      CHECK_MSG(sh(cmd) == 0, "power split failed");
+      char first[600];
+      snprintf(first, sizeof first, "%s/sp-00001-of-00003.gguf", g_tmp);
+      compare("qwen3-0.6b Q8_0 split in 3", first, sids, 12);
+      for (int k = 1; k <= 3; k++) {
+        snprintf(first, sizeof first, "%s/sp-%05d-of-00003.gguf", g_tmp, k);
+        unlink(first);
+      }
+    }
+    unlink(p);
+  }
+
   /* YaRN: a factor of 4 over an original context of 16, judged over 40
    * positions (most past the original context). */
   if (!only || !*only || strstr("qwen2.5-0.5b F16 YaRN 4x16", only)) {

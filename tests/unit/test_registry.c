@@ -18,6 +18,7 @@ typedef struct fake {
   uint64_t bytes;       /* what each load reports */
   atomic_int gate;      /* loads wait until it is nonzero (when gated) */
   bool gated;
+  atomic_int abandons;  /* loads that stopped because nobody waited */
 } fake;
 
 static void sleep_ms(int ms) {
@@ -25,10 +26,18 @@ static void sleep_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
-static int fake_load(void *ctx, const char *name, void **model, uint64_t *bytes, char *err) {
+static int fake_load(void *ctx, const char *name, bool (*abandoned)(void *arg), void *abandoned_arg, void **model,
+                     uint64_t *bytes, char *err) {
   fake *f = ctx;
   atomic_fetch_add(&f->loads, 1);
-  for (int i = 0; f->gated && !atomic_load(&f->gate) && i < 1000; i++) sleep_ms(5);
+  /* a gated load is a load of many pieces: it asks between them */
+  for (int i = 0; f->gated && !atomic_load(&f->gate) && i < 1000; i++) {
+    if (abandoned(abandoned_arg)) {
+      atomic_fetch_add(&f->abandons, 1);
+      return pw_seterr(err, PW_ECANCELED, "stopped between pieces");
+    }
+    sleep_ms(5);
+  }
   if (f->load_ms) sleep_ms(f->load_ms);
   if (!strncmp(name, "bad", 3)) return pw_seterr(err, PW_EFORMAT, "cannot load '%s': broken file", name);
   char *m = strdup(name);
@@ -359,6 +368,99 @@ static void test_parse_keep_alive(void) {
   CHECK(registry_parse_keep_alive("nan", &v) == PW_EINVAL);
 }
 
+/* A caller that goes away (gone flag) while it waits or loads. */
+typedef struct leaver {
+  registry *r;
+  const char *name;
+  atomic_int gone;
+  int rc;
+  char err[PW_ERRMAX];
+  registry_ref *ref;
+} leaver;
+
+static bool leaver_gone(void *arg) { return atomic_load(&((leaver *)arg)->gone) != 0; }
+
+static void *leaver_main(void *arg) {
+  leaver *l = arg;
+  l->rc = registry_acquire_ex(l->r, l->name, 10, 0, leaver_gone, l, &l->ref, l->err);
+  if (!l->rc) registry_release(l->r, l->ref, false, 0);
+  return NULL;
+}
+
+/* Waits (bounded) until the registry shows `loading` loads in progress. */
+static void until_loading(registry *r, int loading) {
+  int nl = 0, ng = -1;
+  uint64_t by;
+  for (int i = 0; i < 400; i++) {
+    registry_counts(r, &nl, &ng, &by);
+    if (ng == loading) return;
+    sleep_ms(5);
+  }
+  CHECK_MSG(0, "%d loads in progress, expected %d", ng, loading);
+}
+
+/* A request that leaves while it waits gives its place back at once; a
+ * load goes on while anyone waits for it and stops between pieces when
+ * its loader has gone and nobody else waits; the next caller loads anew. */
+static void test_abandon(void) {
+  fake f = {0};
+  f.clock = 1000;
+  f.bytes = 10;
+  f.gated = true;
+  registry *r = mk(&f, 1, 0, -1);
+  leaver a = {.r = r, .name = "m"}, b = {.r = r, .name = "m"};
+  pthread_t ta, tb;
+  pthread_create(&ta, NULL, leaver_main, &a);
+  until_loading(r, 1);
+  pthread_create(&tb, NULL, leaver_main, &b);
+  sleep_ms(20);
+  atomic_store(&a.gone, 1); /* the loader's client left: b still waits */
+  sleep_ms(60);
+  CHECK_EQ_INT(atomic_load(&f.abandons), 0);
+  atomic_store(&b.gone, 1); /* now nobody waits */
+  pthread_join(tb, NULL);
+  pthread_join(ta, NULL);
+  CHECK_EQ_INT(b.rc, PW_ECANCELED);
+  CHECK_EQ_INT(a.rc, PW_ECANCELED);
+  CHECK_MSG(strstr(a.err, "abandoned") != NULL, "%s", a.err);
+  CHECK_EQ_INT(atomic_load(&f.abandons), 1);
+  int nl, ng;
+  uint64_t by;
+  registry_counts(r, &nl, &ng, &by);
+  CHECK(nl == 0 && ng == 0 && by == 0);
+  CHECK_EQ_INT(atomic_load(&f.live), 0);
+  /* an abandoned load is no failure to share: the next caller loads it */
+  atomic_store(&f.gate, 1);
+  CHECK(use(r, "m") == 0);
+  CHECK(loaded(r, "m"));
+  /* waiting for room (m held, max_loaded 1), then leaving: its place goes */
+  registry_ref *held_m = NULL;
+  char err[PW_ERRMAX];
+  CHECK(registry_acquire(r, "m", 10, 0, &held_m, err) == 0);
+  leaver c = {.r = r, .name = "other"};
+  pthread_t tc;
+  pthread_create(&tc, NULL, leaver_main, &c);
+  sleep_ms(30);
+  atomic_store(&c.gone, 1);
+  pthread_join(tc, NULL);
+  CHECK_EQ_INT(c.rc, PW_ECANCELED);
+  registry_counts(r, &nl, &ng, &by);
+  CHECK(nl == 1 && ng == 0 && by == 10);
+  registry_release(r, held_m, false, 0);
+  /* the loader alone, gone: the load stops */
+  registry_unload(r, "m");
+  f.gate = 0;
+  leaver d = {.r = r, .name = "m"};
+  atomic_store(&d.gone, 1);
+  pthread_t td;
+  pthread_create(&td, NULL, leaver_main, &d);
+  pthread_join(td, NULL);
+  CHECK_EQ_INT(d.rc, PW_ECANCELED);
+  CHECK_EQ_INT(atomic_load(&f.abandons), 2);
+  registry_destroy(r);
+  CHECK_EQ_INT(atomic_load(&f.live), 0);
+}
+
 int main(void) {
   test_parse_keep_alive();
   test_lru();
@@ -367,6 +469,7 @@ int main(void) {
   test_keep_alive();
   test_load_once();
   test_waiter_gives_up();
+  test_abandon();
   test_timer();
   TEST_DONE();
 }
