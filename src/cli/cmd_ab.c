@@ -6,7 +6,7 @@
  *            [--prompt-len 256] [--threads 2] [-o md|json]
  *
  * A/B. A configuration is comma-separated key=value:
- *   spec=off|prompt-lookup|ngram|draft   speculation mode (default off)
+ *   spec=off|prompt-lookup|ngram|draft|mtp   speculation mode (default off)
  *   draft=PATH                           draft model (spec=draft)
  *   k=N                                  most proposals per round (0 = engine default)
  *   cache=on|off                         keyed prefix cache (default off); only
@@ -126,7 +126,7 @@ static void ab_usage(FILE *out) {
   fprintf(out,
           "usage: power ab --model M --workload W.jsonl --baseline CFG --candidate CFG [options]\n"
           "       power ab --verify-curve --model M [--kmax 16] [--reps 5] [--prompt-len 256]\n"
-          "  CFG is key=value[,key=value...]: spec=off|prompt-lookup|ngram|draft, draft=PATH,\n"
+          "  CFG is key=value[,key=value...]: spec=off|prompt-lookup|ngram|draft|mtp, draft=PATH,\n"
           "      k=N (proposals per round), policy=cost|acceptance (speculation widths),\n"
           "      cache=on|off (prefix cache, default off),\n"
           "      parallel=N (requests in flight, default 1)\n"

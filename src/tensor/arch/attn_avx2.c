@@ -3,17 +3,22 @@
  * steps per chunk so only the part that must be sequential is:
  *   1. every score of the chunk (8 keys at a time, their dot products
  *      reduced together);
- *   2. the running max, key by key (scalar compares), which fixes each
- *      key's exp argument (M_old - M when the max grows, else s - M); then
- *      all the chunk's exps at once with the vector exp;
+ *   2. per query, the running max before each key as a prefix max over a
+ *      vector of keys on top of the max so far, which fixes each key's exp
+ *      argument (M_old - M when the max grows, else s - M); then the
+ *      chunk's exps with the vector exp;
  *   3. the F16 accumulator update, key by key, exactly as the reference
- *      (rescale when the max grew, add V times the weight, round to F16).
+ *      (rescale when the max grew, add V times the weight, round to F16),
+ *      with the running sums beside it.
  * It differs from the reference only by summation order in the q.k dot
  * products and by the vector exp (a few ulp from expf). Several queries
  * over the same K/V (a GQA group) go through together (attn_avx2_multi). */
 #include "tensor/attn.h"
 
+#include "tensor/arch/exp_avx2.h"
+
 #include <immintrin.h>
+#include <math.h>
 
 /* head sizes that are not a multiple of 8: the reference, query by query */
 static void attn_narrow(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
@@ -40,6 +45,33 @@ void attn_avx2_kvq_update(float *a, const float *v, float ms, float vs, int grow
   }
 }
 
+/* the lane helpers of arch/attn_impl.h's step 2 */
+static inline __m256 v_shift_up(__m256 x, __m256i idx, int k_mask, __m256 fill) {
+  return _mm256_blendv_ps(_mm256_permutevar8x32_ps(x, idx), fill,
+                          _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(k_mask),
+                                                                 _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))));
+}
+static inline __m256 v_load_ninf(const float *p, int n) {
+  const __m256 live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+  return _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_load_ps(p), live);
+}
+static inline __m256 v_scan_max(__m256 x) {
+  const __m256 ninf = _mm256_set1_ps(-INFINITY);
+  x = _mm256_max_ps(x, v_shift_up(x, _mm256_setr_epi32(0, 0, 1, 2, 3, 4, 5, 6), 1, ninf));
+  x = _mm256_max_ps(x, v_shift_up(x, _mm256_setr_epi32(0, 0, 0, 1, 2, 3, 4, 5), 2, ninf));
+  return _mm256_max_ps(x, v_shift_up(x, _mm256_setr_epi32(0, 0, 0, 0, 0, 1, 2, 3), 4, ninf));
+}
+static inline __m256 v_shift1(__m256 x, float first) {
+  return _mm256_blend_ps(_mm256_permutevar8x32_ps(x, _mm256_setr_epi32(0, 0, 1, 2, 3, 4, 5, 6)), _mm256_set1_ps(first), 1);
+}
+static inline unsigned v_exp_arg(__m256 s, __m256 m, __m256 *e) {
+  const __m256 d = _mm256_sub_ps(s, m), g = _mm256_cmp_ps(s, m, _CMP_GT_OQ);
+  *e = _mm256_blendv_ps(d, _mm256_xor_ps(d, _mm256_set1_ps(-0.0f)), g);
+  return (unsigned)_mm256_movemask_ps(g);
+}
+static inline float v_last(__m256 x) { return _mm256_cvtss_f32(_mm256_permutevar8x32_ps(x, _mm256_set1_epi32(7))); }
+#define v_exp exp8
+
 #define VT __m256
 #define VW 8
 #define V_LOAD(p) _mm256_load_ps(p)
@@ -52,6 +84,7 @@ void attn_avx2_kvq_update(float *a, const float *v, float ms, float vs, int grow
 #define V_LOAD_PH(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 #define V_ROUND16(v) _mm256_cvtph_ps(_mm256_cvtps_ph(v, RND))
 #define V_TO8(v) (v)
+#define V_MAX(a, b) _mm256_max_ps(a, b)
 #define ATTN_GROUP attn_group
 #define ATTN_MULTI attn_avx2_multi
 #define ATTN_SINGLE attn_avx2

@@ -5,7 +5,89 @@
  * AVX2 kernel. Installed only when the CPU has the AVX-512 level. */
 #include "tensor/attn.h"
 
+#include "tensor/arch/exp_avx2.h"
+
 #include <immintrin.h>
+#include <math.h>
+
+/* the lane helpers of arch/attn_impl.h's step 2; V_SHIFT_IN: lanes up by
+ * k (a constant: an immediate), the lanes below k from fill */
+#define V_SHIFT_IN(x, fill, k) \
+  _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(x), _mm512_castps_si512(fill), 16 - (k)))
+static inline __m512 v_load_ninf(const float *p, int n) {
+  return _mm512_mask_load_ps(_mm512_set1_ps(-INFINITY), n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1), p);
+}
+static inline __m512 v_scan_max(__m512 x) {
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  x = _mm512_max_ps(x, V_SHIFT_IN(x, ninf, 1));
+  x = _mm512_max_ps(x, V_SHIFT_IN(x, ninf, 2));
+  x = _mm512_max_ps(x, V_SHIFT_IN(x, ninf, 4));
+  return _mm512_max_ps(x, V_SHIFT_IN(x, ninf, 8));
+}
+static inline __m512 v_shift1(__m512 x, float first) { return V_SHIFT_IN(x, _mm512_set1_ps(first), 1); }
+static inline unsigned v_exp_arg(__m512 s, __m512 m, __m512 *e) {
+  const __m512 d = _mm512_sub_ps(s, m);
+  const __mmask16 g = _mm512_cmp_ps_mask(s, m, _CMP_GT_OQ);
+  *e = _mm512_mask_xor_ps(d, g, d, _mm512_set1_ps(-0.0f));
+  return g;
+}
+/* exp8 (arch/exp_avx2.h) on 16 lanes: the same operations in the same
+ * order, so the same bits, with the special cases as masks */
+static inline __m512 v_exp(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-86.5f), hi = _mm512_set1_ps(88.72283935546875f);
+  const __mmask16 zero_m = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ); /* also -inf */
+  const __mmask16 inf_m = _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ);
+  const __mmask16 nan_m = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  const __m512 c = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+  const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(1.44269504088896341f)),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), c);
+  r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 y = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(fx), _mm512_set1_epi32(126));
+  const __m512 pow2 = _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
+  __m512 out = _mm512_maskz_mov_ps((__mmask16)~zero_m, _mm512_mul_ps(_mm512_mul_ps(y, pow2), _mm512_set1_ps(2.0f)));
+  out = _mm512_mask_mov_ps(out, inf_m, _mm512_set1_ps(INFINITY));
+  return _mm512_mask_mov_ps(out, nan_m, _mm512_set1_ps(NAN));
+}
+
+/* The scores of 16 keys (rows of kf, hd floats each) with the additions of
+ * the 8-lane path (fold lane i + 8 onto lane i, then the pairs, fours and
+ * eights of hsum8x8), done across the keys' vectors at once: at each level
+ * two vectors become one, each half holding one vector's pair sums (a blend
+ * and a two-source permute), so the reduction is a shuffle per pair instead
+ * of hadd's three micro-ops; IEEE addition commutes, so the bits are
+ * hsum8x8's. */
+static inline __m512 sum_level(__m512 a, __m512 b, __mmask16 take_b, __m512i idx) {
+  return _mm512_add_ps(_mm512_mask_blend_ps(take_b, a, b), _mm512_permutex2var_ps(a, idx, b));
+}
+static inline __attribute__((always_inline)) __m512 dot_part16(const float *qh, const float *kr, int hd);
+static inline __attribute__((always_inline)) void scores16(const float *qh, const float *kf, int hd, float scale, float *out) {
+  __m512 c[8];
+  for (int i = 0; i < 8; i++) {
+    const __m512 a = dot_part16(qh, kf + (size_t)(2 * i) * hd, hd), b = dot_part16(qh, kf + (size_t)(2 * i + 1) * hd, hd);
+    /* lanes 0-7: a's lane l + lane l + 8; lanes 8-15: b's */
+    c[i] = _mm512_add_ps(_mm512_mask_blend_ps(0xFF00, a, b), _mm512_shuffle_f32x4(a, b, 0x4E));
+  }
+  /* partner lane l ^ k, from a where bit k of l is clear, else from b */
+  const __m512i x1 = _mm512_setr_epi32(1, 16, 3, 18, 5, 20, 7, 22, 9, 24, 11, 26, 13, 28, 15, 30);
+  const __m512i x2 = _mm512_setr_epi32(2, 3, 16, 17, 6, 7, 20, 21, 10, 11, 24, 25, 14, 15, 28, 29);
+  const __m512i x4 = _mm512_setr_epi32(4, 5, 6, 7, 16, 17, 18, 19, 12, 13, 14, 15, 24, 25, 26, 27);
+  __m512 d[4], e[2];
+  for (int i = 0; i < 4; i++) d[i] = sum_level(c[2 * i], c[2 * i + 1], 0xAAAA, x1);
+  for (int i = 0; i < 2; i++) e[i] = sum_level(d[2 * i], d[2 * i + 1], 0xCCCC, x2);
+  const __m512 f = sum_level(e[0], e[1], 0xF0F0, x4);
+  /* lane b0 + 2 b1 + 4 b2 + 8 b3 holds key 8 b2 + 4 b1 + 2 b0 + b3 */
+  const __m512i order = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+  _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_permutexvar_ps(order, f), _mm512_set1_ps(scale)));
+}
+static inline float v_last(__m512 x) { return _mm512_cvtss_f32(_mm512_permutexvar_ps(_mm512_set1_epi32(15), x)); }
 
 #define VT __m512
 #define VW 16
@@ -19,6 +101,8 @@
 #define V_LOAD_PH(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
 #define V_ROUND16(v) _mm512_cvtph_ps(_mm512_cvtps_ph(v, RND))
 #define V_TO8(v) _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1))
+#define V_MAX(a, b) _mm512_max_ps(a, b)
+#define ATTN_SCORES16 scores16
 #define ATTN_GROUP attn_group512
 #define ATTN_MULTI attn_avx512_multi
 #define ATTN_SINGLE attn_avx512
@@ -27,3 +111,5 @@
 #define ATTN_NARROW_PART attn_avx2_part
 
 #include "tensor/arch/attn_impl.h"
+
+static inline __attribute__((always_inline)) __m512 dot_part16(const float *qh, const float *kr, int hd) { return dot_part(qh, kr, hd); }

@@ -7,6 +7,14 @@
  *   V_LOAD_PH(p)                VW F16 values -> one vector
  *   V_ROUND16(v)                v rounded to F16 and back, in registers
  *   V_TO8(v)                    fold to 8 lanes (lane i + 8 onto lane i)
+ *   V_MAX(a, b)                 a > b ? a : b per lane (MAXPS)
+ *   ATTN_SCORES16(qh, kf, hd, scale, out)   (optional) the scores of 16
+ *                               keys, the same bits as two hsum8x8 of them
+ * and the functions v_load_ninf (VW scores, -inf from lane n on),
+ * v_scan_max (prefix of V_MAX(right, left) over the lanes, -inf fill),
+ * v_shift1 (lanes up by one, lane 0 given), v_exp_arg (s - m, negated
+ * where s > m; returns those lanes as bits), v_exp (exp8 per lane) and
+ * v_last (the last lane).
  *   ATTN_GROUP, ATTN_MULTI, ATTN_PART, ATTN_SINGLE   names of the
  *                               functions made here
  *   ATTN_NARROW(q, n_pos, nq, k, v, stride, hd, scale, out)
@@ -32,11 +40,12 @@ static inline float hsum256(__m256 v) {
 
 /* q.k for one key row of f32 values (hd a multiple of VW), folded to 8
  * lanes */
-static inline __m256 dot_row(const float *qh, const float *kr, int hd) {
+static inline __attribute__((always_inline)) VT dot_part(const float *qh, const float *kr, int hd) {
   VT s = V_MUL(V_LOAD(qh), V_LOAD(kr));
   for (int i = VW; i < hd; i += VW) s = V_FMA(V_LOAD(qh + i), V_LOAD(kr + i), s);
-  return V_TO8(s);
+  return s;
 }
+static inline __attribute__((always_inline)) __m256 dot_row(const float *qh, const float *kr, int hd) { return V_TO8(dot_part(qh, kr, hd)); }
 
 /* the 8 horizontal sums of a[0..7], in order, as one vector */
 static inline __m256 hsum8x8(const __m256 a[8]) {
@@ -53,8 +62,8 @@ static inline __m256 hsum8x8(const __m256 a[8]) {
  * meanwhile rows [0, npf) at pf (same layout) are prefetched: at long
  * contexts the cache comes from memory, so each chunk asks for the rows it
  * will need next */
-static void rows_to_f32(const uint16_t *src, size_t stride, int np, int hd, float *dst, const uint16_t *pf,
-                        int npf) {
+static inline __attribute__((always_inline)) void rows_to_f32(const uint16_t *src, size_t stride, int np, int hd,
+                                                              float *dst, const uint16_t *pf, int npf) {
   for (int p = 0; p < np; p++) {
     if (p < npf)
       for (int i = 0; i < hd; i += 32) _mm_prefetch((const char *)(pf + p * stride + i), _MM_HINT_T0);
@@ -80,11 +89,21 @@ static void rows_to_f32(const uint16_t *src, size_t stride, int np, int hd, floa
  * chunk's keys, the 4 x W updates are independent chains (each a multiply-
  * add and two conversions long, so many must be in flight). Each
  * element is updated exactly as in the reference: rescaled when the max
- * grew, then plus V times the weight, rounded to F16 after each. */
-static inline __attribute__((always_inline)) void accum_quad(float (*acc)[MQ_MAX_HD], const float *ex,
-                                                             const int *grow, const int *lim, const float *kf,
-                                                             int hd, int np, int j0, const int W) {
+ * grew, then plus V times the weight, rounded to F16 after each. With S
+ * (the first block of the head), the four running sums too, key by key as
+ * the reference (S * w + 1 where the max grew, else S + w): scalar chains
+ * that hide under the vector work instead of a pass of their own. */
+static inline __attribute__((always_inline)) void accum_quad(float (*acc)[MQ_MAX_HD], float (*ex)[CHUNK],
+                                                             const uint64_t *grow, const int *lim, const float *kf,
+                                                             int hd, int np, int j0, const int W, float *S) {
   VT a[4][4];
+  float s4[4] = {0, 0, 0, 0};
+  uint64_t g4[4];
+#pragma GCC unroll 4
+  for (int h = 0; h < 4; h++) {
+    g4[h] = grow[h];
+    if (S) s4[h] = S[h];
+  }
 #pragma GCC unroll 4
   for (int h = 0; h < 4; h++)
 #pragma GCC unroll 4
@@ -97,11 +116,15 @@ static inline __attribute__((always_inline)) void accum_quad(float (*acc)[MQ_MAX
 #pragma GCC unroll 4
     for (int h = 0; h < 4; h++) {
       if (p >= lim[h]) continue;
-      VT vs = V_SET1(ex[(size_t)p * MQP + h]);
-      if (grow[(size_t)p * MQP + h]) {
+      const float w = ex[h][p];
+      VT vs = V_SET1(w);
+      if (__builtin_expect(g4[h] >> p & 1, 0)) {
 #pragma GCC unroll 4
         for (int u = 0; u < W; u++) a[h][u] = V_ROUND16(V_MUL(a[h][u], vs));
         vs = V_SET1(1.0f);
+        if (S) s4[h] = s4[h] * w + 1.0f;
+      } else if (S) {
+        s4[h] = s4[h] + w;
       }
 #pragma GCC unroll 4
       for (int u = 0; u < W; u++) a[h][u] = V_ROUND16(V_FMA(vv[u], vs, a[h][u]));
@@ -111,26 +134,27 @@ static inline __attribute__((always_inline)) void accum_quad(float (*acc)[MQ_MAX
   for (int h = 0; h < 4; h++)
 #pragma GCC unroll 4
     for (int u = 0; u < W; u++) V_STORE(acc[h] + j0 + u * VW, a[h][u]);
+  if (S)
+    for (int h = 0; h < 4; h++) S[h] = s4[h];
 }
 
 /* ms NULL: out[h] is the normalised output; else out[h] is the
  * unnormalised accumulator and ms[2h], ms[2h + 1] the running max and sum
  * (pw_attn_part_fn) */
-static void ATTN_GROUP(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
-                       size_t stride, int hd, float scale, float *const *out, float *ms) {
+static inline __attribute__((always_inline)) void group_body(const float *const *q, const int *n_pos, int nq,
+                                                             const uint16_t *k, const uint16_t *v, size_t stride,
+                                                             const int hd, float scale, float *const *out, float *ms) {
   float qh[MQ][MQ_MAX_HD] __attribute__((aligned(64)));
   /* the F16 accumulators, held as the f32 values of their F16 roundings
    * (converting in registers: the store form of the F16 convert is slow) */
   float acc[MQP][MQ_MAX_HD] __attribute__((aligned(64)));
   float kf[CHUNK * MQ_MAX_HD] __attribute__((aligned(64)));
-  /* per chunk: scores query-major; exp arguments, then weights, and the
-   * growth masks (all ones where the max grew) key-major */
-  float sc[MQP][CHUNK] __attribute__((aligned(32)));
-  float ex[CHUNK][MQP] __attribute__((aligned(32)));
-  int grow[CHUNK][MQP] __attribute__((aligned(32)));
-  float S[MQP], M[MQP];
+  /* per chunk, query-major: scores, then the weights; the growth masks
+   * (bit p: the max grew at key p) */
+  float sc[MQP][CHUNK] __attribute__((aligned(64)));
+  uint64_t grow[MQP] = {0};
+  float S[MQP] = {0}, M[MQP];
   int lim[MQP] = {0}; /* keys of the current chunk query h sees (0 past nq) */
-  const __m256i sc_idx = _mm256_setr_epi32(0, CHUNK, 2 * CHUNK, 3 * CHUNK, 4 * CHUNK, 5 * CHUNK, 6 * CHUNK, 7 * CHUNK);
   int n_max = 0;
   for (int h = 0; h < nq; h++) {
     for (int i = 0; i < hd; i += VW) {
@@ -144,67 +168,64 @@ static void ATTN_GROUP(const float *const *q, const int *n_pos, int nq, const ui
   const __m256 vscale = _mm256_set1_ps(scale);
   for (int p0 = 0; p0 < n_max; p0 += CHUNK) {
     const int np = n_max - p0 < CHUNK ? n_max - p0 : CHUNK;
-    /* 1. scores */
     /* K of this chunk (V of it on the way) */
     rows_to_f32(k + (size_t)p0 * stride, stride, np, hd, kf, v + (size_t)p0 * stride, np);
     for (int h = 0; h < nq; h++) {
       const int nh = n_pos[h] - p0 < np ? n_pos[h] - p0 : np;
       lim[h] = nh > 0 ? nh : 0;
+      /* 1. scores */
       int p = 0;
+#ifdef ATTN_SCORES16
+      for (; p + 16 <= nh; p += 16) ATTN_SCORES16(qh[h], kf + (size_t)p * hd, hd, scale, sc[h] + p);
+#endif
       for (; p + 8 <= nh; p += 8) {
         __m256 d[8];
         for (int j = 0; j < 8; j++) d[j] = dot_row(qh[h], kf + (size_t)(p + j) * hd, hd);
         _mm256_store_ps(sc[h] + p, _mm256_mul_ps(hsum8x8(d), vscale));
       }
       for (; p < nh; p++) sc[h][p] = hsum256(dot_row(qh[h], kf + (size_t)p * hd, hd)) * scale;
-    }
-    /* 2. running max -> exp arguments (key-major, eight queries per vector:
-     * each query's chain is serial over the keys, different queries'
-     * are not), then the exps */
-    for (int h = 0; h < nq; h += 8) {
-      const __m256i lim8 = _mm256_loadu_si256((const __m256i *)(lim + h));
-      __m256 m = _mm256_loadu_ps(M + h);
-      for (int p = 0; p < np; p++) {
-        const __m256 live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(lim8, _mm256_set1_epi32(p)));
-        const __m256 s = _mm256_mask_i32gather_ps(_mm256_setzero_ps(), sc[h] + p, sc_idx, live, 4);
-        const __m256 d = _mm256_sub_ps(s, m);
-        const __m256 g = _mm256_and_ps(_mm256_cmp_ps(s, m, _CMP_GT_OQ), live);
-        /* growth: exp(M_old - M) (-inf on the first key gives 0), else exp(s - M) */
-        _mm256_store_ps(ex[p] + h, _mm256_blendv_ps(d, _mm256_xor_ps(d, _mm256_set1_ps(-0.0f)), g));
-        _mm256_store_si256((__m256i *)(grow[p] + h), _mm256_castps_si256(g));
-        m = _mm256_blendv_ps(m, s, g);
+      /* 2. the running max before each key, VW keys at a time: a prefix
+       * max within the vector (the reference's "s > M ? s : M", which is
+       * associative) on top of the max so far. That fixes each key's exp
+       * argument (M_old - M where the max grew, else s - M), then the
+       * weights with the vector exp. */
+      float m = M[h];
+      uint64_t gm = 0;
+      for (p = 0; p < nh; p += VW) {
+        const VT s = v_load_ninf(sc[h] + p, nh - p);
+        const VT inc = V_MAX(v_scan_max(s), V_SET1(m));
+        VT e;
+        gm |= (uint64_t)v_exp_arg(s, v_shift1(inc, m), &e) << p;
+        V_STORE(sc[h] + p, v_exp(e));
+        m = v_last(inc);
       }
-      _mm256_storeu_ps(M + h, m);
+      M[h] = m;
+      grow[h] = gm;
     }
-    for (int p = 0; p < np; p++)
-      for (int h = 0; h < nq; h += 8) _mm256_store_ps(ex[p] + h, exp8(_mm256_load_ps(ex[p] + h)));
-    /* 3. the F16 accumulators, key by key (kf now holds V) */
+    /* 3. the F16 accumulators (and the running sums), key by key (kf now
+     * holds V) */
     /* V of this chunk (K of the next one on the way) */
     const int np_next = n_max - p0 - np < CHUNK ? n_max - p0 - np : CHUNK;
     rows_to_f32(v + (size_t)p0 * stride, stride, np, hd, kf, k + (size_t)(p0 + np) * stride, np_next);
     for (int h = 0; h < nq; h += 4) {
-      int j = 0;
-      for (; j + 4 * VW <= hd; j += 4 * VW) accum_quad(acc + h, ex[0] + h, grow[0] + h, lim + h, kf, hd, np, j, 4);
+      /* the first block of the head carries the running sums */
+      int j;
+      if (hd >= 4 * VW) {
+        accum_quad(acc + h, sc + h, grow + h, lim + h, kf, hd, np, 0, 4, S + h);
+        j = 4 * VW;
+      } else if (hd >= 2 * VW) {
+        accum_quad(acc + h, sc + h, grow + h, lim + h, kf, hd, np, 0, 2, S + h);
+        j = 2 * VW;
+      } else {
+        accum_quad(acc + h, sc + h, grow + h, lim + h, kf, hd, np, 0, 1, S + h);
+        j = VW;
+      }
+      for (; j + 4 * VW <= hd; j += 4 * VW) accum_quad(acc + h, sc + h, grow + h, lim + h, kf, hd, np, j, 4, NULL);
       if (j + 2 * VW <= hd) {
-        accum_quad(acc + h, ex[0] + h, grow[0] + h, lim + h, kf, hd, np, j, 2);
+        accum_quad(acc + h, sc + h, grow + h, lim + h, kf, hd, np, j, 2, NULL);
         j += 2 * VW;
       }
-      if (j < hd) accum_quad(acc + h, ex[0] + h, grow[0] + h, lim + h, kf, hd, np, j, 1);
-    }
-    /* 4. the running sums: S * ms + vs, ms = the weight where the max grew
-     * (then vs = 1), else ms = 1 and vs = the weight */
-    for (int h = 0; h < nq; h += 8) {
-      const __m256i lim8 = _mm256_loadu_si256((const __m256i *)(lim + h));
-      const __m256 one = _mm256_set1_ps(1.0f);
-      __m256 s8 = _mm256_loadu_ps(S + h);
-      for (int p = 0; p < np; p++) {
-        const __m256 live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(lim8, _mm256_set1_epi32(p)));
-        const __m256 e = _mm256_load_ps(ex[p] + h);
-        const __m256 g = _mm256_castsi256_ps(_mm256_load_si256((const __m256i *)(grow[p] + h)));
-        const __m256 sn = _mm256_add_ps(_mm256_mul_ps(s8, _mm256_blendv_ps(one, e, g)), _mm256_blendv_ps(e, one, g));
-        s8 = _mm256_blendv_ps(s8, sn, live);
-      }
-      _mm256_storeu_ps(S + h, s8);
+      if (j < hd) accum_quad(acc + h, sc + h, grow + h, lim + h, kf, hd, np, j, 1, NULL);
     }
   }
   if (ms) {
@@ -221,6 +242,16 @@ static void ATTN_GROUP(const float *const *q, const int *n_pos, int nq, const ui
   }
 }
 
+
+/* The common head sizes with the size a constant: the dot products and
+ * row loops unroll and q stays in registers (a third less time per step
+ * at head size 64 than the same code with hd a variable) */
+static void ATTN_GROUP(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
+                       size_t stride, int hd, float scale, float *const *out, float *ms) {
+  if (hd == 64) group_body(q, n_pos, nq, k, v, stride, 64, scale, out, ms);
+  else if (hd == 128) group_body(q, n_pos, nq, k, v, stride, 128, scale, out, ms);
+  else group_body(q, n_pos, nq, k, v, stride, hd, scale, out, ms);
+}
 
 void ATTN_MULTI(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
                 size_t stride, int hd, float scale, float *const *out) {
