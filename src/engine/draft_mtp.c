@@ -14,6 +14,14 @@
  * them, and a rollback cuts the cache with the target's; the recurrent
  * state of the target goes back through the engine's snapshots.
  *
+ * The block's passes are deferred: a slot's (hidden state, token) pairs
+ * wait in a backlog of up to MTP_BACKLOG positions and go through the block
+ * in one batched pass when the slot next asks for proposals or the backlog
+ * is full. A request the cost policy keeps from drafting then costs one
+ * batched pass every MTP_BACKLOG positions instead of a pass per step (the
+ * block is about a tenth of a small model's step); the cache it builds is
+ * the same, position by position (model passes are batch-invariant).
+ *
  * Per slot the drafter keeps the target's hidden state at the last
  * committed position (what the next proposal is paired with) and the
  * hidden states of the slot's entries in the latest pass (a verification
@@ -31,6 +39,10 @@
 #include <string.h>
 
 void (*eng_mtp_test_hook)(engine_req *r, int32_t *prop, int n);
+int eng_mtp_backlog = -1;
+
+/* positions a slot may hold back from the block (see the top) */
+#define MTP_BACKLOG 64
 
 typedef struct mtp_state {
   int E;              /* n_embd */
@@ -48,6 +60,11 @@ typedef struct mtp_state {
   float *vrows;       /* [n_slots][rows][E] the slot's hidden states in the latest pass */
   int *vbase, *vn;    /* [n_slots] position of vrows' first row, rows held */
   engine_req **who;   /* [max_active] requests of the current draft pass */
+  int bl_max;         /* backlog capacity per slot (0: every pass runs at once) */
+  int32_t *bl_tok;    /* [n_slots][bl_max] tokens of the deferred positions */
+  float *bl_hin;      /* [n_slots][bl_max][E] their h inputs */
+  int *bl_n;          /* [n_slots] deferred positions, from model_kv_len(mkv) on */
+  int cap;            /* rows of ments/hin */
 } mtp_state;
 
 static void destroy(engine *e) {
@@ -67,6 +84,9 @@ static void destroy(engine *e) {
   free(s->vbase);
   free(s->vn);
   free(s->who);
+  free(s->bl_tok);
+  free(s->bl_hin);
+  free(s->bl_n);
   free(s);
   e->dstate = NULL;
 }
@@ -86,9 +106,15 @@ static int create(engine *e, const engine_opts *o, char *err) {
   if ((rc = model_ctx_create(e->m, o->step_tokens, e->n_ctx, &s->mctx, err)) < 0) return rc;
   e->tok_bytes += model_kv_bytes(s->mkv) / ((size_t)e->n_slots * e->n_ctx);
   const size_t E = (size_t)s->E, T = (size_t)o->step_tokens, A = (size_t)o->max_active, S = (size_t)e->n_slots;
+  s->bl_max = eng_mtp_backlog >= 0 ? eng_mtp_backlog : MTP_BACKLOG;
+  const size_t B = (size_t)s->bl_max;
+  s->cap = (int)(T + S * B);
   s->hid = malloc(T * E * sizeof(float));
-  s->hin = malloc(T * E * sizeof(float));
-  s->ments = calloc(T, sizeof *s->ments);
+  s->hin = malloc((size_t)s->cap * E * sizeof(float));
+  s->ments = calloc((size_t)s->cap, sizeof *s->ments);
+  s->bl_tok = malloc((S * B + 1) * sizeof(int32_t));
+  s->bl_hin = malloc((S * B * E + 1) * sizeof(float));
+  s->bl_n = calloc(S, sizeof(int));
   s->logits = malloc(A * e->n_vocab * sizeof(float));
   s->hout = malloc(A * E * sizeof(float));
   s->pend = calloc(S * E, sizeof(float));
@@ -99,7 +125,7 @@ static int create(engine *e, const engine_opts *o, char *err) {
   s->vn = calloc(S, sizeof(int));
   s->who = calloc(A, sizeof *s->who);
   if (!s->hid || !s->hin || !s->ments || !s->logits || !s->hout || !s->pend || !s->pend_pos || !s->valid ||
-      !s->vrows || !s->vbase || !s->vn || !s->who)
+      !s->vrows || !s->vbase || !s->vn || !s->who || !s->bl_tok || !s->bl_hin || !s->bl_n)
     return pw_seterr(err, PW_ENOMEM, "engine: out of memory for the MTP drafter");
   for (size_t i = 0; i < S; i++) s->pend_pos[i] = -1;
   return 0;
@@ -109,6 +135,30 @@ static bool slot_speculates(const engine *e, int seq) {
   for (int p = 0; p < e->n_part; p++)
     if (e->part[p]->slot == seq) return e->part[p]->spec;
   return false;
+}
+
+/* Appends slot seq's backlog to ments/hin at m (positions from the block's
+ * cache length on) and empties it; returns the new m. */
+static int take_backlog(mtp_state *s, int seq, int m) {
+  const size_t E = (size_t)s->E;
+  const int base = model_kv_len(s->mkv, seq);
+  for (int i = 0; i < s->bl_n[seq]; i++, m++) {
+    const size_t row = (size_t)seq * s->bl_max + (size_t)i;
+    s->ments[m] = (model_entry){.seq = seq, .pos = base + i, .token = s->bl_tok[row], .want_logits = false};
+    memcpy(s->hin + (size_t)m * E, s->bl_hin + row * E, E * sizeof(float));
+  }
+  s->bl_n[seq] = 0;
+  return m;
+}
+
+/* The block over ments[m] (no logits); on failure the slots stop drafting. */
+static void run_block(mtp_state *s, int m) {
+  if (m == 0) return;
+  char err[PW_ERRMAX];
+  if (model_mtp_forward(s->mctx, s->mkv, s->ments, m, s->hin, NULL, NULL, err) < 0) {
+    pw_log(PW_LOG_WARN, "engine: MTP pass failed: %s", err);
+    for (int i = 0; i < m; i++) s->valid[s->ments[i].seq] = false;
+  }
 }
 
 /* After a target pass over ents[n] (e->ctx still holds it): the block runs
@@ -132,22 +182,41 @@ static void observe_pass(engine *e, const model_entry *ents, int n) {
       ok = false;
     } else if (p0 == 0) {
       model_kv_truncate(s->mkv, seq, 0);
+      s->bl_n[seq] = 0;
       s->valid[seq] = true;
-      memset(s->hin + (size_t)m * E, 0, E * sizeof(float));
       ok = true;
     } else {
-      ok = s->valid[seq] && s->pend_pos[seq] == p0 - 1 && model_kv_len(s->mkv, seq) >= p0;
-      if (ok) {
-        model_kv_truncate(s->mkv, seq, p0); /* drop the chained drafts */
-        memcpy(s->hin + (size_t)m * E, s->pend + (size_t)seq * E, E * sizeof(float));
+      const int kl = model_kv_len(s->mkv, seq);
+      ok = s->valid[seq] && s->pend_pos[seq] == p0 - 1 && kl + s->bl_n[seq] >= p0;
+      if (ok && p0 < kl) { /* drop the chained drafts */
+        model_kv_truncate(s->mkv, seq, p0);
+        s->bl_n[seq] = 0;
+      } else if (ok) {
+        s->bl_n[seq] = p0 - kl;
       }
     }
     if (ok) {
+      /* the pass's positions: into the backlog while it has room, else
+       * through the block now, after what the backlog held */
+      const bool defer = s->bl_n[seq] + c <= s->bl_max;
+      const size_t brow = (size_t)seq * s->bl_max + (size_t)s->bl_n[seq];
+      if (!defer) m = take_backlog(s, seq, m);
       for (int i = 0; i < c; i++) {
-        s->ments[m + i] = (model_entry){.seq = seq, .pos = p0 + i, .token = ents[t + i].token, .want_logits = false};
-        if (i > 0) memcpy(s->hin + (size_t)(m + i) * E, s->hid + (size_t)(t + i - 1) * E, E * sizeof(float));
+        const float *h = i > 0 ? s->hid + (size_t)(t + i - 1) * E : p0 == 0 ? NULL : s->pend + (size_t)seq * E;
+        float *dst = defer ? s->bl_hin + (brow + (size_t)i) * E : s->hin + (size_t)(m + i) * E;
+        if (h)
+          memcpy(dst, h, E * sizeof(float));
+        else
+          memset(dst, 0, E * sizeof(float));
+        if (defer)
+          s->bl_tok[brow + (size_t)i] = ents[t + i].token;
+        else
+          s->ments[m + i] = (model_entry){.seq = seq, .pos = p0 + i, .token = ents[t + i].token, .want_logits = false};
       }
-      m += c;
+      if (defer)
+        s->bl_n[seq] += c;
+      else
+        m += c;
       /* the hidden states a verification may commit: the last rows */
       const int keep = c < s->rows ? c : s->rows;
       memcpy(s->vrows + (size_t)seq * s->rows * E, s->hid + (size_t)(t + c - keep) * E, keep * E * sizeof(float));
@@ -160,12 +229,7 @@ static void observe_pass(engine *e, const model_entry *ents, int n) {
     }
     t += c;
   }
-  if (m == 0) return;
-  char err[PW_ERRMAX];
-  if (model_mtp_forward(s->mctx, s->mkv, s->ments, m, s->hin, NULL, NULL, err) < 0) {
-    pw_log(PW_LOG_WARN, "engine: MTP pass failed: %s", err);
-    for (int i = 0; i < m; i++) s->valid[s->ments[i].seq] = false;
-  }
+  run_block(s, m);
 }
 
 /* A verification committed r up to n_fed: the next proposal pairs with
@@ -186,7 +250,13 @@ static void observe_commit(engine *e, engine_req *r, int accepted) {
 
 static void rollback(engine *e, int slot, int n) {
   mtp_state *s = e->dstate;
-  if (model_kv_len(s->mkv, slot) > n) model_kv_truncate(s->mkv, slot, n);
+  const int kl = model_kv_len(s->mkv, slot);
+  if (kl > n) {
+    model_kv_truncate(s->mkv, slot, n);
+    s->bl_n[slot] = 0;
+  } else if (kl + s->bl_n[slot] > n) {
+    s->bl_n[slot] = n - kl;
+  }
 }
 
 /* Proposals for every run-list sequence with n_prop > 0 (the planned
@@ -198,6 +268,12 @@ static void propose_batch(engine *e) {
   const size_t E = (size_t)s->E;
   int n = 0, kmax = 0;
   char err[PW_ERRMAX];
+  /* the deferred positions of the sequences about to draft, first */
+  int m = 0;
+  for (int i = 0; i < e->n_run; i++)
+    if (e->run[i]->n_prop > 0 && e->run[i]->slot >= 0 && s->valid[e->run[i]->slot])
+      m = take_backlog(s, e->run[i]->slot, m);
+  run_block(s, m);
   for (int i = 0; i < e->n_run; i++) {
     engine_req *r = e->run[i];
     r->draft_row = -1;

@@ -271,6 +271,9 @@ extern const drafter_ops eng_draft_prompt_lookup, eng_draft_ngram, eng_draft_mod
  * so tests can force chosen proposals to be accepted or rejected. NULL in
  * the product. */
 extern void (*eng_mtp_test_hook)(engine_req *r, int32_t *prop, int n);
+/* the MTP drafter's backlog per slot (-1: its default; 0: the block runs
+ * after every target pass), for tests comparing the two */
+extern int eng_mtp_backlog;
 
 /* ---- shared between the engine's files ------------------------------------ */
 

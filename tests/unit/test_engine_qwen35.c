@@ -417,6 +417,62 @@ static int synth(const char *arch, const char *type, const char *shape) {
   return rc;
 }
 
+/* The block's deferred passes: with the cost policy pricing verification
+ * as linear in entries, a request declines from its first round and probes
+ * after 16 and 32 declined steps, its positions meanwhile waiting in the
+ * block's backlog; each probe's proposals must equal those made with the
+ * block run after every target pass (eng_mtp_backlog 0). */
+#define BL_GEN 56
+static int32_t g_bl_prop[2][2][256][4];
+static int g_bl_n[2][2][256], g_bl_run;
+
+static void backlog_hook(engine_req *r, int32_t *prop, int n) {
+  for (int w = 0; w < 2; w++)
+    if (g_np[w] == r->n_prompt && memcmp(g_prompts[w], r->toks, (size_t)r->n_prompt * sizeof(int32_t)) == 0 &&
+        r->n_fed < 256) {
+      g_bl_n[g_bl_run][w][r->n_fed] = n;
+      for (int j = 0; j < n && j < 4; j++) g_bl_prop[g_bl_run][w][r->n_fed][j] = prop[j];
+    }
+}
+
+static void test_mtp_backlog(void) {
+  static const double lin[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, draft[4] = {0.01, 0.02, 0.03, 0.04};
+  memset(g_bl_n, 0, sizeof g_bl_n);
+  eng_mtp_test_hook = backlog_hook;
+  for (g_bl_run = 0; g_bl_run < 2; g_bl_run++) {
+    eng_mtp_backlog = g_bl_run == 0 ? 0 : -1;
+    engine_opts o = {.model_path = g_model, .n_threads = 2, .max_active = 2, .max_queue = 4, .n_ctx = 256,
+                     .spec_mode = ENGINE_SPEC_MTP, .spec_draft_max = 4, .spec_policy = ENGINE_SPEC_POLICY_COST,
+                     .spec_cost_fixed = lin, .spec_cost_n = 9, .spec_draft_cost_fixed = draft, .spec_draft_cost_n = 4};
+    engine *es = create_engine(&o);
+    if (!es) break;
+    for (int i = 0; i < 2; i++) {
+      static result res;
+      engine_params p = greedy(g_prompts[i], g_np[i], BL_GEN);
+      run1(es, &p, &res);
+    }
+    engine_destroy(es);
+  }
+  eng_mtp_backlog = -1;
+  eng_mtp_test_hook = NULL;
+  int same = 0, late = 0, diff = 0;
+  for (int w = 0; w < 2; w++)
+    for (int f = 0; f < 256; f++) {
+      if (!g_bl_n[0][w][f] || g_bl_n[0][w][f] != g_bl_n[1][w][f]) continue;
+      const int k = g_bl_n[0][w][f] < 4 ? g_bl_n[0][w][f] : 4;
+      if (memcmp(g_bl_prop[0][w][f], g_bl_prop[1][w][f], (size_t)k * sizeof(int32_t)) != 0) {
+        diff++;
+        continue;
+      }
+      same++;
+      if (f - g_np[w] >= 8) late++;
+    }
+  fprintf(stderr, "mtp backlog: %d proposal rounds equal with and without deferred block passes (%d after 8+ "
+                  "deferred positions), %d differ\n", same, late, diff);
+  CHECK_EQ_INT(diff, 0);
+  CHECK_MSG(late > 0, "no probe after a run of deferred positions was compared (%d rounds)", same);
+}
+
 int main(void) {
   snprintf(g_model, sizeof g_model, "/tmp/pw_test_qwen35_%d.gguf", (int)getpid());
   double t0 = pw_now_s();
@@ -424,6 +480,7 @@ int main(void) {
     test_model_state(1);
     test_engine_invariance_and_spec();
     test_mtp();
+    test_mtp_backlog();
     test_prefix_cache();
     fprintf(stderr, "qwen35 checks in %.1fs\n", pw_now_s() - t0);
   }
