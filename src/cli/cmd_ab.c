@@ -548,6 +548,10 @@ static json_t *stats_json(const engine_stats *s) {
   json_object_set_new(o, "cache_misses", json_integer((json_int_t)s->cache_misses_total));
   json_object_set_new(o, "cache_reused_tokens", json_integer((json_int_t)s->cache_reused_tokens_total));
   json_object_set_new(o, "cache_evictions", json_integer((json_int_t)s->cache_evictions_total));
+  json_object_set_new(o, "spec_rollbacks", json_integer((json_int_t)s->spec_rollbacks_total));
+  json_object_set_new(o, "spec_draft_passes", json_integer((json_int_t)s->spec_draft_passes_total));
+  json_object_set_new(o, "spec_draft_catchups", json_integer((json_int_t)s->spec_draft_catchup_total));
+  json_object_set_new(o, "generated_tokens", json_integer((json_int_t)s->generated_tokens_total));
   json_object_set_new(o, "steps", json_integer((json_int_t)s->steps_total));
   return o;
 }
@@ -644,6 +648,10 @@ static void stats_delta(const engine_stats *a, const engine_stats *b, engine_sta
   AB_D(cache_reused_tokens_total);
   AB_D(cache_evictions_total);
   AB_D(steps_total);
+  AB_D(spec_rollbacks_total);
+  AB_D(spec_draft_passes_total);
+  AB_D(spec_draft_catchup_total);
+  AB_D(generated_tokens_total);
 #undef AB_D
 }
 
@@ -768,6 +776,18 @@ static int run_ab(const ab_opts *o) {
   for (int k = 0; k < 2; k++) {
     engine_get_stats(eng[k], &after);
     stats_delta(&before[k], &after, &delta[k]);
+  }
+  for (int k = 0; k < 2; k++) {
+    /* what speculation did, per 100 generated tokens: the figures a wall
+     * clock too noisy to read still shows */
+    const engine_stats *d = &delta[k];
+    const double per = d->generated_tokens_total ? 100.0 / (double)d->generated_tokens_total : 0;
+    fprintf(stderr,
+            "power ab: %s per 100 generated tokens: %.2f verification rounds, %.2f probes, %.2f rollbacks, "
+            "%.2f drafter passes, %.2f drafter catch-up passes, %.1f declined steps\n",
+            k ? "candidate" : "baseline", (double)d->spec_rounds_total * per, (double)d->spec_probes_total * per,
+            (double)d->spec_rollbacks_total * per, (double)d->spec_draft_passes_total * per,
+            (double)d->spec_draft_catchup_total * per, (double)d->spec_declined_total * per);
   }
   for (int i = 0; i < n_runs; i++) samples[i] = runs[i].s;
   ab_parity parity;

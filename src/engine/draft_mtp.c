@@ -31,6 +31,7 @@
  * Not here: verification, the adaptive width (spec.c). */
 #include "engine/engine_int.h"
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "sample/sample.h"
@@ -152,13 +153,16 @@ static int take_backlog(mtp_state *s, int seq, int m) {
 }
 
 /* The block over ments[m] (no logits); on failure the slots stop drafting. */
-static void run_block(mtp_state *s, int m) {
+static void run_block(engine *e, mtp_state *s, int m) {
   if (m == 0) return;
   char err[PW_ERRMAX];
+  const uint64_t t0 = pw_now_ns();
+  e->d.spec_draft_catchups++;
   if (model_mtp_forward(s->mctx, s->mkv, s->ments, m, s->hin, NULL, NULL, err) < 0) {
     pw_log(PW_LOG_WARN, "engine: MTP pass failed: %s", err);
     for (int i = 0; i < m; i++) s->valid[s->ments[i].seq] = false;
   }
+  e->draft_aside_ns += pw_now_ns() - t0;
 }
 
 /* After a target pass over ents[n] (e->ctx still holds it): the block runs
@@ -229,7 +233,7 @@ static void observe_pass(engine *e, const model_entry *ents, int n) {
     }
     t += c;
   }
-  run_block(s, m);
+  run_block(e, s, m);
 }
 
 /* A verification committed r up to n_fed: the next proposal pairs with
@@ -273,7 +277,7 @@ static void propose_batch(engine *e) {
   for (int i = 0; i < e->n_run; i++)
     if (e->run[i]->n_prop > 0 && e->run[i]->slot >= 0 && s->valid[e->run[i]->slot])
       m = take_backlog(s, e->run[i]->slot, m);
-  run_block(s, m);
+  run_block(e, s, m);
   for (int i = 0; i < e->n_run; i++) {
     engine_req *r = e->run[i];
     r->draft_row = -1;

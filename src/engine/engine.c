@@ -144,6 +144,9 @@ static int resolve_opts(const engine_opts *opts, engine_opts *out, const drafter
       if (!(o.spec_draft_cost_fixed[i] >= 0 && o.spec_draft_cost_fixed[i] < 1e300))
         return pw_seterr(err, PW_EINVAL, "engine: spec_draft_cost_fixed[%d] is not a number >= 0", i);
   }
+  if (o.spec_probe_budget == 0) o.spec_probe_budget = SPEC_PROBE_BUDGET;
+  if (!(o.spec_probe_budget > 0 && o.spec_probe_budget <= 1))
+    return pw_seterr(err, PW_EINVAL, "engine: spec_probe_budget %g out of range (0, 1]", o.spec_probe_budget);
   if (o.spec_draft_max < 1 || o.spec_draft_max > SPEC_MAX_K)
     return pw_seterr(err, PW_EINVAL, "engine: spec_draft_max %d out of range [1, %d]", o.spec_draft_max, SPEC_MAX_K);
   if (drafter && drafter->needs_model && (!o.spec_draft_model || !*o.spec_draft_model))

@@ -112,6 +112,8 @@ typedef struct engine_opts {
   const char *spec_draft_model; /* GGUF of the draft model for ENGINE_SPEC_DRAFT */
   int spec_draft_max;           /* K: most proposals per round, 1..ENGINE_SPEC_MAX_K; 0 = the default */
   int spec_policy;              /* engine_spec_policy; 0 = ENGINE_SPEC_POLICY_COST */
+  double spec_probe_budget;     /* cost policy: the share of a request's decode time that the
+                                 * probes of a drafter it declines may cost, in (0, 1]; 0 = 0.015 */
   /* Keyed prefix reuse (see "Prefix cache" below). */
   int prompt_cache_entries;     /* most cached sequences; 0 = 8; -1 = disabled */
   size_t prompt_cache_bytes;    /* most KV bytes held by entries; 0 = 1 GiB */
@@ -157,7 +159,13 @@ typedef struct engine_opts {
  *   they are expected to save. A request that gets no proposals keeps probing
  *   with a short round after 16, 32, ... (at most 256) steps without one,
  *   so a copy-heavy stretch later in the output is still found; the
- *   probes are the only price speculation can cost.
+ *   probes are the only price speculation can cost, and they are priced:
+ *   a probe whose measured cost over a plain step is X steps comes no
+ *   sooner than X / spec_probe_budget steps after the last, and a request
+ *   whose next probe would come after its last token stops speculating. A
+ *   new request starts from the drafter's acceptance over the engine's
+ *   recent rounds (an optimistic 3 in 4 before any), so a drafter that
+ *   is never right on this traffic is not tried again on every request.
  * - acceptance: K grows after a fully accepted round and moves towards
  *   accepted + 1 after a rejection; a request whose acceptance stays below
  *   20% over its last 8 rounds with proposals falls back to target-only
@@ -338,13 +346,18 @@ typedef struct engine_stats {
   uint64_t spec_drafted_total, spec_accepted_total, spec_emitted_total;
   uint64_t spec_target_passes_total; /* target passes giving tokens to requests still speculating */
   uint64_t spec_rounds_total;        /* rounds with at least one proposal */
-  uint64_t spec_fallbacks_total;     /* requests that stopped speculating (low acceptance) */
+  uint64_t spec_fallbacks_total;     /* requests that stopped speculating (low acceptance; cost
+                                      * policy: no probe due before their last token) */
   uint64_t spec_declined_total;      /* cost policy: decode steps of speculating requests given no
                                       * proposals because verifying them would cost more than
                                       * they are expected to save */
   uint64_t spec_probes_total;        /* cost policy: short rounds after declined steps */
   uint64_t spec_rollbacks_total;     /* recurrent-state models: rounds whose state went back to the
                                       * snapshot before the pass and re-ran the accepted prefix */
+  uint64_t spec_draft_passes_total;  /* the drafter's forward passes that made proposals (draft model
+                                      * or MTP block; one per chained proposal position per step) */
+  uint64_t spec_draft_catchup_total; /* MTP block passes over committed positions only (its deferred
+                                      * backlog, no proposals) */
   /* prefix cache: requests with a key; hits reuse >= 1 token; reused and
    * evaluated prompt tokens of those requests; entries and bytes held
    * (an entry in use counts as an entry, its KV as a running sequence's) */

@@ -44,9 +44,12 @@ typedef struct drafter_ops drafter_ops;
 #define SPEC_DECAY 0.8f    /* weight of the older rounds in acc_n/acc_a per round */
 #define SPEC_MARGIN 1.03   /* proposals must promise this much more tokens per second */
 #define SPEC_PROBE_MIN 16  /* declined steps before the first probe ... */
-#define SPEC_PROBE_MAX 256 /* ... doubling after each probe, up to this */
+#define SPEC_PROBE_MAX 256 /* ... doubling after each probe, up to this, or further (priced probes) */
 #define SPEC_PROBE_K 3     /* most proposals of a probe */
+#define SPEC_PROBE_BUDGET 0.015 /* default engine_opts.spec_probe_budget */
+#define SPEC_PROBE_FAR (1 << 20) /* a probe spacing that means never */
 #define SPEC_COST_STALE 64 /* passes after which a size's measured time counts as not seen */
+#define SPEC_HIST_DECAY 0.95f /* weight of the older rounds in the engine's acceptance per round */
 #define CACHE_MAX_ENTRIES 4096
 
 _Static_assert(ENGINE_MAX_STOP <= STOP_MAX_STRINGS && ENGINE_MAX_STOP_LEN <= STOP_MAX_LEN,
@@ -122,7 +125,9 @@ struct engine_req {
    * verified it (all before it accepted) and of those that accepted it */
   float acc_n[SPEC_MAX_K], acc_a[SPEC_MAX_K];
   int spec_idle;     /* cost policy: steps since this request last had proposals */
-  int spec_gap;      /* cost policy: idle steps before the next probe */
+  int spec_gap;      /* cost policy: idle steps before the next probe (before its price) */
+  bool spec_primed;  /* cost policy: acc_n/acc_a hold the engine's acceptance as their prior */
+  bool spec_on;      /* cost policy: its last round was given proposals (not a probe) */
   /* ---- per step scratch ---- */
   int32_t prop[SPEC_MAX_K]; /* this round's proposals */
   int n_prop;
@@ -139,6 +144,7 @@ typedef struct stat_delta {
   uint64_t spec_drafted, spec_accepted, spec_emitted, spec_target_passes, spec_rounds, spec_fallbacks;
   uint64_t spec_declined, spec_probes;
   uint64_t spec_refeeds;
+  uint64_t spec_draft_passes, spec_draft_catchups;
   uint64_t cache_requests, cache_hits, cache_misses, cache_reused, cache_evaluated, cache_evictions;
 } stat_delta;
 
@@ -215,6 +221,16 @@ struct engine {
    * (an average as pass_ns; 0 = not seen), or the fixed test costs (owned
    * copies) */
   double draft_ns[SPEC_MAX_K + 1];
+  /* cost policy: the drafter's acceptance per proposal position over the
+   * recent rounds of all requests, decayed by SPEC_HIST_DECAY per round:
+   * the prior of a new request (a drafter that is never right here starts
+   * a request declined, not on the optimistic SPEC_PRIOR_A) */
+  float acc_n[SPEC_MAX_K], acc_a[SPEC_MAX_K];
+  /* time the drafter spent this step on its passes over committed
+   * positions (the MTP block's backlog), kept out of the target's and the
+   * drafter's measured costs: that work is the same whatever the policy
+   * chooses */
+  uint64_t draft_aside_ns;
   double *draft_fixed;
   int n_draft_fixed;
   int draft_passes;    /* set by propose_batch: the chained passes it ran this step */

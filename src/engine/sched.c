@@ -31,6 +31,8 @@ void eng_stats_flush_locked(engine *e) {
   s->spec_declined_total += d->spec_declined;
   s->spec_probes_total += d->spec_probes;
   s->spec_rollbacks_total += d->spec_refeeds;
+  s->spec_draft_passes_total += d->spec_draft_passes;
+  s->spec_draft_catchup_total += d->spec_draft_catchups;
   s->cache_requests_total += d->cache_requests;
   s->cache_hits_total += d->cache_hits;
   s->cache_misses_total += d->cache_misses;
@@ -299,6 +301,7 @@ static void step_generate(engine *e, int n) {
     for (int p = 0; p < e->n_part; p++) eng_run_end_req(e, e->part[p], ENGINE_FINISH_NONE, rc, e->err);
     return;
   }
+  e->draft_aside_ns = 0;
   if (e->drafter && e->drafter->observe_pass) e->drafter->observe_pass(e, e->ents, n);
   for (int p = 0; p < e->n_part; p++) {
     engine_req *r = e->part[p];
@@ -321,8 +324,10 @@ static void step_generate(engine *e, int n) {
     if (!alive) eng_run_end_req(e, r, fin, st, msg);
   }
   /* The cost policy's measure: the whole step (snapshots, forward pass,
-   * verification and any re-run after a rejection) by its entries. */
-  eng_spec_observe_pass(e, n, pw_now_ns() - t0);
+   * verification and any re-run after a rejection) by its entries, but
+   * for the drafter's passes over committed positions (draft_aside_ns). */
+  const uint64_t dt = pw_now_ns() - t0;
+  eng_spec_observe_pass(e, n, dt > e->draft_aside_ns ? dt - e->draft_aside_ns : 0);
 }
 
 /* Runs the embedding batch: hidden states, no logits. */

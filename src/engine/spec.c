@@ -74,16 +74,33 @@ static void spec_adapt_acceptance(engine *e, engine_req *r, int k, int a) {
  * is right for many tokens or wrong from the first), which one rate for
  * all positions would miss; older rounds weigh less, so a request that
  * starts or stops copying is followed. */
-static void spec_adapt_cost(engine_req *r, int k, int a) {
+static void spec_adapt_cost(engine *e, engine_req *r, int k, int a) {
   for (int i = 0; i < k && i <= a; i++) {
     r->acc_n[i] = r->acc_n[i] * SPEC_DECAY + 1;
     r->acc_a[i] = r->acc_a[i] * SPEC_DECAY + (i < a ? 1 : 0);
+    e->acc_n[i] = e->acc_n[i] * SPEC_HIST_DECAY + 1;
+    e->acc_a[i] = e->acc_a[i] * SPEC_HIST_DECAY + (i < a ? 1 : 0);
+  }
+}
+
+/* A request's prior, on its first planned round (the engine thread owns
+ * e->acc_*): SPEC_PRIOR_N rounds at the engine's recent rate, itself
+ * pulled towards SPEC_PRIOR_A / SPEC_PRIOR_N by as many rounds, so a
+ * fresh engine starts optimistic and one whose drafter has been refused
+ * on every round lately starts a request declined. */
+static void spec_prime(const engine *e, engine_req *r) {
+  if (r->spec_primed) return;
+  r->spec_primed = true;
+  for (int i = 0; i < SPEC_MAX_K; i++) {
+    const float rate = (e->acc_a[i] + SPEC_PRIOR_A) / (e->acc_n[i] + SPEC_PRIOR_N);
+    r->acc_n[i] = SPEC_PRIOR_N;
+    r->acc_a[i] = SPEC_PRIOR_N * rate;
   }
 }
 
 static void spec_adapt(engine *e, engine_req *r, int k, int a) {
   if (e->o.spec_policy == ENGINE_SPEC_POLICY_COST)
-    spec_adapt_cost(r, k, a);
+    spec_adapt_cost(e, r, k, a);
   else
     spec_adapt_acceptance(e, r, k, a);
 }
@@ -101,17 +118,22 @@ void eng_spec_observe_pass(engine *e, int n, uint64_t ns) {
 }
 
 /* The time of a generation step of n entries: the fixed test cost, the
- * measured average, or, for a size not seen in the last SPEC_COST_STALE
- * passes, the time of the largest smaller size seen (else of the smallest
- * larger one): optimistic, so a width that was never tried, or not for a
- * while, looks cheap, is tried, and is then measured again. 0 = no step
+ * measured average, or, for a size never seen, the time of the largest
+ * smaller size seen (else of the smallest larger one): optimistic, so a
+ * width that was never tried looks cheap, is tried, and is then
+ * measured. With explore, a size not seen in the last SPEC_COST_STALE
+ * passes counts as never seen, so a width that once looked expensive
+ * (a step slowed by something else) is tried again while proposals pay;
+ * without it (deciding whether to propose at all, pricing a probe) the
+ * last measurement stands, so a request that stopped proposing is not
+ * talked into it again by forgetting what proposals cost. 0 = no step
  * seen at all. */
-static double pass_cost(const engine *e, int n) {
+static double pass_cost(const engine *e, int n, bool explore) {
   if (e->cost_fixed) return e->cost_fixed[(n < e->n_cost_fixed ? n : e->n_cost_fixed) - 1];
   int cap = e->o.step_tokens;
   if (n > cap) n = cap;
   const double *c = e->pass_ns;
-  long fresh = e->n_passes - SPEC_COST_STALE;
+  long fresh = explore ? e->n_passes - SPEC_COST_STALE : 0;
   for (int i = n; i >= 1; i--)
     if (c[i] > 0 && (i < n || e->pass_seen[i] >= fresh)) return c[i];
   for (int i = n + 1; i <= cap; i++)
@@ -157,6 +179,50 @@ static double spec_expect(const engine_req *r, int k) {
   return sum;
 }
 
+/* Expected tokens of a round of k proposals at the prior rate. */
+static double prior_expect(int k) {
+  double sum = 1, t = 1;
+  for (int i = 0; i < k; i++) sum += (t *= (double)SPEC_PRIOR_A / SPEC_PRIOR_N);
+  return sum;
+}
+
+/* The time of a step of n entries (t expected tokens so far, fixed and dk
+ * as for spec_cost_width) in which r gets j proposals. */
+static double step_cost(const engine *e, int n, bool fixed, int dk, int j, bool explore) {
+  return (fixed ? pass_cost(e, n, false) : pass_cost(e, n + j, explore)) + draft_cost(e, j > dk ? j : dk);
+}
+
+/* The probe of a request r that gets no proposals: *kp of at most k, the
+ * width that would pay best were proposals accepted at the prior rate
+ * again (a cheap verification probes wide, a costly one with one
+ * proposal), and the declined steps to wait for it: r's back-off, or
+ * longer when the probe's price, what its step costs over a plain one
+ * less what it is expected to gain, in plain steps (measured costs, r's
+ * current rate), would be more than spec_probe_budget of the plain steps
+ * in between. A probe that is never accepted thus costs a fixed share of
+ * the time however expensive the drafter is. Capped at SPEC_PROBE_FAR. */
+static double spec_probe_gap(const engine *e, const engine_req *r, int k, int n, double t, bool fixed, int dk,
+                             int *kp) {
+  const double c0 = pass_cost(e, n, false), base = c0 + draft_cost(e, dk);
+  int km = k < SPEC_PROBE_K ? k : SPEC_PROBE_K;
+  double bv = -1, bc = base;
+  *kp = km;
+  for (int j = 1; j <= km; j++) {
+    double cj = step_cost(e, n, fixed, dk, j, false), v = (t - 1 + prior_expect(j)) / cj;
+    if (v > bv) {
+      bv = v;
+      bc = cj;
+      *kp = j;
+    }
+  }
+  double gap = r->spec_gap;
+  if (c0 > 0) {
+    double x = (bc - base) / c0 - (spec_expect(r, *kp) - 1);
+    if (x > 0 && x / e->o.spec_probe_budget > gap) gap = x / e->o.spec_probe_budget;
+  }
+  return gap < SPEC_PROBE_FAR ? gap : SPEC_PROBE_FAR;
+}
+
 /* Cost policy: of 0..k proposals for r, the number that gives the step the
  * most expected tokens per unit of time, where the step has n entries
  * and t expected tokens so far (fixed = prompts fill the step whatever
@@ -164,34 +230,47 @@ static double spec_expect(const engine_req *r, int k) {
  * its drafter runs dk chained passes for the rounds planned so far (a
  * round of j > dk proposals makes it j: the drafter's passes are batched
  * over the step's requests). Proposals must beat none by SPEC_MARGIN.
- * None for too long: a probe of SPEC_PROBE_K. */
+ * Stale widths look cheap only while r is proposing (see pass_cost).
+ * None for long enough: a probe (spec_probe_gap). None until r's last
+ * token: r stops speculating, so its drafter stops following it (the MTP
+ * block's passes over its positions, kept for the next proposal). */
 static int spec_cost_width(engine *e, engine_req *r, int k, int n, double t, bool fixed, int dk) {
   if (k == 0) return 0;
-  double c0 = pass_cost(e, n);
+  spec_prime(e, r);
+  double c0 = pass_cost(e, n, false);
   int best = k;
   if (c0 > 0) {
     double bv = t / (c0 + draft_cost(e, dk)) * SPEC_MARGIN;
     best = 0;
     for (int j = 1; j <= k; j++) {
-      double cj = (fixed ? c0 : pass_cost(e, n + j)) + draft_cost(e, j > dk ? j : dk);
-      double v = (t - 1 + spec_expect(r, j)) / cj;
+      double v = (t - 1 + spec_expect(r, j)) / step_cost(e, n, fixed, dk, j, r->spec_on);
       if (v > bv) {
         best = j;
         bv = v;
       }
     }
   }
+  r->spec_on = best > 0;
   if (best > 0) {
     r->spec_idle = 0;
     r->spec_gap = SPEC_PROBE_MIN;
     return best;
   }
   e->d.spec_declined++;
-  if (++r->spec_idle < r->spec_gap) return 0;
+  int kp;
+  const double gap = spec_probe_gap(e, r, k, n, t, fixed, dk, &kp);
+  if (++r->spec_idle < gap) {
+    /* a step emits at least one token: no probe before the last one */
+    if (gap - r->spec_idle >= r->max_tokens - r->n_gen) {
+      r->spec = false;
+      e->d.spec_fallbacks++;
+    }
+    return 0;
+  }
   r->spec_idle = 0;
   r->spec_gap = r->spec_gap * 2 < SPEC_PROBE_MAX ? r->spec_gap * 2 : SPEC_PROBE_MAX;
   e->d.spec_probes++;
-  return k < SPEC_PROBE_K ? k : SPEC_PROBE_K;
+  return kp;
 }
 
 /* Verifies a decode round of r: rows [1 + n_prop][n_vocab] are the target's
@@ -293,8 +372,11 @@ void eng_spec_plan(engine *e, int extra) {
      * by how many it chained */
     const uint64_t t0 = pw_now_ns();
     e->draft_passes = 0;
+    e->draft_aside_ns = 0;
     d->propose_batch(e);
-    spec_observe_draft(e, e->draft_passes, pw_now_ns() - t0);
+    const uint64_t dt = pw_now_ns() - t0;
+    spec_observe_draft(e, e->draft_passes, dt > e->draft_aside_ns ? dt - e->draft_aside_ns : 0);
+    e->d.spec_draft_passes += (uint64_t)e->draft_passes;
   }
   /* Proposals the grammar refuses would be rejected anyway: cut them. */
   for (int i = 0; i < e->n_run; i++)

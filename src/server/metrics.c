@@ -224,6 +224,10 @@ void metrics_render(const metrics *m, const engine_stats *st, sbuf *out) {
   counter(out, "power_spec_rollbacks_total",
           "Recurrent-state models: rounds whose state went back to its snapshot and re-ran the accepted prefix.",
           st->spec_rollbacks_total);
+  counter(out, "power_spec_draft_passes_total",
+          "Drafter forward passes that made proposals (draft model or MTP block).", st->spec_draft_passes_total);
+  counter(out, "power_spec_draft_catchup_total",
+          "MTP block passes over committed positions only (its deferred backlog).", st->spec_draft_catchup_total);
   /* Keyed prefix cache. */
   counter(out, "power_prompt_cache_requests_total", "Requests that carried a prompt cache key.",
           st->cache_requests_total);

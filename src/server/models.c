@@ -62,7 +62,7 @@ struct srv_models {
 
 /* Every field of engine_stats, summed: a new field changes the size and
  * stops the build here until it is added below. */
-_Static_assert(sizeof(engine_stats) == 344, "engine_stats changed: sum the new fields in stats_add");
+_Static_assert(sizeof(engine_stats) == 360, "engine_stats changed: sum the new fields in stats_add");
 static void stats_add(engine_stats *a, const engine_stats *b) {
   a->active += b->active;
   a->queued += b->queued;
@@ -92,6 +92,8 @@ static void stats_add(engine_stats *a, const engine_stats *b) {
   a->spec_declined_total += b->spec_declined_total;
   a->spec_probes_total += b->spec_probes_total;
   a->spec_rollbacks_total += b->spec_rollbacks_total;
+  a->spec_draft_passes_total += b->spec_draft_passes_total;
+  a->spec_draft_catchup_total += b->spec_draft_catchup_total;
   a->cache_requests_total += b->cache_requests_total;
   a->cache_hits_total += b->cache_hits_total;
   a->cache_misses_total += b->cache_misses_total;

@@ -441,9 +441,12 @@ static void test_mtp_backlog(void) {
   eng_mtp_test_hook = backlog_hook;
   for (g_bl_run = 0; g_bl_run < 2; g_bl_run++) {
     eng_mtp_backlog = g_bl_run == 0 ? 0 : -1;
+    /* a generous probe budget: probes after 16 and 32 declined steps
+     * whatever they cost (test_mtp_priced prices them) */
     engine_opts o = {.model_path = g_model, .n_threads = 2, .max_active = 2, .max_queue = 4, .n_ctx = 256,
                      .spec_mode = ENGINE_SPEC_MTP, .spec_draft_max = 4, .spec_policy = ENGINE_SPEC_POLICY_COST,
-                     .spec_cost_fixed = lin, .spec_cost_n = 9, .spec_draft_cost_fixed = draft, .spec_draft_cost_n = 4};
+                     .spec_probe_budget = 1, .spec_cost_fixed = lin, .spec_cost_n = 9,
+                     .spec_draft_cost_fixed = draft, .spec_draft_cost_n = 4};
     engine *es = create_engine(&o);
     if (!es) break;
     for (int i = 0; i < 2; i++) {
@@ -473,6 +476,84 @@ static void test_mtp_backlog(void) {
   CHECK_MSG(late > 0, "no probe after a run of deferred positions was compared (%d rounds)", same);
 }
 
+/* Priced probes and the engine's acceptance prior, with the cost policy on
+ * fixed costs under which proposals pay when most are accepted but not
+ * when none are (verification cheap, each block pass a third of a step),
+ * and the default probe budget. The block's own proposals (never right
+ * here) on two requests: the first starts on the optimistic prior and is
+ * declined after a few refused rounds; the second starts from the
+ * engine's record of refusals, so it drafts less (probes only, each of a
+ * width chosen for its price, spaced so their price stays within the
+ * budget), and a request whose next probe would come after its last
+ * token stops speculating. Then the oracle that proposes the target's own
+ * continuation on the same engine: a probe finds it despite the
+ * pessimistic start, and the request speculates (accepted proposals).
+ * Always the tokens of decoding without speculation. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define PR_GEN 48
+#else
+#define PR_GEN MAX_TOK
+#endif
+static void test_mtp_priced(void) {
+  if (!g_have_alone) return;
+  static const double verify[5] = {1, 1.1, 1.2, 1.3, 1.4}, draft[4] = {0.3, 0.6, 0.9, 1.2};
+  static result ref[2], got;
+  static result saved[2];
+  memcpy(saved, g_alone, sizeof saved);
+  engine *off = make(2, 64, ENGINE_SPEC_OFF, 0);
+  engine_opts o = {.model_path = g_model, .n_threads = 2, .max_active = 2, .max_queue = 4, .n_ctx = 256,
+                   .spec_mode = ENGINE_SPEC_MTP, .spec_draft_max = 4, .spec_policy = ENGINE_SPEC_POLICY_COST,
+                   .spec_cost_fixed = verify, .spec_cost_n = 5, .spec_draft_cost_fixed = draft, .spec_draft_cost_n = 4};
+  engine *es = off ? create_engine(&o) : NULL;
+  if (!off || !es) goto out;
+  for (int i = 0; i < 2; i++) {
+    engine_params p = greedy(g_prompts[i], g_np[i], PR_GEN);
+    run1(off, &p, &ref[i]);
+    g_alone[i] = ref[i]; /* the oracle's continuation */
+  }
+  eng_mtp_test_hook = oracle_hook;
+  g_oracle = ORACLE_NONE;
+  int drafted[2];
+  engine_stats st;
+  for (int i = 0; i < 2; i++) {
+    engine_params p = greedy(g_prompts[i], g_np[i], PR_GEN);
+    run1(es, &p, &got);
+    CHECK_MSG(same_done(&ref[i], &got), "priced probes: request %d differs with MTP speculation", i);
+    drafted[i] = got.usage.spec_drafted;
+    engine_get_stats(es, &st);
+    fprintf(stderr,
+            "mtp priced probes, block's own proposals, request %d: %d tokens in %d passes, drafted %d accepted %d; "
+            "engine: %llu probes, %llu verification rounds, %llu block passes drafting, %llu over the backlog, "
+            "%llu stopped speculating\n",
+            i, got.n_tok, got.usage.target_passes, got.usage.spec_drafted, got.usage.spec_accepted,
+            (unsigned long long)st.spec_probes_total, (unsigned long long)st.spec_rounds_total,
+            (unsigned long long)st.spec_draft_passes_total, (unsigned long long)st.spec_draft_catchup_total,
+            (unsigned long long)st.spec_fallbacks_total);
+  }
+  CHECK_MSG(drafted[1] < drafted[0], "the engine's record of refusals did not make the second request draft less "
+                                     "(%d, then %d proposals)", drafted[0], drafted[1]);
+  /* probes of 1 + 2 entries (the width that would pay best at the prior
+   * rate) priced at 0.8 steps at most: at least 0.8 / 0.015 steps apart
+   * once the request's own rate is gone, so a handful in 2 x PR_GEN */
+  CHECK_MSG(st.spec_probes_total <= 6, "%llu probes", (unsigned long long)st.spec_probes_total);
+  CHECK(st.spec_fallbacks_total >= 1);
+  g_oracle = ORACLE_ALL;
+  engine_params p = greedy(g_prompts[0], g_np[0], PR_GEN);
+  run1(es, &p, &got);
+  CHECK_MSG(same_done(&ref[0], &got), "priced probes: the oracle's request differs with MTP speculation");
+  fprintf(stderr, "mtp priced probes, oracle all right: %d tokens in %d passes, drafted %d accepted %d\n", got.n_tok,
+          got.usage.target_passes, got.usage.spec_drafted, got.usage.spec_accepted);
+  CHECK_MSG(got.usage.spec_accepted >= PR_GEN / 4 && got.usage.target_passes < got.n_tok,
+            "a drafter that is right again was not found: %d accepted, %d tokens in %d passes",
+            got.usage.spec_accepted, got.n_tok, got.usage.target_passes);
+out:
+  eng_mtp_test_hook = NULL;
+  g_oracle = ORACLE_NONE;
+  memcpy(g_alone, saved, sizeof saved);
+  engine_destroy(off);
+  engine_destroy(es);
+}
+
 int main(void) {
   snprintf(g_model, sizeof g_model, "/tmp/pw_test_qwen35_%d.gguf", (int)getpid());
   double t0 = pw_now_s();
@@ -481,6 +562,7 @@ int main(void) {
     test_engine_invariance_and_spec();
     test_mtp();
     test_mtp_backlog();
+    test_mtp_priced();
     test_prefix_cache();
     fprintf(stderr, "qwen35 checks in %.1fs\n", pw_now_s() - t0);
   }
