@@ -297,6 +297,11 @@ int main(void) {
       {"ms-marco reranker Q8_0 rank", "ms-marco-minilm-l6-v2", "Q8_0", "", true, VOCAB},
       {"reranker, XLM-R vocab, Q8_0", "ms-marco-minilm-l6-v2", "Q8_0", "", true, VOCAB_UGM},
       {"bge-small, XLM-R vocab, Q8_0 mean", "bge-small-en-v1.5", "Q8_0", "--pooling mean", false, VOCAB_UGM},
+      /* ALiBi and the GEGLU of a double-width ffn_up; a reranker whose
+       * head projects straight to its score */
+      {"jina-v2-small F16 mean", "jina-embeddings-v2-small-en", "F16", "", false, VOCAB},
+      {"jina-v2-small Q8_0 cls", "jina-embeddings-v2-small-en", "Q8_0", "--pooling cls", false, VOCAB},
+      {"jina-reranker F16 rank", "jina-reranker-v1-tiny-en", "F16", "", true, VOCAB},
   };
   char path[512];
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
