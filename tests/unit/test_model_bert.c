@@ -1,4 +1,5 @@
-/* test_model_bert.c - the BERT-family encoders (bert, nomic-bert) against
+/* test_model_bert.c - the BERT-family encoders (bert, nomic-bert,
+ * jina-bert-v2) against
  * llama.cpp's embedding mode, through the engine's embedding path.
  *
  * Writes small models with `power synth` (2 layers, the real bert-bge
@@ -6,8 +7,9 @@
  * each pooling (cls as published, mean, last; F16 and Q8_0),
  * nomic-embed-text-v1.5 (mean; Q8_0 and F16), and the
  * ms-marco-minilm-l6-v2 cross-encoder (rank pooling through its
- * classification head), and two with XLM-RoBERTa's unigram vocabulary (as
- * bge-m3-style files have). For each, texts tokenized by Power go
+ * classification head), two with XLM-RoBERTa's unigram vocabulary (as
+ * bge-m3-style files have), and jina-bert-v2 (ALiBi, GEGLU; an embedding
+ * model with mean and cls pooling and a reranker). For each, texts tokenized by Power go
  * through tests/peer/llamacpp-embed.mjs (node-llama-cpp's prebuilt release,
  * CPU) and through the engine: vectors must have cosine >= 0.9999 with
  * llama.cpp's (the issue's bar), reranker scores must agree within
