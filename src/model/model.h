@@ -54,7 +54,8 @@ typedef enum model_arch {
   MODEL_ARCH_GEMMA2,
   MODEL_ARCH_SMOLLM3,
   MODEL_ARCH_GRANITE,
-  MODEL_ARCH_MISTRAL3
+  MODEL_ARCH_MISTRAL3,
+  MODEL_ARCH_JINA_BERT_V2
 } model_arch;
 
 /* How an encoder's hidden states become one vector per sequence
