@@ -152,15 +152,22 @@ static int take_backlog(mtp_state *s, int seq, int m) {
   return m;
 }
 
-/* The block over ments[m] (no logits); on failure the slots stop drafting. */
+/* The block over ments[m] (no logits), in passes of at most the step's
+ * entries (the backlogs of several slots can hold more); a slot's
+ * positions stay in order, so its cache is the same. On failure the
+ * slots of the failed pass and of those after it stop drafting. */
 static void run_block(engine *e, mtp_state *s, int m) {
-  if (m == 0) return;
   char err[PW_ERRMAX];
   const uint64_t t0 = pw_now_ns();
-  e->d.spec_draft_catchups++;
-  if (model_mtp_forward(s->mctx, s->mkv, s->ments, m, s->hin, NULL, NULL, err) < 0) {
-    pw_log(PW_LOG_WARN, "engine: MTP pass failed: %s", err);
-    for (int i = 0; i < m; i++) s->valid[s->ments[i].seq] = false;
+  for (int i = 0; i < m;) {
+    const int c = m - i < e->o.step_tokens ? m - i : e->o.step_tokens;
+    e->d.spec_draft_catchups++;
+    if (model_mtp_forward(s->mctx, s->mkv, s->ments + i, c, s->hin + (size_t)i * s->E, NULL, NULL, err) < 0) {
+      pw_log(PW_LOG_WARN, "engine: MTP pass failed: %s", err);
+      for (int j = i; j < m; j++) s->valid[s->ments[j].seq] = false;
+      break;
+    }
+    i += c;
   }
   e->draft_aside_ns += pw_now_ns() - t0;
 }

@@ -231,25 +231,30 @@ static double spec_probe_gap(const engine *e, const engine_req *r, int k, int n,
  * round of j > dk proposals makes it j: the drafter's passes are batched
  * over the step's requests). Proposals must beat none by SPEC_MARGIN.
  * Stale widths look cheap only while r is proposing (see pass_cost).
- * None for long enough: a probe (spec_probe_gap). None until r's last
- * token: r stops speculating, so its drafter stops following it (the MTP
- * block's passes over its positions, kept for the next proposal). */
+ * No step measured yet: k. */
+static int spec_best(const engine *e, const engine_req *r, int k, int n, double t, bool fixed, int dk) {
+  double c0 = pass_cost(e, n, false);
+  if (c0 <= 0) return k;
+  double bv = t / (c0 + draft_cost(e, dk)) * SPEC_MARGIN;
+  int best = 0;
+  for (int j = 1; j <= k; j++) {
+    double v = (t - 1 + spec_expect(r, j)) / step_cost(e, n, fixed, dk, j, r->spec_on);
+    if (v > bv) {
+      best = j;
+      bv = v;
+    }
+  }
+  return best;
+}
+
+/* r's width this round (spec_best). None for long enough: a probe
+ * (spec_probe_gap). None until r's last token: r stops speculating, so
+ * its drafter stops following it (the MTP block's passes over its
+ * positions, kept for the next proposal). */
 static int spec_cost_width(engine *e, engine_req *r, int k, int n, double t, bool fixed, int dk) {
   if (k == 0) return 0;
   spec_prime(e, r);
-  double c0 = pass_cost(e, n, false);
-  int best = k;
-  if (c0 > 0) {
-    double bv = t / (c0 + draft_cost(e, dk)) * SPEC_MARGIN;
-    best = 0;
-    for (int j = 1; j <= k; j++) {
-      double v = (t - 1 + spec_expect(r, j)) / step_cost(e, n, fixed, dk, j, r->spec_on);
-      if (v > bv) {
-        best = j;
-        bv = v;
-      }
-    }
-  }
+  const int best = spec_best(e, r, k, n, t, fixed, dk);
   r->spec_on = best > 0;
   if (best > 0) {
     r->spec_idle = 0;
@@ -271,6 +276,22 @@ static int spec_cost_width(engine *e, engine_req *r, int k, int n, double t, boo
   r->spec_gap = r->spec_gap * 2 < SPEC_PROBE_MAX ? r->spec_gap * 2 : SPEC_PROBE_MAX;
   e->d.spec_probes++;
   return kp;
+}
+
+/* A request whose prompt is about to be evaluated, on its first plan: when
+ * it would get no proposals on its first round (alone in the step) and
+ * its first probe would come after its last token, it stops speculating
+ * now, before its prompt goes through the drafter (the MTP block runs over
+ * every prompt it may later draft for). */
+static void spec_screen(engine *e, engine_req *r) {
+  spec_prime(e, r);
+  const int k = spec_want(e, r);
+  int kp;
+  if (k == 0 || spec_best(e, r, k, 1, 1, false, 0) > 0) return;
+  if (spec_probe_gap(e, r, k, 1, 1, false, 0, &kp) >= r->max_tokens) {
+    r->spec = false;
+    e->d.spec_fallbacks++;
+  }
 }
 
 /* Verifies a decode round of r: rows [1 + n_prop][n_vocab] are the target's
@@ -343,11 +364,13 @@ void eng_spec_plan(engine *e, int extra) {
   bool cost = e->o.spec_policy == ENGINE_SPEC_POLICY_COST, waiting = false;
   int n = 0; /* entries of the step so far: one per generating sequence */
   for (int i = 0; i < e->n_run; i++) {
-    const engine_req *r = e->run[i];
-    if (r->embedding || r->n_fed < r->n_prompt)
+    engine_req *r = e->run[i];
+    if (r->embedding || r->n_fed < r->n_prompt) {
       waiting = waiting || !r->embedding;
-    else
+      if (cost && r->spec && !r->spec_primed) spec_screen(e, r);
+    } else {
       n++;
+    }
   }
   double t = n; /* expected tokens of the step so far */
   int dk = 0;    /* the longest round planned so far: the drafter's chained passes */
