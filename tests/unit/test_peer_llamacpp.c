@@ -139,9 +139,10 @@ static void compare_kv(const char *label, const char *path, const int32_t *ids, 
    * factors) are the same on both sides */
   int n_ctx = (n + 1 + 255) / 256 * 256;
   if (n_ctx < 256) n_ctx = 256;
-  const model_kv_opts ko = {pk && pk->k ? (uint32_t)model_kv_type_parse(pk->k) : 0,
-                           pk && pk->v ? (uint32_t)model_kv_type_parse(pk->v) : 0};
   const int chunk = n < 512 ? n : 512;
+  /* passes of at most chunk positions: sliding-window layers in rings */
+  const model_kv_opts ko = {pk && pk->k ? (uint32_t)model_kv_type_parse(pk->k) : 0,
+                           pk && pk->v ? (uint32_t)model_kv_type_parse(pk->v) : 0, chunk};
   CHECK_MSG(model_kv_create_ex(m, 1, n_ctx, &ko, &kv, err) == 0, "%s: %s", label, err);
   CHECK(model_ctx_create(m, chunk, n_ctx, &c, err) == 0);
   for (int i0 = 0, w = 0; kv && c && i0 < n; i0 += chunk) {
