@@ -721,8 +721,10 @@ static void print_json(const bench_run *b, const char *path, const bench_facts *
   json_object_set_new(root, "kv_bytes", json_integer((json_int_t)model_kv_bytes(b->kv)));
   json_object_set_new(root, "kv_bytes_f16", json_integer((json_int_t)model_kv_bytes_f16(b->kv)));
   json_object_set_new(root, "kv_bytes_per_position", json_integer((json_int_t)model_kv_pos_bytes(b->kv)));
-  /* a sliding-window ring counts up to its size */
+  /* a sliding-window layer reads its window at most */
   json_object_set_new(root, "kv_bytes_per_token_at_depth",
+                      json_integer((json_int_t)model_kv_read_bytes(b->kv, (int)o->depth)));
+  json_object_set_new(root, "kv_bytes_per_sequence_at_depth",
                       json_integer((json_int_t)model_kv_seq_bytes(b->kv, (int)o->depth)));
   json_object_set_new(root, "kv_ring_layers", json_integer(model_kv_ring_layers(b->kv)));
   if (pp->n) {
@@ -820,7 +822,8 @@ static void print_md(const bench_run *b, const char *path, const bench_facts *fx
   if (model_kv_ring_layers(kv))
     printf("; %d sliding-window layers in rings", model_kv_ring_layers(kv));
   if (b->o->depth)
-    printf("; read per decode step at depth %ld: at most %.2f MiB", b->o->depth,
+    printf("; read per decode step at depth %ld: %.2f MiB of the %.2f MiB its sequence holds", b->o->depth,
+           (double)model_kv_read_bytes(kv, (int)b->o->depth) / 1048576.0,
            (double)model_kv_seq_bytes(kv, (int)b->o->depth) / 1048576.0);
   printf("\n");
   if (bs->on.n)

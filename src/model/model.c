@@ -394,6 +394,8 @@ static int kv_create(const model *m, int n_seq, int n_ctx, int n_kv_layers, bool
     return pw_seterr(err, PW_ENOMEM, "out of memory");
   }
   for (int l = 0; l < n_kv_layers; l++) kv->lay[l].cap = n_ctx;
+  for (int il = 0; rs && !m->ad->encoder && il < hp->n_layer; il++)
+    if (m->layers[il].kv_slot >= 0) kv->lay[m->layers[il].kv_slot].window = m->layers[il].window;
   /* the decoder's sliding-window layers (an encoder's layers share one
    * slot; the MTP block's is a full one) */
   if (rs && !m->ad->encoder && kv->max_pass > 0)
@@ -405,7 +407,6 @@ static int kv_create(const model *m, int n_seq, int n_ctx, int n_kv_layers, bool
       model_kv_layer *kl = &kv->lay[L->kv_slot];
       kl->ring = (int)ring;
       kl->cap = (int)cap;
-      kl->window = L->window;
       kv->n_ring++;
     }
   size_t n = 0;
@@ -491,6 +492,15 @@ size_t model_kv_seq_bytes(const model_kv *kv, int n_pos) {
   for (int l = 0; l < kv->n_layer; l++) {
     const model_kv_layer *kl = &kv->lay[l];
     rows += kl->ring ? (size_t)(n_pos < kl->cap ? n_pos : kl->cap) : (size_t)n_pos;
+  }
+  return rows * kv->n_head_kv * (kv->row_k + kv->row_v);
+}
+
+size_t model_kv_read_bytes(const model_kv *kv, int n_pos) {
+  size_t rows = 0;
+  for (int l = 0; l < kv->n_layer; l++) {
+    const int w = kv->lay[l].window;
+    rows += (size_t)(w > 0 && w < n_pos ? w : n_pos);
   }
   return rows * kv->n_head_kv * (kv->row_k + kv->row_v);
 }

@@ -219,6 +219,10 @@ size_t model_kv_pos_bytes(const model_kv *kv);
 /* K and V bytes a sequence of n_pos positions occupies (a ring layer's
  * rows count up to its size): what holding it costs */
 size_t model_kv_seq_bytes(const model_kv *kv, int n_pos);
+/* K and V bytes a query at position n_pos - 1 attends over (a
+ * sliding-window layer's window at most): what a decode step at that depth
+ * reads of the cache */
+size_t model_kv_read_bytes(const model_kv *kv, int n_pos);
 /* Sliding-window layers kept as rings (0: every layer holds n_ctx). */
 int model_kv_ring_layers(const model_kv *kv);
 void model_kv_destroy(model_kv *kv);

@@ -163,7 +163,8 @@ typedef struct model_kv_layer {
   size_t row0;   /* the layer's first row in k / v */
   int cap;       /* rows per (seq, KV head) */
   int ring;      /* rows of the ring (0: positions are rows) */
-  int window;    /* the layer's window (mirror rows: window - 1) */
+  int window;    /* the layer's window (0: full attention; in a ring,
+                  * window - 1 mirror rows) */
 } model_kv_layer;
 
 struct model_kv {
