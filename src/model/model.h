@@ -143,6 +143,9 @@ typedef struct model_weight {
   const void *data;
   uint32_t type;
   int64_t n_in, n_out;
+  /* stacked experts: rows from one expert's matrix to the next (0: n_out;
+   * 2 n_out for a half of a fused gate+up tensor) */
+  int64_t expert_rows;
 } model_weight;
 
 typedef struct model model;

@@ -78,7 +78,9 @@ typedef struct layer_w {
   /* Mixture of experts (hp.n_expert > 0): the router [n_embd -> n_expert]
    * and the stacked experts, each bound as expert 0's matrix (gate/up
    * [n_embd -> n_ff_exp], down [n_ff_exp -> n_embd]); expert e's rows
-   * start e * n_out rows further in the same tensor (model_expert). */
+   * start e * n_out rows further in the same tensor (model_expert), or
+   * e * 2 n_ff_exp rows when gate and up are halves of one fused tensor
+   * (ffn_gate_up_exps: an expert's gate rows, then its up rows). */
   model_weight ffn_gate_inp, gate_exps, up_exps, down_exps;
   /* the shared expert, every token's (qwen2moe; data NULL: none):
    * [n_embd -> n_ff_shexp] SwiGLU, its output scaled by
@@ -94,7 +96,8 @@ typedef struct layer_w {
 /* Expert e of a stacked expert tensor bound as expert 0 (a view). */
 static inline model_weight model_expert(const model_weight *w, int e) {
   model_weight v = *w;
-  v.data = (const char *)w->data + pw_dtype_row_size(w->type, (uint64_t)w->n_in) * (uint64_t)w->n_out * (uint64_t)e;
+  const uint64_t rows = (uint64_t)(w->expert_rows ? w->expert_rows : w->n_out);
+  v.data = (const char *)w->data + pw_dtype_row_size(w->type, (uint64_t)w->n_in) * rows * (uint64_t)e;
   return v;
 }
 
