@@ -214,7 +214,11 @@ static void fill_tokens(bench_run *b, int n) {
 static double bench_pp(bench_run *b, int p) {
   const int d = (int)b->o->depth, seq = d > 0 ? 1 : 0;
   fill_tokens(b, p);
-  model_kv_truncate(b->kv, seq, d);
+  if (d > 0 && b->depth_snap) {
+    if (model_kv_state_restore(b->kv, 1, b->depth_snap, b->err)) return -1;
+  } else {
+    model_kv_truncate(b->kv, seq, d);
+  }
   double t = 0;
   for (int i = 0; i < p; i += BENCH_MAX_CHUNK) {
     int nb = p - i < BENCH_MAX_CHUNK ? p - i : BENCH_MAX_CHUNK;
@@ -235,7 +239,8 @@ static int bench_fill_depth(bench_run *b, int d) {
     for (int j = 0; j < nb; j++) b->entries[j] = (model_entry){1, i + j, b->tokens[i + j], i + j == d - 1};
     if (model_forward(b->ctx, b->kv, b->entries, nb, b->logits, NULL, b->err)) return -1;
   }
-  /* a recurrent state cannot be cut back to the depth: keep a copy */
+  /* a recurrent state or a sliding-window ring cannot be cut back to the
+   * depth: keep a copy */
   if (model_kv_state_bytes(b->kv)) {
     if (!b->depth_snap) b->depth_snap = malloc(model_kv_state_bytes(b->kv));
     if (!b->depth_snap) return -1;
@@ -716,8 +721,12 @@ static void print_json(const bench_run *b, const char *path, const bench_facts *
   json_object_set_new(root, "kv_bytes", json_integer((json_int_t)model_kv_bytes(b->kv)));
   json_object_set_new(root, "kv_bytes_f16", json_integer((json_int_t)model_kv_bytes_f16(b->kv)));
   json_object_set_new(root, "kv_bytes_per_position", json_integer((json_int_t)model_kv_pos_bytes(b->kv)));
+  /* a sliding-window layer reads its window at most */
   json_object_set_new(root, "kv_bytes_per_token_at_depth",
-                      json_integer((json_int_t)(model_kv_pos_bytes(b->kv) * (size_t)o->depth)));
+                      json_integer((json_int_t)model_kv_read_bytes(b->kv, (int)o->depth)));
+  json_object_set_new(root, "kv_bytes_per_sequence_at_depth",
+                      json_integer((json_int_t)model_kv_seq_bytes(b->kv, (int)o->depth)));
+  json_object_set_new(root, "kv_ring_layers", json_integer(model_kv_ring_layers(b->kv)));
   if (pp->n) {
     json_object_set_new(root, "pp_tok_s", json_real(pp->med));
     json_object_set_new(root, "pp_min", json_real(pp->min));
@@ -810,9 +819,12 @@ static void print_md(const bench_run *b, const char *path, const bench_facts *fx
          model_kv_type_name(model_kv_type_k(kv)), model_kv_type_name(model_kv_type_v(kv)),
          model_kv_bytes(kv) / 1048576.0, model_kv_n_ctx(kv), model_kv_bytes_f16(kv) / 1048576.0,
          100.0 * (1.0 - (double)model_kv_bytes(kv) / (double)model_kv_bytes_f16(kv)), model_kv_pos_bytes(kv) / 1024.0);
+  if (model_kv_ring_layers(kv))
+    printf("; %d sliding-window layers in rings", model_kv_ring_layers(kv));
   if (b->o->depth)
-    printf("; read per decode step at depth %ld: %.2f MiB", b->o->depth,
-           (double)model_kv_pos_bytes(kv) * (double)b->o->depth / 1048576.0);
+    printf("; read per decode step at depth %ld: %.2f MiB of the %.2f MiB its sequence holds", b->o->depth,
+           (double)model_kv_read_bytes(kv, (int)b->o->depth) / 1048576.0,
+           (double)model_kv_seq_bytes(kv, (int)b->o->depth) / 1048576.0);
   printf("\n");
   if (bs->on.n)
     printf("engine rows: greedy generation of %ld tokens from %d prompt tokens, decode rate after the first "
@@ -858,9 +870,11 @@ static int run_model(const bench_opts *o) {
   if (n_tok < 1) n_tok = 1;
   size_t n_logits = (size_t)(nb > 1 ? nb : 1) * (size_t)b.hp->n_vocab;
   /* sequence 0: pp; sequence 1: tg (after its depth tokens) */
-  const model_kv_opts ko = {cli_kv_k(&o->kv), cli_kv_v(&o->kv)};
+  /* passes of at most chunk positions per sequence (one in the batch
+   * decode): sliding-window layers keep rings of their window plus that */
+  const model_kv_opts ko = {cli_kv_k(&o->kv), cli_kv_v(&o->kv), chunk}, kob = {ko.type_k, ko.type_v, 1};
   if (model_kv_create_ex(b.m, 2, n_ctx, &ko, &b.kv, b.err) || model_ctx_create(b.m, chunk, n_ctx, &b.ctx, b.err) ||
-      (nb > 0 && (model_kv_create_ex(b.m, nb, n + 1, &ko, &b.kvb, b.err) ||
+      (nb > 0 && (model_kv_create_ex(b.m, nb, n + 1, &kob, &b.kvb, b.err) ||
                   model_ctx_create(b.m, nb, n + 1, &b.ctxb, b.err)))) {
     fprintf(stderr, "power bench: %s\n", b.err);
     goto done;

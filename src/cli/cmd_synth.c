@@ -213,6 +213,7 @@ typedef struct sy_ctx {
   int enc;  /* index in k_enc, or -1 */
   int n_expert; /* > 0: the MLPs are mixtures of this many experts (moe) */
   const synth_moe *moe;
+  bool fuse_gu; /* experts' gate and up in one ffn_gate_up_exps tensor */
 } sy_ctx;
 
 static uint64_t fnv1a(const char *s) {
@@ -321,8 +322,12 @@ static int sy_build(sy_ctx *c, int n_layer, int64_t n_vocab) {
       const int64_t F = c->moe->n_ff_exp, X = c->n_expert;
       ADD("ffn_gate_inp.weight", 2, e, X, SY_MATRIX, 0.02f);
 #define ADD3(suffix, a, b) (snprintf(n, sizeof n, "blk.%d.%s", il, suffix), rc |= sy_add3(c, n, a, b, X, 0.02f))
-      ADD3("ffn_gate_exps.weight", e, F);
-      ADD3("ffn_up_exps.weight", e, F);
+      if (c->fuse_gu) { /* an expert's gate rows, then its up rows */
+        ADD3("ffn_gate_up_exps.weight", e, 2 * F);
+      } else {
+        ADD3("ffn_gate_exps.weight", e, F);
+        ADD3("ffn_up_exps.weight", e, F);
+      }
       ADD3("ffn_down_exps.weight", F, e);
 #undef ADD3
       if (sy_gptoss(m)) { /* biases of the router and of each expert (F32) */
@@ -529,6 +534,8 @@ static void synth_usage(FILE *out) {
           "  --pooling P     encoders: mean, cls, last or rank (rank needs a reranker; default: the model's)\n"
           "  --experts N     mixture-of-experts models: N experts per layer instead of the model's (at least\n"
           "                  its experts per token; quick tests)\n"
+          "  --fuse-gate-up  qwen3.5 mixtures of experts: the experts' gate and up matrices in one\n"
+          "                  ffn_gate_up_exps tensor, as the converter's --fuse-gate-up-exps writes them\n"
           "  --threads N     generation threads (default 2; the output is the same for any N)\n"
           "  --quiet         no progress on stderr\n",
           quant_ftype_names());
@@ -540,7 +547,7 @@ int cmd_synth(int argc, char **argv) {
   const char *pooling = NULL;
   double yarn_factor = 0, softcap_attn = 0, softcap_final = 0;
   int quiet = 0;
-  bool mtp = false;
+  bool mtp = false, fuse_gu = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -554,6 +561,10 @@ int cmd_synth(int argc, char **argv) {
     }
     if (!strcmp(a, "--mtp")) {
       mtp = true;
+      continue;
+    }
+    if (!strcmp(a, "--fuse-gate-up")) {
+      fuse_gu = true;
       continue;
     }
     bool known = !strcmp(a, "--arch") || !strcmp(a, "--vocab") || !strcmp(a, "--out") || !strcmp(a, "-o") ||
@@ -640,6 +651,10 @@ int cmd_synth(int argc, char **argv) {
   const synth_moe *moe = NULL;
   for (size_t i = 0; i < sizeof k_moe / sizeof k_moe[0]; i++)
     if (!strcmp(m->id, k_moe[i].id)) moe = &k_moe[i];
+  if (fuse_gu && strcmp(m->arch, "qwen35moe")) { /* where llama.cpp reads the fused tensor */
+    fprintf(stderr, "power synth: --fuse-gate-up: only qwen3.5 mixtures of experts have a fused gate+up\n");
+    return 2;
+  }
   if (ff > 0 && moe) {
     fprintf(stderr, "power synth: --ff: %s is a mixture of experts (--experts sizes it)\n", m->id);
     return 2;
@@ -710,6 +725,7 @@ int cmd_synth(int argc, char **argv) {
   c.mtp = mtp;
   c.enc = enc;
   c.moe = moe;
+  c.fuse_gu = fuse_gu;
   c.n_expert = moe ? (experts > 0 ? (int)experts : moe->n_expert) : 0;
   if (gguf_open(vocab, &vf, err)) {
     fprintf(stderr, "power synth: %s: %s\n", vocab, err);

@@ -144,6 +144,7 @@ static void destroy(engine *e) {
   draft_state *ds = e->dstate;
   if (!ds) return;
   model_ctx_destroy(ds->dctx);
+  e->dkv = NULL;
   model_kv_destroy(ds->dkv);
   model_destroy(ds->dm);
   free(ds->dlogits);
@@ -161,19 +162,24 @@ static int create(engine *e, const engine_opts *o, char *err) {
   if (model_has_recurrent(ds->dm))
     return pw_seterr(err, PW_EUNSUPPORTED, "engine: a draft model with a recurrent state (%s) is not supported",
                      model_hp(ds->dm)->arch_name);
-  if ((rc = model_kv_create(ds->dm, e->n_slots, e->n_ctx, &ds->dkv, err)) < 0) return rc;
+  /* its passes are at most step_tokens positions too (the batch's size) */
+  const model_kv_opts ko = {.max_pass = o->step_tokens};
+  if ((rc = model_kv_create_ex(ds->dm, e->n_slots, e->n_ctx, &ko, &ds->dkv, err)) < 0) return rc;
   if ((rc = model_ctx_create(ds->dm, o->step_tokens, e->n_ctx, &ds->dctx, err)) < 0) return rc;
-  e->tok_bytes += model_kv_bytes(ds->dkv) / ((size_t)e->n_slots * e->n_ctx);
+  e->dkv = ds->dkv;
   ds->dlogits = malloc((size_t)o->max_active * e->n_vocab * sizeof *ds->dlogits);
   ds->dents = calloc((size_t)o->step_tokens, sizeof *ds->dents);
   if (!ds->dlogits || !ds->dents) return pw_seterr(err, PW_ENOMEM, "engine: out of memory for draft buffers");
   return 0;
 }
 
-/* The draft catches up lazily, so its KV may be shorter than n already. */
+/* The draft catches up lazily, so its KV may be shorter than n already;
+ * a cut its sliding-window rings cannot make exactly starts it over (it
+ * catches up from 0). */
 static void rollback(engine *e, int slot, int n) {
   draft_state *ds = e->dstate;
-  if (model_kv_len(ds->dkv, slot) > n) model_kv_truncate(ds->dkv, slot, n);
+  if (model_kv_len(ds->dkv, slot) <= n) return;
+  model_kv_truncate(ds->dkv, slot, model_kv_truncate_exact(ds->dkv, slot, n) ? n : 0);
 }
 
 const drafter_ops eng_draft_model = {.mode = ENGINE_SPEC_DRAFT,

@@ -273,12 +273,12 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   }
   e->n_cache = o.prompt_cache_entries > 0 ? o.prompt_cache_entries : 0;
   e->n_slots = o.max_active + e->n_cache;
-  const model_kv_opts ko = {o.kv_type_k, o.kv_type_v};
+  /* a pass adds at most step_tokens positions to a sequence (the batch's
+   * size): the sliding-window layers keep rings of their window plus that */
+  const model_kv_opts ko = {o.kv_type_k, o.kv_type_v, o.step_tokens};
   if ((rc = model_kv_create_ex(e->m, e->n_slots, e->n_ctx, &ko, &e->kv, err)) < 0) goto fail;
   if ((rc = model_ctx_create(e->m, o.step_tokens, e->n_ctx, &e->ctx, err)) < 0) goto fail;
-  /* per position: the recurrent state (if any) is a fixed cost per slot */
-  e->tok_bytes = (model_kv_bytes(e->kv) - (size_t)e->n_slots * model_kv_state_bytes(e->kv)) /
-                 ((size_t)e->n_slots * e->n_ctx);
+  e->tok_bytes = 0; /* the target's positions: eng_seq_bytes */
   if (model_has_recurrent(e->m) && drafter) {
     /* speculation over a recurrent state: a snapshot per running request
      * before each verification pass, restored on a rejection */

@@ -104,7 +104,10 @@ typedef struct engine_opts {
   int n_ctx;              /* context per sequence, ENGINE_MIN_CTX..ENGINE_MAX_CTX;
                            * 0 = min(model's, ENGINE_DEFAULT_CTX) */
   int step_tokens;        /* token budget of one step (decode + prefill chunks); 0 = 512;
-                           * raised to max_active if smaller */
+                           * raised to max_active if smaller. Also what a
+                           * sliding-window layer's KV ring holds beyond its
+                           * window (model_kv_opts.max_pass): a prompt-cache
+                           * entry cut back by more than this is a miss */
   int max_events;         /* undelivered events per request before it is cancelled
                            * with PW_ELIMIT (slow consumer); 0 = 256 */
   /* Exact speculative decoding (see "Speculation" below). */

@@ -161,7 +161,12 @@ struct engine {
   int pooling, n_scores;
   long n_passes;       /* target forward passes run (engine thread) */
   int n_slots;         /* KV sequences: max_active + cache entries */
-  size_t tok_bytes;    /* KV bytes of one position (target + draft) */
+  /* KV bytes of the positions held (eng_seq_bytes): the target's cache
+   * and the draft model's by model_kv_seq_bytes (a sliding-window layer's
+   * ring costs at most its size), plus tok_bytes per position for a
+   * drafter's own full-length cache (the MTP block's) */
+  size_t tok_bytes;
+  const model_kv *dkv; /* the draft model's cache (borrowed), or NULL */
   char model_id[256];
   char sha256[65];     /* hex SHA-256 of the model file, computed on first use */
   bool sha_done;
@@ -253,8 +258,9 @@ struct drafter_ops {
   const char *name; /* as engine_spec_parse takes it */
   bool needs_model; /* engine_opts.spec_draft_model is required */
   /* engine_create, after the target is loaded: load what the drafter needs
-   * into e->dstate and add the KV bytes it keeps per position to
-   * e->tok_bytes. 0 or a PW_E* status with err set. */
+   * into e->dstate and account for the KV it keeps per position (a
+   * draft model's cache in e->dkv, a full-length one's bytes per position
+   * added to e->tok_bytes). 0 or a PW_E* status with err set. */
   int (*create)(engine *e, const engine_opts *o, char *err);
   void (*destroy)(engine *e);
   /* Proposes at once for one sequence: up to k tokens into r->prop;
@@ -308,6 +314,8 @@ bool eng_txt_feed(engine *e, engine_req *r, const char *s, size_t n);
 void eng_slot_take(engine *e, engine_req *r);
 void eng_slot_release(engine *e, engine_req *r, int status);
 size_t eng_cache_bytes(const engine *e);
+/* KV bytes a sequence of n positions holds (target, draft model, drafter) */
+size_t eng_seq_bytes(const engine *e, int n);
 uint64_t eng_cache_expire(engine *e, uint64_t now);
 /* Cuts slot's KV (target and drafter) back to n positions. */
 void eng_kv_rollback(engine *e, int slot, int n);

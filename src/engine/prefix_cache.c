@@ -19,6 +19,10 @@ void eng_kv_rollback(engine *e, int slot, int n) {
   if (e->drafter && e->drafter->rollback) e->drafter->rollback(e, slot, n);
 }
 
+size_t eng_seq_bytes(const engine *e, int n) {
+  return model_kv_seq_bytes(e->kv, n) + (e->dkv ? model_kv_seq_bytes(e->dkv, n) : 0) + (size_t)n * e->tok_bytes;
+}
+
 /* ---- engine thread: KV slots and the prefix cache ------------------------ */
 
 static void slot_free(engine *e, int slot) {
@@ -63,7 +67,7 @@ static int owner_usage(engine *e, const uint8_t owner[32], const cache_ent *keep
     if (!c->used || memcmp(c->owner, owner, 32)) continue;
     n++;
     if (c->busy) continue;
-    *bytes += (size_t)c->n_tok * e->tok_bytes;
+    *bytes += eng_seq_bytes(e, c->n_tok);
     if (c != keep && (!*lru || c->last_ns < (*lru)->last_ns)) *lru = c;
   }
   return n;
@@ -73,7 +77,7 @@ static int owner_usage(engine *e, const uint8_t owner[32], const cache_ent *keep
 size_t eng_cache_bytes(const engine *e) {
   size_t n = 0;
   for (int i = 0; i < e->n_cache; i++)
-    if (e->cache[i].used && !e->cache[i].busy) n += (size_t)e->cache[i].n_tok * e->tok_bytes;
+    if (e->cache[i].used && !e->cache[i].busy) n += eng_seq_bytes(e, e->cache[i].n_tok);
   return n;
 }
 
@@ -107,6 +111,10 @@ static void cache_take(engine *e, engine_req *r) {
     /* A recurrent state holds the entry's whole length and cannot be cut
      * back: reuse only when the new prompt extends all of it. */
     if (model_has_recurrent(e->m) && (c != ce->n_tok || !model_kv_seq_exact(e->kv, ce->slot))) c = 0;
+    /* Sliding-window layers kept as rings hold the entry's last positions
+     * only: a prefix cut back further than the ring keeps is a miss (never
+     * a state missing part of its window). */
+    if (c > 0 && !model_kv_truncate_exact(e->kv, ce->slot, c)) c = 0;
     ce->busy = true;
     r->ent = ce;
     r->slot = ce->slot;
@@ -133,8 +141,11 @@ static void cache_store(engine *e, engine_req *r, int status) {
   int slot = r->slot;
   int n = r->n_fed;
   PW_ASSERT(model_kv_len(e->kv, slot) >= n);
-  bool keep = status == 0 && n > 0 && (size_t)n * e->tok_bytes <= e->o.prompt_cache_bytes &&
-              (!e->o.prompt_cache_owner_bytes || (size_t)n * e->tok_bytes <= e->o.prompt_cache_owner_bytes);
+  const size_t nb = eng_seq_bytes(e, n);
+  bool keep = status == 0 && n > 0 && nb <= e->o.prompt_cache_bytes &&
+              (!e->o.prompt_cache_owner_bytes || nb <= e->o.prompt_cache_owner_bytes);
+  /* nor a sequence whose rings cannot be cut back to n exactly */
+  if (keep && !model_kv_truncate_exact(e->kv, slot, n)) keep = false;
   /* a recurrent state is kept only when it holds exactly the n positions */
   if (keep && model_has_recurrent(e->m) && (model_kv_len(e->kv, slot) != n || !model_kv_seq_exact(e->kv, slot)))
     keep = false;

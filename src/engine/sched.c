@@ -45,12 +45,12 @@ void eng_stats_flush_locked(engine *e) {
   for (int i = 0; i < e->n_cache; i++)
     if (e->cache[i].used) {
       n_ent++;
-      if (!e->cache[i].busy) held += (size_t)e->cache[i].n_tok;
+      if (!e->cache[i].busy) held += eng_seq_bytes(e, e->cache[i].n_tok);
     }
-  for (int i = 0; i < e->n_run; i++) held += (size_t)e->run[i]->n_fed;
+  for (int i = 0; i < e->n_run; i++) held += eng_seq_bytes(e, e->run[i]->n_fed);
   s->cache_entries = n_ent;
   s->cache_bytes = eng_cache_bytes(e);
-  s->kv_bytes_in_use = held * e->tok_bytes;
+  s->kv_bytes_in_use = held;
 }
 
 

@@ -4,7 +4,8 @@
  * query scaled before it -> RMSNorm (post) -> residual, then RMSNorm ->
  * GeGLU MLP -> RMSNorm (post) -> residual. Layers are local (a sliding
  * window of n_swa positions, their own RoPE base) except every
- * swa_period-th, which is global. Norm weights already carry Gemma's +1
+ * swa_period-th, which is global (a local layer's KV cache can be a ring of
+ * about its window: model_kv_layer). Norm weights already carry Gemma's +1
  * (the converter adds it).
  *
  * The two differ in their hyperparameters and one step: Gemma 3 RMSNorms
@@ -88,6 +89,7 @@ static int bind_layer(model *m, int il, char *err) {
   const gguf_file *f = m->f;
   const model_hparams *hp = &m->hp;
   layer_w *L = &m->layers[il];
+  L->window = is_swa(hp, il) ? hp->n_swa : 0;
   int64_t e = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
   int rc;
   char n[96];
@@ -116,7 +118,7 @@ static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int i
   const model_hparams *hp = &m->hp;
   const layer_w *L = &m->layers[il];
   const int E = hp->n_embd, hd = hp->head_dim, qd = hp->n_head * hd;
-  const bool swa = is_swa(hp, il);
+  const bool swa = L->window > 0;
   pw_mm_op qkv[3], gu[2];
   model_qkv_ops(L, c, qkv);
   model_gu_ops(L, c, gu);
@@ -130,7 +132,7 @@ static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int i
    * applies to these scores) */
   be->scale(c, c->q, c->q, hp->attn_scale, (int64_t)n * qd);
   be->kv_store(c, kv, e, n, il);
-  be->attention(c, kv, e, n, il, 1.0f, swa ? hp->n_swa : 0, NULL);
+  be->attention(c, kv, e, n, il, 1.0f, L->window, NULL);
   be->prefetch_weights(c, gu, 2, E, n);
   be->matmul(c, &L->wo, c->att, n, c->xn);
   be->rmsnorm(c, c->xn, c->xn, L->attn_post_norm, n, E, hp->rms_eps);

@@ -21,9 +21,9 @@
  * type, MXFP4 in the published files.
  *
  * Not here: the harmony chat format (the file's template renders it,
- * chat/toolcall.c parses channels and tool calls out of the output). The
- * KV cache of a local layer is as long as a full layer's: the window is
- * applied by the attention, not by the cache's size (as for gemma3). */
+ * chat/toolcall.c parses channels and tool calls out of the output). A local
+ * layer's KV cache is a ring of about its window when the cache bounds a
+ * pass (model_kv_layer in model_int.h), as gemma3's and gemma2's. */
 #include "model/model_int.h"
 
 #include "base/error.h"
@@ -95,6 +95,7 @@ static int bind_layer(model *m, int il, char *err) {
   const gguf_file *f = m->f;
   const model_hparams *hp = &m->hp;
   layer_w *L = &m->layers[il];
+  L->window = is_swa(hp, il) ? hp->n_swa : 0;
   const int64_t e = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
   const int64_t F = hp->n_ff_exp, X = hp->n_expert;
   int rc;
@@ -145,7 +146,7 @@ static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int i
   be->kv_store(c, kv, e, n, il);
   model_prefetch_weight(c, &L->wo, n);
   be->prefetch_vec(L->attn_sinks, hp->n_head);
-  be->attention(c, kv, e, n, il, 1.0f / sqrtf((float)hp->head_dim), is_swa(hp, il) ? hp->n_swa : 0, L->attn_sinks);
+  be->attention(c, kv, e, n, il, 1.0f / sqrtf((float)hp->head_dim), L->window, L->attn_sinks);
   be->prefetch_vec(L->bo, E);
   be->prefetch_vec(L->attn_post_norm, E);
   model_prefetch_weight(c, &L->ffn_gate_inp, n);

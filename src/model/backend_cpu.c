@@ -183,8 +183,16 @@ static void cpu_kv_store(model_ctx *c, model_kv *kv, const model_entry *e, int n
   const pw_from_float_fn to_k = pw_traits_get(kv->type_k)->from_float, to_v = pw_traits_get(kv->type_v)->from_float;
   for (int t = 0; t < n; t++)
     for (int h = 0; h < hp->n_head_kv; h++) {
-      to_k(c->k + (size_t)t * kvd + (size_t)h * hd, model_kv_k(kv, il, e[t].seq, h, e[t].pos), hd);
-      to_v(c->v + (size_t)t * kvd + (size_t)h * hd, model_kv_v(kv, il, e[t].seq, h, e[t].pos), hd);
+      uint8_t *kr = model_kv_k(kv, il, e[t].seq, h, e[t].pos), *vr = model_kv_v(kv, il, e[t].seq, h, e[t].pos);
+      to_k(c->k + (size_t)t * kvd + (size_t)h * hd, kr, hd);
+      to_v(c->v + (size_t)t * kvd + (size_t)h * hd, vr, hd);
+      /* a ring layer's first rows are repeated after the ring (a window
+       * that wraps reads on into them) */
+      const size_t mr = model_kv_mirror_row(kv, il, e[t].seq, h, e[t].pos);
+      if (mr != (size_t)-1) {
+        memcpy(kv->k + mr * kv->row_k, kr, kv->row_k);
+        memcpy(kv->v + mr * kv->row_v, vr, kv->row_v);
+      }
     }
 }
 

@@ -356,12 +356,15 @@ static size_t kv_row_bytes(uint32_t t, int head_dim, char *err) {
 
 /* A cache of n_kv_layers attention layers in the types of o (NULL: F16),
  * with the model's recurrent state when rs (the decoder's cache) or
- * without (the MTP block's). */
+ * without (the MTP block's); the decoder's sliding-window layers as rings
+ * when o bounds a pass (model_kv_layer). */
 static int kv_create(const model *m, int n_seq, int n_ctx, int n_kv_layers, bool rs, const model_kv_opts *o,
                      model_kv **out, char *err) {
   *out = NULL;
   if (n_seq < 1 || n_seq > 4096 || n_ctx < 1 || n_ctx > (1 << 22))
     return pw_seterr(err, PW_EINVAL, "invalid KV cache size: %d sequences x %d positions", n_seq, n_ctx);
+  if (o && (o->max_pass < 0 || o->max_pass > (1 << 22)))
+    return pw_seterr(err, PW_EINVAL, "invalid KV cache pass bound %d", o->max_pass);
   const model_hparams *hp = &m->hp;
   const uint32_t tk = o && o->type_k ? o->type_k : PW_DT_F16, tv = o && o->type_v ? o->type_v : PW_DT_F16;
   const size_t rk = kv_row_bytes(tk, hp->head_dim, err), rv = rk ? kv_row_bytes(tv, hp->head_dim, err) : 0;
@@ -380,12 +383,41 @@ static int kv_create(const model *m, int n_seq, int n_ctx, int n_kv_layers, bool
   kv->type_v = tv;
   kv->row_k = rk;
   kv->row_v = rv;
-  size_t n = (size_t)kv->n_layer * n_seq * n_ctx * kv->n_head_kv;
-  kv->k = alloc_lines((n ? n : 1) * rk);
-  kv->v = alloc_lines((n ? n : 1) * rv);
+  kv->max_pass = o && o->max_pass > 0 ? o->max_pass : 0;
+  kv->lay = calloc((size_t)n_kv_layers, sizeof *kv->lay);
   kv->len = calloc((size_t)n_seq, sizeof(int));
   kv->rs_len = calloc((size_t)n_seq, sizeof(int));
-  if (!kv->k || !kv->v || !kv->len || !kv->rs_len) {
+  kv->hw = calloc((size_t)n_seq, sizeof(int));
+  kv->lost = calloc((size_t)n_seq, 1);
+  if (!kv->lay || !kv->len || !kv->rs_len || !kv->hw || !kv->lost) {
+    model_kv_destroy(kv);
+    return pw_seterr(err, PW_ENOMEM, "out of memory");
+  }
+  for (int l = 0; l < n_kv_layers; l++) kv->lay[l].cap = n_ctx;
+  for (int il = 0; rs && !m->ad->encoder && il < hp->n_layer; il++)
+    if (m->layers[il].kv_slot >= 0) kv->lay[m->layers[il].kv_slot].window = m->layers[il].window;
+  /* the decoder's sliding-window layers (an encoder's layers share one
+   * slot; the MTP block's is a full one) */
+  if (rs && !m->ad->encoder && kv->max_pass > 0)
+    for (int il = 0; il < hp->n_layer; il++) {
+      const layer_w *L = &m->layers[il];
+      if (L->kv_slot < 0 || L->window <= 0) continue;
+      const int64_t ring = (int64_t)L->window + kv->max_pass - 1, cap = ring + L->window - 1;
+      if (cap >= n_ctx) continue; /* no smaller than the full layer */
+      model_kv_layer *kl = &kv->lay[L->kv_slot];
+      kl->ring = (int)ring;
+      kl->cap = (int)cap;
+      kv->n_ring++;
+    }
+  size_t n = 0;
+  for (int l = 0; l < n_kv_layers; l++) {
+    kv->lay[l].row0 = n;
+    n += (size_t)n_seq * kv->n_head_kv * kv->lay[l].cap;
+  }
+  kv->n_rows = n;
+  kv->k = alloc_lines((n ? n : 1) * rk);
+  kv->v = alloc_lines((n ? n : 1) * rv);
+  if (!kv->k || !kv->v) {
     model_kv_destroy(kv);
     return pw_seterr(err, PW_ENOMEM, "out of memory for a KV cache of %zu MiB", n * (rk + rv) >> 20);
   }
@@ -431,6 +463,9 @@ void model_kv_destroy(model_kv *kv) {
   free(kv->v);
   free(kv->len);
   free(kv->rs_len);
+  free(kv->lay);
+  free(kv->hw);
+  free(kv->lost);
   free(kv->conv);
   free(kv->ssm);
   free(kv);
@@ -445,14 +480,32 @@ static size_t seq_state_floats(const model_kv *kv) {
 }
 
 size_t model_kv_bytes(const model_kv *kv) {
-  return (size_t)kv->n_layer * kv->n_seq * kv->n_ctx * kv->n_head_kv * (kv->row_k + kv->row_v) +
-         (size_t)kv->n_seq * seq_state_floats(kv) * sizeof(float);
+  return kv->n_rows * (kv->row_k + kv->row_v) + (size_t)kv->n_seq * seq_state_floats(kv) * sizeof(float);
 }
 
 size_t model_kv_bytes_f16(const model_kv *kv) {
-  return (size_t)kv->n_layer * kv->n_seq * kv->n_ctx * kv->n_head_kv * kv->head_dim * 2 * sizeof(uint16_t) +
-         (size_t)kv->n_seq * seq_state_floats(kv) * sizeof(float);
+  return kv->n_rows * kv->head_dim * 2 * sizeof(uint16_t) + (size_t)kv->n_seq * seq_state_floats(kv) * sizeof(float);
 }
+
+size_t model_kv_seq_bytes(const model_kv *kv, int n_pos) {
+  size_t rows = 0;
+  for (int l = 0; l < kv->n_layer; l++) {
+    const model_kv_layer *kl = &kv->lay[l];
+    rows += kl->ring ? (size_t)(n_pos < kl->cap ? n_pos : kl->cap) : (size_t)n_pos;
+  }
+  return rows * kv->n_head_kv * (kv->row_k + kv->row_v);
+}
+
+size_t model_kv_read_bytes(const model_kv *kv, int n_pos) {
+  size_t rows = 0;
+  for (int l = 0; l < kv->n_layer; l++) {
+    const int w = kv->lay[l].window;
+    rows += (size_t)(w > 0 && w < n_pos ? w : n_pos);
+  }
+  return rows * kv->n_head_kv * (kv->row_k + kv->row_v);
+}
+
+int model_kv_ring_layers(const model_kv *kv) { return kv->n_ring; }
 
 size_t model_kv_pos_bytes(const model_kv *kv) { return (size_t)kv->n_layer * kv->n_head_kv * (kv->row_k + kv->row_v); }
 
@@ -468,8 +521,32 @@ static void rs_reset(model_kv *kv, int seq) {
   kv->rs_len[seq] = 0;
 }
 
+/* Whether the ring layers of seq still hold what its next query at len
+ * sees: positions len - W + 1 ... len - 1 of a window W are overwritten
+ * only by a position written since, at most hw - 1, whose distance to the
+ * oldest of them, hw - len + W - 2, must stay below the ring (W +
+ * max_pass - 1): a rollback of at most max_pass positions from the
+ * highest written. */
+static bool ring_exact(const model_kv *kv, int seq, int len) {
+  return kv->n_ring == 0 || len == 0 || (!kv->lost[seq] && kv->hw[seq] - len <= kv->max_pass);
+}
+
+bool model_kv_truncate_exact(const model_kv *kv, int seq, int len) {
+  PW_ASSERT(seq >= 0 && seq < kv->n_seq && len >= 0 && len <= kv->len[seq]);
+  if (!ring_exact(kv, seq, len)) return false;
+  return kv->n_rs_layer == 0 || len == 0 || len == kv->rs_len[seq];
+}
+
 void model_kv_truncate(model_kv *kv, int seq, int len) {
   PW_ASSERT(seq >= 0 && seq < kv->n_seq && len >= 0 && len <= kv->len[seq]);
+  if (kv->n_ring > 0) {
+    if (len == 0) {
+      kv->hw[seq] = 0;
+      kv->lost[seq] = 0;
+    } else if (!ring_exact(kv, seq, len)) {
+      kv->lost[seq] = 1;
+    }
+  }
   kv->len[seq] = len;
   /* A recurrent state cannot be cut back: only a restart is exact. */
   if (kv->n_rs_layer > 0) {
@@ -479,42 +556,88 @@ void model_kv_truncate(model_kv *kv, int seq, int len) {
 }
 
 bool model_kv_seq_exact(const model_kv *kv, int seq) {
-  return kv->n_rs_layer == 0 || kv->rs_len[seq] == kv->len[seq];
+  return (kv->n_rs_layer == 0 || kv->rs_len[seq] == kv->len[seq]) && (kv->n_ring == 0 || !kv->lost[seq]);
+}
+
+/* A snapshot: the length, the ring layers' high mark and loss flag (when
+ * there are rings), the recurrent state's floats, then each ring layer's
+ * rows of the sequence (K then V of each head, cap rows each). */
+static size_t ring_seq_bytes(const model_kv *kv) {
+  size_t n = 0;
+  for (int l = 0; l < kv->n_layer; l++)
+    if (kv->lay[l].ring) n += (size_t)kv->n_head_kv * kv->lay[l].cap * (kv->row_k + kv->row_v);
+  return n;
 }
 
 size_t model_kv_state_bytes(const model_kv *kv) {
-  return kv->n_rs_layer ? sizeof(int64_t) + seq_state_floats(kv) * sizeof(float) : 0;
+  if (!kv->n_rs_layer && !kv->n_ring) return 0;
+  return sizeof(int64_t) + (kv->n_ring ? 2 * sizeof(int32_t) : 0) + seq_state_floats(kv) * sizeof(float) +
+         ring_seq_bytes(kv);
+}
+
+/* Copies seq's ring rows into out, or (out NULL) back from in. */
+static void ring_rows(const model_kv *kv, int seq, uint8_t *out, const uint8_t *in) {
+  for (int l = 0; l < kv->n_layer; l++) {
+    const size_t cap = (size_t)kv->lay[l].cap, kb = cap * kv->row_k, vb = cap * kv->row_v;
+    if (!kv->lay[l].ring) continue;
+    for (int h = 0; h < kv->n_head_kv; h++) {
+      uint8_t *k = model_kv_k(kv, l, seq, h, 0), *v = model_kv_v(kv, l, seq, h, 0);
+      if (out) {
+        memcpy(out, k, kb);
+        memcpy(out + kb, v, vb);
+        out += kb + vb;
+      } else {
+        memcpy(k, in, kb);
+        memcpy(v, in + kb, vb);
+        in += kb + vb;
+      }
+    }
+  }
 }
 
 void model_kv_state_save(const model_kv *kv, int seq, void *buf) {
   PW_ASSERT(seq >= 0 && seq < kv->n_seq);
-  if (!kv->n_rs_layer) return;
-  const int64_t len = kv->rs_len[seq];
+  if (!kv->n_rs_layer && !kv->n_ring) return;
+  const int64_t len = kv->n_rs_layer ? kv->rs_len[seq] : kv->len[seq];
   memcpy(buf, &len, sizeof len);
-  float *p = (float *)((char *)buf + sizeof len);
+  uint8_t *q = (uint8_t *)buf + sizeof len;
+  if (kv->n_ring) {
+    const int32_t hl[2] = {kv->hw[seq], kv->lost[seq]};
+    memcpy(q, hl, sizeof hl);
+    q += sizeof hl;
+  }
   const size_t nc = (size_t)kv->conv_dim * kv->conv_w, ns = (size_t)kv->n_v_heads * model_kv_ssm_head(kv);
   for (int l = 0; l < kv->n_rs_layer; l++) {
-    memcpy(p, model_kv_conv(kv, l, seq), nc * sizeof(float));
-    memcpy(p + nc, model_kv_ssm(kv, l, seq), ns * sizeof(float));
-    p += nc + ns;
+    memcpy(q, model_kv_conv(kv, l, seq), nc * sizeof(float));
+    memcpy(q + nc * sizeof(float), model_kv_ssm(kv, l, seq), ns * sizeof(float));
+    q += (nc + ns) * sizeof(float);
   }
+  if (kv->n_ring) ring_rows(kv, seq, q, NULL);
 }
 
 int model_kv_state_restore(model_kv *kv, int seq, const void *buf, char *err) {
   PW_ASSERT(seq >= 0 && seq < kv->n_seq);
-  if (!kv->n_rs_layer) return 0;
+  if (!kv->n_rs_layer && !kv->n_ring) return 0;
   int64_t len;
   memcpy(&len, buf, sizeof len);
   if (len < 0 || len > kv->len[seq])
     return pw_seterr(err, PW_EINVAL, "state snapshot of %lld positions does not fit sequence %d of %d", (long long)len,
                      seq, kv->len[seq]);
-  const float *p = (const float *)((const char *)buf + sizeof len);
+  const uint8_t *q = (const uint8_t *)buf + sizeof len;
+  if (kv->n_ring) {
+    int32_t hl[2];
+    memcpy(hl, q, sizeof hl);
+    kv->hw[seq] = hl[0];
+    kv->lost[seq] = (uint8_t)hl[1];
+    q += sizeof hl;
+  }
   const size_t nc = (size_t)kv->conv_dim * kv->conv_w, ns = (size_t)kv->n_v_heads * model_kv_ssm_head(kv);
   for (int l = 0; l < kv->n_rs_layer; l++) {
-    memcpy(model_kv_conv(kv, l, seq), p, nc * sizeof(float));
-    memcpy(model_kv_ssm(kv, l, seq), p + nc, ns * sizeof(float));
-    p += nc + ns;
+    memcpy(model_kv_conv(kv, l, seq), q, nc * sizeof(float));
+    memcpy(model_kv_ssm(kv, l, seq), q + nc * sizeof(float), ns * sizeof(float));
+    q += (nc + ns) * sizeof(float);
   }
+  if (kv->n_ring) ring_rows(kv, seq, NULL, q);
   kv->len[seq] = (int)len;
   kv->rs_len[seq] = (int)len;
   return 0;
@@ -539,11 +662,18 @@ void model_kv_copy(model_kv *kv, int dst, int src, int len) {
     }
   }
   if (dst != src)
-    for (int l = 0; l < kv->n_layer; l++)
+    for (int l = 0; l < kv->n_layer; l++) {
+      /* a ring goes whole: its rows are not in position order */
+      const size_t rows = kv->lay[l].ring ? (size_t)kv->lay[l].cap : (size_t)len;
       for (int h = 0; h < kv->n_head_kv; h++) {
-        memcpy(model_kv_k(kv, l, dst, h, 0), model_kv_k(kv, l, src, h, 0), (size_t)len * kv->row_k);
-        memcpy(model_kv_v(kv, l, dst, h, 0), model_kv_v(kv, l, src, h, 0), (size_t)len * kv->row_v);
+        memcpy(model_kv_k(kv, l, dst, h, 0), model_kv_k(kv, l, src, h, 0), rows * kv->row_k);
+        memcpy(model_kv_v(kv, l, dst, h, 0), model_kv_v(kv, l, src, h, 0), rows * kv->row_v);
       }
+    }
+  if (kv->n_ring > 0) {
+    kv->hw[dst] = len ? kv->hw[src] : 0;
+    kv->lost[dst] = !ring_exact(kv, src, len);
+  }
   kv->len[dst] = len;
 }
 
@@ -709,6 +839,16 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
     if (e[t].pos >= kv->n_ctx || e[t].pos >= c->max_ctx)
       return pw_seterr(err, PW_ECONTEXT, "sequence %d: position %d exceeds the context of %d", e[t].seq, e[t].pos,
                        kv->n_ctx);
+    /* the rings are sized for passes of at most max_pass positions of a
+     * sequence, and hold nothing of a sequence that lost its window */
+    if (kv->max_pass > 0 && expect - kv->len[e[t].seq] >= kv->max_pass)
+      return pw_seterr(err, PW_EINVAL, "sequence %d: more than %d positions in one pass (the KV cache's bound)",
+                       e[t].seq, kv->max_pass);
+    if (kv->n_ring > 0 && kv->lost[e[t].seq] && e[t].pos > 0)
+      return pw_seterr(err, PW_EINVAL,
+                       "sequence %d: its sliding-window layers no longer hold the window before position %d (cut back "
+                       "further than the cache keeps)",
+                       e[t].seq, e[t].pos);
     /* a recurrent state holds exactly the positions it has seen: a
      * sequence cut back to the middle must be restored or restarted */
     if (kv->n_rs_layer > 0 && e[t].pos > 0 && kv->rs_len[e[t].seq] != kv->len[e[t].seq])
@@ -720,6 +860,11 @@ int model_forward(model_ctx *c, model_kv *kv, const model_entry *e, int n, float
   if (kv->n_rs_layer > 0)
     for (int t = 0; t < n; t++)
       if (e[t].pos == 0) rs_reset(kv, e[t].seq);
+  /* before any row is written: a pass that fails midway still counts
+   * what it may have overwritten */
+  if (kv->n_ring > 0)
+    for (int t = 0; t < n; t++)
+      if (e[t].pos + 1 > kv->hw[e[t].seq]) kv->hw[e[t].seq] = e[t].pos + 1;
   if (m->ad->encoder && logits) return pw_seterr(err, PW_EINVAL, "%s is an embedding model: it has no logits", hp->arch_name);
   const int E = hp->n_embd;
   const model_backend *be = m->be;

@@ -143,6 +143,9 @@ typedef struct model_weight {
   const void *data;
   uint32_t type;
   int64_t n_in, n_out;
+  /* stacked experts: rows from one expert's matrix to the next (0: n_out;
+   * 2 n_out for a half of a fused gate+up tensor) */
+  int64_t expert_rows;
 } model_weight;
 
 typedef struct model model;
@@ -194,6 +197,16 @@ pw_pool *model_pool(const model *m);
 typedef struct model_kv model_kv;
 typedef struct model_kv_opts {
   uint32_t type_k, type_v; /* 0 = F16 (F32 is not a cache type) */
+  /* The most positions one model_forward adds to one sequence (the
+   * caller's prefill chunk, verification pass or batch size; more is
+   * refused). With it, a sliding-window layer (gemma2, gemma3, gpt-oss)
+   * keeps a ring of window + max_pass - 1 positions (plus window - 1 rows
+   * that repeat its start) instead of n_ctx: the same attention bits,
+   * a cache that does not grow with the context. A sequence can then be
+   * cut back exactly by at most max_pass positions from the highest it
+   * reached (model_kv_truncate_exact). 0: every layer keeps n_ctx
+   * positions, any cut is exact. */
+  int max_pass;
 } model_kv_opts;
 int model_kv_create(const model *m, int n_seq, int n_ctx, model_kv **out, char *err);
 int model_kv_create_ex(const model *m, int n_seq, int n_ctx, const model_kv_opts *o, model_kv **out, char *err);
@@ -207,6 +220,15 @@ size_t model_kv_bytes_f16(const model_kv *kv);
 /* K and V bytes of one position of one sequence, all layers: what a decode
  * step reads per cached position */
 size_t model_kv_pos_bytes(const model_kv *kv);
+/* K and V bytes a sequence of n_pos positions occupies (a ring layer's
+ * rows count up to its size): what holding it costs */
+size_t model_kv_seq_bytes(const model_kv *kv, int n_pos);
+/* K and V bytes a query at position n_pos - 1 attends over (a
+ * sliding-window layer's window at most): what a decode step at that depth
+ * reads of the cache */
+size_t model_kv_read_bytes(const model_kv *kv, int n_pos);
+/* Sliding-window layers kept as rings (0: every layer holds n_ctx). */
+int model_kv_ring_layers(const model_kv *kv);
 void model_kv_destroy(model_kv *kv);
 int model_kv_n_seq(const model_kv *kv);
 /* True when the model keeps a recurrent state per sequence beside the KV
@@ -218,19 +240,29 @@ int model_kv_n_seq(const model_kv *kv);
 bool model_has_recurrent(const model *m);
 int model_kv_n_ctx(const model_kv *kv);
 int model_kv_len(const model_kv *kv, int seq);
-/* Drops positions >= len (len <= current length). */
+/* Drops positions >= len (len <= current length). A cut the cache cannot
+ * make exactly (a recurrent state cut to the middle; a ring layer cut back
+ * by more than max_pass positions from the highest the sequence reached)
+ * leaves the sequence inexact (model_kv_seq_exact): model_forward refuses
+ * to extend it until it is restored or restarted from 0. */
 void model_kv_truncate(model_kv *kv, int seq, int len);
-/* Copies the first len positions of src into dst (dst is replaced). */
+/* True when model_kv_truncate(kv, seq, len) would leave seq exact. */
+bool model_kv_truncate_exact(const model_kv *kv, int seq, int len);
+/* Copies the first len positions of src into dst (dst is replaced; it is
+ * exact when cutting src to len would be). */
 void model_kv_copy(model_kv *kv, int dst, int src, int len);
 size_t model_kv_bytes(const model_kv *kv);
-/* Recurrent-state snapshots (0 bytes for models without one): the state of
- * sequence seq at its current length, written to buf (caller-owned, at
- * least model_kv_state_bytes). Restore puts a snapshot back into seq and
- * cuts its KV length back to the snapshot's length, which must not exceed
- * the current one (PW_EINVAL otherwise): exact rollback. */
+/* Snapshots of what truncation cannot give back (0 bytes for a cache
+ * without it): the recurrent state and the ring layers' rows of sequence
+ * seq at its current length, written to buf (caller-owned, at least
+ * model_kv_state_bytes). Restore puts a snapshot back into seq and cuts
+ * its KV length back to the snapshot's length, which must not exceed the
+ * current one (PW_EINVAL otherwise): exact rollback to any earlier
+ * length, as long as the positions before it were not rewritten since. */
 size_t model_kv_state_bytes(const model_kv *kv);
 /* False when seq's recurrent state does not hold its current length (it
- * was cut back without a snapshot): it must be restored or restarted. */
+ * was cut back without a snapshot), or its ring layers lost the window
+ * before it: it must be restored or restarted. */
 bool model_kv_seq_exact(const model_kv *kv, int seq);
 void model_kv_state_save(const model_kv *kv, int seq, void *buf);
 int model_kv_state_restore(model_kv *kv, int seq, const void *buf, char *err);

@@ -57,6 +57,10 @@ typedef struct layer_w {
   /* Where the layer's per-sequence memory lives: its slot among the KV
    * cache's layers, or among the recurrent-state layers (-1: none). */
   int kv_slot, rs_slot;
+  /* > 0: a sliding-window layer whose queries see at most the last window
+   * positions (set by bind_layer); its KV cache can then be a ring of
+   * about the window's size (model_kv). 0: full attention. */
+  int32_t window;
   /* Gated DeltaNet (rs_slot >= 0): in_qkv [n_embd -> conv_dim], in_z
    * [n_embd -> d_inner], in_beta / in_alpha [n_embd -> n_v_heads],
    * ssm_out [d_inner -> n_embd] */
@@ -78,7 +82,9 @@ typedef struct layer_w {
   /* Mixture of experts (hp.n_expert > 0): the router [n_embd -> n_expert]
    * and the stacked experts, each bound as expert 0's matrix (gate/up
    * [n_embd -> n_ff_exp], down [n_ff_exp -> n_embd]); expert e's rows
-   * start e * n_out rows further in the same tensor (model_expert). */
+   * start e * n_out rows further in the same tensor (model_expert), or
+   * e * 2 n_ff_exp rows when gate and up are halves of one fused tensor
+   * (ffn_gate_up_exps: an expert's gate rows, then its up rows). */
   model_weight ffn_gate_inp, gate_exps, up_exps, down_exps;
   /* the shared expert, every token's (qwen2moe; data NULL: none):
    * [n_embd -> n_ff_shexp] SwiGLU, its output scaled by
@@ -94,7 +100,8 @@ typedef struct layer_w {
 /* Expert e of a stacked expert tensor bound as expert 0 (a view). */
 static inline model_weight model_expert(const model_weight *w, int e) {
   model_weight v = *w;
-  v.data = (const char *)w->data + pw_dtype_row_size(w->type, (uint64_t)w->n_in) * (uint64_t)w->n_out * (uint64_t)e;
+  const uint64_t rows = (uint64_t)(w->expert_rows ? w->expert_rows : w->n_out);
+  v.data = (const char *)w->data + pw_dtype_row_size(w->type, (uint64_t)w->n_in) * rows * (uint64_t)e;
   return v;
 }
 
@@ -144,16 +151,48 @@ struct model {
   bool enc_causal;          /* {arch}.attention.causal: a causal mask after all */
 };
 
+/* One KV layer's share of the cache. A full-attention layer keeps every
+ * position: row p of a (seq, head) block is position p, cap = n_ctx. A
+ * sliding-window layer (window W) under a bound on the positions one pass
+ * adds to a sequence (max_pass, model_kv_opts) keeps a ring of
+ * ring = W + max_pass - 1 rows, position p in row p % ring, and after it
+ * W - 1 mirror rows: row ring + i repeats row i (i < W - 1). Any W
+ * consecutive positions are then W consecutive rows from the first one's
+ * row, so the attention reads a window as one run in position order, as
+ * from a full cache (the same bits). Why the ring is that long: a pass
+ * writes all its K/V rows before it attends, so its first query (at the
+ * old length L, seeing L - W + 1 ... L) must not find them overwritten by
+ * the pass's last position, L + max_pass - 1: the distance is
+ * W + max_pass - 2 < ring. The same bound makes a rollback of up to
+ * max_pass positions exact (model_kv_truncate). cap = ring + W - 1, or
+ * n_ctx (ring 0) when that is no smaller. */
+typedef struct model_kv_layer {
+  size_t row0;   /* the layer's first row in k / v */
+  int cap;       /* rows per (seq, KV head) */
+  int ring;      /* rows of the ring (0: positions are rows) */
+  int window;    /* the layer's window (0: full attention; in a ring,
+                  * window - 1 mirror rows) */
+} model_kv_layer;
+
 struct model_kv {
   int n_layer, n_seq, n_ctx, n_head_kv, head_dim;
-  /* [n_layer][n_seq][n_head_kv][n_ctx] rows of head_dim values in
+  /* per layer [n_seq][n_head_kv][cap] rows of head_dim values in
    * type_k / type_v (F16, Q8_0, Q4_0), row_k / row_v bytes each: each KV
    * head's rows are contiguous, one stream for the thread that attends
    * over them */
   uint8_t *k, *v;
   uint32_t type_k, type_v;
   size_t row_k, row_v;
+  size_t n_rows;   /* rows of k (and of v), all layers */
+  model_kv_layer *lay; /* [n_layer] */
   int *len;        /* [n_seq] */
+  /* Ring layers (n_ring > 0): max_pass; per sequence the highest position
+   * written + 1 since it last started from 0 (positions >= len may have
+   * been written by a pass rolled back), and whether it lost positions its
+   * next query needs (cut back too far: exact again only from 0). */
+  int n_ring, max_pass;
+  int *hw;
+  uint8_t *lost;
   /* Recurrent state (n_rs_layer > 0): per layer and sequence, the conv
    * window [conv_dim][d_conv - 1] and the delta-rule state of each value
    * head in blocks of MODEL_DNET_BLOCK positions (backend_cpu_dnet.c):
@@ -349,9 +388,17 @@ void model_cpu_delta_net(model_ctx *c, model_kv *kv, const model_entry *e, int n
 void model_cpu_moe_ffn(model_ctx *c, const layer_w *L, const float *x, int n, float *y, float *scratch);
 size_t model_moe_scratch_floats(const model_hparams *hp, int max_batch);
 /* row of (KV layer slot, seq, KV head, position) in the cache, and where
- * its K and V bytes are */
+ * its K and V bytes are; from a position the rows of the positions after
+ * it follow, as many as the layer's window in a ring layer (model_kv_layer) */
 static inline size_t model_kv_row(const model_kv *kv, int layer, int seq, int head, int pos) {
-  return (((size_t)layer * kv->n_seq + seq) * kv->n_head_kv + head) * kv->n_ctx + pos;
+  const model_kv_layer *l = &kv->lay[layer];
+  return l->row0 + ((size_t)seq * kv->n_head_kv + head) * l->cap + (size_t)(l->ring ? pos % l->ring : pos);
+}
+/* The mirror row of pos in a ring layer, or (size_t)-1 when it has none. */
+static inline size_t model_kv_mirror_row(const model_kv *kv, int layer, int seq, int head, int pos) {
+  const model_kv_layer *l = &kv->lay[layer];
+  if (!l->ring || pos % l->ring >= l->window - 1) return (size_t)-1;
+  return l->row0 + ((size_t)seq * kv->n_head_kv + head) * l->cap + (size_t)(l->ring + pos % l->ring);
 }
 static inline uint8_t *model_kv_k(const model_kv *kv, int layer, int seq, int head, int pos) {
   return kv->k + model_kv_row(kv, layer, seq, head, pos) * kv->row_k;

@@ -4,7 +4,8 @@
  * count, bytes and idle time, keys never share, an entry in use is never
  * shared by concurrent requests, and the cache works together with
  * speculation; reuse and speculation also on a synthesized gpt-oss (sliding
- * window, sinks). Every wait has a timeout. */
+ * window, sinks), whose local layer's ring keeps reuse exact or makes it a
+ * miss. Every wait has a timeout. */
 #include "base/clock.h"
 #include "engine/engine.h"
 #include "tensor/dtype.h"
@@ -126,6 +127,79 @@ static void test_reuse(int spec_mode) {
   CHECK_EQ_INT(st.cache_evictions_total, 0);
   CHECK(st.cache_bytes > 0);
   if (spec_mode != ENGINE_SPEC_OFF) CHECK(st.spec_rounds_total > 0);
+out:
+  engine_destroy(c);
+  engine_destroy(u);
+}
+
+/* The longest common prefix of the entry a request left (its prompt and
+ * output but the last token) and a new prompt, as the cache keeps it (at
+ * least the prompt's last token is evaluated). */
+static int common_prefix(const int32_t *pr, int np, const result *out, const int32_t *q, int nq) {
+  const int ne = np + out->n_tok - 1;
+  int c = 0;
+  while (c < ne && c < nq - 1 && (c < np ? pr[c] : out->tok[c - np]) == q[c]) c++;
+  return c;
+}
+
+/* A sliding-window layer in a ring (gpt-oss's window of 4, step_tokens 8:
+ * a ring of 11 positions): a new turn that cuts the entry back by at most
+ * a pass is reused; one that keeps only an early part of it is a miss (the
+ * ring no longer holds that part's window), never an approximate state.
+ * Outputs against an engine that keeps every position of every layer
+ * (step_tokens = n_ctx: a ring would be no smaller); the KV bytes
+ * reported are the smaller cache's. */
+static void test_ring_reuse(void) {
+  engine_opts o = {.model_path = k_model, .n_threads = 2, .max_active = 2, .max_queue = 8, .n_ctx = 256,
+                   .step_tokens = 8, .prompt_cache_entries = 2};
+  engine *c = create_engine(&o);
+  o.step_tokens = 256;
+  o.prompt_cache_entries = 0;
+  engine *u = create_engine(&o);
+  if (!c || !u) goto out;
+  engine_stats sc, su;
+  engine_get_stats(c, &sc);
+  engine_get_stats(u, &su);
+  /* per sequence: the full layer's 256 positions and the ring's 14 rows
+   * against 2 x 256 (c has 4 sequences, u 2) */
+  CHECK_MSG(sc.kv_bytes_total / 4 * 10 < su.kv_bytes_total / 2 * 6 && sc.kv_bytes_total == sc.kv_bytes_f16,
+            "KV bytes: %zu with a ring (4 sequences), %zu full (2)", sc.kv_bytes_total, su.kv_bytes_total);
+  static int32_t p1[256], p2[256], p3[256];
+  static result a, b, bref, d, dref;
+  int n1 = encode(c, k_turn1, p1, 256);
+  engine_params p = params(p1, n1, GEN, "ring", false);
+  run1(c, &p, &a);
+  CHECK(a.end == ENGINE_EV_DONE && a.n_tok > 4);
+  /* near: the conversation but its last three tokens, then turn 2 */
+  int n2 = n1;
+  memcpy(p2, p1, (size_t)n1 * sizeof *p2);
+  memcpy(p2 + n2, a.tok, (size_t)(a.n_tok - 3) * sizeof *p2);
+  n2 += a.n_tok - 3;
+  n2 += encode_ex(c, k_turn2, p2 + n2, 256 - GEN - n2, false);
+  const int c2 = common_prefix(p1, n1, &a, p2, n2);
+  p = params(p2, n2, GEN, "ring", true);
+  run1(c, &p, &b);
+  p.has_cache_key = false;
+  run1(u, &p, &bref);
+  CHECK_MSG(c2 >= n1 + a.n_tok - 4 && b.usage.cached_tokens == c2, "near turn: %d reused, %d in common",
+            b.usage.cached_tokens, c2);
+  CHECK_MSG(same_done(&b, &bref), "near turn differs with reuse (%d vs %d tokens)", b.n_tok, bref.n_tok);
+  /* far: only the first half of turn 1 in common */
+  int n3 = n1 / 2;
+  memcpy(p3, p1, (size_t)n3 * sizeof *p3);
+  n3 += encode_ex(c, k_other, p3 + n3, 256 - GEN - n3, false);
+  CHECK(common_prefix(p2, n2, &b, p3, n3) + 8 < n2 + b.n_tok - 1);
+  p = params(p3, n3, GEN, "ring", true);
+  run1(c, &p, &d);
+  p.has_cache_key = false;
+  run1(u, &p, &dref);
+  CHECK_MSG(d.usage.cached_tokens == 0, "far turn: %d reused", d.usage.cached_tokens);
+  CHECK_MSG(same_done(&d, &dref), "far turn differs (%d vs %d tokens)", d.n_tok, dref.n_tok);
+  engine_get_stats(c, &sc);
+  CHECK_EQ_INT(sc.cache_hits_total, 1);
+  CHECK_EQ_INT(sc.cache_misses_total, 2);
+  /* the entry's bytes: the full layer's positions, the ring's at most its size */
+  CHECK(sc.cache_bytes > 0 && sc.cache_bytes < (size_t)(n3 + GEN) * (su.kv_bytes_total / 2 / 256));
 out:
   engine_destroy(c);
   engine_destroy(u);
@@ -406,6 +480,7 @@ int main(void) {
     /* random weights repeat their own output only in longer runs: the
      * n-gram drafter proposes within GEN tokens only at full length */
     if (GEN >= 24) test_reuse(ENGINE_SPEC_NGRAM);
+    test_ring_reuse();
     k_model = saved;
     unlink(gpath);
   }

@@ -1,13 +1,19 @@
 /* test_model.c - forward-pass contracts: batch invariance (an entry's logits
  * are bit-identical alone or batched with other sequences), thread-count
  * invariance, KV truncation and replay (rollback), and clean errors for bad
- * batches and bad models; for llama, qwen2, qwen3, gemma3, qwen3moe,
+ * batches and bad models, sliding-window layers in rings against the full
+ * cache; for llama, qwen2, qwen3, gemma3, qwen3moe,
  * qwen2moe, gpt-oss, gemma2, smollm3, granite and mistral3. */
+#include "base/clock.h"
 #include "base/error.h"
 #include "model/model.h"
 #include "test.h"
 
 #include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define MODEL_TEST_SANITIZED_RING 1
+#endif
 
 static const int32_t k_prompt[] = {1, 9038, 2501, 263, 931, 29892, 727, 471, 263, 2217};
 #define NP 10
@@ -95,6 +101,141 @@ static void test_invariance_path(const char *path, const char *file) {
   model_destroy(m2);
 }
 
+/* Sliding-window layers in rings (model_kv_opts.max_pass) against the
+ * full cache, the same batches into both: two sequences advanced in passes
+ * of 1..max_pass positions to 10 windows, rolled back by up to a pass and
+ * replayed with other tokens (speculative rollback), a sequence copy
+ * (prefix reuse), a snapshot restored after the ring wrapped; every final
+ * hidden state the same bits. A cut further back than the ring keeps is refused, never
+ * approximated. max_pass above the window: prefill chunks longer than it. */
+#define RING_LEN 36
+static void test_swa_ring_mp(model *m, const char *file, int max_pass) {
+  char err[PW_ERRMAX];
+  /* the final hidden states stand for the logits (a function of them
+   * alone) without the output matmul over the vocabulary */
+  const int V = model_hp(m)->n_embd;
+  model_kv *kf = NULL, *kr = NULL;
+  model_ctx *c = NULL;
+  const model_kv_opts ko = {.max_pass = max_pass};
+  CHECK(model_kv_create(m, 2, 128, &kf, err) == 0);
+  CHECK_MSG(model_kv_create_ex(m, 2, 128, &ko, &kr, err) == 0, "%s", err);
+  CHECK(model_ctx_create(m, 2 * max_pass, 128, &c, err) == 0);
+  if (!kf || !kr || !c) goto done;
+  CHECK_MSG(model_kv_ring_layers(kr) > 0 && model_kv_ring_layers(kf) == 0, "%s: no ring layers", file);
+  CHECK_MSG(model_kv_bytes(kr) < model_kv_bytes(kf), "%s: ring cache of %zu bytes, full %zu", file,
+            model_kv_bytes(kr), model_kv_bytes(kf));
+  CHECK(model_kv_seq_bytes(kr, 60) < model_kv_seq_bytes(kf, 60) && model_kv_seq_bytes(kr, 1) == model_kv_seq_bytes(kf, 1));
+  float *lf = malloc(sizeof(float) * (size_t)V * 2 * max_pass), *lr = malloc(sizeof(float) * (size_t)V * 2 * max_pass);
+  model_entry e[64];
+  uint32_t x = 12345;
+  int mism = 0, steps = 0, rolled = 0;
+#define RND(n) ((x = x * 1103515245u + 12345u), (int)((x >> 16) % (uint32_t)(n)))
+  while (model_kv_len(kr, 0) < RING_LEN && steps++ < 200) {
+    int n = 0, ns[2];
+    for (int s = 0; s < 2; s++) {
+      ns[s] = 1 + RND(max_pass);
+      for (int i = 0; i < ns[s]; i++) {
+        const int pos = model_kv_len(kr, s) + i;
+        e[n++] = (model_entry){s, pos, 1 + (pos * 131 + steps * 7 + s) % 30000, true};
+      }
+    }
+    int rf = model_forward(c, kf, e, n, NULL, lf, err), rr = model_forward(c, kr, e, n, NULL, lr, err);
+    CHECK_MSG(rf == 0 && rr == 0, "%s: %s", file, err);
+    if (rf || rr) break;
+    if (memcmp(lf, lr, sizeof(float) * (size_t)V * n)) mism++;
+    /* every other step, roll a sequence back by up to its pass */
+    const int s = steps % 2, r = RND(ns[s] + 1);
+    if (r > 0 && steps % 2 == 0) {
+      const int to = model_kv_len(kr, s) - r;
+      CHECK(model_kv_truncate_exact(kr, s, to));
+      model_kv_truncate(kf, s, to);
+      model_kv_truncate(kr, s, to);
+      rolled++;
+    }
+  }
+  CHECK_MSG(mism == 0 && rolled > 3, "%s, max_pass %d: %d of %d passes differ from the full cache (%d rollbacks)", file,
+            max_pass, mism, steps, rolled);
+  /* prefix reuse: seq 0's first len positions into seq 1, both continue */
+  const int len = model_kv_len(kr, 0);
+  model_kv_copy(kf, 1, 0, len);
+  model_kv_copy(kr, 1, 0, len);
+  CHECK(model_kv_seq_exact(kr, 1));
+  /* a snapshot of seq 1, then past a whole ring, then restored */
+  void *snap = malloc(model_kv_state_bytes(kr));
+  CHECK(model_kv_state_bytes(kr) > 0 && model_kv_state_bytes(kf) == 0);
+  model_kv_state_save(kr, 1, snap);
+  for (int k = 0; k < 2; k++) {
+    const int base = model_kv_len(kr, 1);
+    int n = 0;
+    for (int i = 0; i < max_pass; i++) e[n++] = (model_entry){1, base + i, 3 + i + 17 * k, true};
+    e[n++] = (model_entry){0, len, 11, true};
+    for (int i = 0; i < n - 1 && k == 1; i++) e[i].token = 5 + i; /* replay other tokens after the restore */
+    CHECK(model_forward(c, kf, e, n, NULL, lf, err) == 0);
+    CHECK_MSG(model_forward(c, kr, e, n, NULL, lr, err) == 0, "%s: %s", file, err);
+    CHECK_MSG(memcmp(lf, lr, sizeof(float) * (size_t)V * n) == 0, "%s: after a copy (%d) hidden states differ", file, k);
+    model_kv_truncate(kf, 0, len);
+    model_kv_truncate(kr, 0, len);
+    for (int i = 0; k == 0 && i < 3; i++) { /* past the ring: the rows the snapshot holds are overwritten */
+      const int b2 = model_kv_len(kr, 1);
+      for (int j = 0; j < max_pass; j++) e[j] = (model_entry){1, b2 + j, 7 + j, false};
+      CHECK(model_forward(c, kr, e, max_pass, NULL, NULL, err) == 0);
+    }
+    if (k == 0) {
+      CHECK(!model_kv_truncate_exact(kr, 1, len));
+      CHECK(model_kv_state_restore(kr, 1, snap, err) == 0 && model_kv_len(kr, 1) == len && model_kv_seq_exact(kr, 1));
+      model_kv_truncate(kf, 1, len);
+    }
+  }
+  free(snap);
+  /* a cut further back than the ring keeps: refused, exact again from 0 */
+  const int deep = model_kv_len(kr, 0) - max_pass - 2;
+  CHECK(model_kv_truncate_exact(kf, 0, deep) && !model_kv_truncate_exact(kr, 0, deep));
+  model_kv_truncate(kr, 0, deep);
+  CHECK(!model_kv_seq_exact(kr, 0));
+  model_entry one = {0, deep, 5, true};
+  CHECK(model_forward(c, kr, &one, 1, NULL, lr, err) == PW_EINVAL && strstr(err, "window"));
+  model_kv_copy(kr, 1, 0, deep);
+  CHECK(!model_kv_seq_exact(kr, 1));
+  model_kv_truncate(kr, 0, 0);
+  CHECK(model_kv_seq_exact(kr, 0));
+  /* more positions of a sequence in one pass than the bound: refused */
+  for (int i = 0; i <= max_pass; i++) e[i] = (model_entry){0, i, 5, false};
+  CHECK(model_forward(c, kr, e, max_pass + 1, NULL, NULL, err) == PW_EINVAL && strstr(err, "one pass"));
+  CHECK(model_kv_len(kr, 0) == 0);
+#undef RND
+  free(lf);
+  free(lr);
+done:
+  model_ctx_destroy(c);
+  model_kv_destroy(kf);
+  model_kv_destroy(kr);
+}
+
+/* max_pass 3: passes shorter than the window of 4; 7: longer. Each file
+ * costs seconds (its MLP at every position, twice), so gemma2 (the
+ * smallest) takes both bounds and the others one each; under a sanitizer
+ * gemma2 alone. */
+#define RING_SHORT 1
+#define RING_LONG 2
+#ifdef MODEL_TEST_SANITIZED_RING
+#define RING_BIG(which) 0
+#else
+#define RING_BIG(which) (which)
+#endif
+static void test_swa_ring(const char *path, const char *file, int which) {
+  char err[PW_ERRMAX];
+  model *m;
+  model_opts o = {.n_threads = 2};
+  if (!which) return;
+  CHECK_MSG(model_load(path, &o, &m, err) == 0, "%s", err);
+  if (!m) return;
+  const double t0 = pw_now_s();
+  if (which & RING_SHORT) test_swa_ring_mp(m, file, 3);
+  if (which & RING_LONG) test_swa_ring_mp(m, file, 7);
+  fprintf(stderr, "%s: rings against the full cache in %.2f s\n", file, pw_now_s() - t0);
+  model_destroy(m);
+}
+
 static void test_bad_model(void) {
   char err[PW_ERRMAX];
   model *m;
@@ -123,12 +264,14 @@ static void test_invariance_gemma3(void) {
            POWER_BIN, POWER_SHARED_DIR, path);
   CHECK_MSG(system(cmd) == 0, "synth gemma-3-1b failed");
   test_invariance_path(path, "gemma-3-1b (synth, window 4)");
+  test_swa_ring(path, "gemma-3-1b (synth, window 4)", RING_BIG(RING_SHORT));
   unlink(path);
 }
 
 /* A synthesized file of arch (power synth --arch ... shape) through the
  * invariance checks. */
-static void test_invariance_synth(const char *arch, const char *type, const char *shape, const char *label) {
+static void test_invariance_synth(const char *arch, const char *type, const char *shape, const char *label,
+                                  bool ring) {
   char path[256], cmd[1024];
   snprintf(path, sizeof path, "/tmp/pw_test_model_%s_%d.gguf", arch, (int)getpid());
   snprintf(cmd, sizeof cmd,
@@ -137,6 +280,7 @@ static void test_invariance_synth(const char *arch, const char *type, const char
            POWER_BIN, arch, POWER_SHARED_DIR, path, type, shape);
   CHECK_MSG(system(cmd) == 0, "synth %s failed", arch);
   test_invariance_path(path, label);
+  if (ring) test_swa_ring(path, label, RING_SHORT | RING_LONG);
   unlink(path);
 }
 
@@ -151,11 +295,11 @@ static void test_invariance_synth(const char *arch, const char *type, const char
  * seconds there. */
 static void test_invariance_dense(void) {
   test_invariance_synth("gemma-2-2b", "Q4_0", "--layers 2 --ff 256 --window 4 --softcap 1.5,8",
-                        "gemma-2-2b (synth, window 4, caps)");
+                        "gemma-2-2b (synth, window 4, caps)", true);
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-  test_invariance_synth("ministral-3-3b", "Q4_0", "--layers 2 --ff 256 --yarn 16,4", "ministral-3-3b (synth, YaRN 16x4)");
-  test_invariance_synth("smollm3-3b", "Q4_0", "--layers 4 --ff 256", "smollm3-3b (synth)");
-  test_invariance_synth("granite-3.3-2b", "Q4_0", "--layers 2 --ff 256", "granite-3.3-2b (synth)");
+  test_invariance_synth("ministral-3-3b", "Q4_0", "--layers 2 --ff 256 --yarn 16,4", "ministral-3-3b (synth, YaRN 16x4)", false);
+  test_invariance_synth("smollm3-3b", "Q4_0", "--layers 4 --ff 256", "smollm3-3b (synth)", false);
+  test_invariance_synth("granite-3.3-2b", "Q4_0", "--layers 2 --ff 256", "granite-3.3-2b (synth)", false);
 #endif
 }
 
@@ -211,7 +355,7 @@ static float *run_depth(model *m, const model_kv_opts *ko, int chunk, int mode, 
 }
 
 static void test_depth(const char *file, const char *kt, const char *vt) {
-  const model_kv_opts ko = {(uint32_t)model_kv_type_parse(kt), (uint32_t)model_kv_type_parse(vt)};
+  const model_kv_opts ko = {.type_k = (uint32_t)model_kv_type_parse(kt), .type_v = (uint32_t)model_kv_type_parse(vt)};
   char path[1024], err[PW_ERRMAX];
   snprintf(path, sizeof path, "%s/models/%s", POWER_SHARED_DIR, file);
   float *res[3];
@@ -297,6 +441,7 @@ static void test_invariance_gptoss(void) {
            POWER_BIN, POWER_SHARED_DIR, path);
   CHECK_MSG(system(cmd) == 0, "synth gpt-oss-20b failed");
   test_invariance_path(path, "gpt-oss-20b (synth, 8 experts, window 4)");
+  test_swa_ring(path, "gpt-oss-20b (synth, 8 experts, window 4)", RING_BIG(RING_LONG));
   unlink(path);
 }
 

@@ -139,9 +139,10 @@ static void compare_kv(const char *label, const char *path, const int32_t *ids, 
    * factors) are the same on both sides */
   int n_ctx = (n + 1 + 255) / 256 * 256;
   if (n_ctx < 256) n_ctx = 256;
-  const model_kv_opts ko = {pk && pk->k ? (uint32_t)model_kv_type_parse(pk->k) : 0,
-                           pk && pk->v ? (uint32_t)model_kv_type_parse(pk->v) : 0};
   const int chunk = n < 512 ? n : 512;
+  /* passes of at most chunk positions: sliding-window layers in rings */
+  const model_kv_opts ko = {pk && pk->k ? (uint32_t)model_kv_type_parse(pk->k) : 0,
+                           pk && pk->v ? (uint32_t)model_kv_type_parse(pk->v) : 0, chunk};
   CHECK_MSG(model_kv_create_ex(m, 1, n_ctx, &ko, &kv, err) == 0, "%s: %s", label, err);
   CHECK(model_ctx_create(m, chunk, n_ctx, &c, err) == 0);
   for (int i0 = 0, w = 0; kv && c && i0 < n; i0 += chunk) {
@@ -284,7 +285,9 @@ int main(void) {
        * The Q8_0 file also has the MTP block with its own experts. */
       {"qwen3.5-35b-a3b F16 12 experts", "qwen3.5-35b-a3b", "llama-spm", "F16", "--layers 4 --experts 12", sids, 0},
       {"qwen3.5-35b-a3b Q8_0 +mtp", "qwen3.5-35b-a3b", "llama-spm", "Q8_0", "--layers 4 --experts 12 --mtp", sids, 0},
-      {"qwen3.5-35b-a3b Q4_K_M", "qwen3.5-35b-a3b", "llama-spm", "Q4_K_M", "--layers 4 --experts 12", sids, 0},
+      /* the experts' gate and up fused in one tensor (ffn_gate_up_exps) */
+      {"qwen3.5-35b-a3b Q4_K_M fused gate+up", "qwen3.5-35b-a3b", "llama-spm", "Q4_K_M",
+       "--layers 4 --experts 12 --fuse-gate-up", sids, 0},
       /* The dense architectures' extras, with an MLP of 1024 (the
        * attention and embedding of the real shapes).
        * gemma-2-2b: a local and a global layer, window 5; caps that bite
