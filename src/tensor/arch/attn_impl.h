@@ -8,7 +8,7 @@
  *   V_PH_LOAD_M(p), V_PH_STORE_M(p, v)   the same conversions with the F16
  *                               side in memory, as the memory-operand
  *                               instruction forms (inline asm, so the
- *                               compiler keeps them: see accum_quad)
+ *                               compiler keeps them: see accum_part)
  *   V_BCAST_M(p)                the float at p in every lane, as a load
  *   V_ROUND16(v)                v rounded to F16 and back, in registers
  *   V_TO8(v)                    fold to 8 lanes (lane i + 8 onto lane i)
@@ -89,27 +89,30 @@ static inline __attribute__((always_inline)) void rows_to_f32(const uint16_t *sr
 #define MQ_MAX_HD 256
 #define MQP (MQ + 8) /* rows padded to whole 8-query vectors */
 
-/* Step 3 below for NQ <= 4 queries (a constant) and W <= 4 vectors of
+/* Step 3 below for NQ <= 8 queries (a constant) and W <= 4 vectors of
  * the head from element j0, key by key. Each element is updated exactly as
  * in the reference: rescaled when the max grew, then plus V times the
  * weight, rounded to F16 after each. The accumulators live in memory as
  * F16 (acc) and each update is a convert-from-memory, a multiply-add and a
  * convert-to-memory: the memory forms of the two conversions leave out a
  * shuffle micro-op each of the register forms, and these conversions are
- * most of the kernel's work (about a sixth less time per update measured;
- * the 4 x W chains are independent, so the store-to-load latency hides).
+ * most of the kernel's work (about a sixth less time per update measured).
+ * Each update waits on the one before it of the same accumulator (a
+ * conversion, a multiply-add and a store to load, some 25 cycles), so the
+ * NQ x W independent ones of a key must fill that time: eight queries at a
+ * time were 8% faster than four, sixteen no faster than eight.
  * Keys where no query's max grows and every query sees the key (the usual
  * case) take a loop with no per-query tests; the others take the
  * reference's per-query path. With S (the first block of the head), the
  * running sums too, key by key as the reference (S * w + 1 where the max
  * grew, else S + w): scalar chains that hide under the vector work. */
-static inline __attribute__((always_inline)) void accum_quad(uint16_t (*acc)[MQ_MAX_HD], float (*ex)[CHUNK],
+static inline __attribute__((always_inline)) void accum_part(uint16_t (*acc)[MQ_MAX_HD], float (*ex)[CHUNK],
                                                              const uint64_t *grow, const int *lim, const float *kf,
                                                              int hd, int np, int j0, const int W, float *S, const int NQ) {
-  float s4[4] = {0, 0, 0, 0};
+  float s4[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   uint64_t special = 0;
   int minlim = np;
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int h = 0; h < NQ; h++) {
     if (S) s4[h] = S[h];
     special |= grow[h];
@@ -122,7 +125,7 @@ static inline __attribute__((always_inline)) void accum_quad(uint16_t (*acc)[MQ_
 #pragma GCC unroll 4
     for (int u = 0; u < W; u++) vv[u] = V_LOAD(vr + u * VW);
     if (__builtin_expect(!(special >> p & 1), 1)) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int h = 0; h < NQ; h++) {
         const VT vs = V_BCAST_M(&ex[h][p]);
         if (S) s4[h] += ex[h][p];
@@ -134,7 +137,7 @@ static inline __attribute__((always_inline)) void accum_quad(uint16_t (*acc)[MQ_
       }
       continue;
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int h = 0; h < NQ; h++) {
       if (p >= lim[h]) continue;
       const float w = ex[h][p];
@@ -161,28 +164,28 @@ static inline __attribute__((always_inline)) void accum_quad(uint16_t (*acc)[MQ_
     for (int h = 0; h < NQ; h++) S[h] = s4[h];
 }
 
-/* accum_quad over the whole head for NQ queries: the first block carries
+/* accum_part over the whole head for NQ queries: the first block carries
  * the running sums */
 static inline __attribute__((always_inline)) void accum_head(uint16_t (*acc)[MQ_MAX_HD], float (*ex)[CHUNK],
                                                              const uint64_t *grow, const int *lim, const float *kf,
                                                              int hd, int np, float *S, const int NQ) {
   int j;
   if (hd >= 4 * VW) {
-    accum_quad(acc, ex, grow, lim, kf, hd, np, 0, 4, S, NQ);
+    accum_part(acc, ex, grow, lim, kf, hd, np, 0, 4, S, NQ);
     j = 4 * VW;
   } else if (hd >= 2 * VW) {
-    accum_quad(acc, ex, grow, lim, kf, hd, np, 0, 2, S, NQ);
+    accum_part(acc, ex, grow, lim, kf, hd, np, 0, 2, S, NQ);
     j = 2 * VW;
   } else {
-    accum_quad(acc, ex, grow, lim, kf, hd, np, 0, 1, S, NQ);
+    accum_part(acc, ex, grow, lim, kf, hd, np, 0, 1, S, NQ);
     j = VW;
   }
-  for (; j + 4 * VW <= hd; j += 4 * VW) accum_quad(acc, ex, grow, lim, kf, hd, np, j, 4, NULL, NQ);
+  for (; j + 4 * VW <= hd; j += 4 * VW) accum_part(acc, ex, grow, lim, kf, hd, np, j, 4, NULL, NQ);
   if (j + 2 * VW <= hd) {
-    accum_quad(acc, ex, grow, lim, kf, hd, np, j, 2, NULL, NQ);
+    accum_part(acc, ex, grow, lim, kf, hd, np, j, 2, NULL, NQ);
     j += 2 * VW;
   }
-  if (j < hd) accum_quad(acc, ex, grow, lim, kf, hd, np, j, 1, NULL, NQ);
+  if (j < hd) accum_part(acc, ex, grow, lim, kf, hd, np, j, 1, NULL, NQ);
 }
 
 /* ms NULL: out[h] is the normalised output; else out[h] is the
@@ -192,7 +195,7 @@ static inline __attribute__((always_inline)) void group_body(const float *const 
                                                              const uint16_t *k, const uint16_t *v, size_t stride,
                                                              const int hd, float scale, float *const *out, float *ms) {
   float qh[MQ][MQ_MAX_HD] __attribute__((aligned(64)));
-  /* the F16 accumulators (accum_quad) */
+  /* the F16 accumulators (accum_part) */
   uint16_t acc[MQP][MQ_MAX_HD] __attribute__((aligned(64)));
   float kf[CHUNK * MQ_MAX_HD] __attribute__((aligned(64)));
   /* per chunk, query-major: scores, then the weights; the growth masks
@@ -253,12 +256,17 @@ static inline __attribute__((always_inline)) void group_body(const float *const 
     /* V of this chunk (K of the next one on the way) */
     const int np_next = n_max - p0 - np < CHUNK ? n_max - p0 - np : CHUNK;
     rows_to_f32(v + (size_t)p0 * stride, stride, np, hd, kf, k + (size_t)(p0 + np) * stride, np_next);
-    for (int h = 0; h < nq; h += 4) {
-      const int n4 = nq - h < 4 ? nq - h : 4;
-      if (n4 == 4) accum_head(acc + h, sc + h, grow + h, lim + h, kf, hd, np, S + h, 4);
-      else if (n4 == 3) accum_head(acc + h, sc + h, grow + h, lim + h, kf, hd, np, S + h, 3);
-      else if (n4 == 2) accum_head(acc + h, sc + h, grow + h, lim + h, kf, hd, np, S + h, 2);
-      else accum_head(acc + h, sc + h, grow + h, lim + h, kf, hd, np, S + h, 1);
+    for (int h = 0; h < nq; h += 8) {
+      switch (nq - h < 8 ? nq - h : 8) {
+      case 8: accum_head(acc + h, sc + h, grow + h, lim + h, kf, hd, np, S + h, 8); break;
+      case 7: accum_head(acc + h, sc + h, grow + h, lim + h, kf, hd, np, S + h, 7); break;
+      case 6: accum_head(acc + h, sc + h, grow + h, lim + h, kf, hd, np, S + h, 6); break;
+      case 5: accum_head(acc + h, sc + h, grow + h, lim + h, kf, hd, np, S + h, 5); break;
+      case 4: accum_head(acc + h, sc + h, grow + h, lim + h, kf, hd, np, S + h, 4); break;
+      case 3: accum_head(acc + h, sc + h, grow + h, lim + h, kf, hd, np, S + h, 3); break;
+      case 2: accum_head(acc + h, sc + h, grow + h, lim + h, kf, hd, np, S + h, 2); break;
+      default: accum_head(acc + h, sc + h, grow + h, lim + h, kf, hd, np, S + h, 1); break;
+      }
     }
   }
   if (ms) {
