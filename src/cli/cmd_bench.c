@@ -207,7 +207,6 @@ static void fill_tokens(bench_run *b, int n) {
   for (int i = 0; i < n; i++) b->tokens[i] = (int32_t)(pw_rng_next(&b->rng) % (uint64_t)b->hp->n_vocab);
 }
 
-/* Prompt processing from an empty cache; returns tok/s or -1. */
 /* A prompt of p tokens; at depth d > 0 it follows tg's d cached tokens in
  * sequence 1 (so each chunk attends to the prefix), else it starts
  * sequence 0. Returns tok/s or -1. */

@@ -245,10 +245,13 @@ int main(void) {
       }
       /* Several queries over the same K/V (a GQA group, or the heads of
        * several tokens: 1..41 queries, so groups of more than
-       * PW_ATTN_GROUP_MAX are split), each seeing its own prefix of the
-       * keys: each output bit-identical to the single-query kernel on that
-       * query and prefix. */
-      for (int nq = 1; nq <= 41; nq += 8) {
+       * PW_ATTN_GROUP_MAX are split, and every remainder of the kernels'
+       * groups of eight accumulator updates occurs), each seeing its own
+       * prefix of the keys: each output bit-identical to the single-query
+       * kernel on that query and prefix. */
+      static const int nqs[] = {1, 3, 7, 9, 14, 21, 28, 34, 41};
+      for (size_t qi = 0; qi < sizeof nqs / sizeof nqs[0]; qi++) {
+        const int nq = nqs[qi];
         float *qs = malloc(sizeof(float) * (size_t)nq * hd), *om = malloc(sizeof(float) * (size_t)nq * hd);
         const float *qp[41];
         float *op[41];

@@ -72,6 +72,24 @@ static inline unsigned v_exp_arg(__m256 s, __m256 m, __m256 *e) {
 static inline float v_last(__m256 x) { return _mm256_cvtss_f32(_mm256_permutevar8x32_ps(x, _mm256_set1_epi32(7))); }
 #define v_exp exp8
 
+/* memory-operand conversions and broadcast (arch/attn_impl.h) */
+static inline __m256 ph_load_m(const uint16_t *p) {
+  __m256 r;
+  __asm__("vcvtph2ps %1, %0" : "=x"(r) : "m"(*(const __m128i *)p));
+  return r;
+}
+static inline void ph_store_m(uint16_t *p, __m256 v) {
+  __asm__("vcvtps2ph $8, %1, %0" : "=m"(*(__m128i *)p) : "x"(v));
+}
+static inline __m256 bcast_m(const float *p) {
+  __m256 r;
+  __asm__("vbroadcastss %1, %0" : "=x"(r) : "m"(*p));
+  return r;
+}
+#define V_PH_LOAD_M(p) ph_load_m(p)
+#define V_PH_STORE_M(p, v) ph_store_m(p, v)
+#define V_BCAST_M(p) bcast_m(p)
+
 #define VT __m256
 #define VW 8
 #define V_LOAD(p) _mm256_load_ps(p)

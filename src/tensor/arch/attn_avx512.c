@@ -89,6 +89,24 @@ static inline __attribute__((always_inline)) void scores16(const float *qh, cons
 }
 static inline float v_last(__m512 x) { return _mm512_cvtss_f32(_mm512_permutexvar_ps(_mm512_set1_epi32(15), x)); }
 
+/* memory-operand conversions and broadcast (arch/attn_impl.h) */
+static inline __m512 ph_load_m(const uint16_t *p) {
+  __m512 r;
+  __asm__("vcvtph2ps %1, %0" : "=v"(r) : "m"(*(const __m256i *)p));
+  return r;
+}
+static inline void ph_store_m(uint16_t *p, __m512 v) {
+  __asm__("vcvtps2ph $8, %1, %0" : "=m"(*(__m256i *)p) : "v"(v));
+}
+static inline __m512 bcast_m(const float *p) {
+  __m512 r;
+  __asm__("vbroadcastss %1, %0" : "=v"(r) : "m"(*p));
+  return r;
+}
+#define V_PH_LOAD_M(p) ph_load_m(p)
+#define V_PH_STORE_M(p, v) ph_store_m(p, v)
+#define V_BCAST_M(p) bcast_m(p)
+
 #define VT __m512
 #define VW 16
 #define V_LOAD(p) _mm512_load_ps(p)
