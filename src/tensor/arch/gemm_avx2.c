@@ -11,6 +11,7 @@
 #define VD_DOT2S(u0, s0, u1, s1)                                                                                  \
   _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16((u0), (s0)), _mm256_maddubs_epi16((u1), (s1))),         \
                     _mm256_set1_epi16(1))
+#define VD_DPWSSD(acc, a, b) _mm256_add_epi32((acc), _mm256_madd_epi16((a), (b)))
 #include "tensor/arch/gemm_avx2_impl.h"
 
 void gemm_fill_avx2(pw_traits *t) { gemm_fill(t); }

@@ -8,6 +8,7 @@
 
 #define VD_DPBUSD(acc, u, s) _mm256_dpbusd_avx_epi32((acc), (u), (s))
 #define VD_DOT2S(u0, s0, u1, s1) VD_DPBUSD(VD_DPBUSD(_mm256_setzero_si256(), (u0), (s0)), (u1), (s1))
+#define VD_DPWSSD(acc, a, b) _mm256_dpwssd_avx_epi32((acc), (a), (b))
 #include "tensor/arch/gemm_avx2_impl.h"
 
 void gemm_fill_avxvnni(pw_traits *t) { gemm_fill(t); }
