@@ -1,7 +1,8 @@
-/* gemm_avxvnni.c - the AVX-VNNI level's register-tiled GEMM of Q8_0, Q4_0
- * and Q5_0 (gemm_avx2_impl.h) with one vpdpbusd as a block's integer
- * products; bit-identical to the AVX2 level's. Compiled with -mavx2 -mfma
- * -mf16c -mavxvnni. */
+/* gemm_avxvnni.c - the AVX-VNNI level's register-tiled GEMM of Q8_0,
+ * Q4_0, Q5_0 and the K-quants (gemm_avx2_impl.h, gemm_kq_avx2_impl.h)
+ * with one vpdpbusd (vpdpwssd) as a block's integer products;
+ * bit-identical to the AVX2 level's. Compiled with -mavx2 -mfma -mf16c
+ * -mavxvnni. */
 #include "tensor/traits.h"
 
 #include <immintrin.h>

@@ -16,23 +16,30 @@
  * decode step) take vec_dot as they did, and batch invariance holds.
  *
  * Where the time goes instead. vec_dot with eight tokens keeps 24
- * accumulators and the super-block's codes and scales in 16 registers
- * and spills; its per-(row, token) work also redoes the token's pair sums
- * of its bsums and the scale products. A tile here is one weight row
- * against up to KQ_T = 16 tokens: the row's super-block is unpacked once
- * (its eight vectors of 32 codes stay in registers, its eight scale
- * vectors go to the stack where each token's madd (vpdpwssd) reads them as
- * a memory operand, as it reads the activations), and each token then
- * takes eight maddubs + madd (or vpdpwssd) in two chains, one convert and
- * one FMA (plus the mins' madd, convert and FMA). The offsets of Q3_K and
- * Q6_K (-4, -32) come in as the first link of a chain: the row's scales
- * times -4 (-32) by the token's bsums, one madd.
+ * accumulators and the super-block's codes and scales in 16 registers and
+ * spills, and redoes per (row, token) the token's pair sums of its bsums
+ * and its scale products: 54.5 instructions per (row, token, super-block)
+ * for Q4_K at the AVX2 level, 48.9 for Q6_K (callgrind, 16 rows x 32
+ * tokens, 4096-wide). A tile here is one weight row against up to KQ_T =
+ * 16 tokens: the row's super-block is unpacked once per tile (its codes
+ * stay in registers, its scale vectors go to the stack, read as memory
+ * operands as the activations are), and each token takes the integer
+ * products of ks_pair (8 maddubs, 4 int16 adds, 4 madd or vpdpwssd), one
+ * convert and one FMA, plus for Q4_K/Q5_K half of a two-token mins step
+ * whose pair sums and scales are in the pack: 39.6 and 37.8 instructions.
+ * Wall-clock matters more than the count here: maddubs, madd, the convert
+ * and the FMAs share two ports on Intel cores, so ks_pair's four fewer
+ * madds are most of the gain (bench_kernels, 4096-wide, AVX2, 32 tokens
+ * against vec_dot's 8: Q4_K +18%, Q5_K +21%, Q6_K +9%, on a loaded
+ * machine). The offsets of Q3_K and Q6_K (-4, -32) come in as the first
+ * link of a chain: the row's scales times -4 (-32) by the token's bsums,
+ * one madd.
  *
- * Packed activations: each token's q8_K row (the level's quantizer, as
- * vec_dot takes it: block_q8_K super-blocks in order, so vec_dot reads a
- * packed row as it is), then per super-block the eight sums of 32
- * activation quants (int16, the pair sums of its bsums), the row padded to
- * 64 bytes; token t at t * kq_xrow(n). One pack for the five types. */
+ * Rows and tokens are walked in chunks of super-blocks whose activations
+ * for a tile's tokens fit in L1 (KQ_CHUNK_BYTES), each row of a block of
+ * KQ_ROWS taking the chunk in turn, the accumulators kept per (row, token)
+ * between chunks (the float operations of a row stay in super-block order).
+ * One pack for the five types (kq_pack). */
 #ifndef PW_GEMM_KQ_AVX2_IMPL_H
 #define PW_GEMM_KQ_AVX2_IMPL_H
 
