@@ -16,8 +16,8 @@
  * against the keys); rope_freqs as llama.cpp's converter computes them.
  *
  * Architectures: llama, qwen2, qwen3, gemma3, gemma2, phi3, qwen35,
- * qwen3moe, qwen2moe, smollm3, granite, mistral3 and the encoders bert and
- * nomic-bert, with the metadata keys their llama.cpp converters write.
+ * qwen3moe, qwen2moe, smollm3, granite, mistral3 and the encoders bert,
+ * nomic-bert and jina-bert-v2, with the metadata keys their llama.cpp converters write.
  *
  * Not here: the mix rules and the converter (cmd_quantize.c). */
 #include "cli/cmd_synth.h"
@@ -83,6 +83,14 @@ static const synth_model k_models[] = {
      false, false, true, 0, 0, 0, 0, false, 0, true, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
     {"ms-marco-minilm-l6-v2", "bert", "MS MARCO MiniLM L6 v2 cross-encoder", 384, 6, 12, 12, 32, 1536, 512, 1e4f,
      1e-12f, true, false, true, 0, 0, 0, 0, false, 0, false, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
+    /* jina-bert-v2: ALiBi instead of positions, GEGLU in a double-width
+     * ffn_up (k_enc below) */
+    {.id = "jina-embeddings-v2-small-en", .arch = "jina-bert-v2", .title = "Jina Embeddings v2 small en",
+     .n_embd = 512, .n_layer = 4, .n_head = 8, .n_head_kv = 8, .head_dim = 64, .n_ff = 2048, .n_ctx = 8192,
+     .rms_eps = 1e-12f, .qkv_bias = true, .tied = true},
+    {.id = "jina-reranker-v1-tiny-en", .arch = "jina-bert-v2", .title = "Jina Reranker v1 tiny en", .n_embd = 384,
+     .n_layer = 4, .n_head = 12, .n_head_kv = 12, .head_dim = 32, .n_ff = 1536, .n_ctx = 8192, .rms_eps = 1e-12f,
+     .qkv_bias = true, .tied = true},
     {"qwen3-30b-a3b", "qwen3moe", "Qwen3 30B A3B", 2048, 48, 32, 4, 128, 6144, 40960, 1e6f, 1e-6f, false, true, false,
      0, 0, 0, 0, false, 0, false, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
     {"qwen1.5-moe-a2.7b", "qwen2moe", "Qwen1.5 MoE A2.7B", 2048, 24, 16, 16, 128, 5632, 8192, 1e6f, 1e-6f, true, false,
@@ -168,6 +176,8 @@ static const struct {
     {"bge-small-en-v1.5", 2, false},
     {"nomic-embed-text-v1.5", 1, false},
     {"ms-marco-minilm-l6-v2", 4, true},
+    {"jina-embeddings-v2-small-en", 1, false},
+    {"jina-reranker-v1-tiny-en", 4, true},
 };
 
 static int sy_enc_index(const synth_model *m) {
@@ -203,6 +213,7 @@ typedef struct sy_ctx {
   int enc;  /* index in k_enc, or -1 */
   int n_expert; /* > 0: the MLPs are mixtures of this many experts (moe) */
   const synth_moe *moe;
+  bool fuse_gu; /* experts' gate and up in one ffn_gate_up_exps tensor */
 } sy_ctx;
 
 static uint64_t fnv1a(const char *s) {
@@ -311,8 +322,12 @@ static int sy_build(sy_ctx *c, int n_layer, int64_t n_vocab) {
       const int64_t F = c->moe->n_ff_exp, X = c->n_expert;
       ADD("ffn_gate_inp.weight", 2, e, X, SY_MATRIX, 0.02f);
 #define ADD3(suffix, a, b) (snprintf(n, sizeof n, "blk.%d.%s", il, suffix), rc |= sy_add3(c, n, a, b, X, 0.02f))
-      ADD3("ffn_gate_exps.weight", e, F);
-      ADD3("ffn_up_exps.weight", e, F);
+      if (c->fuse_gu) { /* an expert's gate rows, then its up rows */
+        ADD3("ffn_gate_up_exps.weight", e, 2 * F);
+      } else {
+        ADD3("ffn_gate_exps.weight", e, F);
+        ADD3("ffn_up_exps.weight", e, F);
+      }
       ADD3("ffn_down_exps.weight", F, e);
 #undef ADD3
       if (sy_gptoss(m)) { /* biases of the router and of each expert (F32) */
@@ -352,16 +367,19 @@ static int sy_build(sy_ctx *c, int n_layer, int64_t n_vocab) {
  * classification head. */
 static int sy_build_enc(sy_ctx *c, int n_layer, int64_t n_vocab, uint32_t n_types) {
   const synth_model *m = c->m;
-  const bool nomic = !strcmp(m->arch, "nomic-bert");
+  const bool nomic = !strcmp(m->arch, "nomic-bert"), jina = !strcmp(m->arch, "jina-bert-v2");
   const int64_t e = m->n_embd, ff = m->n_ff;
   int rc = 0;
   rc |= sy_add(c, "token_embd.weight", 2, e, n_vocab, SY_MATRIX, 0.05f);
   /* one row per token type of the vocabulary (llama.cpp checks the shape) */
   if (n_types > 0) rc |= sy_add(c, "token_types.weight", 2, e, n_types, SY_MATRIX, 0.05f);
-  if (!nomic) rc |= sy_add(c, "position_embd.weight", 2, e, m->n_ctx, SY_MATRIX, 0.05f);
+  if (!nomic && !jina) rc |= sy_add(c, "position_embd.weight", 2, e, m->n_ctx, SY_MATRIX, 0.05f);
   rc |= sy_add(c, "token_embd_norm.weight", 1, e, 1, SY_NORM, 0.02f);
   rc |= sy_add(c, "token_embd_norm.bias", 1, e, 1, SY_BIAS, 0.02f);
-  if (k_enc[c->enc].rank_head) {
+  if (k_enc[c->enc].rank_head && jina) { /* one projection straight to the score */
+    rc |= sy_add(c, "cls.weight", 2, e, 1, SY_MATRIX, 0.05f);
+    rc |= sy_add(c, "cls.bias", 1, 1, 1, SY_BIAS, 0.02f);
+  } else if (k_enc[c->enc].rank_head) {
     rc |= sy_add(c, "cls.weight", 2, e, e, SY_MATRIX, 0.05f);
     rc |= sy_add(c, "cls.bias", 1, e, 1, SY_BIAS, 0.02f);
     rc |= sy_add(c, "cls.output.weight", 2, e, 1, SY_MATRIX, 0.05f);
@@ -385,11 +403,12 @@ static int sy_build_enc(sy_ctx *c, int n_layer, int64_t n_vocab, uint32_t n_type
     if (!nomic) ADD("attn_output.bias", 1, e, 1, SY_BIAS, 0.02f);
     ADD("attn_output_norm.weight", 1, e, 1, SY_NORM, 0.02f);
     ADD("attn_output_norm.bias", 1, e, 1, SY_BIAS, 0.02f);
-    ADD("ffn_up.weight", 2, e, ff, SY_MATRIX, 0.02f);
+    /* jina: the gate is ffn_up's first half, without a bias */
+    ADD("ffn_up.weight", 2, e, jina ? 2 * ff : ff, SY_MATRIX, 0.02f);
     if (nomic) ADD("ffn_gate.weight", 2, e, ff, SY_MATRIX, 0.02f);
     ADD("ffn_down.weight", 2, ff, e, SY_MATRIX, 0.02f);
     if (!nomic) {
-      ADD("ffn_up.bias", 1, ff, 1, SY_BIAS, 0.02f);
+      if (!jina) ADD("ffn_up.bias", 1, ff, 1, SY_BIAS, 0.02f);
       ADD("ffn_down.bias", 1, e, 1, SY_BIAS, 0.02f);
     }
     ADD("layer_output_norm.weight", 1, e, 1, SY_NORM, 0.02f);
@@ -515,6 +534,8 @@ static void synth_usage(FILE *out) {
           "  --pooling P     encoders: mean, cls, last or rank (rank needs a reranker; default: the model's)\n"
           "  --experts N     mixture-of-experts models: N experts per layer instead of the model's (at least\n"
           "                  its experts per token; quick tests)\n"
+          "  --fuse-gate-up  qwen3.5 mixtures of experts: the experts' gate and up matrices in one\n"
+          "                  ffn_gate_up_exps tensor, as the converter's --fuse-gate-up-exps writes them\n"
           "  --threads N     generation threads (default 2; the output is the same for any N)\n"
           "  --quiet         no progress on stderr\n",
           quant_ftype_names());
@@ -526,7 +547,7 @@ int cmd_synth(int argc, char **argv) {
   const char *pooling = NULL;
   double yarn_factor = 0, softcap_attn = 0, softcap_final = 0;
   int quiet = 0;
-  bool mtp = false;
+  bool mtp = false, fuse_gu = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -540,6 +561,10 @@ int cmd_synth(int argc, char **argv) {
     }
     if (!strcmp(a, "--mtp")) {
       mtp = true;
+      continue;
+    }
+    if (!strcmp(a, "--fuse-gate-up")) {
+      fuse_gu = true;
       continue;
     }
     bool known = !strcmp(a, "--arch") || !strcmp(a, "--vocab") || !strcmp(a, "--out") || !strcmp(a, "-o") ||
@@ -626,6 +651,10 @@ int cmd_synth(int argc, char **argv) {
   const synth_moe *moe = NULL;
   for (size_t i = 0; i < sizeof k_moe / sizeof k_moe[0]; i++)
     if (!strcmp(m->id, k_moe[i].id)) moe = &k_moe[i];
+  if (fuse_gu && strcmp(m->arch, "qwen35moe")) { /* where llama.cpp reads the fused tensor */
+    fprintf(stderr, "power synth: --fuse-gate-up: only qwen3.5 mixtures of experts have a fused gate+up\n");
+    return 2;
+  }
   if (ff > 0 && moe) {
     fprintf(stderr, "power synth: --ff: %s is a mixture of experts (--experts sizes it)\n", m->id);
     return 2;
@@ -696,6 +725,7 @@ int cmd_synth(int argc, char **argv) {
   c.mtp = mtp;
   c.enc = enc;
   c.moe = moe;
+  c.fuse_gu = fuse_gu;
   c.n_expert = moe ? (experts > 0 ? (int)experts : moe->n_expert) : 0;
   if (gguf_open(vocab, &vf, err)) {
     fprintf(stderr, "power synth: %s: %s\n", vocab, err);

@@ -1,6 +1,8 @@
 /* arch_bert.c - the BERT-family encoders: rows `bert` (absolute position
- * embeddings, GELU MLP with biases, Q/K/V biases) and `nomic-bert` (fused
- * QKV, NeoX RoPE, SwiGLU MLP without biases), as llama.cpp's graph builds
+ * embeddings, GELU MLP with biases, Q/K/V biases), `nomic-bert` (fused
+ * QKV, NeoX RoPE, SwiGLU MLP without biases) and `jina-bert-v2` (no
+ * position embeddings but ALiBi, a GEGLU MLP whose up projection carries
+ * the gate, optional LayerNorms of Q and K), as llama.cpp's graph builds
  * them:
  *   x = LayerNorm(tok_embd[token] + token_types[0] (+ position_embd[pos]))
  *   per layer (post-norm): a = attention(x) Wo (+ bo)
@@ -13,15 +15,22 @@
  * engine pools them (model.h). Rerankers carry a classification head
  * (cls: dense + tanh, cls.output: dense), applied by model_rank_head.
  *
+ * ALiBi (jina-bert-v2): head h adds -slope(h) * |i - j| to the score of
+ * query position i and key position j, with llama.cpp's slopes for a
+ * maximum bias of 8 (its value for this architecture). That attention runs
+ * here over the pass's F32 Q/K/V rows (an encoder sees its whole input in
+ * one pass), not through the KV cache's kernels.
+ *
  * Token types: llama.cpp adds row 0 ("sentence A") to every token, also for
  * a reranker's query/document pair; so does this file.
  *
  * Not here: pooling and normalization of the result (engine/embed.c), the
- * WordPiece tokenizer (tok/wpm.c). Not supported: jina-bert-v2 (ALiBi),
- * nomic-bert-moe's expert layers. */
+ * WordPiece tokenizer (tok/wpm.c). Not supported: nomic-bert-moe's expert
+ * layers. */
 #include "model/model_int.h"
 
 #include "base/error.h"
+#include "base/pool.h"
 #include "gguf/gguf.h"
 #include "tensor/matmul.h"
 
@@ -36,11 +45,23 @@ static size_t ent_floats(int max_batch) {
 }
 
 static bool fused_qkv(const model *m) { return m->hp.arch == MODEL_ARCH_NOMIC_BERT; }
+static bool is_jina(const model *m) { return m->hp.arch == MODEL_ARCH_JINA_BERT_V2; }
+
+/* c->arch_act holds: the fused QKV rows (nomic-bert), the entries, and the
+ * fused gate+up rows (jina-bert-v2, [max_batch][2 n_ff]). */
+static size_t qkv_floats(const model *m, int max_batch) {
+  return fused_qkv(m) ? (size_t)max_batch * 3 * m->hp.n_head * m->hp.head_dim : 0;
+}
 
 static size_t act_floats(const model *m, int max_batch) {
-  size_t qkv = fused_qkv(m) ? (size_t)max_batch * 3 * m->hp.n_head * m->hp.head_dim : 0;
-  return qkv + ent_floats(max_batch);
+  size_t gu = is_jina(m) ? (size_t)max_batch * 2 * m->hp.n_ff : 0;
+  return qkv_floats(m, max_batch) + ent_floats(max_batch) + gu;
 }
+
+/* The largest head ALiBi attention takes (its accumulator is on the stack). */
+#define ALIBI_MAX_HEAD 512
+/* llama.cpp's maximum ALiBi bias for jina-bert-v2 */
+#define ALIBI_MAX_BIAS 8.0f
 
 static bool causal_attn(const model *m) { return m->enc_causal; }
 
@@ -59,6 +80,9 @@ static int load_hparams(model *m, char *err) {
   if (hp->head_dim * hp->n_head != hp->n_embd)
     return pw_seterr(err, PW_EFORMAT, "head size %d x %d heads is not the embedding size %d", hp->head_dim, hp->n_head,
                      hp->n_embd);
+  if (is_jina(m) && hp->head_dim > ALIBI_MAX_HEAD)
+    return pw_seterr(err, PW_EUNSUPPORTED, "%s with head size %d (at most %d)", hp->arch_name, hp->head_dim,
+                     ALIBI_MAX_HEAD);
   /* llama.cpp's default is causal when the key is absent */
   bool causal = true;
   snprintf(key, sizeof key, "%s.attention.causal", hp->arch_name);
@@ -101,9 +125,12 @@ static int bind_globals(model *m, char *err) {
   }
   if ((rc = model_bind_vec(f, "token_embd_norm.weight", E, &m->tok_norm, true, err))) return rc;
   if ((rc = model_bind_vec(f, "token_embd_norm.bias", E, &m->tok_norm_b, true, err))) return rc;
-  if (hp->arch == MODEL_ARCH_BERT) {
-    if ((rc = model_bind_weight(f, "cls.weight", E, E, &m->cls, false, err)) < 0) return rc;
-    if ((rc = model_bind_vec(f, "cls.bias", E, &m->cls_b, false, err)) < 0) return rc;
+  if (hp->arch == MODEL_ARCH_BERT || is_jina(m)) {
+    /* jina-bert-v2's head projects straight to one score (llama.cpp's
+     * {n_embd, 1}); bert's to a hidden row for cls.output */
+    const int64_t n_cls = is_jina(m) ? 1 : E;
+    if ((rc = model_bind_weight(f, "cls.weight", E, n_cls, &m->cls, false, err)) < 0) return rc;
+    if ((rc = model_bind_vec(f, "cls.bias", n_cls, &m->cls_b, false, err)) < 0) return rc;
     if ((rc = model_bind_weight(f, "cls.output.weight", E, m->n_cls_out, &m->cls_out, false, err)) < 0) return rc;
     if ((rc = model_bind_vec(f, "cls.output.bias", m->n_cls_out, &m->cls_out_b, false, err)) < 0) return rc;
   }
@@ -133,16 +160,38 @@ static int bind_layer(model *m, int il, char *err) {
     if ((rc = model_bind_vec(f, NAME("attn_k.bias"), E, &L->bk, false, err)) < 0) return rc;
     if ((rc = model_bind_vec(f, NAME("attn_v.bias"), E, &L->bv, false, err)) < 0) return rc;
   }
+  if (is_jina(m)) {
+    const struct {
+      const char *name;
+      const float **dst;
+    } opt[] = {{"attn_q_norm.weight", &L->q_ln},   {"attn_q_norm.bias", &L->q_ln_b},
+               {"attn_k_norm.weight", &L->k_ln},   {"attn_k_norm.bias", &L->k_ln_b},
+               {"attn_norm_2.weight", &L->attn_norm2}, {"attn_norm_2.bias", &L->attn_norm2_b}};
+    for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++)
+      if ((rc = model_bind_vec(f, NAME(opt[i].name), E, opt[i].dst, false, err)) < 0) return rc;
+    /* a LayerNorm is a weight with its bias, or absent */
+    if (!L->q_ln != !L->q_ln_b || !L->k_ln != !L->k_ln_b || !L->attn_norm2 != !L->attn_norm2_b)
+      return pw_seterr(err, PW_EFORMAT, "blk.%d: a Q/K or second attention LayerNorm without its weight or bias", il);
+  }
   if ((rc = model_bind_weight(f, NAME("attn_output.weight"), E, E, &L->wo, true, err))) return rc;
   if ((rc = model_bind_vec(f, NAME("attn_output.bias"), E, &L->bo, false, err)) < 0) return rc;
   if ((rc = model_bind_vec(f, NAME("attn_output_norm.weight"), E, &L->attn_out_norm, true, err))) return rc;
   if ((rc = model_bind_vec(f, NAME("attn_output_norm.bias"), E, &L->attn_out_norm_b, true, err))) return rc;
-  if ((rc = model_bind_weight(f, NAME("ffn_up.weight"), E, ff, &L->w_up, true, err))) return rc;
+  /* jina-bert-v2 carries GEGLU's gate either in ffn_gate or as the first
+   * half of a double-width ffn_up (its converter writes the latter) */
+  int64_t n_up = ff;
+  if (is_jina(m) && !gguf_find_tensor(f, NAME("ffn_gate.weight"))) {
+    const gguf_tensor *tu = gguf_find_tensor(f, NAME("ffn_up.weight"));
+    if (tu && tu->n_dims == 2 && tu->ne[1] == (uint64_t)(2 * ff)) n_up = 2 * ff;
+  }
+  if ((rc = model_bind_weight(f, NAME("ffn_up.weight"), E, n_up, &L->w_up, true, err))) return rc;
   if ((rc = model_bind_weight(f, NAME("ffn_down.weight"), ff, E, &L->w_down, true, err))) return rc;
   if (hp->arch == MODEL_ARCH_NOMIC_BERT) {
     if ((rc = model_bind_weight(f, NAME("ffn_gate.weight"), E, ff, &L->w_gate, true, err))) return rc;
   } else {
-    if ((rc = model_bind_vec(f, NAME("ffn_up.bias"), ff, &L->b_up, false, err)) < 0) return rc;
+    if (is_jina(m) && (rc = model_bind_weight(f, NAME("ffn_gate.weight"), E, ff, &L->w_gate, false, err)) < 0)
+      return rc;
+    if ((rc = model_bind_vec(f, NAME("ffn_up.bias"), n_up, &L->b_up, false, err)) < 0) return rc;
     if ((rc = model_bind_vec(f, NAME("ffn_down.bias"), E, &L->b_down, false, err)) < 0) return rc;
   }
   if ((rc = model_bind_vec(f, NAME("layer_output_norm.weight"), E, &L->out_norm, true, err))) return rc;
@@ -200,6 +249,93 @@ static int embed(model_ctx *c, const model_entry *e, int n, char *err) {
   return 0;
 }
 
+/* ALiBi attention over the pass's rows (jina-bert-v2): each (entry, head)
+ * is one work item, computed by one thread in key order with a running
+ * maximum, so the result does not depend on the thread count. */
+typedef struct {
+  model_ctx *c;
+  const model_entry *e;
+  int n;
+  bool causal;
+} alibi_job;
+
+static float alibi_slope(int h, int n_head) {
+  int log2h = 1;
+  while (log2h * 2 <= n_head) log2h *= 2;
+  const float m0 = powf(2.0f, -ALIBI_MAX_BIAS / (float)log2h), m1 = powf(2.0f, -(ALIBI_MAX_BIAS / 2.0f) / (float)log2h);
+  return h < log2h ? powf(m0, (float)(h + 1)) : powf(m1, (float)(2 * (h - log2h) + 1));
+}
+
+static void alibi_worker(void *ctx, int ith, int nth) {
+  const alibi_job *j = ctx;
+  model_ctx *c = j->c;
+  const model_hparams *hp = &c->m->hp;
+  const int H = hp->n_head, hd = hp->head_dim, E = H * hd;
+  const float scale = 1.0f / sqrtf((float)hd);
+  float acc[ALIBI_MAX_HEAD];
+  for (int item = ith; item < j->n * H; item += nth) {
+    const int t = item / H, h = item % H;
+    const float slope = alibi_slope(h, H);
+    const float *q = c->q + (size_t)t * E + (size_t)h * hd;
+    float mx = -INFINITY, sum = 0.0f;
+    memset(acc, 0, (size_t)hd * sizeof(float));
+    for (int u = 0; u < j->n; u++) {
+      if (j->e[u].seq != j->e[t].seq || (j->causal && j->e[u].pos > j->e[t].pos)) continue;
+      const float *k = c->k + (size_t)u * E + (size_t)h * hd, *v = c->v + (size_t)u * E + (size_t)h * hd;
+      float d = 0.0f;
+      for (int i = 0; i < hd; i++) d += q[i] * k[i];
+      const float s = d * scale - slope * fabsf((float)(j->e[t].pos - j->e[u].pos));
+      if (s > mx) { /* rescale what was summed under the old maximum */
+        const float r = expf(mx - s);
+        for (int i = 0; i < hd; i++) acc[i] *= r;
+        sum *= r;
+        mx = s;
+      }
+      const float w = expf(s - mx);
+      sum += w;
+      for (int i = 0; i < hd; i++) acc[i] += w * v[i];
+    }
+    float *o = c->att + (size_t)t * E + (size_t)h * hd;
+    for (int i = 0; i < hd; i++) o[i] = sum > 0 ? acc[i] / sum : 0.0f;
+  }
+}
+
+static void alibi_attention(model_ctx *c, const model_entry *e, int n) {
+  alibi_job j = {c, e, n, causal_attn(c->m)};
+  if (pw_pool_size(c->m->pool) < 2 || n < 2) alibi_worker(&j, 0, 1);
+  else pw_pool_run(c->m->pool, alibi_worker, &j);
+}
+
+/* jina-bert-v2's MLP: GEGLU over a separate gate or the first half of a
+ * double-width up projection (llama.cpp's split), else plain GELU. Leaves
+ * the down projection's input in c->gate (GEGLU) or c->up. */
+static const float *jina_mlp(model_ctx *c, const layer_w *L, int n) {
+  const model *m = c->m;
+  const model_backend *be = m->be;
+  const int E = m->hp.n_embd, ff = m->hp.n_ff;
+  if (L->w_gate.data) {
+    pw_mm_op gu[2];
+    model_gu_ops(L, c, gu);
+    be->matmul_multi(c, gu, 2, E, c->x, n);
+    be->add_rows(c, c->up, L->b_up, n, ff);
+  } else if (L->w_up.n_out == 2 * (int64_t)ff) {
+    float *gu = c->arch_act + qkv_floats(m, c->max_batch) + ent_floats(c->max_batch);
+    be->matmul(c, &L->w_up, c->x, n, gu);
+    be->add_rows(c, gu, L->b_up, n, 2 * ff);
+    for (int t = 0; t < n; t++) {
+      memcpy(c->gate + (size_t)t * ff, gu + (size_t)t * 2 * ff, (size_t)ff * sizeof(float));
+      memcpy(c->up + (size_t)t * ff, gu + (size_t)t * 2 * ff + ff, (size_t)ff * sizeof(float));
+    }
+  } else {
+    be->matmul(c, &L->w_up, c->x, n, c->up);
+    be->add_rows(c, c->up, L->b_up, n, ff);
+    be->gelu(c, c->up, c->up, (int64_t)n * ff);
+    return c->up;
+  }
+  be->geglu(c, c->gate, c->up, (int64_t)n * ff);
+  return c->gate;
+}
+
 static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int il) {
   const model *m = c->m;
   const model_backend *be = m->be;
@@ -227,6 +363,26 @@ static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int i
     be->rope(c, c->q, n, hp->n_head, false);
     be->rope(c, c->k, n, hp->n_head_kv, false);
   }
+  if (is_jina(m)) {
+    if (L->q_ln) be->layernorm(c, c->q, c->q, L->q_ln, L->q_ln_b, n, E, hp->rms_eps);
+    if (L->k_ln) be->layernorm(c, c->k, c->k, L->k_ln, L->k_ln_b, n, E, hp->rms_eps);
+    alibi_attention(c, e, n);
+    be->matmul(c, &L->wo, c->att, n, c->xn);
+    be->add_rows(c, c->xn, L->bo, n, E);
+    be->add(c, c->xn, c->xn, c->x, (int64_t)n * E);
+    if (L->attn_norm2) { /* the layer input is added again before the second norm */
+      be->layernorm(c, c->att, c->xn, L->attn_out_norm, L->attn_out_norm_b, n, E, hp->rms_eps);
+      be->add(c, c->att, c->att, c->x, (int64_t)n * E);
+      be->layernorm(c, c->x, c->att, L->attn_norm2, L->attn_norm2_b, n, E, hp->rms_eps);
+    } else {
+      be->layernorm(c, c->x, c->xn, L->attn_out_norm, L->attn_out_norm_b, n, E, hp->rms_eps);
+    }
+    be->matmul(c, &L->w_down, jina_mlp(c, L, n), n, c->xn);
+    be->add_rows(c, c->xn, L->b_down, n, E);
+    be->add(c, c->xn, c->xn, c->x, (int64_t)n * E);
+    be->layernorm(c, c->x, c->xn, L->out_norm, L->out_norm_b, n, E, hp->rms_eps);
+    return;
+  }
   /* every layer writes and reads the one KV slot an encoder has (model.c):
    * a layer's K/V are used up before the next layer's overwrite them */
   be->kv_store(c, kv, e, n, L->kv_slot);
@@ -234,7 +390,7 @@ static void layer(model_ctx *c, model_kv *kv, const model_entry *e, int n, int i
   if (!causal_attn(m)) {
     /* every entry sees its sequence up to the sequence's last entry of the
      * pass: the op attends up to an entry's position, so give it that one */
-    model_entry *full = (model_entry *)(c->arch_act + (fused_qkv(m) ? (size_t)c->max_batch * 3 * E : 0));
+    model_entry *full = (model_entry *)(c->arch_act + qkv_floats(m, c->max_batch));
     for (int t = 0; t < n; t++) {
       full[t] = e[t];
       for (int u = 0; u < n; u++)
@@ -279,9 +435,10 @@ void model_rank_head(model_ctx *c, const float *pooled, float *scores) {
   float *h = c->att, *o = c->xn;
   memcpy(h, pooled, (size_t)E * sizeof(float));
   if (m->cls.data) {
+    const int nc = (int)m->cls.n_out;
     be->matmul(c, &m->cls, h, 1, o);
-    be->add_rows(c, o, m->cls_b, 1, E);
-    for (int i = 0; i < E; i++) h[i] = tanhf(o[i]);
+    be->add_rows(c, o, m->cls_b, 1, nc);
+    for (int i = 0; i < nc; i++) h[i] = tanhf(o[i]);
   }
   if (m->cls_out.data) {
     be->matmul(c, &m->cls_out, h, 1, o);
@@ -298,3 +455,5 @@ void model_rank_head(model_ctx *c, const float *pooled, float *scores) {
 
 const model_arch_ops model_arch_bert = {"bert", MODEL_ARCH_BERT, false, false, false, BERT_FAMILY};
 const model_arch_ops model_arch_nomic_bert = {"nomic-bert", MODEL_ARCH_NOMIC_BERT, true, false, false, BERT_FAMILY};
+const model_arch_ops model_arch_jina_bert_v2 = {"jina-bert-v2", MODEL_ARCH_JINA_BERT_V2, false, false, false,
+                                                BERT_FAMILY};

@@ -96,7 +96,7 @@ int model_bind_experts(const gguf_file *f, const char *name, int64_t n_in, int64
     return pw_seterr(err, PW_EFORMAT, "tensor %s has shape [%llu, %llu, %llu], expected [%lld, %lld, %lld]", name,
                      (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
                      (long long)n_in, (long long)n_out, (long long)n_exp);
-  *w = (model_weight){t->data, t->type, n_in, n_out};
+  *w = (model_weight){t->data, t->type, n_in, n_out, 0};
   return 0;
 }
 
@@ -110,8 +110,18 @@ int model_moe_bind(model *m, int blk, layer_w *L, char *err) {
   char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", blk, s), n)
   if ((rc = model_bind_weight(f, NAME("ffn_gate_inp.weight"), e, X, &L->ffn_gate_inp, true, err))) return rc;
-  if ((rc = model_bind_experts(f, NAME("ffn_gate_exps.weight"), e, F, X, &L->gate_exps, err))) return rc;
-  if ((rc = model_bind_experts(f, NAME("ffn_up_exps.weight"), e, F, X, &L->up_exps, err))) return rc;
+  if (gguf_find_tensor(f, NAME("ffn_gate_up_exps.weight"))) {
+    /* fused (the converter's --fuse-gate-up-exps; llama.cpp takes it over
+     * separate tensors): each expert's gate rows, then its up rows */
+    model_weight gu;
+    if ((rc = model_bind_experts(f, n, e, 2 * F, X, &gu, err))) return rc;
+    L->gate_exps = (model_weight){gu.data, gu.type, e, F, 2 * F};
+    L->up_exps = L->gate_exps;
+    L->up_exps.data = (const char *)gu.data + pw_dtype_row_size(gu.type, (uint64_t)e) * (uint64_t)F;
+  } else {
+    if ((rc = model_bind_experts(f, NAME("ffn_gate_exps.weight"), e, F, X, &L->gate_exps, err))) return rc;
+    if ((rc = model_bind_experts(f, NAME("ffn_up_exps.weight"), e, F, X, &L->up_exps, err))) return rc;
+  }
   if ((rc = model_bind_experts(f, NAME("ffn_down_exps.weight"), F, e, X, &L->down_exps, err))) return rc;
   if (hp->n_ff_shexp > 0) {
     const int64_t S = hp->n_ff_shexp;

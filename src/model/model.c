@@ -22,7 +22,7 @@ const model_arch_ops *const model_archs[] = {
     &model_arch_llama,  &model_arch_qwen2,   &model_arch_qwen3,      &model_arch_gemma3,   &model_arch_phi3,
     &model_arch_qwen35, &model_arch_bert,    &model_arch_nomic_bert, &model_arch_qwen3moe, &model_arch_qwen2moe,
     &model_arch_gemma2, &model_arch_smollm3, &model_arch_granite,    &model_arch_mistral3, &model_arch_qwen35moe,
-    &model_arch_gptoss, NULL};
+    &model_arch_gptoss, &model_arch_jina_bert_v2, NULL};
 
 /* ---- loading ---------------------------------------------------------- */
 

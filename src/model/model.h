@@ -54,7 +54,8 @@ typedef enum model_arch {
   MODEL_ARCH_GEMMA2,
   MODEL_ARCH_SMOLLM3,
   MODEL_ARCH_GRANITE,
-  MODEL_ARCH_MISTRAL3
+  MODEL_ARCH_MISTRAL3,
+  MODEL_ARCH_JINA_BERT_V2
 } model_arch;
 
 /* How an encoder's hidden states become one vector per sequence
@@ -142,6 +143,9 @@ typedef struct model_weight {
   const void *data;
   uint32_t type;
   int64_t n_in, n_out;
+  /* stacked experts: rows from one expert's matrix to the next (0: n_out;
+   * 2 n_out for a half of a fused gate+up tensor) */
+  int64_t expert_rows;
 } model_weight;
 
 typedef struct model model;

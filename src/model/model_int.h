@@ -71,10 +71,16 @@ typedef struct layer_w {
   model_weight wqkv;
   const float *bo, *b_up, *b_down;
   const float *attn_out_norm, *attn_out_norm_b, *out_norm, *out_norm_b;
+  /* jina-bert-v2 extras, NULL where absent: LayerNorms of Q and K over the
+   * whole row ([n_embd], weight and bias) and a second post-attention
+   * LayerNorm after the residual is added again */
+  const float *q_ln, *q_ln_b, *k_ln, *k_ln_b, *attn_norm2, *attn_norm2_b;
   /* Mixture of experts (hp.n_expert > 0): the router [n_embd -> n_expert]
    * and the stacked experts, each bound as expert 0's matrix (gate/up
    * [n_embd -> n_ff_exp], down [n_ff_exp -> n_embd]); expert e's rows
-   * start e * n_out rows further in the same tensor (model_expert). */
+   * start e * n_out rows further in the same tensor (model_expert), or
+   * e * 2 n_ff_exp rows when gate and up are halves of one fused tensor
+   * (ffn_gate_up_exps: an expert's gate rows, then its up rows). */
   model_weight ffn_gate_inp, gate_exps, up_exps, down_exps;
   /* the shared expert, every token's (qwen2moe; data NULL: none):
    * [n_embd -> n_ff_shexp] SwiGLU, its output scaled by
@@ -90,7 +96,8 @@ typedef struct layer_w {
 /* Expert e of a stacked expert tensor bound as expert 0 (a view). */
 static inline model_weight model_expert(const model_weight *w, int e) {
   model_weight v = *w;
-  v.data = (const char *)w->data + pw_dtype_row_size(w->type, (uint64_t)w->n_in) * (uint64_t)w->n_out * (uint64_t)e;
+  const uint64_t rows = (uint64_t)(w->expert_rows ? w->expert_rows : w->n_out);
+  v.data = (const char *)w->data + pw_dtype_row_size(w->type, (uint64_t)w->n_in) * rows * (uint64_t)e;
   return v;
 }
 
@@ -128,7 +135,7 @@ struct model {
   gguf_residency res;    /* how the weights are held (weights_residency) */
   /* Encoders (arch_bert.c; NULL/0 otherwise): the token-type row 0 and the
    * absolute positions added to the token embeddings, the LayerNorm after
-   * them, the classification head of rerankers (cls: [n_embd -> n_embd],
+   * them, the classification head of rerankers (cls: [n_embd -> n_embd], or [n_embd -> 1] in jina-bert-v2,
    * tanh, cls_out: [n_embd -> n_cls_out]), the pooling of the metadata. */
   model_weight type_embd;   /* token_types rows of n_embd (row 0 is used), or data NULL */
   model_weight pos_embd;    /* n_ctx_train rows of n_embd, or data NULL */
@@ -311,7 +318,7 @@ extern const model_arch_ops *const model_archs[];
 extern const model_arch_ops model_arch_llama, model_arch_qwen2, model_arch_qwen3, model_arch_gemma3, model_arch_phi3,
     model_arch_qwen35, model_arch_bert, model_arch_nomic_bert, model_arch_qwen3moe, model_arch_qwen2moe,
     model_arch_gemma2, model_arch_smollm3, model_arch_granite, model_arch_mistral3, model_arch_qwen35moe,
-    model_arch_gptoss;
+    model_arch_gptoss, model_arch_jina_bert_v2;
 
 /* model.c: binding helpers for the architectures' files */
 int model_bind_weight(const gguf_file *f, const char *name, int64_t n_in, int64_t n_out, model_weight *w,

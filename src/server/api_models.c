@@ -253,45 +253,73 @@ static void pull_free(void *cls) {
   free(ps);
 }
 
-enum MHD_Result ollama_pull(conn *k, struct MHD_Connection *c) {
-  srv_models *sm = srv_store(srv_server(k));
-  oai_error e;
+/* A pull request's body, parsed and started: model (the source), name,
+ * stream, and in Ollama's API insecure (refused when true); any other field
+ * is refused unless ollama (its clients send more). On success *out owns
+ * the started pull and *stream is the request's choice. */
+static int pull_begin(conn *k, struct MHD_Connection *c, srv_models *sm, bool ollama, pull_stream **out, bool *stream,
+                      oai_error *e) {
   oai_request r;
   size_t len;
   const char *body = srv_body(k, &len);
-  if (!sm) return unknown_url("POST /api/pull", k, c);
-  if (srv_models_admin_check(sm, "Pulling models", &e)) return srv_reply_error(k, c, &e);
-  if (api_parse_body(body, len, OAI_CHAT, &r, &e)) return srv_reply_error(k, c, &e);
-  const char *source = NULL, *name = NULL;
-  bool stream = true, insecure = false;
+  *out = NULL;
+  *stream = true;
+  if (srv_models_admin_check(sm, "Pulling models", e)) return -1;
+  if (api_parse_body(body, len, OAI_CHAT, &r, e)) return -1;
+  const char *source = NULL, *name = NULL, *key;
+  bool insecure = false;
   pull_stream *ps = NULL;
-  if (api_str(r.root, "model", "model", &source, &e) || api_str(r.root, "name", "name", &name, &e) ||
-      api_bool(r.root, "stream", "stream", &stream, &e) || api_bool(r.root, "insecure", "insecure", &insecure, &e))
+  json_t *v;
+  json_object_foreach(r.root, key, v) {
+    if (!ollama && strcmp(key, "model") && strcmp(key, "name") && strcmp(key, "stream")) {
+      oai_seterr(e, 400, "unsupported_field", key, "'%.64s' is not a field of a pull (model, name, stream)", key);
+      goto fail;
+    }
+  }
+  if (api_str(r.root, "model", "model", &source, e) || api_str(r.root, "name", "name", &name, e) ||
+      api_bool(r.root, "stream", "stream", stream, e) ||
+      (ollama && api_bool(r.root, "insecure", "insecure", &insecure, e)))
     goto fail;
   if (insecure) {
-    oai_seterr(&e, 400, "unsupported_field", "insecure", "'insecure' is not supported: every pull is verified");
+    oai_seterr(e, 400, "unsupported_field", "insecure", "'insecure' is not supported: every pull is verified");
     goto fail;
   }
   if (!(ps = calloc(1, sizeof *ps))) {
-    oai_seterr(&e, 500, "internal_error", NULL, "out of memory");
+    oai_seterr(e, 500, "internal_error", NULL, "out of memory");
     goto fail;
   }
-  ps->stream = stream;
   ps->c = c;
-  if (srv_pull_start(sm, source, name && *name ? name : NULL, &ps->p, &e)) goto fail;
+  if (srv_pull_start(sm, source, name && *name ? name : NULL, &ps->p, e)) goto fail;
   oai_request_free(&r);
+  *out = ps;
+  return 0;
+fail:
+  free(ps);
+  oai_request_free(&r);
+  return -1;
+}
+
+/* The pull's progress as the body of a 200 of this content type. */
+static enum MHD_Result pull_reply_stream(conn *k, struct MHD_Connection *c, pull_stream *ps, const char *type) {
   struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, pull_reader, ps, pull_free);
   if (!resp) {
     pull_free(ps);
     return MHD_NO;
   }
-  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, stream ? "application/x-ndjson" : "application/json");
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
   return srv_reply_raw(k, c, 200, resp);
-fail:
-  free(ps);
-  oai_request_free(&r);
-  return srv_reply_error(k, c, &e);
+}
+
+enum MHD_Result ollama_pull(conn *k, struct MHD_Connection *c) {
+  srv_models *sm = srv_store(srv_server(k));
+  oai_error e;
+  pull_stream *ps;
+  bool stream;
+  if (!sm) return unknown_url("POST /api/pull", k, c);
+  if (pull_begin(k, c, sm, true, &ps, &stream, &e)) return srv_reply_error(k, c, &e);
+  ps->stream = stream;
+  return pull_reply_stream(k, c, ps, stream ? "application/x-ndjson" : "application/json");
 }
 
 /* ---- POST /v1/models/pull ------------------------------------------------------ */
@@ -310,38 +338,16 @@ static int pull_status(int rc) {
 enum MHD_Result models_pull(conn *k, struct MHD_Connection *c) {
   srv_models *sm = srv_store(srv_server(k));
   oai_error e;
-  oai_request r;
-  size_t len;
-  const char *body = srv_body(k, &len);
+  pull_stream *ps;
+  bool stream;
   if (!sm) {
     no_store("Pulling models", &e);
     return srv_reply_error(k, c, &e);
   }
-  if (srv_models_admin_check(sm, "Pulling models", &e)) return srv_reply_error(k, c, &e);
-  if (api_parse_body(body, len, OAI_CHAT, &r, &e)) return srv_reply_error(k, c, &e);
-  const char *source = NULL, *name = NULL, *key;
-  bool stream = true;
-  pull_stream *ps = NULL;
-  json_t *v;
-  json_object_foreach(r.root, key, v) {
-    if (strcmp(key, "model") && strcmp(key, "name") && strcmp(key, "stream")) {
-      oai_seterr(&e, 400, "unsupported_field", key, "'%.64s' is not a field of a pull (model, name, stream)", key);
-      goto fail;
-    }
-  }
-  if (api_str(r.root, "model", "model", &source, &e) || api_str(r.root, "name", "name", &name, &e) ||
-      api_bool(r.root, "stream", "stream", &stream, &e))
-    goto fail;
-  if (!(ps = calloc(1, sizeof *ps))) {
-    oai_seterr(&e, 500, "internal_error", NULL, "out of memory");
-    goto fail;
-  }
-  ps->c = c;
+  if (pull_begin(k, c, sm, false, &ps, &stream, &e)) return srv_reply_error(k, c, &e);
   ps->stream = true;
   const char *accept = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
   ps->sse = !(accept && strstr(accept, "application/x-ndjson"));
-  if (srv_pull_start(sm, source, name && *name ? name : NULL, &ps->p, &e)) goto fail;
-  oai_request_free(&r);
   if (!stream) {
     /* one answer at the end, its status the pull's: wait here (this
      * connection's thread; pulls are bounded by SRV_MAX_PULLS), and stop
@@ -384,16 +390,5 @@ enum MHD_Result models_pull(conn *k, struct MHD_Connection *c) {
     }
     return srv_reply_json(k, c, 200, &out);
   }
-  struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, pull_reader, ps, pull_free);
-  if (!resp) {
-    pull_free(ps);
-    return MHD_NO;
-  }
-  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ps->sse ? "text/event-stream" : "application/x-ndjson");
-  MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-  return srv_reply_raw(k, c, 200, resp);
-fail:
-  free(ps);
-  oai_request_free(&r);
-  return srv_reply_error(k, c, &e);
+  return pull_reply_stream(k, c, ps, ps->sse ? "text/event-stream" : "application/x-ndjson");
 }

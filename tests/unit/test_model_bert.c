@@ -1,4 +1,5 @@
-/* test_model_bert.c - the BERT-family encoders (bert, nomic-bert) against
+/* test_model_bert.c - the BERT-family encoders (bert, nomic-bert,
+ * jina-bert-v2) against
  * llama.cpp's embedding mode, through the engine's embedding path.
  *
  * Writes small models with `power synth` (2 layers, the real bert-bge
@@ -6,8 +7,9 @@
  * each pooling (cls as published, mean, last; F16 and Q8_0),
  * nomic-embed-text-v1.5 (mean; Q8_0 and F16), and the
  * ms-marco-minilm-l6-v2 cross-encoder (rank pooling through its
- * classification head), and two with XLM-RoBERTa's unigram vocabulary (as
- * bge-m3-style files have). For each, texts tokenized by Power go
+ * classification head), two with XLM-RoBERTa's unigram vocabulary (as
+ * bge-m3-style files have), and jina-bert-v2 (ALiBi, GEGLU; an embedding
+ * model with mean and cls pooling and a reranker). For each, texts tokenized by Power go
  * through tests/peer/llamacpp-embed.mjs (node-llama-cpp's prebuilt release,
  * CPU) and through the engine: vectors must have cosine >= 0.9999 with
  * llama.cpp's (the issue's bar), reranker scores must agree within
@@ -297,6 +299,11 @@ int main(void) {
       {"ms-marco reranker Q8_0 rank", "ms-marco-minilm-l6-v2", "Q8_0", "", true, VOCAB},
       {"reranker, XLM-R vocab, Q8_0", "ms-marco-minilm-l6-v2", "Q8_0", "", true, VOCAB_UGM},
       {"bge-small, XLM-R vocab, Q8_0 mean", "bge-small-en-v1.5", "Q8_0", "--pooling mean", false, VOCAB_UGM},
+      /* ALiBi and the GEGLU of a double-width ffn_up; a reranker whose
+       * head projects straight to its score */
+      {"jina-v2-small F16 mean", "jina-embeddings-v2-small-en", "F16", "", false, VOCAB},
+      {"jina-v2-small Q8_0 cls", "jina-embeddings-v2-small-en", "Q8_0", "--pooling cls", false, VOCAB},
+      {"jina-reranker F16 rank", "jina-reranker-v1-tiny-en", "F16", "", true, VOCAB},
   };
   char path[512];
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

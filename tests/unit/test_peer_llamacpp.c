@@ -284,7 +284,9 @@ int main(void) {
        * The Q8_0 file also has the MTP block with its own experts. */
       {"qwen3.5-35b-a3b F16 12 experts", "qwen3.5-35b-a3b", "llama-spm", "F16", "--layers 4 --experts 12", sids, 0},
       {"qwen3.5-35b-a3b Q8_0 +mtp", "qwen3.5-35b-a3b", "llama-spm", "Q8_0", "--layers 4 --experts 12 --mtp", sids, 0},
-      {"qwen3.5-35b-a3b Q4_K_M", "qwen3.5-35b-a3b", "llama-spm", "Q4_K_M", "--layers 4 --experts 12", sids, 0},
+      /* the experts' gate and up fused in one tensor (ffn_gate_up_exps) */
+      {"qwen3.5-35b-a3b Q4_K_M fused gate+up", "qwen3.5-35b-a3b", "llama-spm", "Q4_K_M",
+       "--layers 4 --experts 12 --fuse-gate-up", sids, 0},
       /* The dense architectures' extras, with an MLP of 1024 (the
        * attention and embedding of the real shapes).
        * gemma-2-2b: a local and a global layer, window 5; caps that bite
