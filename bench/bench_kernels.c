@@ -49,7 +49,7 @@ static double run(const pw_traits *t, int64_t n, const void *w, const void *xq, 
 static double run_gemm(const pw_traits *t, int64_t n, const void *w, const void *xp, int nt,
                        unsigned flags, int passes) {
   const size_t wr = (size_t)pw_dtype_row_size(t->dtype, (uint64_t)n);
-  static float y[ROWS * PW_VEC_DOT_MAX_NX];
+  static float y[ROWS * 32]; /* up to 32 tokens */
   volatile float sink = 0;
   const double t0 = now();
   for (int r = 0; r < passes; r++) {
@@ -145,10 +145,10 @@ int main(int argc, char **argv) {
   }
   /* the gemm path: one token streamed (one row at a time), one token
    * resident (4-row tiles), then 4, 5 and nxm tokens (a verification pass
-   * of 1 + K tokens takes these shapes) */
-  static const int gemm_nt[] = {1, 1, 4, 5, PW_VEC_DOT_MAX_NX};
+   * of 1 + K tokens takes these shapes), and 32 (a prefill's shape) */
+  static const int gemm_nt[] = {1, 1, 4, 5, PW_VEC_DOT_MAX_NX, 32};
   enum { NG = sizeof gemm_nt / sizeof gemm_nt[0] };
-  printf("\ngemm path, same units: %-8s %9s %9s %9s %9s %9s\n", "level", "1", "1-res", "4", "5", "8");
+  printf("\ngemm path, same units: %-8s %9s %9s %9s %9s %9s %9s\n", "level", "1", "1-res", "4", "5", "8", "32");
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
     const pw_traits *t = pw_traits_get(types[i]);
     if (!t->gemm) continue;

@@ -661,6 +661,72 @@ static void test_gemm_256(void) {
       }
 }
 
+/* The 256-bit levels' GEMM of the K-quants: every (row, token) the bits
+ * of that level's vec_dot with one token (the token's q8_K row) (so the result of a row never
+ * depends on the tile or the token count), within the reference's
+ * tolerance, and the AVX-VNNI level's bits the AVX2 level's. Token counts:
+ * a full tile of 16 plus 3, 8 + 7 and 5 (tile widths of the dispatch), a
+ * few tokens (vec_dot), and one token in four streams. */
+static void test_gemm_256_k(void) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  enum { NMODE = 3 };
+#else
+  enum { NMODE = 5 };
+#endif
+  enum { NR = 8, NT = 19, NMAX = 512 };
+  static uint8_t w[NR * NMAX * 2], xq[NMAX * 2];
+  static float x[NT * NMAX], y[2][NT * NR], wd[NMAX], xd[NMAX];
+  const uint32_t types[] = {PW_DT_Q4_K, PW_DT_Q6_K, PW_DT_Q5_K, PW_DT_Q3_K, PW_DT_Q2_K};
+  const int levels[] = {PW_IMPL_AVX2, PW_IMPL_AVX2VNNI};
+  const int nts[] = {1, 3, 5, 15, NT};
+  for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+    for (int n = 256; n <= NMAX; n += 256)
+      for (int mode = 0; mode < NMODE; mode++) {
+        const uint32_t dt = types[ti], vt = pw_ref_vec_dot_type(dt);
+        const size_t wr = (size_t)pw_dtype_row_size(dt, (uint64_t)n);
+        for (int r = 0; r < NR; r++) make_weights(dt, w + r * wr, n, r == 5 ? MODE_MAXQ : mode);
+        for (int t = 0; t < NT; t++) make_acts(x + t * n, n, t == 2 ? MODE_MAXQ : mode);
+        for (size_t ni = 0; ni < sizeof nts / sizeof nts[0]; ni++)
+          for (int li = 0; li < 2; li++) {
+            const int nt = nts[ni];
+            const pw_traits *tr = pw_traits_get_impl(dt, levels[li]);
+            if (!tr || !tr->gemm) continue;
+            const size_t xr = tr->gemm_xrow(n);
+            void *xp = aligned_alloc(64, (xr * (size_t)nt + 63) / 64 * 64);
+            CHECK(xp != NULL);
+            for (int t = nt - 1; t >= 0; t--) tr->gemm_pack(x + t * n, xp, n, t, nt); /* any order */
+            memset(y[li], 0xFF, sizeof y[li]);
+            if (nt == 1)
+              tr->gemm(n, w, wr, NR / 4, NR / 4, xp, nt, y[li], NR, 0);
+            else
+              tr->gemm(n, w, wr, NR, 0, xp, nt, y[li], NR, 0);
+            for (int t = 0; t < nt; t++) {
+              pw_ref_quantize(vt, x + t * n, xq, n);
+              pw_ref_dequant(vt, xq, xd, n);
+              for (int r = 0; r < NR; r++) {
+                float ref, one;
+                pw_traits_ref(dt)->vec_dot(n, w + r * wr, xq, 0, 1, &ref);
+                tr->vec_dot(n, w + r * wr, xq, 0, 1, &one); /* the quantizers agree bit for bit */
+                pw_ref_dequant(dt, w + r * wr, wd, n);
+                double sabs = 0;
+                for (int i = 0; i < n; i++) sabs += fabs((double)wd[i] * xd[i]);
+                const float got = y[li][t * NR + r];
+                CHECK_MSG(fabs((double)got - ref) <= 2e-5 * sabs + 1e-35 && isfinite(got) == isfinite(ref),
+                          "%s %s gemm n=%d mode %d nt %d row %d token %d: %.9g vs ref %.9g", tr->name, tr->impl, n,
+                          mode, nt, r, t, got, ref);
+                CHECK_MSG(memcmp(&got, &one, sizeof got) == 0,
+                          "%s %s gemm n=%d mode %d nt %d row %d token %d: %.9g vs vec_dot %.9g", tr->name, tr->impl,
+                          n, mode, nt, r, t, got, one);
+              }
+            }
+            free(xp);
+            if (li == 1 && pw_traits_get_impl(dt, PW_IMPL_AVX2))
+              CHECK_MSG(memcmp(y[0], y[1], (size_t)nt * NR * sizeof(float)) == 0,
+                        "%s avx2vnni gemm differs from avx2 (n=%d mode %d nt %d)", tr->name, n, mode, nt);
+          }
+      }
+}
+
 /* ref vec_dot agrees with a double-precision dot of the dequantized rows:
  * integer sums are exact, so only float scaling rounding remains */
 static void test_ref_dot_vs_dequant(void) {
@@ -701,5 +767,6 @@ int main(void) {
   test_ref_dot_vs_dequant();
   test_kernels_vs_ref();
   test_gemm_256();
+  test_gemm_256_k();
   TEST_DONE();
 }

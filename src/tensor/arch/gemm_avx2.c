@@ -1,6 +1,6 @@
-/* gemm_avx2.c - the AVX2 level's register-tiled GEMM of Q8_0, Q4_0 and
- * Q5_0 (gemm_avx2_impl.h) with maddubs + madd as a block's integer
- * products. Compiled with -mavx2 -mfma -mf16c. */
+/* gemm_avx2.c - the AVX2 level's register-tiled GEMM of Q8_0, Q4_0, Q5_0
+ * and the K-quants (gemm_avx2_impl.h, gemm_kq_avx2_impl.h) with maddubs +
+ * madd as a block's integer products. Compiled with -mavx2 -mfma -mf16c. */
 #include "tensor/traits.h"
 
 #include <immintrin.h>
@@ -11,6 +11,7 @@
 #define VD_DOT2S(u0, s0, u1, s1)                                                                                  \
   _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16((u0), (s0)), _mm256_maddubs_epi16((u1), (s1))),         \
                     _mm256_set1_epi16(1))
+#define VD_DPWSSD(acc, a, b) _mm256_add_epi32((acc), _mm256_madd_epi16((a), (b)))
 #include "tensor/arch/gemm_avx2_impl.h"
 
 void gemm_fill_avx2(pw_traits *t) { gemm_fill(t); }

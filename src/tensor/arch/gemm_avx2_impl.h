@@ -1,5 +1,6 @@
 /* gemm_avx2_impl.h - the register-tiled GEMM of the symmetric 32-element
- * weight types (Q8_0, Q4_0, Q5_0) of the 256-bit levels (traits.h gemm),
+ * weight types (Q8_0, Q4_0, Q5_0) of the 256-bit levels (traits.h gemm;
+ * the K-quants': gemm_kq_avx2_impl.h, included below),
  * written once and compiled by gemm_avx2.c (AVX2/FMA/F16C) and
  * gemm_avxvnni.c (the same with AVX-VNNI). The including file defines
  *   VD_DPBUSD(acc, u, s) as in vecdot_avx2.h (maddubs + madd with ones +
@@ -7,7 +8,8 @@
  *   VD_DOT2S(u0, s0, u1, s1): the int32 lanes of VD_DPBUSD(VD_DPBUSD(0,
  *     u0, s0), u1, s1) where no int16 pair sum of the two can saturate
  *     (Q4_0/Q5_0 codes: on AVX2 the two maddubs are added as int16 and
- *     take one madd).
+ *     take one madd);
+ *   VD_DPWSSD(acc, a, b) as in vecdot_avx2.h (for the K-quants).
  * Every lane is an exact integer either way (no operand range here
  * saturates maddubs), so both levels give bit-identical results.
  *
@@ -59,8 +61,8 @@
 #include "tensor/arch/avx2_util.h"
 #include "tensor/traits.h"
 
-#if !defined(VD_DPBUSD) || !defined(VD_DOT2S)
-#error "define VD_DPBUSD and VD_DOT2S before including gemm_avx2_impl.h"
+#if !defined(VD_DPBUSD) || !defined(VD_DOT2S) || !defined(VD_DPWSSD)
+#error "define VD_DPBUSD, VD_DOT2S and VD_DPWSSD before including gemm_avx2_impl.h"
 #endif
 
 #include <stddef.h>
@@ -404,7 +406,9 @@ GEMM_ENTRY(gemm_q4_0, KQ4_0)
 GEMM_ENTRY(gemm_q5_0, KQ5_0)
 #undef GEMM_ENTRY
 
-/* the GEMM of this level into t */
+#include "tensor/arch/gemm_kq_avx2_impl.h"
+
+/* the GEMM of this level into t (after its vec_dot kernels) */
 AI void gemm_fill(pw_traits *t) {
   const struct {
     uint32_t dtype;
@@ -415,6 +419,7 @@ AI void gemm_fill(pw_traits *t) {
     t[tab[i].dtype].gemm_pack = gemm_pack;
     t[tab[i].dtype].gemm_xrow = gemm_xrow;
   }
+  gemm_fill_kq(t);
 }
 
 #endif

@@ -249,28 +249,8 @@ AI void k_prefetch(const void *blk, const size_t bsz, const size_t dist) {
  * below are constants */
 #define UNROLL_ALL _Pragma("GCC unroll 8")
 
-/* Scales as int16 multipliers without scalar work: a pshufb of a vector
- * holding eight int16 scales in each 128-bit half broadcasts one of them
- * (scale_k) or one per half (scale_pair_v: word a in the low half, word b
- * in the high half) to every lane; set1/set_m128i from a scalar byte took
- * three to six instructions each (and gcc left the loops over a
- * super-block rolled, computing them at run time). callgrind, `power
- * bench -t 1 -p 0 -n 2` of a one-layer llama-3.1-8b-shaped Q4_K_M (Q6_K
- * output), whole process at the AVX2 level: 1.93 G instructions before
- * this and the four-row kernels, 0.84 G after; Q6_K's kernel 1.36 G ->
- * 0.43 G, Q4_K's 0.50 G -> 0.33 G. */
-AI __m256i scale_k(__m256i v, const int k) {
-  return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)((2 * k + 1) << 8 | 2 * k)));
-}
-AI __m256i scale_pair_v(__m256i v, const int a, const int b) {
-  return _mm256_shuffle_epi8(v, _mm256_set_m128i(_mm_set1_epi16((short)((2 * b + 1) << 8 | 2 * b)),
-                                                 _mm_set1_epi16((short)((2 * a + 1) << 8 | 2 * a))));
-}
-/* 16 int16 scales (scales 0..7 in the low half, 8..15 in the high one) ->
- * scales 8h..8h+7 in both halves */
-AI __m256i scales_half(__m256i sc16, const int h) {
-  return h ? _mm256_permute4x64_epi64(sc16, 0xEE) : _mm256_permute4x64_epi64(sc16, 0x44);
-}
+/* scale_k, scale_pair_v, scales_half: avx2_util.h (shared with the
+ * tiled GEMM of the K-quants) */
 
 /* Each type's step: super-block i of one weight row (w, already at
  * block i) against nx activation rows xs bytes apart, into acc[j] (and,
@@ -433,16 +413,7 @@ AI void q3k_step(const block_q3_K *w, const void *x, size_t xs, int64_t i, const
 }
 VD_ROWS(vd_q3_k, block_q3_K, q3k_step)
 
-/* q4_K/q5_K scales[12] -> bytes 0..7 scales, 8..15 mins (ggml's unpack) */
-AI void k4_unpack(const uint8_t *s, uint32_t u[4]) {
-  const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
-  memcpy(u, s, 12);
-  u[3] = ((u[2] >> 4) & km2) | (((u[1] >> 6) & km3) << 4);
-  const uint32_t aux = u[1] & km1;
-  u[1] = (u[2] & km2) | (((u[0] >> 6) & km3) << 4);
-  u[2] = aux;
-  u[0] &= km1;
-}
+/* k4_unpack: avx2_util.h */
 
 /* Q4_K/Q5_K: the int16 pair sums of sub-block 2c (2c + 1) times its
  * scale go into the int32 sums by VD_DPWSSD, the mins through the bsums
