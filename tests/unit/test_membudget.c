@@ -24,6 +24,13 @@ static const char *k_models[] = {"codelm-py-F32.gguf",   "codelm-py-Q8_0.gguf", 
 #define N_MODELS (int)(sizeof k_models / sizeof k_models[0])
 #define NP 6
 #define NGEN 6
+/* AddressSanitizer: every other model (each weight type still streams,
+ * the same loader for each; 12 runs a model cost seconds there) */
+#if defined(__SANITIZE_ADDRESS__)
+#define MODEL_STEP 2
+#else
+#define MODEL_STEP 1
+#endif
 
 /* Logits of a fixed prompt (all positions) then NGEN greedy steps. */
 static float *run(const char *path, const weights_opts *wo, int32_t *ids, int *V, char *err) {
@@ -74,8 +81,8 @@ static uint64_t min_budget(const char *path, int io) {
 
 static void test_identity(void) {
   char path[512], err[PW_ERRMAX];
-  int streamed = 0;
-  for (int mi = 0; mi < N_MODELS; mi++) {
+  int streamed = 0, n_run = 0;
+  for (int mi = 0; mi < N_MODELS; mi += MODEL_STEP, n_run++) {
     snprintf(path, sizeof path, "%s/models/%s", POWER_SHARED_DIR, k_models[mi]);
     int V = 0;
     int32_t ref_ids[NGEN], ids[NGEN];
@@ -107,7 +114,8 @@ static void test_identity(void) {
     free(ref);
   }
   /* the shared models must really stream (not fit their budgets) */
-  CHECK_MSG(streamed >= 8 * 12, "only %d streamed runs", streamed);
+  fprintf(stderr, "%d streamed runs over %d models\n", streamed, n_run);
+  CHECK_MSG(streamed >= (n_run - 2) * 12, "only %d streamed runs", streamed);
 }
 
 static void test_errors(const char *dir) {
