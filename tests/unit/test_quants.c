@@ -661,27 +661,34 @@ static void test_gemm_256(void) {
       }
 }
 
-/* The 256-bit levels' GEMM of the K-quants: every (row, token) the bits
- * of that level's vec_dot with one token (the token's q8_K row) (so the result of a row never
- * depends on the tile or the token count), within the reference's
- * tolerance, and the AVX-VNNI level's bits the AVX2 level's. Token counts:
- * a full tile of 16 plus 3, 8 + 7 and 5 (tile widths of the dispatch), a
- * few tokens (vec_dot), and one token in four streams. */
+/* The 256-bit levels' GEMM of the K-quants and of the non-linear 4-bit
+ * types (IQ4_XS, IQ4_NL, MXFP4): every (row, token) the bits of that
+ * level's vec_dot with one token (the token's q8_K or q8_0 row) (so the
+ * result of a row never depends on the tile or the token count), within
+ * the reference's tolerance, and the AVX-VNNI level's bits the AVX2
+ * level's. Token counts: a full tile of 16 plus 3, 8 + 7 and 5 (tile
+ * widths of the dispatch; the 32-element types' tiles of 8: 8 + 8 + 3), a
+ * few tokens (vec_dot), and one token in four streams. Widths: one and two
+ * super-blocks (IQ4_XS: tiles of 16 tokens take one super-block a chunk),
+ * and for the 32-element types 3 blocks and 65 (past a chunk of 56). */
 static void test_gemm_256_k(void) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   enum { NMODE = 3 };
 #else
   enum { NMODE = 5 };
 #endif
-  enum { NR = 8, NT = 19, NMAX = 512 };
+  enum { NR = 8, NT = 19, NMAX = 2080 };
   static uint8_t w[NR * NMAX * 2], xq[NMAX * 2];
   static float x[NT * NMAX], y[2][NT * NR], wd[NMAX], xd[NMAX];
-  const uint32_t types[] = {PW_DT_Q4_K, PW_DT_Q6_K, PW_DT_Q5_K, PW_DT_Q3_K, PW_DT_Q2_K};
+  const uint32_t types[] = {PW_DT_Q4_K, PW_DT_Q6_K, PW_DT_Q5_K,  PW_DT_Q3_K,
+                            PW_DT_Q2_K, PW_DT_IQ4_XS, PW_DT_IQ4_NL, PW_DT_MXFP4};
   const int levels[] = {PW_IMPL_AVX2, PW_IMPL_AVX2VNNI};
   const int nts[] = {1, 3, 5, 15, NT};
+  const int widths_k[] = {256, 512}, widths_32[] = {96, NMAX};
   for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
-    for (int n = 256; n <= NMAX; n += 256)
+    for (int ni_w = 0; ni_w < 2; ni_w++)
       for (int mode = 0; mode < NMODE; mode++) {
+        const int n = pw_traits_ref(types[ti])->blck == QK_K ? widths_k[ni_w] : widths_32[ni_w];
         const uint32_t dt = types[ti], vt = pw_ref_vec_dot_type(dt);
         const size_t wr = (size_t)pw_dtype_row_size(dt, (uint64_t)n);
         for (int r = 0; r < NR; r++) make_weights(dt, w + r * wr, n, r == 5 ? MODE_MAXQ : mode);

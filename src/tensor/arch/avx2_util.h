@@ -136,4 +136,30 @@ AI void k4_unpack(const uint8_t *s, uint32_t u[4]) {
   u[0] &= km1;
 }
 
+/* q3_K scales[12] -> 16 6-bit scales biased by 32, one a byte (ggml's
+ * unpack) */
+AI void k3_unpack(const uint8_t *s, uint32_t a[4]) {
+  const uint32_t km1 = 0x03030303, km2 = 0x0f0f0f0f;
+  memcpy(a, s, 12);
+  const uint32_t t = a[2];
+  a[2] = ((a[0] >> 4) & km2) | (((t >> 4) & km1) << 4);
+  a[3] = ((a[1] >> 4) & km2) | (((t >> 6) & km1) << 4);
+  a[0] = (a[0] & km2) | (((t >> 0) & km1) << 4);
+  a[1] = (a[1] & km2) | (((t >> 2) & km1) << 4);
+}
+
+/* ---- non-linear 4-bit helpers (vecdot_avx2.h, gemm_iq4_avx2_impl.h) ---- */
+
+/* a 16-entry value table in both 128-bit lanes, for a pshufb of nibbles */
+AI __m256i table32(const int8_t *t) {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)t));
+}
+
+/* IQ4_XS group g's scale, unbiased: ls - 32 in -32..31 */
+AI int iq4xs_ls(const block_iq4_xs *w, const int g) {
+  uint32_t sl;
+  memcpy(&sl, w->scales_l, 4);
+  return (int)(((sl >> (4 * g)) & 0xF) | (((unsigned)w->scales_h >> (2 * g)) & 3) << 4) - 32;
+}
+
 #endif

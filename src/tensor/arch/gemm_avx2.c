@@ -1,5 +1,6 @@
-/* gemm_avx2.c - the AVX2 level's register-tiled GEMM of Q8_0, Q4_0, Q5_0
- * and the K-quants (gemm_avx2_impl.h, gemm_kq_avx2_impl.h) with maddubs +
+/* gemm_avx2.c - the AVX2 level's register-tiled GEMM of Q8_0, Q4_0, Q5_0,
+ * the K-quants, IQ4_NL, IQ4_XS and MXFP4 (gemm_avx2_impl.h,
+ * gemm_kq_avx2_impl.h, gemm_iq4_avx2_impl.h) with maddubs +
  * madd as a block's integer products. Compiled with -mavx2 -mfma -mf16c. */
 #include "tensor/traits.h"
 

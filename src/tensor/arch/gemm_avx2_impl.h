@@ -1,6 +1,7 @@
 /* gemm_avx2_impl.h - the register-tiled GEMM of the symmetric 32-element
  * weight types (Q8_0, Q4_0, Q5_0) of the 256-bit levels (traits.h gemm;
- * the K-quants': gemm_kq_avx2_impl.h, included below),
+ * the K-quants': gemm_kq_avx2_impl.h, the non-linear 4-bit types' (IQ4_NL,
+ * IQ4_XS, MXFP4): gemm_iq4_avx2_impl.h, both included below),
  * written once and compiled by gemm_avx2.c (AVX2/FMA/F16C) and
  * gemm_avxvnni.c (the same with AVX-VNNI). The including file defines
  *   VD_DPBUSD(acc, u, s) as in vecdot_avx2.h (maddubs + madd with ones +
@@ -407,6 +408,7 @@ GEMM_ENTRY(gemm_q5_0, KQ5_0)
 #undef GEMM_ENTRY
 
 #include "tensor/arch/gemm_kq_avx2_impl.h"
+#include "tensor/arch/gemm_iq4_avx2_impl.h"
 
 /* the GEMM of this level into t (after its vec_dot kernels) */
 AI void gemm_fill(pw_traits *t) {
@@ -420,6 +422,7 @@ AI void gemm_fill(pw_traits *t) {
     t[tab[i].dtype].gemm_xrow = gemm_xrow;
   }
   gemm_fill_kq(t);
+  gemm_fill_iq4(t);
 }
 
 #endif

@@ -1,5 +1,6 @@
 /* gemm_avxvnni.c - the AVX-VNNI level's register-tiled GEMM of Q8_0,
- * Q4_0, Q5_0 and the K-quants (gemm_avx2_impl.h, gemm_kq_avx2_impl.h)
+ * Q4_0, Q5_0, the K-quants, IQ4_NL, IQ4_XS and MXFP4 (gemm_avx2_impl.h,
+ * gemm_kq_avx2_impl.h, gemm_iq4_avx2_impl.h)
  * with one vpdpbusd (vpdpwssd) as a block's integer products;
  * bit-identical to the AVX2 level's. Compiled with -mavx2 -mfma -mf16c
  * -mavxvnni. */

@@ -122,6 +122,30 @@ static void kq_pack(const float *x, void *xp, int64_t n, int t, int nt) {
   }
 }
 
+/* A pass of up to PW_GEMM_STREAM_TOKENS tokens (a decode step), whose
+ * pack is the vec_dot type's rows xs bytes apart: the level's vec_dot (and
+ * vec_dot4 for the four streams of one token where the type has it; else
+ * vec_dot row by row), so a decode step keeps its streaming kernels. Shared
+ * with gemm_iq4_avx2_impl.h. */
+static void gemm_few(pw_vec_dot_fn vd, pw_vec_dot4_fn vd4, int64_t n, const void *w, size_t w_row, int nr,
+                     size_t seg, const void *xp, size_t xs, int nt, float *y, size_t ys) {
+  float out[PW_GEMM_STREAM_TOKENS];
+  if (seg && nt == 1 && vd4) {
+    for (int v = 0; v < nr; v++) {
+      vd4(n, (const uint8_t *)w + (size_t)v * w_row, seg * w_row, xp, out);
+      for (int q = 0; q < PW_GEMM_STREAMS; q++) y[(size_t)v + (size_t)q * seg] = out[q];
+    }
+    return;
+  }
+  const int rows = seg ? PW_GEMM_STREAMS : 1;
+  for (int v = 0; v < nr; v++)
+    for (int q = 0; q < rows; q++) {
+      const size_t r = (size_t)v + (size_t)q * seg;
+      vd(n, (const uint8_t *)w + r * w_row, xp, xs, nt, out);
+      for (int t = 0; t < nt; t++) y[(size_t)t * ys + r] = out[t];
+    }
+}
+
 /* One weight super-block unpacked: codes q[j] against activation quants
  * 32j..32j+31, int16 scales s[j] for the madd of their pair sums; c the
  * scales times the offset (Q3_K, Q6_K) against the bsums; m the mins
@@ -188,14 +212,8 @@ AI void ks_unpack_parts(const int kind, const uint8_t *blk, ksb *u, __m256i *s) 
   } else if (kind == KS_Q3_K) {
     const block_q3_K *w = (const block_q3_K *)blk;
     const __m256i m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
-    const uint32_t km1 = 0x03030303, km2 = 0x0f0f0f0f;
-    uint32_t a[4], t;
-    memcpy(a, w->scales, 12);
-    t = a[2];
-    a[2] = ((a[0] >> 4) & km2) | (((t >> 4) & km1) << 4);
-    a[3] = ((a[1] >> 4) & km2) | (((t >> 6) & km1) << 4);
-    a[0] = (a[0] & km2) | (((t >> 0) & km1) << 4);
-    a[1] = (a[1] & km2) | (((t >> 2) & km1) << 4);
+    uint32_t a[4];
+    k3_unpack(w->scales, a);
     sc16 = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_loadu_si128((const __m128i *)a), _mm_set1_epi8(32)));
     u->d = h2f(w->d);
     /* value = (low | hbit << 2) - 4: -4 * sum(sc * bsum) */
@@ -333,22 +351,8 @@ AI void gemm_kq(const int kind, int64_t n, const void *w, size_t w_row, int nr, 
   const int64_t nsb = n / QK_K;
   const size_t xs = kq_xrow(n);
   const uint8_t *xp = vxp;
-  if (nt <= PW_GEMM_STREAM_TOKENS) { /* vec_dot's streaming kernels */
-    float out[PW_GEMM_STREAM_TOKENS];
-    if (seg && nt == 1) {
-      for (int v = 0; v < nr; v++) {
-        kq_vd4[kind](n, (const uint8_t *)w + (size_t)v * w_row, seg * w_row, xp, out);
-        for (int q = 0; q < PW_GEMM_STREAMS; q++) y[(size_t)v + (size_t)q * seg] = out[q];
-      }
-      return;
-    }
-    const int rows = seg ? PW_GEMM_STREAMS : 1;
-    for (int v = 0; v < nr; v++)
-      for (int q = 0; q < rows; q++) {
-        const size_t r = (size_t)v + (size_t)q * seg;
-        kq_vd[kind](n, (const uint8_t *)w + r * w_row, xp, xs, nt, out);
-        for (int t = 0; t < nt; t++) y[(size_t)t * ys + r] = out[t];
-      }
+  if (nt <= PW_GEMM_STREAM_TOKENS) {
+    gemm_few(kq_vd[kind], kq_vd4[kind], n, w, w_row, nr, seg, xp, xs, nt, y, ys);
     return;
   }
   /* each group of KQ_T tokens in tiles of 16 (or 8, then 1..8: a batch

@@ -184,9 +184,7 @@ NX_DISPATCH(vd_q5_1)
  * block is a signed int8 block like Q4_0's (|value| <= 127, so the
  * maddubs sign trick cannot saturate). */
 
-AI __m256i table32(const int8_t *t) {
-  return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)t));
-}
+/* table32: avx2_util.h (shared with the tiled GEMM) */
 
 /* IQ4_NL and MXFP4 against q8_0: one scale per block (fp16 d, or the E8M0
  * half scale) */
@@ -298,10 +296,8 @@ AI void iq4xs_step(const block_iq4_xs *w, const void *x, size_t xs, int64_t i, c
   const float dw = h2f(w->d);
   __m256i sumi[8];
   FOR_NX(j) sumi[j] = _mm256_setzero_si256();
-  uint32_t sl;
-  memcpy(&sl, w->scales_l, 4);
   for (int g = 0; g < QK_K / 32; g++) {
-    const int ls = (int)(((sl >> (4 * g)) & 0xF) | (((w->scales_h >> (2 * g)) & 3) << 4)) - 32;
+    const int ls = iq4xs_ls(w, g);
     const __m256i qw = _mm256_shuffle_epi8(tab, nibbles32(w->qs + 16 * g));
     const __m256i aw = _mm256_sign_epi8(qw, qw);
     const __m256i s = _mm256_set1_epi16((short)ls);
@@ -364,14 +360,8 @@ VD_ROWS(vd_q2_k, block_q2_K, q2k_step)
 AI void q3k_step(const block_q3_K *w, const void *x, size_t xs, int64_t i, const int nx, __m256 *acc, __m128 *accm) {
   (void)accm;
   const __m256i m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
-  const uint32_t km1 = 0x03030303, km2 = 0x0f0f0f0f;
-  uint32_t a[4], t;
-  memcpy(a, w->scales, 12);
-  t = a[2];
-  a[2] = ((a[0] >> 4) & km2) | (((t >> 4) & km1) << 4);
-  a[3] = ((a[1] >> 4) & km2) | (((t >> 6) & km1) << 4);
-  a[0] = (a[0] & km2) | (((t >> 0) & km1) << 4);
-  a[1] = (a[1] & km2) | (((t >> 2) & km1) << 4);
+  uint32_t a[4];
+  k3_unpack(w->scales, a);
   const __m128i s8 = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)a), _mm_set1_epi8(32));
   const __m256i sc16 = _mm256_cvtepi8_epi16(s8);
   const float dw = h2f(w->d);
