@@ -217,8 +217,10 @@ AI void xs_tile(const int T, const int64_t nsb, const int64_t i0, const int64_t 
       _Pragma("GCC unroll 8") for (int t = 0; t < H; t++) s[t] = _mm256_setzero_si256();
       _Pragma("GCC unroll 16") for (int v = 0; v < 16; v++) {
         const __m256i wv = _mm256_load_si256(W + v);
-        _Pragma("GCC unroll 8") for (int t = 0; t < H; t++)
+        _Pragma("GCC unroll 8") for (int t = 0; t < H; t++) {
           s[t] = VD_DPWSSD(s[t], wv, loadu256(xq + (size_t)(h + t) * XS_QB + 32 * v));
+          KEEP_IN_REG(s[t]); /* else gcc does all 128 madds first, through the stack */
+        }
       }
       /* vec_dot's dw * dx, then its FMA */
       _Pragma("GCC unroll 8") for (int t = 0; t < H; t++) acc_io[h + t] = _mm256_fmadd_ps(

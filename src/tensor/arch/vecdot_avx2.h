@@ -236,12 +236,7 @@ AI void k_prefetch(const void *blk, const size_t bsz, const size_t dist) {
   for (size_t o = 0; o < bsz; o += 64) _mm_prefetch((const char *)blk + dist + o, _MM_HINT_T0);
 }
 
-/* An empty asm that takes v in a register and gives it back: the
- * compiler cannot move work across it. Without it gcc computed every
- * row's products of a half super-block first and stored them to the stack
- * before adding them up (the eight-row Q4_K step: 463 instructions a
- * super-block, 151 of them stack accesses). */
-#define KEEP_IN_REG(v) __asm__("" : "+x"(v))
+/* KEEP_IN_REG: avx2_util.h (shared with the tiled GEMM) */
 
 /* the loops over a super-block's parts, unrolled so that the pshufb masks
  * below are constants */
