@@ -215,11 +215,16 @@ AI void xs_tile(const int T, const int64_t nsb, const int64_t i0, const int64_t 
       const int H = T - h < 8 ? T - h : 8;
       __m256i s[8];
       _Pragma("GCC unroll 8") for (int t = 0; t < H; t++) s[t] = _mm256_setzero_si256();
-      _Pragma("GCC unroll 16") for (int v = 0; v < 16; v++) {
+      /* a rolled loop over the weight vectors, the sums pinned to their
+       * registers: unrolled, gcc did all 128 madds of a half first,
+       * through the stack, and recomputed W per half instead of loading
+       * it; without the pins it copied every sum once per step */
+      _Pragma("GCC unroll 1") for (int v = 0; v < 16; v++) {
         const __m256i wv = _mm256_load_si256(W + v);
+        const uint8_t *xv = xq + (size_t)h * XS_QB + 32 * (size_t)v;
         _Pragma("GCC unroll 8") for (int t = 0; t < H; t++) {
-          s[t] = VD_DPWSSD(s[t], wv, loadu256(xq + (size_t)(h + t) * XS_QB + 32 * v));
-          KEEP_IN_REG(s[t]); /* else gcc does all 128 madds first, through the stack */
+          s[t] = VD_DPWSSD(s[t], wv, loadu256(xv + (size_t)t * XS_QB));
+          KEEP_IN_REG(s[t]);
         }
       }
       /* vec_dot's dw * dx, then its FMA */
