@@ -219,11 +219,15 @@ AI void xs_tile(const int T, const int64_t nsb, const int64_t i0, const int64_t 
        * registers: unrolled, gcc did all 128 madds of a half first,
        * through the stack, and recomputed W per half instead of loading
        * it; without the pins it copied every sum once per step */
-      _Pragma("GCC unroll 1") for (int v = 0; v < 16; v++) {
-        const __m256i wv = _mm256_load_si256(W + v);
+      _Pragma("GCC unroll 1") for (int v = 0; v < 16; v += 2) {
+        const __m256i w0 = _mm256_load_si256(W + v), w1 = _mm256_load_si256(W + v + 1);
         const uint8_t *xv = xq + (size_t)h * XS_QB + 32 * (size_t)v;
         _Pragma("GCC unroll 8") for (int t = 0; t < H; t++) {
-          s[t] = VD_DPWSSD(s[t], wv, loadu256(xv + (size_t)t * XS_QB));
+          s[t] = VD_DPWSSD(s[t], w0, loadu256(xv + (size_t)t * XS_QB));
+          KEEP_IN_REG(s[t]);
+        }
+        _Pragma("GCC unroll 8") for (int t = 0; t < H; t++) {
+          s[t] = VD_DPWSSD(s[t], w1, loadu256(xv + (size_t)t * XS_QB + 32));
           KEEP_IN_REG(s[t]);
         }
       }
