@@ -723,6 +723,12 @@ static void print_json(const bench_run *b, const char *path, const bench_facts *
   /* a sliding-window layer reads its window at most */
   json_object_set_new(root, "kv_bytes_per_token_at_depth",
                       json_integer((json_int_t)model_kv_read_bytes(b->kv, (int)o->depth)));
+  /* what the middle step of tg reads (its bound), and of batch_tg, whose
+   * sequences start empty */
+  json_object_set_new(root, "kv_bytes_per_token_mid_tg",
+                      json_integer((json_int_t)model_kv_read_bytes(b->kv, (int)o->depth + o->n / 2)));
+  json_object_set_new(root, "kv_bytes_per_token_mid_batch",
+                      json_integer((json_int_t)model_kv_read_bytes(b->kv, o->n / 2)));
   json_object_set_new(root, "kv_bytes_per_sequence_at_depth",
                       json_integer((json_int_t)model_kv_seq_bytes(b->kv, (int)o->depth)));
   json_object_set_new(root, "kv_ring_layers", json_integer(model_kv_ring_layers(b->kv)));

@@ -637,6 +637,14 @@ int cmd_synth(int argc, char **argv) {
     return 2;
   }
   synth_model resized;
+  /* llama.cpp's qwen2 and qwen2moe take the query width from the hidden
+   * size (their attn_q must be square), so another width would make a
+   * file it refuses */
+  if (embd > 0 && embd != (long)m->n_head * m->head_dim && (!strcmp(m->arch, "qwen2") || !strcmp(m->arch, "qwen2moe"))) {
+    fprintf(stderr, "power synth: --embd: %s (%s) needs a hidden size of heads x head size (%d)\n", m->id, m->arch,
+            m->n_head * m->head_dim);
+    return 2;
+  }
   if (embd > 0) {
     /* the head size stays the model's: written as key_length when it no
      * longer equals the hidden size over the heads */

@@ -57,6 +57,9 @@ check "synth --layers 0 fails" [ $? -ne 0 ]
 check "synth --embd 100 exits 2" [ $? -eq 2 ]
 check "synth --embd 100 is one line" [ "$(wc -l <"$tmp/err")" -eq 1 ]
 check "synth --embd 100 says why" grep -q "multiple of 32" "$tmp/err"
+"$bin" synth --arch qwen2.5-0.5b --vocab "$vocab" --out "$tmp/x.gguf" --embd 256 >/dev/null 2>"$tmp/err"
+check "synth --embd on qwen2 exits 2" [ $? -eq 2 ]
+check "synth --embd on qwen2 says why" grep -q "heads x head size (896)" "$tmp/err"
 # gpt-oss: a small file with its tensors and YaRN metadata, and a run of it
 "$bin" synth --arch gpt-oss-20b --vocab "$vocab" --out "$tmp/g.gguf" --type MXFP4_MOE --layers 2 --experts 4 \
   --embd 64 --quiet 2>"$tmp/err"

@@ -1,7 +1,7 @@
 #!/bin/sh
 # bench/vs-llamacpp: that it runs both engines on one small file and prints
 # the table with positive figures and ratios, that --json holds the same,
-# that --simd avx2 makes both engines run their AVX2 kernels (where the CPU
+# that --batch B measures B sequences on both engines, that --simd avx2 makes both engines run their AVX2 kernels (where the CPU
 # has AVX2), and that bad arguments are refused. No timing thresholds.
 # usage: vs_llamacpp.sh POWER_BIN SHARED_DIR
 set -u
@@ -31,9 +31,22 @@ check "vs-llamacpp --json holds the tg ratio" node -e '
 ' "$tmp/vs.json"
 
 # depths and a quantized KV cache: a row per depth and figure, each against
-# depth 0, and the bound counting the cache
-node "$vs" --power "$bin" --rounds 1 --reps 1 -p 8 -n 2 --depth 0,48 --kv-type q8_0 --json "$tmp/vsd.json" "$model" >"$tmp/out" 2>"$tmp/err"
-check "vs-llamacpp --depth 0,48 --kv-type q8_0 exits 0 ($(tail -1 "$tmp/err"))" [ $? -eq 0 ]
+# depth 0, and the bound counting the cache; with 3 sequences decoding
+# together beside them (llamacpp-bench.mjs stops unless llama.cpp ran one
+# decode of 3 tokens per step)
+node "$vs" --power "$bin" --rounds 1 --reps 1 -p 8 -n 2 --depth 0,48 --kv-type q8_0 --batch 3 --json "$tmp/vsd.json" "$model" >"$tmp/out" 2>"$tmp/err"
+check "vs-llamacpp --depth 0,48 --kv-type q8_0 --batch 3 exits 0 ($(tail -1 "$tmp/err"))" [ $? -eq 0 ]
+check "vs-llamacpp --batch 3: aggregate ratio > 0" positive "$(ratio 'tg2 x 3 seqs (aggregate)' "$tmp/out")"
+check "vs-llamacpp --batch 3 prints the per-sequence row" grep -q '^| tg2 x 3 seqs per sequence | ' "$tmp/out"
+check "vs-llamacpp --batch 3 prints each engine over its own tg" grep -q '^| tg2 x 3 seqs over its own tg2 ' "$tmp/out"
+check "vs-llamacpp --batch 3 --json: both engines' batch figures, from the first depth's runs only" node -e '
+  const j = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+  const b = j.summary.models[0].batch;
+  if (!(b.batch === 3 && b.power > 0 && b.llamacpp > 0 && b.ratio > 0 && b.power_over_tg > 0 && b.llamacpp_over_tg > 0)) process.exit(1);
+  const [a0, a48] = j.results[0].at;
+  if (!(a0.llama[0].batch === 3 && a0.llama[0].batch_decodes_per_step === 1 && a0.power[0].batch === 3)) process.exit(1);
+  if (a48.llama[0].batch_tg_reps || a48.power[0].batch_tg_reps) process.exit(1);
+' "$tmp/vsd.json"
 check "vs-llamacpp prints the depth rows" grep -q '^| tg2 @ d48 | ' "$tmp/out"
 check "vs-llamacpp prints prefill at depth" grep -q '^| pp8 @ d48 | ' "$tmp/out"
 check "vs-llamacpp depth ratio > 0" positive "$(ratio 'tg2 @ d48' "$tmp/out")"
@@ -64,4 +77,9 @@ check "vs-llamacpp on a missing file exits 1" [ $? -eq 1 ]
 check "vs-llamacpp names the missing file" grep -q 'no such model file' "$tmp/err"
 node "$vs" --power "$bin" -p 0 -n 0 "$model" >"$tmp/out" 2>"$tmp/err"
 check "vs-llamacpp with nothing to measure exits 2" [ $? -eq 2 ]
+node "$vs" --power "$bin" --batch 0 "$model" >"$tmp/out" 2>"$tmp/err"
+check "vs-llamacpp --batch 0 exits 2" [ $? -eq 2 ]
+check "vs-llamacpp --batch 0 says why" grep -q "invalid value for --batch: '0'" "$tmp/err"
+node "$vs" --power "$bin" --batch 8 -n 0 "$model" >"$tmp/out" 2>"$tmp/err"
+check "vs-llamacpp --batch without generated tokens exits 2" [ $? -eq 2 ]
 exit $fail

@@ -47,6 +47,7 @@ static inline float hsum256(__m256 v) {
  * lanes */
 static inline __attribute__((always_inline)) VT dot_part(const float *qh, const float *kr, int hd) {
   VT s = V_MUL(V_LOAD(qh), V_LOAD(kr));
+  #pragma GCC unroll 16
   for (int i = VW; i < hd; i += VW) s = V_FMA(V_LOAD(qh + i), V_LOAD(kr + i), s);
   return s;
 }
@@ -72,6 +73,7 @@ static inline __attribute__((always_inline)) void rows_to_f32(const uint16_t *sr
   for (int p = 0; p < np; p++) {
     if (p < npf)
       for (int i = 0; i < hd; i += 32) _mm_prefetch((const char *)(pf + p * stride + i), _MM_HINT_T0);
+    #pragma GCC unroll 16
     for (int i = 0; i < hd; i += VW) V_STORE(dst + (size_t)p * hd + i, V_LOAD_PH(src + p * stride + i));
   }
   for (int p = np; p < npf; p++)
@@ -229,6 +231,7 @@ static inline __attribute__((always_inline)) void group_body(const float *const 
 #endif
       for (; p + 8 <= nh; p += 8) {
         __m256 d[8];
+#pragma GCC unroll 8
         for (int j = 0; j < 8; j++) d[j] = dot_row(qh[h], kf + (size_t)(p + j) * hd, hd);
         _mm256_store_ps(sc[h] + p, _mm256_mul_ps(hsum8x8(d), vscale));
       }
@@ -286,7 +289,12 @@ static inline __attribute__((always_inline)) void group_body(const float *const 
 
 /* The common head sizes with the size a constant: the dot products and
  * row loops unroll and q stays in registers (a third less time per step
- * at head size 64 than the same code with hd a variable) */
+ * at head size 64 than the same code with hd a variable). The unrolling
+ * is asked for (the pragmas in dot_part, rows_to_f32 and the scores'
+ * loop): -O2 left the AVX2 dot product a loop of one multiply-add and its
+ * loop control; unrolled, a 4K decode step at head size 64 takes 7.1M
+ * instructions instead of 12.1M, and about a quarter less time, with the
+ * same bits. */
 static void ATTN_GROUP(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
                        size_t stride, int hd, float scale, float *const *out, float *ms) {
   if (hd == 64) group_body(q, n_pos, nq, k, v, stride, 64, scale, out, ms);
