@@ -24,16 +24,34 @@
  * token's scale packed as a float (a broadcast load and one multiply
  * instead of vec_dot's fp16 load, convert, scalar multiply and broadcast).
  *
- * IQ4_XS: its values times a group's scale do not fit the int16 pair sums
- * of maddubs (127 * 127 * 2 per pair already nearly does), so vec_dot
- * takes per (row, token, group) a sign, a maddubs and a madd by the scale.
- * Here the row's super-block is unpacked once per tile of XS_T = 16
- * tokens into int16 values times the group's scale (|v * ls| <= 4064) and
- * the tokens' quants are packed as int16: per (row, token, group) two
- * madds (two vpdpwssd) and no sign, the int16 words ordered so that madd
- * lane L of the two vectors takes elements 4L, 4L + 1 and 4L + 2, 4L + 3
- * (vec_dot's lane L). The sums of a tile's tokens go eight at a time, each
- * weight vector loaded once per eight tokens.
+ * IQ4_XS: the K-quants' step (two maddubs added as int16, then one madd
+ * by the scales) would overflow here (four products reach 4 * 127 * 127
+ * > 2^15), so vec_dot takes per (row, token, group) a sign, a maddubs and
+ * a madd by the group's scale. Here the row's super-block is unpacked
+ * once per tile of XS_T = 16 tokens into int16 values times the group's
+ * scale (|v * ls| <= 4064) and the tokens' quants are packed as int16:
+ * per (row, token, group) two madds (two vpdpwssd) and no sign, the int16
+ * words ordered so that madd lane L of the two vectors takes elements 4L,
+ * 4L + 1 and 4L + 2, 4L + 3 (vec_dot's lane L). The sums of a tile's
+ * tokens go eight at a time, each weight vector loaded once per eight
+ * tokens. The multiplies per (row, token, super-block) stay 16 (maddubs
+ * and madd before, two madds now); what goes is the sign, vec_dot's
+ * scalar work per token and the unpack per 8 tokens. On a Zen 4 core,
+ * whose two multiply pipes bound both, bench_kernels (4096-wide, 32
+ * tokens against vec_dot's 8, a loaded machine): IQ4_XS avx2 21-22 ->
+ * 24-25.5 GB/s, avx2vnni 24.5-25.5 -> 30; IQ4_NL avx2 16.3 -> 18.5,
+ * avx2vnni 18 -> 22; MXFP4 avx2 15.6 -> 18.5, avx2vnni 17.3 -> 22. A
+ * 64-token prefill of a llama-3.2-1b-shaped IQ4_XS file at the AVX2 level
+ * (power bench -p 64 -n 0 -r 1, callgrind, whole process): 43.1 G
+ * instructions -> 32.2 G, the IQ4_XS kernel 40.6 G -> 30.0 G.
+ *
+ * The AVX-512 level keeps vec_dot for IQ4_XS: its vec_dot takes per token
+ * and 64 elements one masked negate, one maddubs and one vpdpwssd, and a
+ * tile under the same-bits rule (the integer lanes and one FMA per
+ * super-block fixed) still needs eight 512-bit multiplies a super-block
+ * (int16 products) against vec_dot's eight, so it would save the negate
+ * and the unpack alone. Its IQ4_NL GEMM is the VBMI one
+ * (gemm_avx512vbmi.c).
  *
  * Rows and tokens are walked as the K-quants' are (gemm_kq_avx2_impl.h): a
  * block of IQ_ROWS rows takes a chunk of (super-)blocks whose activations
