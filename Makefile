@@ -29,7 +29,7 @@ build-asan: deps
 
 build-tsan: deps
 	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DPOWER_SANITIZE=thread -DPOWER_WERROR=ON >/dev/null
-	cmake --build $(TSAN_BUILD) -j $(JOBS)
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target power_tsan_tests
 
 # libFuzzer binaries (clang, ASan + UBSan with float-to-integer overflow).
 build-fuzz: deps

@@ -10,6 +10,7 @@
 #include "cli/cmd_split.h"
 #include "cli/cmd_store.h"
 #include "cli/cmd_synth.h"
+#include "tensor/traits.h"
 #include "cli/cmd_template.h"
 #include "cli/cmd_tokenize.h"
 #include "cli/cmd_verify.h"
@@ -78,7 +79,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (!strcmp(argv[1], "--version")) {
-    printf("power %s\n", pw_version());
+    printf("power %s\nkernels: %s\n", pw_version(), pw_tensor_kernels());
     return 0;
   }
   if (pw_log_check_env()) {
