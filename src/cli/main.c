@@ -57,7 +57,8 @@ static void usage(FILE *out) {
           pw_version());
   for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
     fprintf(out, "  %-10s %s\n", k_cmds[i].name, k_cmds[i].help);
-  fprintf(out, "\nrun 'power help <command>' or 'power <command> --help' for a command's options\n");
+  fprintf(out, "\nrun 'power help <command>' or 'power <command> --help' for a command's options;\n"
+               "'power --version' names the version and the kernels this CPU gets\n");
 }
 
 int main(int argc, char **argv) {

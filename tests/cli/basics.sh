@@ -8,6 +8,10 @@ shared=$2
 model=$shared/models/syn-llama-Q4_0.gguf
 [ -f "$model" ] || { echo "FAIL: missing test asset $model"; exit 1; }
 
+# --version: the version and the kernels, which POWER_SIMD caps
+check "--version names the kernels" sh -c "'$bin' --version | grep -Eq '^kernels: (scalar|avx2|avx2vnni|avx512|avx512-vbmi)\$'"
+check "--version under POWER_SIMD=scalar names the scalar kernels" sh -c "POWER_SIMD=scalar '$bin' --version | grep -q '^kernels: scalar\$'"
+
 # inspect: valid file
 "$bin" inspect "$model" >"$tmp/out" 2>"$tmp/err"
 check "inspect exits 0" [ $? -eq 0 ]
