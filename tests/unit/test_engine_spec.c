@@ -155,8 +155,8 @@ static void cases_init(engine *off, int gen) {
   for (int s = 0; s < 2; s++)
     for (int cut = 3; cut <= 15; cut += 12) {
       const result *ref = &c->ref[s];
-      if (cut + 3 >= ref->text_len) continue;
-      memcpy(c->stops[v], ref->text + cut, 3);
+      if (cut + 3 >= ref->text_len || v >= N_VAR) continue;
+      for (int k = 0; k < 3; k++) c->stops[v][k] = ref->text[cut + k];
       c->stops[v][3] = 0;
       if (strlen(c->stops[v]) < 3) continue;
       c->var[v] = c->main[s];
