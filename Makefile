@@ -8,13 +8,17 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZERS ?= gguf jinja tok oai
 
-.PHONY: all deps node-deps build build-asan build-tsan build-fuzz fuzz serve test test-long test-fast install clean
+.PHONY: all deps deps-fuzz node-deps build build-asan build-tsan build-fuzz fuzz serve test test-long test-fast install clean
 PREFIX ?= /usr/local
 
 all: build
 
 deps:
 	@./scripts/install-deps.sh
+
+# clang and libFuzzer's runtime too (only the fuzz build needs them)
+deps-fuzz:
+	@./scripts/install-deps.sh fuzz
 
 node-deps: deps
 	@./scripts/install-node-deps.sh
@@ -25,14 +29,14 @@ build: deps
 
 build-asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DPOWER_SANITIZE=address -DPOWER_WERROR=ON >/dev/null
-	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target power_asan_tests
 
 build-tsan: deps
 	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DPOWER_SANITIZE=thread -DPOWER_WERROR=ON >/dev/null
 	cmake --build $(TSAN_BUILD) -j $(JOBS) --target power_tsan_tests
 
 # libFuzzer binaries (clang, ASan + UBSan with float-to-integer overflow).
-build-fuzz: deps
+build-fuzz: deps-fuzz
 	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DPOWER_FUZZ=ON -DPOWER_WERROR=ON >/dev/null
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) $(addprefix --target fuzz_,$(FUZZERS))
 

@@ -10,7 +10,7 @@
  * classification head), two with XLM-RoBERTa's unigram vocabulary (as
  * bge-m3-style files have), and jina-bert-v2 (ALiBi, GEGLU; an embedding
  * model with mean and cls pooling and a reranker). For each, texts tokenized by Power go
- * through tests/peer/llamacpp-embed.mjs (node-llama-cpp's prebuilt release,
+ * through embed() of tests/peer/peer.mjs (node-llama-cpp's prebuilt release,
  * CPU) and through the engine: vectors must have cosine >= 0.9999 with
  * llama.cpp's (the issue's bar), reranker scores must agree within
  * TOL_SCORE_F16 / TOL_SCORE_Q8. Then: the same vectors whatever else is in the batch and on
@@ -24,6 +24,7 @@
 #define MAX_TOK 8
 #include "base/error.h"
 #include "engine_util.h"
+#include "peer_client.h"
 
 #include <jansson.h>
 #include <libgen.h>
@@ -75,29 +76,15 @@ static const char *bin(void) {
 
 /* llama.cpp's pooled vectors of the sequences; NULL on failure. */
 static json_t *peer_embed(const char *model_path, int32_t seqs[][MAX_LEN], const int *lens, int n_seq) {
-  char *cmd = malloc(65536);
-  int off = snprintf(cmd, 65536, "node '%s/llamacpp-embed.mjs' '%s' '", g_peer, model_path);
+  char *list = malloc(65536);
+  int off = 0;
+  list[0] = 0;
   for (int s = 0; s < n_seq; s++)
     for (int i = 0; i < lens[s] && off < 65000; i++)
-      off += snprintf(cmd + off, (size_t)(65536 - off), "%s%d", i ? "," : s ? ";" : "", seqs[s][i]);
-  snprintf(cmd + off, (size_t)(65536 - off), "' --threads 2 2>'%s/peer.err'", g_tmp);
-  FILE *p = popen(cmd, "r");
-  free(cmd);
-  if (!p) return NULL;
-  json_error_t je;
-  json_t *j = json_loadf(p, 0, &je);
-  int rc = pclose(p);
-  if (rc != 0 || !j) {
-    char errp[300], line[512];
-    snprintf(errp, sizeof errp, "%s/peer.err", g_tmp);
-    FILE *e = fopen(errp, "r");
-    fprintf(stderr, "peer script failed (status %d) on %s:\n", rc, model_path);
-    while (e && fgets(line, sizeof line, e)) fputs(line, stderr);
-    if (e) fclose(e);
-    json_decref(j);
-    return NULL;
-  }
-  return j;
+      off += snprintf(list + off, (size_t)(65536 - off), "%s%d", i ? "," : s ? ";" : "", seqs[s][i]);
+  json_t *argv = json_pack("[s, s, s, s]", model_path, list, "--threads", "2");
+  free(list);
+  return peer_call("embed", argv);
 }
 
 static int synth(const char *arch, const char *vocab, const char *type, const char *extra, const char *out) {
@@ -284,6 +271,9 @@ int main(void) {
     fprintf(stderr, "FAIL: mkdtemp\n");
     return 1;
   }
+  char errp[300];
+  snprintf(errp, sizeof errp, "%s/peer.err", g_tmp);
+  peer_client_init(g_peer, errp);
   static const struct {
     const char *label, *arch, *type, *extra;
     bool rank;
@@ -314,6 +304,7 @@ int main(void) {
     unlink(path);
   }
   char cmd[600];
+  peer_client_stop();
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
   sh(cmd);
   TEST_DONE();

@@ -17,9 +17,9 @@
  * `power
  * quantize` (the trained codelm-py to Q4_K_M; a qwen2 F16 synth file to
  * IQ4_XS, IQ4_NL and MXFP4 (MXFP4_MOE --pure, every matrix MXFP4)), runs
- * llama.cpp on each through
- * tests/peer/llamacpp-logits.mjs (node-llama-cpp's prebuilt release, CPU,
- * 2 threads) and compares its next-token distribution at every position
+ * llama.cpp on each through logits() of tests/peer/peer.mjs
+ * (node-llama-cpp's prebuilt release, CPU, 2 threads; one llamacpp-serve.mjs
+ * process for the whole test, peer_client.h) and compares its next-token distribution at every position
  * with Power's model_forward. node-llama-cpp exposes probabilities, so both
  * sides are compared as log-softmax. Tolerances as the parity suite's:
  * top-1 equal where llama.cpp's top-1 margin >= 0.25, and for llama.cpp's
@@ -32,6 +32,7 @@
 #include "base/error.h"
 #include "model/model.h"
 #include "tok/tok.h"
+#include "peer_client.h"
 #include "test.h"
 
 #include <jansson.h>
@@ -78,32 +79,27 @@ typedef struct peer_kv {
 } peer_kv;
 
 static json_t *peer_run(const char *model_path, const int32_t *ids, int n, const peer_kv *pk) {
-  const size_t cap = (size_t)n * 8 + 4096;
-  char *cmd = malloc(cap);
-  int off = snprintf(cmd, cap, "node '%s/llamacpp-logits.mjs' '%s' ", g_peer, model_path);
-  for (int i = 0; i < n; i++) off += snprintf(cmd + off, cap - (size_t)off, "%s%d", i ? "," : "", ids[i]);
-  if (pk && pk->k) off += snprintf(cmd + off, cap - (size_t)off, " --kv-type-k %s --kv-type-v %s", pk->k, pk->v);
-  if (pk && pk->last) off += snprintf(cmd + off, cap - (size_t)off, " --last %d", pk->last);
-  else off += snprintf(cmd + off, cap - (size_t)off, " --all");
-  snprintf(cmd + off, cap - (size_t)off, " --threads 2 2>'%s/peer.err'", g_tmp);
-  FILE *p = popen(cmd, "r");
-  free(cmd);
-  if (!p) return NULL;
-  json_error_t je;
-  json_t *j = json_loadf(p, 0, &je);
-  int rc = pclose(p);
-  if (rc != 0 || !j) {
-    char errp[300];
-    snprintf(errp, sizeof errp, "%s/peer.err", g_tmp);
-    FILE *e = fopen(errp, "r");
-    char line[512];
-    fprintf(stderr, "peer script failed (status %d) on %s:\n", rc, model_path);
-    while (e && fgets(line, sizeof line, e)) fputs(line, stderr);
-    if (e) fclose(e);
-    json_decref(j);
-    return NULL;
+  const size_t cap = (size_t)n * 12 + 1;
+  char *csv = malloc(cap), num[32];
+  size_t off = 0;
+  csv[0] = 0;
+  for (int i = 0; i < n && off < cap; i++) off += (size_t)snprintf(csv + off, cap - off, "%s%d", i ? "," : "", ids[i]);
+  json_t *argv = json_pack("[s, s, s, s]", model_path, csv, "--threads", "2");
+  free(csv);
+  if (pk && pk->k) {
+    json_array_append_new(argv, json_string("--kv-type-k"));
+    json_array_append_new(argv, json_string(pk->k));
+    json_array_append_new(argv, json_string("--kv-type-v"));
+    json_array_append_new(argv, json_string(pk->v));
   }
-  return j;
+  if (pk && pk->last) {
+    snprintf(num, sizeof num, "%d", pk->last);
+    json_array_append_new(argv, json_string("--last"));
+    json_array_append_new(argv, json_string(num));
+  } else {
+    json_array_append_new(argv, json_string("--all"));
+  }
+  return peer_call("logits", argv);
 }
 
 static void log_softmax(const float *x, int n, double *out) {
@@ -235,6 +231,9 @@ int main(void) {
   }
   snprintf(g_tmp, sizeof g_tmp, "/tmp/pw_test_peer_%d", (int)getpid());
   if (mkdir(g_tmp, 0700)) return 1;
+  char errp[300];
+  snprintf(errp, sizeof errp, "%s/peer.err", g_tmp);
+  peer_client_init(g_peer, errp);
   /* Never build or download at run time. */
   setenv("NODE_LLAMA_CPP_SKIP_DOWNLOAD", "true", 1);
   g_t_last = pw_now_s();
@@ -482,6 +481,7 @@ int main(void) {
     gguf_close(gf);
     unlink(p);
   }
+  peer_client_stop();
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
   if (sh(cmd)) fprintf(stderr, "could not remove %s\n", g_tmp);
   TEST_DONE();
