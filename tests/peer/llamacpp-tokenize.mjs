@@ -11,6 +11,7 @@
 // Nothing is built or downloaded at run time (build "never", skipDownload).
 import { readFileSync } from 'node:fs';
 import { getLlama } from "node-llama-cpp";
+import { llamaOptions } from "./peer.mjs";
 
 const args = process.argv.slice(2);
 if (args.length !== 1) {
@@ -22,14 +23,7 @@ if (!Array.isArray(texts) || texts.length > 10000 || texts.some((t) => typeof t 
   process.stderr.write("llamacpp-tokenize: stdin must be a JSON array of at most 10000 strings\n");
   process.exit(2);
 }
-const llama = await getLlama({
-  gpu: false,
-  build: "never",
-  skipDownload: true,
-  usePrebuiltBinaries: true,
-  progressLogs: false,
-  logLevel: "error",
-});
+const llama = await getLlama(llamaOptions);
 const model = await llama.loadModel({ modelPath: args[0], gpuLayers: 0, vocabOnly: true });
 const tokens = texts.map((t) => Array.from(model.tokenize(t, false)));
 process.stdout.write(JSON.stringify({ tokens }) + "\n");
