@@ -10,10 +10,10 @@
 #include "cli/cmd_split.h"
 #include "cli/cmd_store.h"
 #include "cli/cmd_synth.h"
-#include "tensor/traits.h"
 #include "cli/cmd_template.h"
 #include "cli/cmd_tokenize.h"
 #include "cli/cmd_verify.h"
+#include "tensor/traits.h"
 
 #include "power.h"
 

@@ -800,14 +800,13 @@ static void deq_mxfp4(const void *src, float *y, int64_t n) {
  * (best_index_int8) finds the pair by bisection, i.e. lo = the last entry
  * not above v (the table rises strictly): found here by a bisection
  * without branches, four steps of 8, 4, 2, 1 (branches on weights
- * mispredict about every other step, and this search was 86% of IQ4
+ * mispredict about every other step, and this search is most of IQ4
  * quantizing), with the same comparisons, so the index, and the files,
  * are the same (checked over every float bit pattern; a NaN runs every
  * step up to 15, is held at the last pair and takes 15, as in the
  * bisection). */
 static int iq4_index(float v) {
-  /* pw_kvalues_iq4nl as floats */
-  static const float t[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  const int8_t *t = pw_kvalues_iq4nl;
   if (v <= t[0]) return 0;
   if (v >= t[15]) return 15;
   int lo = 0;

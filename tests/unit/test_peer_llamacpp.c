@@ -18,9 +18,10 @@
  * quantize` (the trained codelm-py to Q4_K_M; a qwen2 F16 synth file to
  * IQ4_XS, IQ4_NL and MXFP4 (MXFP4_MOE --pure, every matrix MXFP4)), runs
  * llama.cpp on each through logits() of tests/peer/peer.mjs
- * (node-llama-cpp's prebuilt release, CPU, 2 threads; one llamacpp-serve.mjs
- * process for the whole test, peer_client.h) and compares its next-token distribution at every position
- * with Power's model_forward. node-llama-cpp exposes probabilities, so both
+ * (node-llama-cpp's prebuilt release, CPU, 2 threads; one
+ * llamacpp-serve.mjs process for the whole test, peer_client.h) and
+ * compares its next-token distribution at every position with Power's
+ * model_forward. node-llama-cpp exposes probabilities, so both
  * sides are compared as log-softmax. Tolerances as the parity suite's:
  * top-1 equal where llama.cpp's top-1 margin >= 0.25, and for llama.cpp's
  * top-10 tokens |logprob difference| < 0.35 (< 0.05 for the F16 files of
