@@ -4,6 +4,7 @@
 #include "base/pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -69,6 +70,7 @@ static unsigned long spin_while_eq(_Atomic unsigned long *v, unsigned long old) 
       long t = now_ns();
       if (!t0) t0 = t;
       else if (t - t0 > SPIN_NS) return cur;
+      sched_yield();
     }
     cpu_relax();
   }
@@ -207,6 +209,7 @@ void pw_pool_run(pw_pool *p, pw_pool_fn fn, void *ctx) {
       long t = now_ns();
       if (!t0) t0 = t;
       else if (t - t0 > SPIN_NS) break;
+      sched_yield();
     }
     cpu_relax();
   }
