@@ -795,27 +795,38 @@ static void deq_mxfp4(const void *src, float *y, int64_t n) {
   }
 }
 
-/* Index of the IQ4 table value nearest to v (v in table units): the pair
- * around v, the upper one on a tie; clamped at both ends. llama.cpp
- * (best_index_int8) finds the pair by bisection, i.e. lo = the last entry
- * not above v (the table rises strictly): found here by a bisection
- * without branches, four steps of 8, 4, 2, 1 (branches on weights
- * mispredict about every other step, and this search is most of IQ4
- * quantizing), with the same comparisons, so the index, and the files,
- * are the same (checked over every float bit pattern; a NaN runs every
- * step up to 15, is held at the last pair and takes 15, as in the
- * bisection). */
-static int iq4_index(float v) {
-  const int8_t *t = pw_kvalues_iq4nl;
-  if (v <= t[0]) return 0;
-  if (v >= t[15]) return 15;
-  int lo = 0;
-  lo += !(v < t[lo + 8]) * 8;
-  lo += !(v < t[lo + 4]) * 4;
-  lo += !(v < t[lo + 2]) * 2;
-  lo += !(v < t[lo + 1]);
-  if (lo > 14) lo = 14;
-  return v - t[lo] < t[lo + 1] - v ? lo : lo + 1;
+/* Index of the IQ4 table value nearest to v (v in table units), as
+ * llama.cpp's best_index_int8 picks it: lo = the last entry not above v
+ * (by bisection; 0 below the table, 15 above it), then lo if
+ * v - t[lo] < t[lo + 1] - v, else lo + 1. With t[lo] and t[lo + 1] small
+ * integers, that test holds exactly below their midpoint (rounding of each
+ * side is monotonic in v; a float search for where it turns finds the
+ * midpoint itself for all 15 pairs, which test_quants_llamacpp checks),
+ * so the index is the number of midpoints not above v: 15 comparisons
+ * without a table lookup, four values at a time. A NaN is "not below"
+ * every midpoint and takes 15, as in the bisection. */
+static const float k_iq4_mid[15] = {-115.5f, -93.5f, -74.f, -57.f, -42.f, -28.5f, -16.f, -4.5f,
+                                    7.f,      19.f,   31.5f, 45.5f, 61.f,  79.f,   101.f};
+
+/* l[j] = the IQ4 index of id * x[j] for a group of 32, four at a time in the
+ * compiler's vector types (SSE2 on any x86-64): a comparison is -1 where
+ * v < m, so 15 plus their sum counts the midpoints not above v (all 15
+ * for a NaN). */
+typedef float iq4_v4f __attribute__((vector_size(16)));
+typedef int32_t iq4_v4i __attribute__((vector_size(16)));
+static void iq4_index32(const float *x, float id, uint8_t *l) {
+  for (int j = 0; j < 32; j += 4) {
+    iq4_v4f v;
+    memcpy(&v, x + j, sizeof v);
+    v = v * id;
+    iq4_v4i n = {15, 15, 15, 15};
+    for (int k = 0; k < 15; k++) n += v < k_iq4_mid[k];
+    for (int i = 0; i < 4; i++) l[j + i] = (uint8_t)n[i];
+  }
+}
+
+const float *pw_iq4_midpoints(void) {
+  return k_iq4_mid;
 }
 
 /* Weighted least-squares fit of one group of 32 to the IQ4 grid, as
@@ -840,8 +851,10 @@ static float iq4_group_fit(const float *xb) {
   if (amax < 1e-15f) return 0;
   float id = 1 / (-max / (float)t[0]);
   float sumqx = 0, sumq2 = 0;
+  uint8_t l[32];
+  iq4_index32(xb, id, l);
   for (int j = 0; j < 32; j++) {
-    const float q = t[iq4_index(id * xb[j])];
+    const float q = t[l[j]];
     sumqx += w[j] * q * xb[j];
     sumq2 += w[j] * q * q;
   }
@@ -850,8 +863,9 @@ static float iq4_group_fit(const float *xb) {
   for (int k = -IQ4_NTRY; k <= IQ4_NTRY; k++) {
     id = (float)(k + t[0]) / max;
     sumqx = sumq2 = 0;
+    iq4_index32(xb, id, l);
     for (int j = 0; j < 32; j++) {
-      const float q = t[iq4_index(id * xb[j])];
+      const float q = t[l[j]];
       sumqx += w[j] * q * xb[j];
       sumq2 += w[j] * q * q;
     }
@@ -877,7 +891,7 @@ static void q_iq4_nl(const float *x, void *dst, int64_t n) {
     const float d = iq4_group_fit(x);
     y[i].d = F2H(d);
     const float id = d ? 1 / d : 0.f;
-    for (int j = 0; j < 32; j++) l[j] = (uint8_t)iq4_index(id * x[j]);
+    iq4_index32(x, id, l);
     iq4_pack(l, y[i].qs);
   }
 }
@@ -910,7 +924,7 @@ static void q_iq4_xs(const float *x, void *dst, int64_t n) {
       const int ls = clampi(nearest_int(id * sc[g]), -32, 31);
       const float dl = d * ls;
       const float idl = dl ? 1 / dl : 0.f;
-      for (int j = 0; j < 32; j++) l[j] = (uint8_t)iq4_index(idl * x[32 * g + j]);
+      iq4_index32(x + 32 * g, idl, l);
       iq4_pack(l, y[i].qs + 16 * g);
       y[i].scales_l[g / 2] |= (uint8_t)(((ls + 32) & 0xF) << (4 * (g % 2)));
       y[i].scales_h |= (uint16_t)(((ls + 32) >> 4) << (2 * g));

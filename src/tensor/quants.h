@@ -186,6 +186,9 @@ _Static_assert(sizeof(block_mxfp4) == 17, "block_mxfp4 size");
 /* The IQ4_NL/IQ4_XS value table (ggml's kvalues_iq4nl): a non-uniform grid,
  * denser near zero where weights cluster. */
 extern const int8_t pw_kvalues_iq4nl[16];
+/* The 15 midpoints between neighbouring entries of that table: the IQ4
+ * quantizers' nearest index of v is the number of midpoints not above v. */
+const float *pw_iq4_midpoints(void);
 /* E2M1 values times two, by nibble: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their
  * negatives (bit 3 is the sign). */
 extern const int8_t pw_kvalues_mxfp4[16];

@@ -18,6 +18,7 @@
 #include "test.h"
 
 #include <dlfcn.h>
+#include <math.h>
 #include <libgen.h>
 #include <stdint.h>
 
@@ -88,6 +89,26 @@ static void check_type(quantize_chunk_fn qc, uint32_t dt) {
   fprintf(stderr, "  %-6s quantize: %d blocks, %d differ\n", pw_dtype_name(dt), blocks, bad_blocks);
 }
 
+/* The IQ4 quantizers pick an index by counting the table's midpoints not
+ * above v; llama.cpp by bisecting to the pair around v and taking the
+ * lower one where v - t[lo] < t[lo + 1] - v. That test is monotonic in v
+ * (each side rounds monotonically), so the two agree everywhere if, for
+ * each pair, it holds just below the midpoint and fails at it. */
+static int below_mid(float v, int k) {
+  const int8_t *t = pw_kvalues_iq4nl;
+  return v - t[k] < t[k + 1] - v;
+}
+static void check_iq4_midpoints(void) {
+  const float *m = pw_iq4_midpoints();
+  const int8_t *t = pw_kvalues_iq4nl;
+  for (int k = 0; k < 15; k++) {
+    CHECK_MSG(m[k] == (t[k] + t[k + 1]) * 0.5f, "IQ4 midpoint %d is %g", k, (double)m[k]);
+    CHECK_MSG(below_mid(nextafterf(m[k], -INFINITY), k) && !below_mid(m[k], k),
+              "IQ4 pair %d: llama.cpp's nearest-value test does not turn at %g", k, (double)m[k]);
+    CHECK(below_mid((float)t[k], k) && !below_mid((float)t[k + 1], k));
+  }
+}
+
 static void check_dequant(dequant_fn theirs, uint32_t dt) {
   enum { N = 4096 };
   static uint8_t w[N];
@@ -133,6 +154,7 @@ int main(void) {
   CHECK(qc && d_nl && d_xs && d_mx);
   if (!qc || !d_nl || !d_xs || !d_mx) return 1;
   pw_tensor_init();
+  check_iq4_midpoints();
   check_type(qc, PW_DT_IQ4_NL);
   check_type(qc, PW_DT_IQ4_XS);
   check_type(qc, PW_DT_MXFP4);
