@@ -264,6 +264,14 @@ void cli_weights_usage(FILE *out) {
 }
 
 int cli_kv_parse(const char *cmd, cli_kv *kv, const char *a, const char *v) {
+  if (!strcmp(a, "--swa-full")) {
+    if (kv->swa_full) {
+      fprintf(stderr, "power %s: %s given more than once\n", cmd, a);
+      return -1;
+    }
+    kv->swa_full = true;
+    return 2;
+  }
   static const char *const names[] = {"--kv-type", "--kv-type-k", "--kv-type-v"};
   int which = -1;
   for (int i = 0; i < 3; i++)
@@ -293,12 +301,18 @@ uint32_t cli_kv_v(const cli_kv *kv) { return kv->v ? kv->v : kv->both; }
 void cli_kv_apply(const cli_kv *kv, engine_opts *eo) {
   eo->kv_type_k = cli_kv_k(kv);
   eo->kv_type_v = cli_kv_v(kv);
+  eo->swa_full = kv->swa_full;
 }
 
 void cli_kv_usage(FILE *out) {
   fprintf(out,
           "  --kv-type T           KV cache type of K and V: f16 (default), q8_0 or q4_0\n"
-          "  --kv-type-k T, --kv-type-v T   the type of K or of V alone\n");
+          "  --kv-type-k T, --kv-type-v T   the type of K or of V alone\n"
+          "  --swa-full            sliding-window layers (Gemma, gpt-oss) keep the whole\n"
+          "                        context instead of their window and one pass: more\n"
+          "                        memory, and a cached prompt is reused however far back a\n"
+          "                        new one departs from it (else only within one pass of\n"
+          "                        its end); the same outputs\n");
 }
 
 int gen_opts_check(const char *cmd, gen_opts *o) {

@@ -76,9 +76,11 @@ void cli_weights_usage(FILE *out);
 typedef struct cli_kv {
   uint32_t both, k, v; /* model_kv_type_parse ids; 0 = not given */
   unsigned given;
+  bool swa_full; /* --swa-full */
 } cli_kv;
 
-/* As spec_opts_parse: 1 consumed (with its value), 0 not ours, -1 bad. */
+/* As spec_opts_parse: 1 consumed (with its value), 2 consumed (a flag
+ * without one: --swa-full), 0 not ours, -1 bad. */
 int cli_kv_parse(const char *cmd, cli_kv *kv, const char *a, const char *v);
 /* The K and V types chosen (0 = F16). */
 uint32_t cli_kv_k(const cli_kv *kv);

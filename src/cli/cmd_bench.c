@@ -876,8 +876,11 @@ static int run_model(const bench_opts *o) {
   size_t n_logits = (size_t)(nb > 1 ? nb : 1) * (size_t)b.hp->n_vocab;
   /* sequence 0: pp; sequence 1: tg (after its depth tokens) */
   /* passes of at most chunk positions per sequence (one in the batch
-   * decode): sliding-window layers keep rings of their window plus that */
-  const model_kv_opts ko = {cli_kv_k(&o->kv), cli_kv_v(&o->kv), chunk}, kob = {ko.type_k, ko.type_v, 1};
+   * decode): sliding-window layers keep rings of their window plus that
+   * (every position with --swa-full) */
+  const int pass = o->kv.swa_full ? 0 : chunk;
+  const model_kv_opts ko = {cli_kv_k(&o->kv), cli_kv_v(&o->kv), pass},
+                      kob = {ko.type_k, ko.type_v, o->kv.swa_full ? 0 : 1};
   if (model_kv_create_ex(b.m, 2, n_ctx, &ko, &b.kv, b.err) || model_ctx_create(b.m, chunk, n_ctx, &b.ctx, b.err) ||
       (nb > 0 && (model_kv_create_ex(b.m, nb, n + 1, &kob, &b.kvb, b.err) ||
                   model_ctx_create(b.m, nb, n + 1, &b.ctxb, b.err)))) {
@@ -1153,7 +1156,7 @@ int cmd_bench(int argc, char **argv) {
       i++;
     } else if ((sp = cli_kv_parse("bench", &o.kv, a, v)) != 0) {
       if (sp < 0) return 2;
-      i++;
+      i += sp == 1;
     } else if ((sp = cli_weights_parse("bench", &o.weights, a, v)) != 0) {
       if (sp < 0) return 2;
       if (!strcmp(a, "--weights-io")) o.io_given = true;

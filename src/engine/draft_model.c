@@ -162,8 +162,9 @@ static int create(engine *e, const engine_opts *o, char *err) {
   if (model_has_recurrent(ds->dm))
     return pw_seterr(err, PW_EUNSUPPORTED, "engine: a draft model with a recurrent state (%s) is not supported",
                      model_hp(ds->dm)->arch_name);
-  /* its passes are at most step_tokens positions too (the batch's size) */
-  const model_kv_opts ko = {.max_pass = o->step_tokens};
+  /* its passes are at most step_tokens positions too (the batch's size);
+   * its windowed layers keep every position too with swa_full */
+  const model_kv_opts ko = {.max_pass = o->swa_full ? 0 : o->step_tokens};
   if ((rc = model_kv_create_ex(ds->dm, e->n_slots, e->n_ctx, &ko, &ds->dkv, err)) < 0) return rc;
   if ((rc = model_ctx_create(ds->dm, o->step_tokens, e->n_ctx, &ds->dctx, err)) < 0) return rc;
   e->dkv = ds->dkv;

@@ -274,8 +274,9 @@ int engine_create(const engine_opts *opts, engine **out, char *err) {
   e->n_cache = o.prompt_cache_entries > 0 ? o.prompt_cache_entries : 0;
   e->n_slots = o.max_active + e->n_cache;
   /* a pass adds at most step_tokens positions to a sequence (the batch's
-   * size): the sliding-window layers keep rings of their window plus that */
-  const model_kv_opts ko = {o.kv_type_k, o.kv_type_v, o.step_tokens};
+   * size): the sliding-window layers keep rings of their window plus that,
+   * or every position with swa_full */
+  const model_kv_opts ko = {o.kv_type_k, o.kv_type_v, o.swa_full ? 0 : o.step_tokens};
   if ((rc = model_kv_create_ex(e->m, e->n_slots, e->n_ctx, &ko, &e->kv, err)) < 0) goto fail;
   if ((rc = model_ctx_create(e->m, o.step_tokens, e->n_ctx, &e->ctx, err)) < 0) goto fail;
   e->tok_bytes = 0; /* the target's positions: eng_seq_bytes */

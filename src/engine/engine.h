@@ -108,6 +108,10 @@ typedef struct engine_opts {
                            * sliding-window layer's KV ring holds beyond its
                            * window (model_kv_opts.max_pass): a prompt-cache
                            * entry cut back by more than this is a miss */
+  bool swa_full;          /* sliding-window layers keep every position of the context
+                           * instead of that ring: a prompt-cache entry can be cut back
+                           * anywhere (reuse after any divergence), for the memory of
+                           * full layers; outputs are the same either way */
   int max_events;         /* undelivered events per request before it is cancelled
                            * with PW_ELIMIT (slow consumer); 0 = 256 */
   /* Exact speculative decoding (see "Speculation" below). */

@@ -148,13 +148,14 @@ static int common_prefix(const int32_t *pr, int np, const result *out, const int
  * ring no longer holds that part's window), never an approximate state.
  * Outputs against an engine that keeps every position of every layer
  * (step_tokens = n_ctx: a ring would be no smaller); the KV bytes
- * reported are the smaller cache's. */
+ * reported are the smaller cache's. With swa_full the local layer keeps
+ * every position (the full layer's bytes) and the far turn is reused. */
 static void test_ring_reuse(void) {
   engine_opts o = {.model_path = k_model, .n_threads = 2, .max_active = 2, .max_queue = 8, .n_ctx = 256,
                    .step_tokens = 8, .prompt_cache_entries = 2};
-  engine *c = create_engine(&o);
+  engine *c = create_engine(&o), *f = NULL;
   o.step_tokens = 256;
-  o.prompt_cache_entries = 0;
+  o.prompt_cache_entries = -1; /* none: its 2 sequences below */
   engine *u = create_engine(&o);
   if (!c || !u) goto out;
   engine_stats sc, su;
@@ -200,9 +201,33 @@ static void test_ring_reuse(void) {
   CHECK_EQ_INT(sc.cache_misses_total, 2);
   /* the entry's bytes: the full layer's positions, the ring's at most its size */
   CHECK(sc.cache_bytes > 0 && sc.cache_bytes < (size_t)(n3 + GEN) * (su.kv_bytes_total / 2 / 256));
+  /* swa_full: the same passes, the local layer kept whole; the far turn
+   * now reuses its common prefix, with the same output */
+  o.step_tokens = 8;
+  o.prompt_cache_entries = 2;
+  o.swa_full = true;
+  f = create_engine(&o);
+  if (!f) goto out;
+  engine_stats sf;
+  engine_get_stats(f, &sf);
+  /* 4 sequences of 256 + 256 rows against 256 + 14 */
+  CHECK_MSG(sf.kv_bytes_total / 512 == sc.kv_bytes_total / 270 && sf.kv_bytes_total / 4 == su.kv_bytes_total / 2,
+            "KV bytes: %zu with swa_full, %zu with a ring (4 sequences each), %zu full (2)", sf.kv_bytes_total,
+            sc.kv_bytes_total, su.kv_bytes_total);
+  static result af, df;
+  p = params(p1, n1, GEN, "ring", false);
+  run1(f, &p, &af);
+  CHECK(same_done(&af, &a));
+  const int c3 = common_prefix(p1, n1, &af, p3, n3);
+  p = params(p3, n3, GEN, "ring", true);
+  run1(f, &p, &df);
+  CHECK_MSG(c3 >= n1 / 2 && df.usage.cached_tokens == c3, "swa_full far turn: %d reused, %d in common",
+            df.usage.cached_tokens, c3);
+  CHECK_MSG(same_done(&df, &dref), "swa_full far turn differs with reuse (%d vs %d tokens)", df.n_tok, dref.n_tok);
 out:
   engine_destroy(c);
   engine_destroy(u);
+  engine_destroy(f);
 }
 
 /* Two requests of the same key at once: one takes the entry, the other
