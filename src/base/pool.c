@@ -44,7 +44,12 @@ typedef struct {
 
 /* Spin this long (wall clock) for the next run or for the workers to
  * finish before sleeping: a forward pass launches runs back to back, and
- * between decode steps the gap is usually shorter than a futex round trip. */
+ * between decode steps the gap is usually shorter than a futex round trip.
+ * At each clock check (every 1024 pauses) the spinning thread yields: with
+ * more runnable threads than cores (another process's, or the pool's own
+ * beside another pool) the thread it waits for then gets the core, instead
+ * of waiting out the spin (two engine tests at once on two cores ran 2.4x
+ * faster). Alone on its core, a yield returns at once. */
 #define SPIN_NS 300000L
 
 static long now_ns(void) {
