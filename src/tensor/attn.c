@@ -111,8 +111,9 @@ void pw_attn_kvq(const pw_attn_kv *kv, const float *const *q, const int *n_pos, 
   const pw_traits *tq = ref ? pw_traits_ref(tk->vec_dot_type) : pw_traits_get(tk->vec_dot_type);
   PW_ASSERT(tq && hd % (int)tk->blck == 0 && hd % (int)tv->blck == 0 && hd % (int)tq->blck == 0);
   const bool v16 = kv->v_type == PW_DT_F16;
-  /* the accumulator updates in vectors where the CPU has them (the same
-   * arithmetic: multiply, fused multiply-add, F16 rounding) */
+  /* where the CPU has vectors: chunks of keys, the weights from the
+   * vector exp and the accumulator updates in vectors
+   * (attn_avx2_kvq_chunk); else key by key with expf */
   const bool vec = !ref && pw_tensor_level() >= PW_IMPL_AVX2 && hd % 8 == 0;
   /* q in K's dot-product type: one row per query (F16 rows are the widest) */
   const size_t qrow = (size_t)hd / tq->blck * tq->type_size;
@@ -131,7 +132,29 @@ void pw_attn_kvq(const pw_attn_kv *kv, const float *const *q, const int *n_pos, 
   /* as ggml: the scale divided by the cap once, then cap * tanh(s * that) */
   const float cap_scale = softcap > 0 ? scale / softcap : 0.0f;
   const uint8_t *kr = kv->k, *vr = kv->v;
-  for (int p = 0; p < n_max; p++, kr += kv->k_row, vr += kv->v_row) {
+  if (vec) {
+    enum { CH = PW_ATTN_KVQ_CHUNK };
+    _Alignas(64) float scs[PW_ATTN_GROUP_MAX][CH];
+    _Alignas(64) float vfc[CH * PW_ATTN_KVQ_MAX_HD];
+    int lim[PW_ATTN_GROUP_MAX];
+    for (int p0 = 0; p0 < n_max; p0 += CH) {
+      const int np = n_max - p0 < CH ? n_max - p0 : CH;
+      for (int p = 0; p < np; p++, kr += kv->k_row, vr += kv->v_row) {
+        __builtin_prefetch(kr + 8 * kv->k_row);
+        __builtin_prefetch(vr + 8 * kv->v_row);
+        for (int h = 0; h < nq; h += NX)
+          tk->vec_dot(hd, kr, qq + (size_t)h * qrow, qrow, nq - h < NX ? nq - h : NX, s + h);
+        for (int h = 0; h < nq; h++) scs[h][p] = softcap > 0 ? softcap * tanhf(s[h] * cap_scale) : s[h] * scale;
+        tv->to_float(vr, vfc + (size_t)p * hd, hd);
+      }
+      for (int h = 0; h < nq; h++) {
+        const int nh = n_pos[h] - p0;
+        lim[h] = nh < 0 ? 0 : nh < np ? nh : np;
+      }
+      attn_avx2_kvq_chunk(acc, M, S, scs, vfc, lim, nq, hd, np, v16);
+    }
+  }
+  for (int p = 0; !vec && p < n_max; p++, kr += kv->k_row, vr += kv->v_row) {
     /* the next rows on their way (the cache streams from memory) */
     __builtin_prefetch(kr + 8 * kv->k_row);
     __builtin_prefetch(vr + 8 * kv->v_row);
@@ -141,18 +164,6 @@ void pw_attn_kvq(const pw_attn_kv *kv, const float *const *q, const int *n_pos, 
       if (p >= n_pos[h]) continue;
       const float sc = softcap > 0 ? softcap * tanhf(s[h] * cap_scale) : s[h] * scale;
       float *a = acc[h], msc = 1.0f, vs = 1.0f;
-      if (vec) {
-        const int grow = sc > M[h];
-        if (grow) {
-          msc = expf(M[h] - sc);
-          M[h] = sc;
-        } else {
-          vs = expf(sc - M[h]);
-        }
-        attn_avx2_kvq_update(a, vf, msc, vs, grow, v16, hd);
-        S[h] = S[h] * msc + vs;
-        continue;
-      }
       if (sc > M[h]) {
         msc = expf(M[h] - sc);
         M[h] = sc;

@@ -100,11 +100,17 @@ void attn_avx2_multi(const float *const *q, const int *n_pos, int nq, const uint
                      size_t stride, int hd, float scale, float *const *out);
 void attn_avx2_part(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
                     size_t stride, int hd, float scale, float *const *out, float *ms);
-/* Internal: one key's update of a quantized-cache kernel's accumulator
- * (hd a multiple of 8): a = a * ms when grow, then a = fma(v, vs, a), each
- * step rounded to F16 when f16acc (an F16 V), as the scalar loop of
- * pw_attn_kvq does. */
-void attn_avx2_kvq_update(float *a, const float *v, float ms, float vs, int grow, int f16acc, int hd);
+/* Internal: pw_attn_kvq's installed path for one chunk of np <= 64 keys
+ * (hd a multiple of 8): sc[h][p] holds query h's score of key p (capped
+ * and scaled) for p < lim[h]; vf the chunk's V rows as f32, hd apart. Per
+ * query, the running max before each key from a prefix max over 8 keys at
+ * a time and the weights from the vector exp (sc is overwritten with
+ * them); then key by key, as the scalar loop: the accumulator rescaled
+ * where the max grew, plus V times the weight, each step rounded to F16
+ * when f16acc (an F16 V), and the running sum S. */
+#define PW_ATTN_KVQ_CHUNK 64
+void attn_avx2_kvq_chunk(float (*acc)[PW_ATTN_KVQ_MAX_HD], float *M, float *S, float (*sc)[PW_ATTN_KVQ_CHUNK],
+                         const float *vf, const int *lim, int nq, int hd, int np, int f16acc);
 /* Internal: the AVX-512 variants (arch/attn_avx512.c). */
 void attn_avx512(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd,
                  float scale, float *out);
