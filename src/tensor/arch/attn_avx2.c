@@ -58,56 +58,6 @@ static inline unsigned v_exp_arg(__m256 s, __m256 m, __m256 *e) {
 static inline float v_last(__m256 x) { return _mm256_cvtss_f32(_mm256_permutevar8x32_ps(x, _mm256_set1_epi32(7))); }
 #define v_exp exp8
 
-static inline __m256 round16_8(__m256 x) {
-  return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-}
-
-void attn_avx2_kvq_chunk(float (*acc)[PW_ATTN_KVQ_MAX_HD], float *M, float *S, float (*sc)[PW_ATTN_KVQ_CHUNK],
-                         const float *vf, const int *lim, int nq, int hd, int np, int f16acc) {
-  uint64_t grow[PW_ATTN_GROUP_MAX];
-  /* the weights: exp(s - M) where the max did not grow, else exp(M_old - M) */
-  for (int h = 0; h < nq; h++) {
-    float m = M[h];
-    uint64_t gm = 0;
-    for (int p = 0; p < lim[h]; p += 8) {
-      const __m256 s = v_load_ninf(sc[h] + p, lim[h] - p);
-      const __m256 inc = _mm256_max_ps(v_scan_max(s), _mm256_set1_ps(m));
-      __m256 e;
-      gm |= (uint64_t)v_exp_arg(s, v_shift1(inc, m), &e) << p;
-      _mm256_store_ps(sc[h] + p, exp8(e));
-      m = v_last(inc);
-    }
-    M[h] = m;
-    grow[h] = gm;
-  }
-  for (int p = 0; p < np; p++) {
-    const float *vr = vf + (size_t)p * hd;
-    for (int h = 0; h < nq; h++) {
-      if (p >= lim[h]) continue;
-      const float w = sc[h][p];
-      float *a = acc[h];
-      __m256 vs = _mm256_set1_ps(w);
-      if (grow[h] >> p & 1) {
-        for (int i = 0; i < hd; i += 8) {
-          const __m256 x = _mm256_mul_ps(_mm256_load_ps(a + i), vs);
-          _mm256_store_ps(a + i, f16acc ? round16_8(x) : x);
-        }
-        vs = _mm256_set1_ps(1.0f);
-        S[h] = S[h] * w + 1.0f;
-      } else {
-        S[h] = S[h] + w;
-      }
-      if (f16acc) {
-        for (int i = 0; i < hd; i += 8)
-          _mm256_store_ps(a + i, round16_8(_mm256_fmadd_ps(_mm256_loadu_ps(vr + i), vs, _mm256_load_ps(a + i))));
-      } else {
-        for (int i = 0; i < hd; i += 8)
-          _mm256_store_ps(a + i, _mm256_fmadd_ps(_mm256_loadu_ps(vr + i), vs, _mm256_load_ps(a + i)));
-      }
-    }
-  }
-}
-
 /* memory-operand conversions and broadcast (arch/attn_impl.h) */
 static inline __m256 ph_load_m(const uint16_t *p) {
   __m256 r;
@@ -147,3 +97,38 @@ static inline __m256 bcast_m(const float *p) {
 #define ATTN_NARROW_PART attn_narrow_part
 
 #include "tensor/arch/attn_impl.h"
+
+/* The quantized caches' kernel (attn.c pw_attn_kvq) for a chunk of keys:
+ * the weights as the F16 kernel's, the accumulators in f32. */
+void attn_avx2_kvq_chunk(float (*acc)[PW_ATTN_KVQ_MAX_HD], float *M, float *S, float (*sc)[PW_ATTN_KVQ_CHUNK],
+                         const float *vf, const int *lim, int nq, int hd, int np, int f16acc) {
+  uint64_t grow[PW_ATTN_GROUP_MAX];
+  /* the weights: exp(s - M) where the max did not grow, else exp(M_old - M) */
+  for (int h = 0; h < nq; h++) grow[h] = chunk_weights(sc[h], lim[h], &M[h]);
+  for (int p = 0; p < np; p++) {
+    const float *vr = vf + (size_t)p * hd;
+    for (int h = 0; h < nq; h++) {
+      if (p >= lim[h]) continue;
+      const float w = sc[h][p];
+      float *a = acc[h];
+      __m256 vs = _mm256_set1_ps(w);
+      if (grow[h] >> p & 1) {
+        for (int i = 0; i < hd; i += 8) {
+          const __m256 x = _mm256_mul_ps(_mm256_load_ps(a + i), vs);
+          _mm256_store_ps(a + i, f16acc ? V_ROUND16(x) : x);
+        }
+        vs = _mm256_set1_ps(1.0f);
+        S[h] = S[h] * w + 1.0f;
+      } else {
+        S[h] = S[h] + w;
+      }
+      if (f16acc) {
+        for (int i = 0; i < hd; i += 8)
+          _mm256_store_ps(a + i, V_ROUND16(_mm256_fmadd_ps(_mm256_loadu_ps(vr + i), vs, _mm256_load_ps(a + i))));
+      } else {
+        for (int i = 0; i < hd; i += 8)
+          _mm256_store_ps(a + i, _mm256_fmadd_ps(_mm256_loadu_ps(vr + i), vs, _mm256_load_ps(a + i)));
+      }
+    }
+  }
+}

@@ -80,6 +80,29 @@ static inline __attribute__((always_inline)) void rows_to_f32(const uint16_t *sr
     for (int i = 0; i < hd; i += 32) _mm_prefetch((const char *)(pf + p * stride + i), _MM_HINT_T0);
 }
 
+/* Step 2 of a chunk for one query (below, and the quantized caches'
+ * kernel): s[0, nh) scores in, weights out; *m the running max before the
+ * chunk, then after it; returns the keys where the max grew (bit p). The
+ * running max before each key is a prefix max within the vector (the
+ * reference's "s > M ? s : M", which is associative) on top of the max so
+ * far. That fixes each key's exp argument (M_old - M where the max grew,
+ * else s - M), then the weights with the vector exp. s is VW-aligned with
+ * room for whole vectors. */
+static inline __attribute__((always_inline)) uint64_t chunk_weights(float *s, int nh, float *m) {
+  float mx = *m;
+  uint64_t gm = 0;
+  for (int p = 0; p < nh; p += VW) {
+    const VT x = v_load_ninf(s + p, nh - p);
+    const VT inc = V_MAX(v_scan_max(x), V_SET1(mx));
+    VT e;
+    gm |= (uint64_t)v_exp_arg(x, v_shift1(inc, mx), &e) << p;
+    V_STORE(s + p, v_exp(e));
+    mx = v_last(inc);
+  }
+  *m = mx;
+  return gm;
+}
+
 /* Up to MQ queries sharing one K/V (the query heads of a GQA group, and
  * several tokens of one sequence) in one pass over the cache: each chunk of
  * K and V is converted to f32 once for all of them, and the key-by-key F16
@@ -236,23 +259,8 @@ static inline __attribute__((always_inline)) void group_body(const float *const 
         _mm256_store_ps(sc[h] + p, _mm256_mul_ps(hsum8x8(d), vscale));
       }
       for (; p < nh; p++) sc[h][p] = hsum256(dot_row(qh[h], kf + (size_t)p * hd, hd)) * scale;
-      /* 2. the running max before each key, VW keys at a time: a prefix
-       * max within the vector (the reference's "s > M ? s : M", which is
-       * associative) on top of the max so far. That fixes each key's exp
-       * argument (M_old - M where the max grew, else s - M), then the
-       * weights with the vector exp. */
-      float m = M[h];
-      uint64_t gm = 0;
-      for (p = 0; p < nh; p += VW) {
-        const VT s = v_load_ninf(sc[h] + p, nh - p);
-        const VT inc = V_MAX(v_scan_max(s), V_SET1(m));
-        VT e;
-        gm |= (uint64_t)v_exp_arg(s, v_shift1(inc, m), &e) << p;
-        V_STORE(sc[h] + p, v_exp(e));
-        m = v_last(inc);
-      }
-      M[h] = m;
-      grow[h] = gm;
+      /* 2. the weights, VW keys at a time */
+      grow[h] = chunk_weights(sc[h], nh, &M[h]);
     }
     /* 3. the F16 accumulators (and the running sums), key by key (kf now
      * holds V) */
