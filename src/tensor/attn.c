@@ -102,6 +102,13 @@ pw_attn_multi_fn pw_attn_multi_get(void) {
 
 static inline float round16(float x) { return pw_fp16_to_fp32(pw_fp32_to_fp16(x)); }
 
+/* a key's score from its q.K dot product: scaled, or (softcap > 0) capped
+ * as ggml caps it: the scale divided by the cap once, then
+ * cap * tanh(dot * that) */
+static inline float kvq_score(float dot, float scale, float softcap, float cap_scale) {
+  return softcap > 0 ? softcap * tanhf(dot * cap_scale) : dot * scale;
+}
+
 void pw_attn_kvq(const pw_attn_kv *kv, const float *const *q, const int *n_pos, int nq, int hd, float scale,
                  float softcap, float *const *out, float *ms, int ref) {
   enum { NX = PW_VEC_DOT_MAX_NX };
@@ -129,7 +136,6 @@ void pw_attn_kvq(const pw_attn_kv *kv, const float *const *q, const int *n_pos, 
     S[h] = 0;
     if (n_pos[h] > n_max) n_max = n_pos[h];
   }
-  /* as ggml: the scale divided by the cap once, then cap * tanh(s * that) */
   const float cap_scale = softcap > 0 ? scale / softcap : 0.0f;
   const uint8_t *kr = kv->k, *vr = kv->v;
   if (vec) {
@@ -144,7 +150,7 @@ void pw_attn_kvq(const pw_attn_kv *kv, const float *const *q, const int *n_pos, 
         __builtin_prefetch(vr + 8 * kv->v_row);
         for (int h = 0; h < nq; h += NX)
           tk->vec_dot(hd, kr, qq + (size_t)h * qrow, qrow, nq - h < NX ? nq - h : NX, s + h);
-        for (int h = 0; h < nq; h++) scs[h][p] = softcap > 0 ? softcap * tanhf(s[h] * cap_scale) : s[h] * scale;
+        for (int h = 0; h < nq; h++) scs[h][p] = kvq_score(s[h], scale, softcap, cap_scale);
         tv->to_float(vr, vfc + (size_t)p * hd, hd);
       }
       for (int h = 0; h < nq; h++) {
@@ -153,32 +159,33 @@ void pw_attn_kvq(const pw_attn_kv *kv, const float *const *q, const int *n_pos, 
       }
       attn_avx2_kvq_chunk(acc, M, S, scs, vfc, lim, nq, hd, np, v16);
     }
-  }
-  for (int p = 0; !vec && p < n_max; p++, kr += kv->k_row, vr += kv->v_row) {
-    /* the next rows on their way (the cache streams from memory) */
-    __builtin_prefetch(kr + 8 * kv->k_row);
-    __builtin_prefetch(vr + 8 * kv->v_row);
-    for (int h = 0; h < nq; h += NX) tk->vec_dot(hd, kr, qq + (size_t)h * qrow, qrow, nq - h < NX ? nq - h : NX, s + h);
-    tv->to_float(vr, vf, hd);
-    for (int h = 0; h < nq; h++) {
-      if (p >= n_pos[h]) continue;
-      const float sc = softcap > 0 ? softcap * tanhf(s[h] * cap_scale) : s[h] * scale;
-      float *a = acc[h], msc = 1.0f, vs = 1.0f;
-      if (sc > M[h]) {
-        msc = expf(M[h] - sc);
-        M[h] = sc;
+  } else {
+    for (int p = 0; p < n_max; p++, kr += kv->k_row, vr += kv->v_row) {
+      /* the next rows on their way (the cache streams from memory) */
+      __builtin_prefetch(kr + 8 * kv->k_row);
+      __builtin_prefetch(vr + 8 * kv->v_row);
+      for (int h = 0; h < nq; h += NX) tk->vec_dot(hd, kr, qq + (size_t)h * qrow, qrow, nq - h < NX ? nq - h : NX, s + h);
+      tv->to_float(vr, vf, hd);
+      for (int h = 0; h < nq; h++) {
+        if (p >= n_pos[h]) continue;
+        const float sc = kvq_score(s[h], scale, softcap, cap_scale);
+        float *a = acc[h], msc = 1.0f, vs = 1.0f;
+        if (sc > M[h]) {
+          msc = expf(M[h] - sc);
+          M[h] = sc;
+          if (v16)
+            for (int i = 0; i < hd; i++) a[i] = round16(a[i] * msc);
+          else
+            for (int i = 0; i < hd; i++) a[i] *= msc;
+        } else {
+          vs = expf(sc - M[h]);
+        }
         if (v16)
-          for (int i = 0; i < hd; i++) a[i] = round16(a[i] * msc);
+          for (int i = 0; i < hd; i++) a[i] = round16(fmaf(vf[i], vs, a[i]));
         else
-          for (int i = 0; i < hd; i++) a[i] *= msc;
-      } else {
-        vs = expf(sc - M[h]);
+          for (int i = 0; i < hd; i++) a[i] = fmaf(vf[i], vs, a[i]);
+        S[h] = S[h] * msc + vs;
       }
-      if (v16)
-        for (int i = 0; i < hd; i++) a[i] = round16(fmaf(vf[i], vs, a[i]));
-      else
-        for (int i = 0; i < hd; i++) a[i] = fmaf(vf[i], vs, a[i]);
-      S[h] = S[h] * msc + vs;
     }
   }
   for (int h = 0; h < nq; h++) {
