@@ -83,9 +83,9 @@ AI size_t ks_bsz(const int kind) {
  * KQ_QO: its quants then start 32 bytes in (and KQ_QB is five cache
  * lines), so every 256-bit load of them is aligned. Packed as they are
  * stored (292 bytes apart, quants at 4), half of those loads crossed a
- * cache line: 8-10% of the Q4_K tile's time (a 4096-wide, 16-row,
- * 16-token call, L1-resident, 13.6 -> 12.4 cycles per row, token and
- * super-block on an AVX2-only Zen 3). */
+ * cache line: about 9% of the Q4_K tile's time (a 4096-wide, 16-row,
+ * 16-token call, L1-resident, on an AVX2-only Zen 3: medians of 5
+ * alternations 13.6 -> 12.4 cycles per row, token and super-block). */
 #define KQ_QB 320
 #define KQ_QO (32 - (int)offsetof(block_q8_K, qs))
 _Static_assert(sizeof(block_q8_K) + KQ_QO <= KQ_QB, "a packed q8_K super-block fits its slot");
@@ -313,7 +313,8 @@ AI void ks_tile(const int kind, const int T, const int64_t nsb, const int64_t i0
      * eight codes, the sixteen accumulators and the scales do not fit the
      * sixteen registers: the codes and scales were reloaded per token);
      * the first half's integer sums wait on the stack (integer, so exact
-     * in any order). The L1-resident call above: 12.4 -> 11.9 cycles. */
+     * in any order). The L1-resident call above: 12.3 -> 12.1 cycles,
+     * within that machine's noise; kept for the reloads it removes. */
     _Alignas(32) __m256i isum[KQ_T];
     {
       const __m256i s0 = _mm256_load_si256(s), s1 = _mm256_load_si256(s + 1);
