@@ -3,9 +3,9 @@
  * a cache, a second turn evaluates only what is new, entries are evicted by
  * count, bytes and idle time, keys never share, an entry in use is never
  * shared by concurrent requests, and the cache works together with
- * speculation; reuse and speculation also on a synthesized gpt-oss (sliding
- * window, sinks), whose local layer's ring keeps reuse exact or makes it a
- * miss. Every wait has a timeout. */
+ * speculation; reuse and speculation also on synthesized files of every
+ * architecture the shared models do not reach (gpt-oss's local layer's
+ * ring keeps reuse exact or makes it a miss). Every wait has a timeout. */
 #include "base/clock.h"
 #include "engine/engine.h"
 #include "tensor/dtype.h"
@@ -464,6 +464,50 @@ static void test_failed_pass(int spec_mode) {
   engine_destroy(e);
 }
 
+/* Synthesized files of the architectures the shared models do not reach
+ * (dummy weights, small shapes; the 32K-token llama vocabulary): reuse and
+ * turn 2, plain and speculative, over each one's own model code. gpt-oss
+ * (a local layer with a window of 4 and a full one, both with sinks, MXFP4
+ * experts) also has its local layer's ring reach back into reused rows
+ * (test_ring_reuse); gemma3 and gemma2 (capped scores) have windows of 4
+ * too; the others are the mixtures of experts and the dense extras (phi3's
+ * fused projections, smollm3's layer without RoPE, granite's multipliers,
+ * mistral3's attention temperature). ASan runs the first three. */
+typedef struct synth_case {
+  const char *arch, *type, *shape;
+} synth_case;
+static const synth_case k_synth[] = {
+    {"gpt-oss-20b", "MXFP4_MOE", "--layers 2 --experts 8 --embd 64 --window 4"},
+    {"gemma-3-1b", "Q4_0", "--layers 2 --embd 64 --window 4"},
+    {"qwen3-30b-a3b", "Q4_0", "--layers 2 --experts 8 --embd 64"},
+    {"gemma-2-2b", "Q8_0", "--layers 2 --embd 64 --ff 128 --window 4 --softcap 1.5,8"},
+    {"qwen1.5-moe-a2.7b", "Q4_0", "--layers 1 --experts 6"},
+    {"phi-3.5-mini", "Q4_0", "--layers 2 --embd 64 --ff 128"},
+    {"smollm3-3b", "Q4_0", "--layers 4 --embd 64 --ff 128"},
+    {"granite-3.3-2b", "Q4_0", "--layers 2 --embd 64 --ff 128"},
+    {"ministral-3-3b", "Q4_0", "--layers 2 --embd 64 --ff 128 --yarn 16,4"},
+};
+
+static void synth_reuse(const synth_case *sc) {
+  if (GEN < 24 && sc - k_synth >= 3) return;
+  char path[256], cmd[1024];
+  snprintf(path, sizeof path, "/tmp/pw_test_cache_%s_%d.gguf", sc->arch, (int)getpid());
+  snprintf(cmd, sizeof cmd,
+           "'%s' synth --arch %s --vocab '%s/tokenizer/ggml-vocab-llama-spm.gguf' --out '%s' --type %s %s --quiet",
+           POWER_BIN, sc->arch, POWER_SHARED_DIR, path, sc->type, sc->shape);
+  CHECK_MSG(system(cmd) == 0, "synth %s failed", sc->arch);
+  const char *saved = k_model;
+  k_model = path;
+  fprintf(stderr, "  %s (synth):\n", sc->arch);
+  test_reuse(ENGINE_SPEC_OFF);
+  /* random weights repeat their own output only in longer runs: the
+   * n-gram drafter proposes within GEN tokens only at full length */
+  if (GEN >= 24) test_reuse(ENGINE_SPEC_NGRAM);
+  if (sc == k_synth) test_ring_reuse();
+  k_model = saved;
+  unlink(path);
+}
+
 int main(void) {
   if (!have_model(k_model)) return 1;
   double t0 = pw_now_s();
@@ -487,28 +531,8 @@ int main(void) {
     if (!TSAN) test_reuse(i == 0 ? ENGINE_SPEC_DRAFT : ENGINE_SPEC_PROMPT_LOOKUP);
   }
   g_kv_k = g_kv_v = 0;
-  if (!TSAN) {
-    /* gpt-oss, synthesized: a local layer with a window of 4 and a full
-     * one, both with sinks, MXFP4 experts; reuse and turn 2 (the window
-     * reaching back into the reused rows), plain and speculative */
-    char gpath[256], cmd[1024];
-    snprintf(gpath, sizeof gpath, "/tmp/pw_test_cache_gptoss_%d.gguf", (int)getpid());
-    snprintf(cmd, sizeof cmd,
-             "'%s' synth --arch gpt-oss-20b --vocab '%s/tokenizer/ggml-vocab-llama-spm.gguf' --out '%s' "
-             "--type MXFP4_MOE --layers 2 --experts 8 --embd 64 --window 4 --quiet",
-             POWER_BIN, POWER_SHARED_DIR, gpath);
-    CHECK_MSG(system(cmd) == 0, "synth gpt-oss-20b failed");
-    const char *saved = k_model;
-    k_model = gpath;
-    fprintf(stderr, "  gpt-oss (synth):\n");
-    test_reuse(ENGINE_SPEC_OFF);
-    /* random weights repeat their own output only in longer runs: the
-     * n-gram drafter proposes within GEN tokens only at full length */
-    if (GEN >= 24) test_reuse(ENGINE_SPEC_NGRAM);
-    test_ring_reuse();
-    k_model = saved;
-    unlink(gpath);
-  }
+  if (!TSAN)
+    for (size_t i = 0; i < sizeof k_synth / sizeof k_synth[0]; i++) synth_reuse(&k_synth[i]);
   fprintf(stderr, "  reuse: %.2fs\n", pw_now_s() - t0);
   test_in_use();
   test_eviction();

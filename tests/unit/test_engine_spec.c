@@ -1,6 +1,7 @@
 /* test_engine_spec.c - exact speculative decoding in the engine: every mode
- * (prompt-lookup, n-gram on every shared model, n-gram on a synthesized
- * gpt-oss; draft on codelm-py) gives
+ * (prompt-lookup, n-gram on every shared model, n-gram on synthesized
+ * files of every architecture the shared models do not reach; draft on
+ * codelm-py) gives
  * the same tokens, text and logprobs as decoding without speculation,
  * greedy and seeded sampling with penalties, alone and 8 at once, with stop
  * strings and max_tokens ending a round early; acceptance on copy-heavy
@@ -545,6 +546,53 @@ static void test_draft_mismatch(void) {
   CHECK_STR(engine_spec_name(ENGINE_SPEC_NGRAM), "ngram");
 }
 
+/* Synthesized files of the architectures the shared models do not reach
+ * (dummy weights, small shapes; the 32K-token llama vocabulary):
+ * speculation over each one's own model code. The windowed ones (gpt-oss
+ * with sinks and MXFP4 experts, gemma3, gemma2 with capped scores) have a
+ * window of 4: the references keep every position of every layer
+ * (step_tokens = n_ctx: a ring would be no smaller), the drafting engine
+ * keeps each local layer in a ring of 4 + 15 positions, which wraps many
+ * times over a request and is rolled back by up to 1 + 8. The mixtures of
+ * experts route each drafted token on its own; phi3 has fused QKV and
+ * gate/up, smollm3 a layer without RoPE, granite its multipliers, mistral3
+ * its attention temperature under YaRN. */
+typedef struct synth_case {
+  const char *arch, *type, *shape;
+} synth_case;
+static const synth_case k_synth[] = {
+    {"gpt-oss-20b", "MXFP4_MOE", "--layers 2 --experts 8 --embd 64 --window 4"},
+    {"gemma-3-1b", "Q4_0", "--layers 2 --embd 64 --window 4"},
+    {"gemma-2-2b", "Q8_0", "--layers 2 --embd 64 --ff 128 --window 4 --softcap 1.5,8"},
+    {"qwen3-30b-a3b", "Q4_0", "--layers 2 --experts 8 --embd 64"},
+    {"qwen1.5-moe-a2.7b", "Q4_0", "--layers 1 --experts 6"},
+    {"phi-3.5-mini", "Q4_0", "--layers 2 --embd 64 --ff 128"},
+    {"smollm3-3b", "Q4_0", "--layers 4 --embd 64 --ff 128"},
+    {"granite-3.3-2b", "Q4_0", "--layers 2 --embd 64 --ff 128"},
+    {"ministral-3-3b", "Q4_0", "--layers 2 --embd 64 --ff 128 --yarn 16,4"},
+};
+
+static void synth_exactness(const synth_case *sc) {
+  char path[256], cmd[2560];
+  snprintf(path, sizeof path, "/tmp/pw_test_spec_%s_%d.gguf", sc->arch, (int)getpid());
+  snprintf(cmd, sizeof cmd,
+           "'%s' synth --arch %s --vocab '%s/tokenizer/ggml-vocab-llama-spm.gguf' --out '%s' --type %s %s --quiet",
+           POWER_BIN, sc->arch, POWER_SHARED_DIR, path, sc->type, sc->shape);
+  CHECK_MSG(system(cmd) == 0, "synth %s failed", sc->arch);
+  g_step = 256;
+  engine *off = make(path, ENGINE_SPEC_OFF, NULL, 8);
+  g_step = 16;
+  if (off) {
+    cases_init(off, GEN / 2);
+    engine_destroy(off);
+    /* n-gram drafting: random weights seldom repeat the prompt, but
+     * their own output, so this mode drafts and rolls back the most */
+    exactness(path, ENGINE_SPEC_NGRAM, NULL, GEN / 2);
+  }
+  g_step = 96;
+  unlink(path);
+}
+
 int main(void) {
   static const char *models[] = {"codelm-py-Q8_0.gguf",   "syn-llama-Q4_0.gguf",    "syn-llama-Q4_K_M.gguf",
                                  "syn-llama-tied-f16.gguf", "syn-qwen2-Q4_K_M.gguf", "syn-qwen3-Q8_0.gguf",
@@ -605,35 +653,9 @@ int main(void) {
     if (i == 0 && !SMALL) exactness(path, ENGINE_SPEC_DRAFT, MODELS "codelm-py-draft-F32.gguf", GEN / 2);
   }
   g_kv_k = g_kv_v = 0;
-  if (GEN >= 48) {
-    /* gpt-oss, synthesized: a local layer with a window of 4 and a full
-     * one, both with sinks, MXFP4 experts: rolled-back drafts leave the
-     * window's rows as they were (release build only: about 90 s under
-     * ASan on a loaded machine, and the engine's paths are the other
-     * models' there). The references keep every position of every layer
-     * (step_tokens = n_ctx: a ring would be no smaller); the drafting
-     * engine keeps the local layer in a ring of 4 + 15 positions, which
-     * wraps many times over a request and is rolled back by up to 1 + 8. */
-    char cmd[2560];
-    snprintf(path, sizeof path, "/tmp/pw_test_spec_gptoss_%d.gguf", (int)getpid());
-    snprintf(cmd, sizeof cmd,
-             "'%s' synth --arch gpt-oss-20b --vocab '%s/tokenizer/ggml-vocab-llama-spm.gguf' --out '%s' "
-             "--type MXFP4_MOE --layers 2 --experts 8 --embd 64 --window 4 --quiet",
-             POWER_BIN, POWER_SHARED_DIR, path);
-    CHECK_MSG(system(cmd) == 0, "synth gpt-oss-20b failed");
-    g_step = 256;
-    engine *off = make(path, ENGINE_SPEC_OFF, NULL, 8);
-    g_step = 16;
-    if (off) {
-      cases_init(off, GEN / 2);
-      engine_destroy(off);
-      /* n-gram drafting: random weights seldom repeat the prompt, but
-       * their own output, so this mode drafts and rolls back the most */
-      exactness(path, ENGINE_SPEC_NGRAM, NULL, GEN / 2);
-    }
-    g_step = 96;
-    unlink(path);
-  }
+  if (GEN >= 48) /* release build only: each file costs seconds under ASan, and the engine's paths are the
+                   * shared models' there */
+    for (size_t i = 0; i < sizeof k_synth / sizeof k_synth[0]; i++) synth_exactness(&k_synth[i]);
   fprintf(stderr, "  exactness: %.2fs\n", pw_now_s() - t0);
   if (!SMALL) { /* trained-model figures: not for ThreadSanitizer */
     test_acceptance();
