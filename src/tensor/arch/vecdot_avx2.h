@@ -289,17 +289,21 @@ AI void iq4xs_step(const block_iq4_xs *w, const void *x, size_t xs, int64_t i, c
   (void)accm;
   const __m256i tab = table32(pw_kvalues_iq4nl);
   const float dw = h2f(w->d);
+  const __m256i sc = iq4xs_scales(w);
   __m256i sumi[8];
   FOR_NX(j) sumi[j] = _mm256_setzero_si256();
-  for (int g = 0; g < QK_K / 32; g++) {
-    const int ls = iq4xs_ls(w, g);
-    const __m256i qw = _mm256_shuffle_epi8(tab, nibbles32(w->qs + 16 * g));
-    const __m256i aw = _mm256_sign_epi8(qw, qw);
-    const __m256i s = _mm256_set1_epi16((short)ls);
-    FOR_NX(j) {
-      const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
-      const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(loadu256(y->qs + 32 * g), qw));
-      sumi[j] = VD_DPWSSD(sumi[j], p, s);
+  UNROLL_ALL for (int g = 0; g < QK_K / 32; g += 2) {
+    __m256i nb[2];
+    nibbles32x2(w->qs + 16 * g, &nb[0], &nb[1]);
+    UNROLL_ALL for (int h = 0; h < 2; h++) {
+      const __m256i qw = _mm256_shuffle_epi8(tab, nb[h]);
+      const __m256i aw = _mm256_sign_epi8(qw, qw);
+      const __m256i s = scale_k(sc, g + h);
+      FOR_NX(j) {
+        const block_q8_K *y = XROW(block_q8_K, x, xs, j) + i;
+        const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(loadu256(y->qs + 32 * (g + h)), qw));
+        sumi[j] = VD_DPWSSD(sumi[j], p, s);
+      }
     }
   }
   FOR_NX(j) {
