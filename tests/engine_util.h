@@ -180,4 +180,41 @@ static inline bool wait_idle(engine *e) {
   return false;
 }
 
+/* Synthesized files of the architectures the shared models do not reach
+ * (dummy weights, small shapes; the 32K-token llama vocabulary), for the
+ * exactness checks over each one's own model code: gpt-oss (a local layer
+ * with a window of 4 and a full one, both with sinks, MXFP4 experts),
+ * gemma3 and gemma2 (capped scores) with windows of 4, the mixtures of
+ * experts, and the dense extras (phi3's fused projections, smollm3's layer
+ * without RoPE, granite's multipliers, mistral3's attention temperature
+ * under YaRN). The first three are the sanitizer builds' share. */
+typedef struct synth_case {
+  const char *arch, *type, *shape;
+} synth_case;
+static const synth_case k_synth[] = {
+    {"gpt-oss-20b", "MXFP4_MOE", "--layers 2 --experts 8 --embd 64 --window 4"},
+    {"gemma-3-1b", "Q4_0", "--layers 2 --embd 64 --window 4"},
+    {"qwen3-30b-a3b", "Q4_0", "--layers 2 --experts 8 --embd 64"},
+    {"gemma-2-2b", "Q8_0", "--layers 2 --embd 64 --ff 128 --window 4 --softcap 1.5,8"},
+    {"qwen1.5-moe-a2.7b", "Q4_0", "--layers 1 --experts 6"},
+    {"phi-3.5-mini", "Q4_0", "--layers 2 --embd 64 --ff 128"},
+    {"smollm3-3b", "Q4_0", "--layers 4 --embd 64 --ff 128"},
+    {"granite-3.3-2b", "Q4_0", "--layers 2 --embd 64 --ff 128"},
+    {"ministral-3-3b", "Q4_0", "--layers 2 --embd 64 --ff 128 --yarn 16,4"},
+};
+#define N_SYNTH (int)(sizeof k_synth / sizeof k_synth[0])
+
+/* Writes sc's file at path (/tmp, named by tag and the process); false
+ * (and a failed check) if power synth failed. */
+static inline bool synth_file(const synth_case *sc, const char *tag, char *path, size_t cap) {
+  char cmd[1024];
+  snprintf(path, cap, "/tmp/pw_test_%s_%s_%d.gguf", tag, sc->arch, (int)getpid());
+  snprintf(cmd, sizeof cmd,
+           "'%s' synth --arch %s --vocab '%s/tokenizer/ggml-vocab-llama-spm.gguf' --out '%s' --type %s %s --quiet",
+           POWER_BIN, sc->arch, POWER_SHARED_DIR, path, sc->type, sc->shape);
+  const bool ok = system(cmd) == 0;
+  CHECK_MSG(ok, "synth %s failed", sc->arch);
+  return ok;
+}
+
 #endif

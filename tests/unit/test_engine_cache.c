@@ -464,38 +464,14 @@ static void test_failed_pass(int spec_mode) {
   engine_destroy(e);
 }
 
-/* Synthesized files of the architectures the shared models do not reach
- * (dummy weights, small shapes; the 32K-token llama vocabulary): reuse and
- * turn 2, plain and speculative, over each one's own model code. gpt-oss
- * (a local layer with a window of 4 and a full one, both with sinks, MXFP4
- * experts) also has its local layer's ring reach back into reused rows
- * (test_ring_reuse); gemma3 and gemma2 (capped scores) have windows of 4
- * too; the others are the mixtures of experts and the dense extras (phi3's
- * fused projections, smollm3's layer without RoPE, granite's multipliers,
- * mistral3's attention temperature). ASan runs the first three. */
-typedef struct synth_case {
-  const char *arch, *type, *shape;
-} synth_case;
-static const synth_case k_synth[] = {
-    {"gpt-oss-20b", "MXFP4_MOE", "--layers 2 --experts 8 --embd 64 --window 4"},
-    {"gemma-3-1b", "Q4_0", "--layers 2 --embd 64 --window 4"},
-    {"qwen3-30b-a3b", "Q4_0", "--layers 2 --experts 8 --embd 64"},
-    {"gemma-2-2b", "Q8_0", "--layers 2 --embd 64 --ff 128 --window 4 --softcap 1.5,8"},
-    {"qwen1.5-moe-a2.7b", "Q4_0", "--layers 1 --experts 6"},
-    {"phi-3.5-mini", "Q4_0", "--layers 2 --embd 64 --ff 128"},
-    {"smollm3-3b", "Q4_0", "--layers 4 --embd 64 --ff 128"},
-    {"granite-3.3-2b", "Q4_0", "--layers 2 --embd 64 --ff 128"},
-    {"ministral-3-3b", "Q4_0", "--layers 2 --embd 64 --ff 128 --yarn 16,4"},
-};
-
+/* Reuse and turn 2, plain and speculative, over each synthesized
+ * architecture (engine_util.h's k_synth; the sanitizer builds take the
+ * first three); gpt-oss's local layer's ring also reaches back into reused
+ * rows (test_ring_reuse). */
 static void synth_reuse(const synth_case *sc) {
   if (GEN < 24 && sc - k_synth >= 3) return;
-  char path[256], cmd[1024];
-  snprintf(path, sizeof path, "/tmp/pw_test_cache_%s_%d.gguf", sc->arch, (int)getpid());
-  snprintf(cmd, sizeof cmd,
-           "'%s' synth --arch %s --vocab '%s/tokenizer/ggml-vocab-llama-spm.gguf' --out '%s' --type %s %s --quiet",
-           POWER_BIN, sc->arch, POWER_SHARED_DIR, path, sc->type, sc->shape);
-  CHECK_MSG(system(cmd) == 0, "synth %s failed", sc->arch);
+  char path[256];
+  if (!synth_file(sc, "cache", path, sizeof path)) return;
   const char *saved = k_model;
   k_model = path;
   fprintf(stderr, "  %s (synth):\n", sc->arch);
@@ -532,7 +508,7 @@ int main(void) {
   }
   g_kv_k = g_kv_v = 0;
   if (!TSAN)
-    for (size_t i = 0; i < sizeof k_synth / sizeof k_synth[0]; i++) synth_reuse(&k_synth[i]);
+    for (int i = 0; i < N_SYNTH; i++) synth_reuse(&k_synth[i]);
   fprintf(stderr, "  reuse: %.2fs\n", pw_now_s() - t0);
   test_in_use();
   test_eviction();

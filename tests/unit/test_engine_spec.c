@@ -546,39 +546,15 @@ static void test_draft_mismatch(void) {
   CHECK_STR(engine_spec_name(ENGINE_SPEC_NGRAM), "ngram");
 }
 
-/* Synthesized files of the architectures the shared models do not reach
- * (dummy weights, small shapes; the 32K-token llama vocabulary):
- * speculation over each one's own model code. The windowed ones (gpt-oss
- * with sinks and MXFP4 experts, gemma3, gemma2 with capped scores) have a
- * window of 4: the references keep every position of every layer
+/* Speculation over each synthesized architecture (engine_util.h's
+ * k_synth): the references keep every position of every layer
  * (step_tokens = n_ctx: a ring would be no smaller), the drafting engine
  * keeps each local layer in a ring of 4 + 15 positions, which wraps many
- * times over a request and is rolled back by up to 1 + 8. The mixtures of
- * experts route each drafted token on its own; phi3 has fused QKV and
- * gate/up, smollm3 a layer without RoPE, granite its multipliers, mistral3
- * its attention temperature under YaRN. */
-typedef struct synth_case {
-  const char *arch, *type, *shape;
-} synth_case;
-static const synth_case k_synth[] = {
-    {"gpt-oss-20b", "MXFP4_MOE", "--layers 2 --experts 8 --embd 64 --window 4"},
-    {"gemma-3-1b", "Q4_0", "--layers 2 --embd 64 --window 4"},
-    {"gemma-2-2b", "Q8_0", "--layers 2 --embd 64 --ff 128 --window 4 --softcap 1.5,8"},
-    {"qwen3-30b-a3b", "Q4_0", "--layers 2 --experts 8 --embd 64"},
-    {"qwen1.5-moe-a2.7b", "Q4_0", "--layers 1 --experts 6"},
-    {"phi-3.5-mini", "Q4_0", "--layers 2 --embd 64 --ff 128"},
-    {"smollm3-3b", "Q4_0", "--layers 4 --embd 64 --ff 128"},
-    {"granite-3.3-2b", "Q4_0", "--layers 2 --embd 64 --ff 128"},
-    {"ministral-3-3b", "Q4_0", "--layers 2 --embd 64 --ff 128 --yarn 16,4"},
-};
-
+ * times over a request and is rolled back by up to 1 + 8; the mixtures of
+ * experts route each drafted token on its own. */
 static void synth_exactness(const synth_case *sc) {
-  char path[256], cmd[2560];
-  snprintf(path, sizeof path, "/tmp/pw_test_spec_%s_%d.gguf", sc->arch, (int)getpid());
-  snprintf(cmd, sizeof cmd,
-           "'%s' synth --arch %s --vocab '%s/tokenizer/ggml-vocab-llama-spm.gguf' --out '%s' --type %s %s --quiet",
-           POWER_BIN, sc->arch, POWER_SHARED_DIR, path, sc->type, sc->shape);
-  CHECK_MSG(system(cmd) == 0, "synth %s failed", sc->arch);
+  char path[256];
+  if (!synth_file(sc, "spec", path, sizeof path)) return;
   g_step = 256;
   engine *off = make(path, ENGINE_SPEC_OFF, NULL, 8);
   g_step = 16;
@@ -655,7 +631,7 @@ int main(void) {
   g_kv_k = g_kv_v = 0;
   if (GEN >= 48) /* release build only: each file costs seconds under ASan, and the engine's paths are the
                    * shared models' there */
-    for (size_t i = 0; i < sizeof k_synth / sizeof k_synth[0]; i++) synth_exactness(&k_synth[i]);
+    for (int i = 0; i < N_SYNTH; i++) synth_exactness(&k_synth[i]);
   fprintf(stderr, "  exactness: %.2fs\n", pw_now_s() - t0);
   if (!SMALL) { /* trained-model figures: not for ThreadSanitizer */
     test_acceptance();
