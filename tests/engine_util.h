@@ -187,7 +187,8 @@ static inline bool wait_idle(engine *e) {
  * gemma3 and gemma2 (capped scores) with windows of 4, the mixtures of
  * experts, and the dense extras (phi3's fused projections, smollm3's layer
  * without RoPE, granite's multipliers, mistral3's attention temperature
- * under YaRN). The first three are the sanitizer builds' share. */
+ * under YaRN). The first N_SYNTH_SANITIZER are the sanitizer builds'
+ * share. */
 typedef struct synth_case {
   const char *arch, *type, *shape;
 } synth_case;
@@ -203,6 +204,7 @@ static const synth_case k_synth[] = {
     {"ministral-3-3b", "Q4_0", "--layers 2 --embd 64 --ff 128 --yarn 16,4"},
 };
 #define N_SYNTH (int)(sizeof k_synth / sizeof k_synth[0])
+#define N_SYNTH_SANITIZER 3
 
 /* Writes sc's file at path (/tmp, named by tag and the process); false
  * (and a failed check) if power synth failed. */

@@ -629,8 +629,9 @@ int main(void) {
     if (i == 0 && !SMALL) exactness(path, ENGINE_SPEC_DRAFT, MODELS "codelm-py-draft-F32.gguf", GEN / 2);
   }
   g_kv_k = g_kv_v = 0;
-  if (GEN >= 48) /* release build only: each file costs seconds under ASan, and the engine's paths are the
-                   * shared models' there */
+  /* release build only: each file costs seconds under ASan, and the
+   * engine's paths are the shared models' there */
+  if (GEN >= 48)
     for (int i = 0; i < N_SYNTH; i++) synth_exactness(&k_synth[i]);
   fprintf(stderr, "  exactness: %.2fs\n", pw_now_s() - t0);
   if (!SMALL) { /* trained-model figures: not for ThreadSanitizer */

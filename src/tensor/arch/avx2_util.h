@@ -172,10 +172,9 @@ AI __m256i table32(const int8_t *t) {
 AI __m256i iq4xs_scales(const block_iq4_xs *w) {
   uint32_t sl;
   memcpy(&sl, w->scales_l, 4);
-  const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)sl), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
-                                      _mm256_set1_epi32(0xF));
-  const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(w->scales_h), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
-                                      _mm256_set1_epi32(3));
+  const __m256i sh_l = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), sh_h = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+  const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)sl), sh_l), _mm256_set1_epi32(0xF));
+  const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(w->scales_h), sh_h), _mm256_set1_epi32(3));
   const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
   /* words l0..l3 l0..l3 | l4..l7 l4..l7, then qwords 0, 2, 0, 2 */
   return _mm256_permute4x64_epi64(_mm256_packs_epi32(ls, ls), 0x88);

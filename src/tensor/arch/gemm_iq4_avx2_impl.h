@@ -205,17 +205,20 @@ AI void xs_unpack(const block_iq4_xs *w, __m256i *W) {
    * .. 14, 15 (each lane holds 16 of the group's 32) */
   const __m256i perm = _mm256_broadcastsi128_si256(_mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
   const __m256i sc = iq4xs_scales(w);
-  __m256i nb[2];
-  _Pragma("GCC unroll 8") for (int g = 0; g < QK_K / 32; g++) {
-    if ((g & 1) == 0) nibbles32x2(w->qs + 16 * g, &nb[0], &nb[1]);
-    const __m256i v = _mm256_shuffle_epi8(tab, _mm256_shuffle_epi8(nb[g & 1], perm));
-    const __m256i ls = scale_k(sc, g);
-    /* bytes to int16 with their sign: each byte into a word's high byte,
-     * then an arithmetic shift */
-    const __m256i a = _mm256_srai_epi16(_mm256_unpacklo_epi8(v, v), 8);
-    const __m256i b = _mm256_srai_epi16(_mm256_unpackhi_epi8(v, v), 8);
-    _mm256_store_si256(W + 2 * g, _mm256_mullo_epi16(a, ls));
-    _mm256_store_si256(W + 2 * g + 1, _mm256_mullo_epi16(b, ls));
+  _Pragma("GCC unroll 4") for (int g2 = 0; g2 < QK_K / 32; g2 += 2) {
+    __m256i nb[2];
+    nibbles32x2(w->qs + 16 * g2, &nb[0], &nb[1]);
+    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+      const int g = g2 + h;
+      const __m256i v = _mm256_shuffle_epi8(tab, _mm256_shuffle_epi8(nb[h], perm));
+      const __m256i ls = scale_k(sc, g);
+      /* bytes to int16 with their sign: each byte into a word's high
+       * byte, then an arithmetic shift */
+      const __m256i a = _mm256_srai_epi16(_mm256_unpacklo_epi8(v, v), 8);
+      const __m256i b = _mm256_srai_epi16(_mm256_unpackhi_epi8(v, v), 8);
+      _mm256_store_si256(W + 2 * g, _mm256_mullo_epi16(a, ls));
+      _mm256_store_si256(W + 2 * g + 1, _mm256_mullo_epi16(b, ls));
+    }
   }
 }
 
