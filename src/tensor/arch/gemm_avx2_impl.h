@@ -186,6 +186,45 @@ AI __m256i wcodes(const int kind, const uint8_t *blk) {
   return _mm256_or_si256(nibbles32(blk + 6), _mm256_and_si256(bits32(blk + 2), _mm256_set1_epi8(0x10)));
 }
 
+/* the codes of blocks a and b of two rows side by side: w0 elements 0..15
+ * (a's in the low 128-bit half, b's in the high one), w1 elements 16..31;
+ * the same bytes as wcodes of each with the halves exchanged, but the
+ * nibbles of both rows split by one mask and one shift, and their Q5_0
+ * high bits spread from one 64-bit broadcast (one pshufb per half) */
+AI void wcodes2(const int kind, const uint8_t *a, const uint8_t *b, __m256i *w0, __m256i *w1) {
+  if (kind == KQ8_0) {
+    *w0 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a + 2))),
+                                  _mm_loadu_si128((const __m128i *)(b + 2)), 1);
+    *w1 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a + 18))),
+                                  _mm_loadu_si128((const __m128i *)(b + 18)), 1);
+    return;
+  }
+  const int o = kind == KQ4_0 ? 2 : 6;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i qs = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a + o))),
+                                             _mm_loadu_si128((const __m128i *)(b + o)), 1);
+  *w0 = _mm256_and_si256(qs, m4);
+  *w1 = _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4);
+  if (kind == KQ5_0) {
+    uint32_t ha, hb;
+    memcpy(&ha, a + 2, 4);
+    memcpy(&hb, b + 2, 4);
+    /* bytes 0..3 a's high bits, 4..7 b's, in every 64-bit lane; byte j of
+     * a half takes the byte holding its element's bit, the or leaves it
+     * all ones exactly when that bit is set (as bits32) */
+    const __m256i h = _mm256_set1_epi64x((long long)((uint64_t)hb << 32 | ha));
+    const __m256i sel0 = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0404040404040404, 0x0505050505050505);
+    const __m256i sel1 = _mm256_setr_epi64x(0x0202020202020202, 0x0303030303030303, 0x0606060606060606,
+                                            0x0707070707070707);
+    const __m256i bm = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe), ones = _mm256_set1_epi64x(-1);
+    const __m256i m10 = _mm256_set1_epi8(0x10);
+    const __m256i h0 = _mm256_cmpeq_epi8(_mm256_or_si256(_mm256_shuffle_epi8(h, sel0), bm), ones);
+    const __m256i h1 = _mm256_cmpeq_epi8(_mm256_or_si256(_mm256_shuffle_epi8(h, sel1), bm), ones);
+    *w0 = _mm256_or_si256(*w0, _mm256_and_si256(h0, m10));
+    *w1 = _mm256_or_si256(*w1, _mm256_and_si256(h1, m10));
+  }
+}
+
 /* the int32 lanes of one (row, token) pair per half: weight halves w0
  * (elements 0..15 of each half's row) and w1 (16..31) against activation
  * halves x0 and x1 */
@@ -302,9 +341,7 @@ AI void tile_rows(const int kind, const int R, const int T, const int64_t nb, co
         const uint8_t *ba = wr[2 * p] + (size_t)bb * bs, *bb2 = wr[2 * p + 1] + (size_t)bb * bs;
         _mm_prefetch((const char *)ba + STREAM_PF_BYTES, _MM_HINT_T0);
         if (2 * p + 1 < R) _mm_prefetch((const char *)bb2 + STREAM_PF_BYTES, _MM_HINT_T0);
-        const __m256i ca = wcodes(kind, ba), cb = wcodes(kind, bb2);
-        w0[p] = _mm256_permute2x128_si256(ca, cb, 0x20);
-        w1[p] = _mm256_permute2x128_si256(ca, cb, 0x31);
+        wcodes2(kind, ba, bb2, &w0[p], &w1[p]);
         const float da = h2f(*(const pw_half *)ba), db = h2f(*(const pw_half *)bb2);
         dwv[p] = _mm256_set_m128(_mm_set1_ps(db), _mm_set1_ps(da));
         if (kind != KQ8_0) {

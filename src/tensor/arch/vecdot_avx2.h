@@ -402,20 +402,17 @@ AI void q3k_step(const block_q3_K *w, const void *x, size_t xs, int64_t i, const
 }
 VD_ROWS(vd_q3_k, block_q3_K, q3k_step)
 
-/* k4_unpack: avx2_util.h */
+/* k4_unpack_v, k4_unpack_v2: avx2_util.h */
 
 /* Q4_K/Q5_K: the int16 pair sums of sub-block 2c (2c + 1) times its
  * scale go into the int32 sums by VD_DPWSSD, the mins through the bsums
- * into accm */
-AI void q45k_step(const uint8_t *blk, const void *x, size_t xs, int64_t i, const int nx, __m256 *acc, __m128 *accm,
-                  const int five) {
+ * into accm; su: the block's scales and mins unpacked (k4_unpack_v) */
+AI void q45k_step(const uint8_t *blk, const __m128i su, const void *x, size_t xs, int64_t i, const int nx,
+                  __m256 *acc, __m128 *accm, const int five) {
   const __m256i m4 = _mm256_set1_epi8(0xF), m1 = _mm256_set1_epi8(1);
   const block_q4_K *w4 = (const block_q4_K *)blk;
   const block_q5_K *w5 = (const block_q5_K *)blk;
   const uint8_t *qs = five ? w5->qs : w4->qs;
-  uint32_t u[4];
-  k4_unpack(five ? w5->scales : w4->scales, u);
-  const __m128i su = _mm_loadu_si128((const __m128i *)u);
   const __m128i mins = _mm_cvtepu8_epi16(_mm_unpackhi_epi64(su, su));
   const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(su)); /* the 8 scales in each half */
   const float dw = h2f(w4->d), dmw = h2f(w4->dmin); /* same offsets in both */
@@ -461,14 +458,49 @@ AI void q45k_step(const uint8_t *blk, const void *x, size_t xs, int64_t i, const
     acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y->d), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
   }
 }
-AI void q4k_step(const block_q4_K *w, const void *x, size_t xs, int64_t i, const int nx, __m256 *acc, __m128 *accm) {
-  q45k_step((const uint8_t *)w, x, xs, i, nx, acc, accm, 0);
-}
-AI void q5k_step(const block_q5_K *w, const void *x, size_t xs, int64_t i, const int nx, __m256 *acc, __m128 *accm) {
-  q45k_step((const uint8_t *)w, x, xs, i, nx, acc, accm, 1);
-}
-VD_ROWS(vd_q4_k, block_q4_K, q4k_step)
-VD_ROWS(vd_q5_k, block_q5_K, q5k_step)
+/* vec_dot (one row, nx tokens) and vec_dot4 (four rows, one token) of
+ * Q4_K/Q5_K: VD_ROWS's loops, with the four rows' scales unpacked two
+ * super-blocks to a vector */
+#define VD_ROWS_K45(name, BT, five)                                                                       \
+  AI void name##_k(int64_t n, const void *vw, const void *x, size_t xs, const int nx, float *out) {     \
+    const BT *w = vw;                                                                                 \
+    __m256 acc[8];                                                                                    \
+    __m128 accm[8];                                                                                   \
+    FOR_NX(j) {                                                                                       \
+      acc[j] = _mm256_setzero_ps();                                                                   \
+      accm[j] = _mm_setzero_ps();                                                                     \
+    }                                                                                                 \
+    for (int64_t i = 0; i < n / QK_K; i++) {                                                          \
+      k_prefetch(&w[i], sizeof *w, K_PF_BYTES);                                                       \
+      q45k_step((const uint8_t *)&w[i], k4_unpack_v(w[i].scales), x, xs, i, nx, acc, accm, five);     \
+    }                                                                                                 \
+    FOR_NX(j) out[j] = hsum8(acc[j]) + hsum4(accm[j]);                                                \
+  }                                                                                                   \
+  NX_DISPATCH(name)                                                                                   \
+  static void name##4(int64_t n, const void *vw, size_t rs, const void *x, float *out) {              \
+    __m256 acc[4];                                                                                    \
+    __m128 accm[4];                                                                                   \
+    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {                                            \
+      acc[r] = _mm256_setzero_ps();                                                                   \
+      accm[r] = _mm_setzero_ps();                                                                     \
+    }                                                                                                 \
+    for (int64_t i = 0; i < n / QK_K; i++) {                                                          \
+      const BT *w[4];                                                                                 \
+      _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {                                          \
+        w[r] = (const BT *)((const uint8_t *)vw + (size_t)r * rs) + i;                                \
+        k_prefetch(w[r], sizeof *w[r], K4_PF_BYTES);                                                  \
+      }                                                                                               \
+      const __m256i u01 = k4_unpack_v2(w[0]->scales, w[1]->scales);                                   \
+      const __m256i u23 = k4_unpack_v2(w[2]->scales, w[3]->scales);                                   \
+      const __m128i su[4] = {_mm256_castsi256_si128(u01), _mm256_extracti128_si256(u01, 1),          \
+                             _mm256_castsi256_si128(u23), _mm256_extracti128_si256(u23, 1)};          \
+      _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)                                            \
+          q45k_step((const uint8_t *)w[r], su[r], x, 0, i, 1, &acc[r], &accm[r], five);               \
+    }                                                                                                 \
+    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) out[r] = hsum8(acc[r]) + hsum4(accm[r]);     \
+  }
+VD_ROWS_K45(vd_q4_k, block_q4_K, 0)
+VD_ROWS_K45(vd_q5_k, block_q5_K, 1)
 
 AI void q6k_step(const block_q6_K *w, const void *x, size_t xs, int64_t i, const int nx, __m256 *acc, __m128 *accm) {
   (void)accm;
