@@ -3,8 +3,9 @@
  * Qwen2.5-0.5B shape) over D cached positions of each KV head, as
  * (a) the unsplit F16 kernel over the whole prefix (what a decode step ran
  * before the split), (b) the split: spans of PW_ATTN_SPLIT positions with
- * the span kernel and the fold in span order, and (c) the kernel for
- * quantized caches with each K/V type. Prints the time per step (median
+ * the span kernel and the fold in span order, (b') the same with the long
+ * prefixes' kernel (f32 accumulator: what runs past PW_ATTN_LONG), and (c)
+ * the kernel for quantized caches with each K/V type. Prints the time per step (median
  * of the repetitions, one thread) and the bytes of K/V each reads; under
  * `valgrind --tool=callgrind` the instruction counts of each part can be
  * compared (toggle-collect on bench_one).
@@ -52,7 +53,10 @@ typedef struct cache {
   uint8_t *k, *v; /* [kv_heads][depth] rows */
 } cache;
 
-/* kind 0: unsplit F16; 1: split F16; 2: quantized-cache kernel (split).
+/* kind 0: unsplit F16; 1: split F16; 2: quantized-cache kernel (split);
+ * 3: split F16 with the long prefixes' kernel (what a prefix of more than
+ * PW_ATTN_LONG positions takes; the others are timed as they would run at
+ * that depth before it).
  * T new tokens (T = 1: a decode step) in groups of G tokens, as the model
  * batches them: one kernel call holds a group's G x GQA queries for one KV
  * head (and one span); token t sees depth + t positions. */
@@ -60,7 +64,7 @@ __attribute__((noinline)) static void bench_one(int kind, const cache *c, int de
                                                 const float *q, float *out, float *acc, float *ms) {
   enum { G = PW_ATTN_GROUP_MAX / GQA > 0 ? PW_ATTN_GROUP_MAX / GQA : 1, NQ = G * GQA };
   pw_attn_multi_fn multi = pw_attn_multi_get();
-  pw_attn_part_fn part = pw_attn_part_get();
+  pw_attn_part_fn part = kind == 3 ? pw_attn_part_long_get() : pw_attn_part_get();
   const float scale = 1.0f / sqrtf((float)HD);
   const int rows = depth + T;
   for (int hk = 0; hk < kv_heads; hk++)
@@ -99,7 +103,7 @@ __attribute__((noinline)) static void bench_one(int kind, const cache *c, int de
           np[n] = nfull[i] - p0 < PW_ATTN_SPLIT ? nfull[i] - p0 : PW_ATTN_SPLIT;
           idx[n++] = i;
         }
-        if (kind == 1) {
+        if (kind == 1 || kind == 3) {
           part(qs, np, n, (const uint16_t *)(k0 + (size_t)p0 * c->rk), (const uint16_t *)(v0 + (size_t)p0 * c->rv),
                HD, HD, scale, ap, ms);
         } else {
@@ -151,6 +155,7 @@ int main(int argc, char **argv) {
     uint32_t tk, tv;
   } rows[] = {{"f16 unsplit", 0, PW_DT_F16, PW_DT_F16},
               {"f16 split", 1, PW_DT_F16, PW_DT_F16},
+              {"f16 long split", 3, PW_DT_F16, PW_DT_F16},
               {"q8_0/q8_0 split", 2, PW_DT_Q8_0, PW_DT_Q8_0},
               {"q4_0/q4_0 split", 2, PW_DT_Q4_0, PW_DT_Q4_0},
               {"q8_0/f16 split", 2, PW_DT_Q8_0, PW_DT_F16}};

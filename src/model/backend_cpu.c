@@ -205,6 +205,8 @@ typedef struct attn_job {
   int heads;    /* query heads per work item: the GQA group, or 1 */
   pw_attn_multi_fn attn; /* F16 K and V */
   pw_attn_part_fn part;
+  pw_attn_multi_fn attn_long; /* F16 K and V, prefixes over PW_ATTN_LONG */
+  pw_attn_part_fn part_long;
   bool f16;     /* the cache is F16 and scores are not capped (else pw_attn_kvq) */
   float scale;  /* of q K^T */
   float softcap; /* > 0: scores capped (hp->attn_softcap) */
@@ -246,16 +248,17 @@ static void cpu_swiglu(model_ctx *c, float *g, const float *u, int64_t n) {
 
 /* The kernel of the cache's types on nq queries over the rows from
  * position p0 of (layer, seq, KV head hk): normalised outputs, or (ms)
- * span states. */
+ * span states; lng: the queries' prefixes are longer than PW_ATTN_LONG
+ * (an F16 cache then takes the long kernels). */
 static void attn_call(const attn_job *j, int seq, int hk, int p0, const float *const *q, const int *np, int nq,
-                      float *const *out, float *ms) {
+                      float *const *out, float *ms, bool lng) {
   const model_kv *kv = j->kv;
   const int hd = kv->head_dim;
   if (j->f16) {
     const uint16_t *k = (const uint16_t *)model_kv_k(kv, j->layer, seq, hk, p0);
     const uint16_t *v = (const uint16_t *)model_kv_v(kv, j->layer, seq, hk, p0);
-    if (ms) j->part(q, np, nq, k, v, (size_t)hd, hd, j->scale, out, ms);
-    else j->attn(q, np, nq, k, v, (size_t)hd, hd, j->scale, out);
+    if (ms) (lng ? j->part_long : j->part)(q, np, nq, k, v, (size_t)hd, hd, j->scale, out, ms);
+    else (lng ? j->attn_long : j->attn)(q, np, nq, k, v, (size_t)hd, hd, j->scale, out);
     return;
   }
   const pw_attn_kv a = {model_kv_k(kv, j->layer, seq, hk, p0), model_kv_v(kv, j->layer, seq, hk, p0), kv->row_k,
@@ -282,13 +285,13 @@ static void attn_sink_finish(float *acc, float *ms, float s, int hd) {
 /* attn_call for whole prefixes: normalised outputs; with sinks, through
  * the span state, the sink of each query's head (heads[i]) folded in. */
 static void attn_call_full(const attn_job *j, int seq, int hk, int p0, const float *const *q, const int *np, int nq,
-                           float *const *out, const int *heads) {
+                           float *const *out, const int *heads, bool lng) {
   if (!j->sinks) {
-    attn_call(j, seq, hk, p0, q, np, nq, out, NULL);
+    attn_call(j, seq, hk, p0, q, np, nq, out, NULL, lng);
     return;
   }
   float ms[2 * PW_ATTN_GROUP_MAX];
-  attn_call(j, seq, hk, p0, q, np, nq, out, ms);
+  attn_call(j, seq, hk, p0, q, np, nq, out, ms, lng);
   for (int i = 0; i < nq; i++) attn_sink_finish(out[i], ms + 2 * i, j->sinks[heads[i]], j->kv->head_dim);
 }
 
@@ -312,7 +315,7 @@ static void attn_window(attn_job *j, long w) {
       hs[nq] = h;
       np[nq++] = j->e[t].pos + 1 - start;
     }
-    attn_call_full(j, seq, hk, start, qp, np, nq, op, hs);
+    attn_call_full(j, seq, hk, start, qp, np, nq, op, hs, j->e[t].pos + 1 - start > PW_ATTN_LONG);
   }
 }
 
@@ -333,15 +336,18 @@ static void attn_span(attn_job *j, long w) {
   const int p0 = si * PW_ATTN_SPLIT;
   if (j->e[t1 - 1].pos + 1 <= p0) return; /* the group's prefixes end before this span */
   const int seq = j->e[t0].seq;
-  const float *qs[PW_ATTN_GROUP_MAX], *qp[PW_ATTN_GROUP_MAX];
-  float *os[PW_ATTN_GROUP_MAX], *op[PW_ATTN_GROUP_MAX];
+  /* the split entries in two lists: prefixes up to PW_ATTN_LONG and longer
+   * (the long kernels); entries of one span are never long */
+  const float *qs[PW_ATTN_GROUP_MAX], *qp[2][PW_ATTN_GROUP_MAX];
+  float *os[PW_ATTN_GROUP_MAX], *op[2][PW_ATTN_GROUP_MAX];
   float ms[2 * PW_ATTN_GROUP_MAX];
-  int n1pos[PW_ATTN_GROUP_MAX], np[PW_ATTN_GROUP_MAX], h1[PW_ATTN_GROUP_MAX], n1 = 0, nm = 0;
-  float *msrow[PW_ATTN_GROUP_MAX];
+  int n1pos[PW_ATTN_GROUP_MAX], np[2][PW_ATTN_GROUP_MAX], h1[PW_ATTN_GROUP_MAX], n1 = 0, nm[2] = {0, 0};
+  float *msrow[2][PW_ATTN_GROUP_MAX];
   for (int t = t0; t < t1; t++) {
     const int n_pos = j->e[t].pos + 1;
     if (n_pos <= p0) continue;
     const bool split = pw_attn_spans(n_pos) > 1;
+    const int l = n_pos > PW_ATTN_LONG;
     for (int h = h0; h < h0 + j->heads; h++) {
       const float *q = c->q + ((size_t)t * hp->n_head + h) * hd;
       if (!split) {
@@ -351,28 +357,31 @@ static void attn_span(attn_job *j, long w) {
         n1pos[n1++] = n_pos;
       } else {
         const size_t row = ((size_t)t * hp->n_head + h) * j->ns + (size_t)(si - j->s0);
-        qp[nm] = q;
-        op[nm] = c->att_part + row * hd;
-        msrow[nm] = c->att_part_ms + row * 2;
-        np[nm++] = n_pos - p0 < PW_ATTN_SPLIT ? n_pos - p0 : PW_ATTN_SPLIT;
+        qp[l][nm[l]] = q;
+        op[l][nm[l]] = c->att_part + row * hd;
+        msrow[l][nm[l]] = c->att_part_ms + row * 2;
+        np[l][nm[l]++] = n_pos - p0 < PW_ATTN_SPLIT ? n_pos - p0 : PW_ATTN_SPLIT;
       }
       if (n1 == PW_ATTN_GROUP_MAX) {
-        attn_call_full(j, seq, hk, p0, qs, n1pos, n1, os, h1);
+        attn_call_full(j, seq, hk, p0, qs, n1pos, n1, os, h1, false);
         n1 = 0;
       }
-      if (nm == PW_ATTN_GROUP_MAX) {
-        attn_call(j, seq, hk, p0, qp, np, nm, op, ms);
-        for (int i = 0; i < nm; i++) memcpy(msrow[i], ms + 2 * i, 2 * sizeof(float));
-        nm = 0;
+      if (nm[l] == PW_ATTN_GROUP_MAX) {
+        attn_call(j, seq, hk, p0, qp[l], np[l], nm[l], op[l], ms, l);
+        for (int i = 0; i < nm[l]; i++) memcpy(msrow[l][i], ms + 2 * i, 2 * sizeof(float));
+        nm[l] = 0;
       }
     }
   }
-  if (n1) attn_call_full(j, seq, hk, p0, qs, n1pos, n1, os, h1);
-  if (nm) {
-    attn_call(j, seq, hk, p0, qp, np, nm, op, ms);
-    for (int i = 0; i < nm; i++) memcpy(msrow[i], ms + 2 * i, 2 * sizeof(float));
-  }
+  if (n1) attn_call_full(j, seq, hk, p0, qs, n1pos, n1, os, h1, false);
+  for (int l = 0; l < 2; l++)
+    if (nm[l]) {
+      attn_call(j, seq, hk, p0, qp[l], np[l], nm[l], op[l], ms, l);
+      for (int i = 0; i < nm[l]; i++) memcpy(msrow[l][i], ms + 2 * i, 2 * sizeof(float));
+    }
 }
+
+_Static_assert(PW_ATTN_LONG >= PW_ATTN_SPLIT, "a prefix of one span is never long");
 
 static void attn_worker(void *ctx, int ith, int nth) {
   attn_job *j = ctx;
@@ -452,7 +461,8 @@ static void cpu_attention(model_ctx *c, model_kv *kv, const model_entry *e, int 
   const long units = (long)c->n_att_groups * hp->n_head_kv * (window > 0 ? 1 : wave);
   const bool f16 = kv->type_k == PW_DT_F16 && kv->type_v == PW_DT_F16 && !(hp->attn_softcap > 0);
   attn_job job = {c, kv, e, il, c->n_att_groups, units >= nth ? hp->n_head / hp->n_head_kv : 1,
-                  pw_attn_multi_get(), pw_attn_part_get(), f16, scale, hp->attn_softcap, window, sinks, 0, wave, 0};
+                  pw_attn_multi_get(), pw_attn_part_get(), pw_attn_multi_long_get(), pw_attn_part_long_get(),
+                  f16, scale, hp->attn_softcap, window, sinks, 0, wave, 0};
   for (int s0 = 0; s0 < max_spans; s0 += wave) {
     job.s0 = s0;
     job.ns = max_spans - s0 < wave ? max_spans - s0 : wave;

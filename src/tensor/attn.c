@@ -58,6 +58,55 @@ void pw_attn_ref(const float *q, const uint16_t *k, const uint16_t *v, size_t st
   for (int i = 0; i < hd; i++) out[i] *= inv;
 }
 
+/* The long prefixes' chunked online softmax (attn.h) over n_pos keys from
+ * an empty state; acc gets the unnormalised f32 accumulator. */
+static void ref_long_state(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd,
+                           float scale, float *acc, float *m_out, float *s_out) {
+  PW_ASSERT(hd > 0 && hd <= PW_ATTN_MAX_HD && n_pos >= 1);
+  for (int i = 0; i < hd; i++) acc[i] = 0;
+  float S = 0, M = -INFINITY, w[PW_ATTN_CHUNK];
+  for (int p0 = 0; p0 < n_pos; p0 += PW_ATTN_CHUNK) {
+    const int np = n_pos - p0 < PW_ATTN_CHUNK ? n_pos - p0 : PW_ATTN_CHUNK;
+    float cm = -INFINITY;
+    for (int p = 0; p < np; p++) {
+      const uint16_t *kr = k + (size_t)(p0 + p) * stride;
+      float s = 0;
+      for (int i = 0; i < hd; i++) s += q[i] * pw_fp16_to_fp32(kr[i]);
+      w[p] = s * scale;
+      if (w[p] > cm) cm = w[p];
+    }
+    const float mn = cm > M ? cm : M;
+    if (mn > M) {
+      const float f = expf(M - mn);
+      for (int i = 0; i < hd; i++) acc[i] *= f;
+      S *= f;
+    }
+    M = mn;
+    float cs = 0;
+    for (int p = 0; p < np; p++) cs += w[p] = expf(w[p] - M);
+    S += cs;
+    for (int p = 0; p < np; p++) {
+      const uint16_t *vr = v + (size_t)(p0 + p) * stride;
+      for (int i = 0; i < hd; i++) acc[i] = fmaf(w[p], pw_fp16_to_fp32(vr[i]), acc[i]);
+    }
+  }
+  *m_out = M;
+  *s_out = S;
+}
+
+void pw_attn_ref_long_part(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd,
+                           float scale, float *acc, float *ms) {
+  ref_long_state(q, k, v, stride, n_pos, hd, scale, acc, &ms[0], &ms[1]);
+}
+
+void pw_attn_ref_long(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n_pos, int hd,
+                      float scale, float *out) {
+  float M, S;
+  ref_long_state(q, k, v, stride, n_pos, hd, scale, out, &M, &S);
+  const float inv = 1.0f / S;
+  for (int i = 0; i < hd; i++) out[i] *= inv;
+}
+
 void pw_attn_fold(float *racc, float *rms, const float *acc, const float *ms, int hd) {
   const float mc = ms[0], sc = ms[1];
   if (sc == 0.0f) return;
@@ -92,6 +141,29 @@ pw_attn_part_fn pw_attn_part_get(void) {
   pw_tensor_init();
   const int lvl = pw_tensor_level();
   return lvl >= PW_IMPL_AVX512 ? attn_avx512_part : lvl >= PW_IMPL_AVX2 ? attn_avx2_part : attn_ref_part;
+}
+
+static void attn_ref_long_multi(const float *const *q, const int *n_pos, int nq, const uint16_t *k,
+                                const uint16_t *v, size_t stride, int hd, float scale, float *const *out) {
+  for (int h = 0; h < nq; h++) pw_attn_ref_long(q[h], k, v, stride, n_pos[h], hd, scale, out[h]);
+}
+
+static void attn_ref_long_parts(const float *const *q, const int *n_pos, int nq, const uint16_t *k,
+                                const uint16_t *v, size_t stride, int hd, float scale, float *const *out,
+                                float *ms) {
+  for (int h = 0; h < nq; h++) pw_attn_ref_long_part(q[h], k, v, stride, n_pos[h], hd, scale, out[h], ms + 2 * h);
+}
+
+pw_attn_multi_fn pw_attn_multi_long_get(void) {
+  pw_tensor_init();
+  const int lvl = pw_tensor_level();
+  return lvl >= PW_IMPL_AVX512 ? attn_avx512_multi_long : lvl >= PW_IMPL_AVX2 ? attn_avx2_multi_long : attn_ref_long_multi;
+}
+
+pw_attn_part_fn pw_attn_part_long_get(void) {
+  pw_tensor_init();
+  const int lvl = pw_tensor_level();
+  return lvl >= PW_IMPL_AVX512 ? attn_avx512_part_long : lvl >= PW_IMPL_AVX2 ? attn_avx2_part_long : attn_ref_long_parts;
 }
 
 pw_attn_multi_fn pw_attn_multi_get(void) {

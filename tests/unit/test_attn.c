@@ -185,7 +185,115 @@ static void test_kvq(uint32_t tk, uint32_t tv, int hd, int n, float cap) {
   free(vf);
 }
 
+/* exact attention in double over n keys (stride apart) for query q */
+static void exact_attn(const float *q, const uint16_t *k, const uint16_t *v, size_t stride, int n, int hd, float scale,
+                       double *out) {
+  double *s = malloc(sizeof(double) * (size_t)n), mx = -1e300, sum = 0;
+  for (int p = 0; p < n; p++) {
+    double d = 0;
+    for (int i = 0; i < hd; i++) d += (double)q[i] * pw_fp16_to_fp32(k[(size_t)p * stride + i]);
+    s[p] = d * scale;
+    if (s[p] > mx) mx = s[p];
+  }
+  for (int p = 0; p < n; p++) sum += (s[p] = exp(s[p] - mx));
+  for (int i = 0; i < hd; i++) {
+    double e = 0;
+    for (int p = 0; p < n; p++) e += s[p] / sum * pw_fp16_to_fp32(v[(size_t)p * stride + i]);
+    out[i] = e;
+  }
+  free(s);
+}
+
+/* The long prefixes' kernels (f32 accumulator, chunked softmax): the
+ * installed one and the AVX2 one where a wider one is installed against
+ * pw_attn_ref_long and both against double precision (f32 accumulation:
+ * 1e-5 on values <= 1, where the F16 kernel needs 2e-3 + 1e-3 sqrt(n));
+ * several queries with different prefixes in one call (1..41, so every
+ * remainder of the accumulator tiles and the per-query tail keys occur)
+ * each the same bits as alone; the span form folded against the unsplit
+ * reference, and one span the unsplit kernel's bits. Scores spread by
+ * 'spread' so the running max grows in later chunks too. */
+static void test_long(int hd, int n, float spread) {
+  pw_attn_multi_fn multi = pw_attn_multi_long_get();
+  pw_attn_part_fn part = pw_attn_part_long_get();
+  const size_t stride = (size_t)hd * 2;
+  uint16_t *k = malloc(sizeof(uint16_t) * stride * n), *v = malloc(sizeof(uint16_t) * stride * n);
+  for (size_t i = 0; i < stride * (size_t)n; i++) {
+    k[i] = pw_fp32_to_fp16(frand() * spread);
+    v[i] = pw_fp32_to_fp16(frand());
+  }
+  const float scale = 1.0f / sqrtf((float)hd);
+  enum { NQ = 41 };
+  float *qs = malloc(sizeof(float) * NQ * hd), *om = malloc(sizeof(float) * NQ * hd);
+  float o1[256], o2[256];
+  double ex[256];
+  const float *qp[NQ];
+  float *op[NQ];
+  int np[NQ];
+  for (int h = 0; h < NQ; h++) {
+    for (int i = 0; i < hd; i++) qs[h * hd + i] = frand() * 3;
+    qp[h] = qs + h * hd;
+    op[h] = om + h * hd;
+    np[h] = h % 4 == 0 ? n : 1 + (int)((frand() * 0.5 + 0.5) * (n - 1));
+  }
+  double worst = 0;
+  for (int h = 0; h < 3; h++) {
+    pw_attn_ref_long(qp[h], k, v, stride, np[h], hd, scale, o1);
+    float *o = o2;
+    multi(&qp[h], &np[h], 1, k, v, stride, hd, scale, &o);
+    exact_attn(qp[h], k, v, stride, np[h], hd, scale, ex);
+    for (int i = 0; i < hd; i++) {
+      CHECK_MSG(fabs(o1[i] - ex[i]) <= 1e-5, "long hd %d n %d: ref %g vs exact %g", hd, np[h], o1[i], ex[i]);
+      CHECK_MSG(fabs(o2[i] - o1[i]) <= 1e-5, "long hd %d n %d: fast %g vs ref %g", hd, np[h], o2[i], o1[i]);
+      if (fabs(o2[i] - ex[i]) > worst) worst = fabs(o2[i] - ex[i]);
+    }
+    if (pw_tensor_level() >= PW_IMPL_AVX512 && hd % 8 == 0) {
+      attn_avx2_multi_long(&qp[h], &np[h], 1, k, v, stride, hd, scale, &o);
+      for (int i = 0; i < hd; i++)
+        CHECK_MSG(fabs(o2[i] - o1[i]) <= 1e-5, "long hd %d n %d: avx2 %g vs ref %g", hd, np[h], o2[i], o1[i]);
+    }
+  }
+  for (int nq = 1; nq <= NQ; nq += nq < 8 ? 1 : 11) {
+    multi(qp, np, nq, k, v, stride, hd, scale, op);
+    for (int h = 0; h < nq; h++) {
+      float *o = o2;
+      multi(&qp[h], &np[h], 1, k, v, stride, hd, scale, &o);
+      CHECK_MSG(memcmp(o2, op[h], sizeof(float) * hd) == 0, "long hd %d: query %d of %d (%d keys) differs alone", hd,
+                h, nq, np[h]);
+    }
+  }
+  /* spans folded in order */
+  for (int h = 0; h < 2; h++) {
+    float racc[256] = {0}, rms[2] = {-INFINITY, 0}, acc[256], ms[2];
+    for (int p0 = 0; p0 < np[h]; p0 += PW_ATTN_SPLIT) {
+      int c = np[h] - p0 < PW_ATTN_SPLIT ? np[h] - p0 : PW_ATTN_SPLIT;
+      float *a = acc;
+      part(&qp[h], &c, 1, k + (size_t)p0 * stride, v + (size_t)p0 * stride, stride, hd, scale, &a, ms);
+      pw_attn_fold(racc, rms, acc, ms, hd);
+    }
+    pw_attn_finish(racc, rms, hd);
+    exact_attn(qp[h], k, v, stride, np[h], hd, scale, ex);
+    for (int i = 0; i < hd; i++)
+      CHECK_MSG(fabs(racc[i] - ex[i]) <= 1e-5, "long hd %d n %d: split %g vs exact %g", hd, np[h], racc[i], ex[i]);
+    if (np[h] <= PW_ATTN_SPLIT) {
+      float *o = o2;
+      multi(&qp[h], &np[h], 1, k, v, stride, hd, scale, &o);
+      CHECK_MSG(memcmp(o2, racc, sizeof(float) * hd) == 0, "long hd %d n %d: one span differs", hd, np[h]);
+    }
+  }
+  fprintf(stderr, "long kernel hd %d n %d: worst |fast - exact| %.3g\n", hd, n, worst);
+  free(qs);
+  free(om);
+  free(k);
+  free(v);
+}
+
 int main(void) {
+  test_long(64, 1500, 2);
+  test_long(64, 300, 6);
+  test_long(128, 1100, 2);
+  test_long(40, 700, 2);
+  test_long(80, 130, 2);
   const uint32_t kv_types[] = {PW_DT_F16, PW_DT_Q8_0, PW_DT_Q4_0};
   for (int a = 0; a < 3; a++)
     for (int b = 0; b < 3; b++) {

@@ -31,6 +31,17 @@ static void attn_narrow_part(const float *const *q, const int *n_pos, int nq, co
   for (int h = 0; h < nq; h++) pw_attn_ref_part(q[h], k, v, stride, n_pos[h], hd, scale, out[h], ms + 2 * h);
 }
 
+static void attn_narrow_long(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
+                             size_t stride, int hd, float scale, float *const *out) {
+  for (int h = 0; h < nq; h++) pw_attn_ref_long(q[h], k, v, stride, n_pos[h], hd, scale, out[h]);
+}
+
+static void attn_narrow_long_part(const float *const *q, const int *n_pos, int nq, const uint16_t *k,
+                                  const uint16_t *v, size_t stride, int hd, float scale, float *const *out,
+                                  float *ms) {
+  for (int h = 0; h < nq; h++) pw_attn_ref_long_part(q[h], k, v, stride, n_pos[h], hd, scale, out[h], ms + 2 * h);
+}
+
 /* the lane helpers of arch/attn_impl.h's step 2 */
 static inline __m256 v_shift_up(__m256 x, __m256i idx, int k_mask, __m256 fill) {
   return _mm256_blendv_ps(_mm256_permutevar8x32_ps(x, idx), fill,
@@ -89,6 +100,18 @@ static inline __m256 bcast_m(const float *p) {
 #define V_ROUND16(v) _mm256_cvtph_ps(_mm256_cvtps_ph(v, RND))
 #define V_TO8(v) (v)
 #define V_MAX(a, b) _mm256_max_ps(a, b)
+#define V_SUB(a, b) _mm256_sub_ps(a, b)
+#define V_ADD(a, b) _mm256_add_ps(a, b)
+/* the long kernel's tile: 4 queries x 2 vectors (8 accumulators, the V
+ * vectors and a broadcast in the 16 registers) */
+#define LPV_NQ 4
+#define LPV_W 2
+#define LPV_CASES LPV_CASE(1) LPV_CASE(2) LPV_CASE(3) LPV_CASE(4)
+#define ATTN_GROUP_LONG attn_group_long
+#define ATTN_MULTI_LONG attn_avx2_multi_long
+#define ATTN_PART_LONG attn_avx2_part_long
+#define ATTN_NARROW_LONG attn_narrow_long
+#define ATTN_NARROW_LONG_PART attn_narrow_long_part
 #define ATTN_GROUP attn_group
 #define ATTN_MULTI attn_avx2_multi
 #define ATTN_SINGLE attn_avx2

@@ -70,6 +70,9 @@ static inline __m512 sum_level(__m512 a, __m512 b, __mmask16 take_b, __m512i idx
 static inline __attribute__((always_inline)) __m512 dot_part16(const float *qh, const float *kr, int hd);
 static inline __attribute__((always_inline)) void scores16(const float *qh, const float *kf, int hd, float scale, float *out) {
   __m512 c[8];
+  /* unrolled, so c[] and d[] stay in registers (rolled, gcc kept them on
+   * the stack) */
+#pragma GCC unroll 8
   for (int i = 0; i < 8; i++) {
     const __m512 a = dot_part16(qh, kf + (size_t)(2 * i) * hd, hd), b = dot_part16(qh, kf + (size_t)(2 * i + 1) * hd, hd);
     /* lanes 0-7: a's lane l + lane l + 8; lanes 8-15: b's */
@@ -80,7 +83,9 @@ static inline __attribute__((always_inline)) void scores16(const float *qh, cons
   const __m512i x2 = _mm512_setr_epi32(2, 3, 16, 17, 6, 7, 20, 21, 10, 11, 24, 25, 14, 15, 28, 29);
   const __m512i x4 = _mm512_setr_epi32(4, 5, 6, 7, 16, 17, 18, 19, 12, 13, 14, 15, 24, 25, 26, 27);
   __m512 d[4], e[2];
+#pragma GCC unroll 4
   for (int i = 0; i < 4; i++) d[i] = sum_level(c[2 * i], c[2 * i + 1], 0xAAAA, x1);
+#pragma GCC unroll 2
   for (int i = 0; i < 2; i++) e[i] = sum_level(d[2 * i], d[2 * i + 1], 0xCCCC, x2);
   const __m512 f = sum_level(e[0], e[1], 0xF0F0, x4);
   /* lane b0 + 2 b1 + 4 b2 + 8 b3 holds key 8 b2 + 4 b1 + 2 b0 + b3 */
@@ -120,6 +125,18 @@ static inline __m512 bcast_m(const float *p) {
 #define V_ROUND16(v) _mm512_cvtph_ps(_mm512_cvtps_ph(v, RND))
 #define V_TO8(v) _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1))
 #define V_MAX(a, b) _mm512_max_ps(a, b)
+#define V_SUB(a, b) _mm512_sub_ps(a, b)
+#define V_ADD(a, b) _mm512_add_ps(a, b)
+/* the long kernel's tile: 6 queries x 4 vectors (24 accumulators, 4 V
+ * vectors, the broadcasts folded into the FMAs: 32 registers) */
+#define LPV_NQ 6
+#define LPV_W 4
+#define LPV_CASES LPV_CASE(1) LPV_CASE(2) LPV_CASE(3) LPV_CASE(4) LPV_CASE(5) LPV_CASE(6)
+#define ATTN_GROUP_LONG attn_group512_long
+#define ATTN_MULTI_LONG attn_avx512_multi_long
+#define ATTN_PART_LONG attn_avx512_part_long
+#define ATTN_NARROW_LONG attn_avx2_multi_long
+#define ATTN_NARROW_LONG_PART attn_avx2_part_long
 #define ATTN_SCORES16 scores16
 #define ATTN_GROUP attn_group512
 #define ATTN_MULTI attn_avx512_multi

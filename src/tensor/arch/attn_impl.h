@@ -20,8 +20,15 @@
  * v_shift1 (lanes up by one, lane 0 given), v_exp_arg (s - m, negated
  * where s > m; returns those lanes as bits), v_exp (exp8 per lane) and
  * v_last (the last lane).
- *   ATTN_GROUP, ATTN_MULTI, ATTN_PART, ATTN_SINGLE   names of the
+ *   ATTN_GROUP, ATTN_MULTI, ATTN_PART, ATTN_SINGLE, and
+ *   ATTN_GROUP_LONG, ATTN_MULTI_LONG, ATTN_PART_LONG   names of the
  *                               functions made here
+ *   ATTN_NARROW_LONG, ATTN_NARROW_LONG_PART   the long prefixes' narrow
+ *                               head sizes
+ *   V_ADD, V_SUB                lane-wise float add, subtract
+ *   LPV_NQ, LPV_W, LPV_CASES    the long kernel's accumulator tile
+ *                               (queries x vectors) and LPV_CASE(1) ..
+ *                               LPV_CASE(LPV_NQ)
  *   ATTN_NARROW(q, n_pos, nq, k, v, stride, hd, scale, out)
  *   ATTN_NARROW_PART(q, n_pos, nq, k, v, stride, hd, scale, out, ms)
  *                               what handles head sizes not a multiple of VW
@@ -33,7 +40,7 @@
 #include <math.h>
 
 #define RND (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-#define CHUNK 64
+#define CHUNK PW_ATTN_CHUNK
 
 static inline float hsum256(__m256 v) {
   __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
@@ -295,6 +302,184 @@ static inline __attribute__((always_inline)) void group_body(const float *const 
 }
 
 
+/* ---- long prefixes: the f32 accumulator (attn.h, PW_ATTN_LONG) ---------
+ * Per chunk of keys, three steps as above, but:
+ *   2. per query, the chunk's max, the weights with the vector exp and
+ *      their sum (chunk_softmax);
+ *   3. the f32 accumulators of a tile of queries in registers while the
+ *      chunk's V rows pass (pv_tile), one FMA per element and key.
+ * It differs from the scalar reference (pw_attn_ref_long) only by the
+ * summation order of the dot products and the chunk sums and by the
+ * vector exp. */
+
+/* Step 2 for one query: s[0, nh) the scores in, the weights out (zero from
+ * nh to the next multiple of VW); *m the running max, *sum the running
+ * sum, both updated. Returns the factor the accumulator takes before the
+ * chunk's keys are added: exp(M_old - M_new) when the chunk raised the max,
+ * else exactly 1. The chunk's sum is the lane-wise sum of its weight
+ * vectors in key order, folded to 8 lanes and added as hsum256: a fixed
+ * order, the same bits whatever else shares the call. */
+static inline __attribute__((always_inline)) float chunk_softmax(float *s, int nh, float *m, float *sum) {
+  VT mx = V_SET1(-INFINITY);
+  for (int p = 0; p < nh; p += VW) mx = V_MAX(mx, v_load_ninf(s + p, nh - p));
+  const float cm = v_last(v_scan_max(mx)), mo = *m, mn = cm > mo ? cm : mo;
+  const float f = mn > mo ? expf(mo - mn) : 1.0f;
+  const VT vm = V_SET1(mn);
+  VT tot = V_SET1(0.0f);
+  for (int p = 0; p < nh; p += VW) {
+    const VT w = v_exp(V_SUB(v_load_ninf(s + p, nh - p), vm));
+    V_STORE(s + p, w);
+    tot = V_ADD(tot, w);
+  }
+  *sum = *sum * f + hsum256(V_TO8(tot));
+  *m = mn;
+  return f;
+}
+
+/* Step 3 for NQ <= LPV_NQ queries (a constant) and W <= LPV_W vectors of
+ * the head from element j0: keys [p_lo, p_hi) of the chunk (vf: its V rows
+ * as f32, hd apart) each add V times the query's weight w[h][p], one FMA
+ * per element, key by key: per element the reference's order, so a query's
+ * result does not depend on the tile it shares. */
+static inline __attribute__((always_inline)) void pv_tile(float *const *acc, const float *const *w, const float *vf,
+                                                          int hd, int j0, int p_lo, int p_hi, const int W,
+                                                          const int NQ) {
+  VT a[LPV_NQ][LPV_W];
+#pragma GCC unroll 8
+  for (int h = 0; h < NQ; h++)
+#pragma GCC unroll 8
+    for (int u = 0; u < W; u++) a[h][u] = V_LOAD(acc[h] + j0 + u * VW);
+  for (int p = p_lo; p < p_hi; p++) {
+    const float *vr = vf + (size_t)p * hd + j0;
+    VT vv[LPV_W];
+#pragma GCC unroll 8
+    for (int u = 0; u < W; u++) vv[u] = V_LOAD(vr + u * VW);
+#pragma GCC unroll 8
+    for (int h = 0; h < NQ; h++) {
+      const VT ws = V_SET1(w[h][p]);
+#pragma GCC unroll 8
+      for (int u = 0; u < W; u++) a[h][u] = V_FMA(vv[u], ws, a[h][u]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int h = 0; h < NQ; h++)
+#pragma GCC unroll 8
+    for (int u = 0; u < W; u++) V_STORE(acc[h] + j0 + u * VW, a[h][u]);
+}
+
+/* pv_tile for NQ queries over the whole head, in slices of up to LPV_W
+ * vectors; LPV_CASES lists LPV_CASE(1) .. LPV_CASE(LPV_NQ) */
+#define LPV_CASE(NQ)                                                                                           \
+  case NQ:                                                                                                     \
+    for (int j0 = 0; j0 < hd;) {                                                                               \
+      const int left = (hd - j0) / VW;                                                                         \
+      if (left >= LPV_W) {                                                                                     \
+        pv_tile(acc, w, vf, hd, j0, p_lo, p_hi, LPV_W, NQ);                                                    \
+        j0 += LPV_W * VW;                                                                                      \
+      } else if (left >= 2) {                                                                                  \
+        pv_tile(acc, w, vf, hd, j0, p_lo, p_hi, 2, NQ);                                                        \
+        j0 += 2 * VW;                                                                                          \
+      } else {                                                                                                 \
+        pv_tile(acc, w, vf, hd, j0, p_lo, p_hi, 1, NQ);                                                        \
+        j0 += VW;                                                                                              \
+      }                                                                                                        \
+    }                                                                                                          \
+    break;
+static inline __attribute__((always_inline)) void pv_head(float *const *acc, const float *const *w, const float *vf,
+                                                          int hd, int p_lo, int p_hi, int nq) {
+  switch (nq) {
+    LPV_CASES
+  default: break;
+  }
+}
+
+/* group_body for long prefixes */
+static inline __attribute__((always_inline)) void group_body_long(const float *const *q, const int *n_pos, int nq,
+                                                                  const uint16_t *k, const uint16_t *v, size_t stride,
+                                                                  const int hd, float scale, float *const *out,
+                                                                  float *ms) {
+  float qh[MQ][MQ_MAX_HD] __attribute__((aligned(64)));
+  float acc[MQ][MQ_MAX_HD] __attribute__((aligned(64)));
+  float kf[CHUNK * MQ_MAX_HD] __attribute__((aligned(64)));
+  /* per chunk, query-major: scores, then the weights */
+  float sc[MQP][CHUNK] __attribute__((aligned(64)));
+  float S[MQP] = {0}, M[MQP];
+  int lim[MQP] = {0}; /* keys of the current chunk query h sees */
+  int n_max = 0;
+  for (int h = 0; h < nq; h++) {
+    for (int i = 0; i < hd; i += VW) {
+      V_STORE(qh[h] + i, V_LOADU(q[h] + i));
+      V_STORE(acc[h] + i, V_SET1(0.0f));
+    }
+    S[h] = 0;
+    M[h] = -INFINITY;
+    if (n_pos[h] > n_max) n_max = n_pos[h];
+  }
+  const __m256 vscale = _mm256_set1_ps(scale);
+  for (int p0 = 0; p0 < n_max; p0 += CHUNK) {
+    const int np = n_max - p0 < CHUNK ? n_max - p0 : CHUNK;
+    /* K of this chunk (V of it on the way) */
+    rows_to_f32(k + (size_t)p0 * stride, stride, np, hd, kf, v + (size_t)p0 * stride, np);
+    float fac[MQ];
+    for (int h = 0; h < nq; h++) {
+      const int nh = n_pos[h] - p0 < np ? n_pos[h] - p0 : np;
+      lim[h] = nh > 0 ? nh : 0;
+      fac[h] = 1.0f;
+      if (nh <= 0) continue;
+      /* 1. scores */
+      int p = 0;
+#ifdef ATTN_SCORES16
+      for (; p + 16 <= nh; p += 16) ATTN_SCORES16(qh[h], kf + (size_t)p * hd, hd, scale, sc[h] + p);
+#endif
+      for (; p + 8 <= nh; p += 8) {
+        __m256 d[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) d[j] = dot_row(qh[h], kf + (size_t)(p + j) * hd, hd);
+        _mm256_store_ps(sc[h] + p, _mm256_mul_ps(hsum8x8(d), vscale));
+      }
+      for (; p < nh; p++) sc[h][p] = hsum256(dot_row(qh[h], kf + (size_t)p * hd, hd)) * scale;
+      /* 2. the chunk's max, weights and sum */
+      fac[h] = chunk_softmax(sc[h], nh, &M[h], &S[h]);
+    }
+    /* V of this chunk (K of the next one on the way) */
+    const int np_next = n_max - p0 - np < CHUNK ? n_max - p0 - np : CHUNK;
+    rows_to_f32(v + (size_t)p0 * stride, stride, np, hd, kf, k + (size_t)(p0 + np) * stride, np_next);
+    /* 3. the accumulators: rescaled where the max grew, then the keys all
+     * the tile's queries see, then each query's own last keys */
+    for (int h = 0; h < nq; h++)
+      if (lim[h] > 0 && fac[h] != 1.0f) {
+        const VT f = V_SET1(fac[h]);
+        for (int i = 0; i < hd; i += VW) V_STORE(acc[h] + i, V_MUL(V_LOAD(acc[h] + i), f));
+      }
+    for (int h0 = 0; h0 < nq; h0 += LPV_NQ) {
+      const int t = nq - h0 < LPV_NQ ? nq - h0 : LPV_NQ;
+      int minlim = np;
+      float *ap[LPV_NQ];
+      const float *wp[LPV_NQ];
+      for (int i = 0; i < t; i++) {
+        ap[i] = acc[h0 + i];
+        wp[i] = sc[h0 + i];
+        if (lim[h0 + i] < minlim) minlim = lim[h0 + i];
+      }
+      if (minlim > 0) pv_head(ap, wp, kf, hd, 0, minlim, t);
+      for (int i = 0; i < t; i++)
+        if (lim[h0 + i] > minlim) pv_head(&ap[i], &wp[i], kf, hd, minlim, lim[h0 + i], 1);
+    }
+  }
+  if (ms) {
+    for (int h = 0; h < nq; h++) {
+      for (int j = 0; j < hd; j += VW) V_STOREU(out[h] + j, V_LOAD(acc[h] + j));
+      ms[2 * h] = M[h];
+      ms[2 * h + 1] = S[h];
+    }
+    return;
+  }
+  for (int h = 0; h < nq; h++) {
+    const VT inv = V_SET1(1.0f / S[h]);
+    for (int j = 0; j < hd; j += VW) V_STOREU(out[h] + j, V_MUL(V_LOAD(acc[h] + j), inv));
+  }
+}
+
 /* The common head sizes with the size a constant: the dot products and
  * row loops unroll and q stays in registers (a third less time per step
  * at head size 64 than the same code with hd a variable). The unrolling
@@ -308,6 +493,37 @@ static void ATTN_GROUP(const float *const *q, const int *n_pos, int nq, const ui
   if (hd == 64) group_body(q, n_pos, nq, k, v, stride, 64, scale, out, ms);
   else if (hd == 128) group_body(q, n_pos, nq, k, v, stride, 128, scale, out, ms);
   else group_body(q, n_pos, nq, k, v, stride, hd, scale, out, ms);
+}
+
+static void ATTN_GROUP_LONG(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
+                            size_t stride, int hd, float scale, float *const *out, float *ms) {
+  if (hd == 64) group_body_long(q, n_pos, nq, k, v, stride, 64, scale, out, ms);
+  else if (hd == 128) group_body_long(q, n_pos, nq, k, v, stride, 128, scale, out, ms);
+  else group_body_long(q, n_pos, nq, k, v, stride, hd, scale, out, ms);
+}
+
+void ATTN_MULTI_LONG(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
+                     size_t stride, int hd, float scale, float *const *out) {
+  if (hd % VW || hd > MQ_MAX_HD) {
+    ATTN_NARROW_LONG(q, n_pos, nq, k, v, stride, hd, scale, out);
+    return;
+  }
+  for (int h0 = 0; h0 < nq; h0 += MQ) {
+    const int g = nq - h0 < MQ ? nq - h0 : MQ;
+    ATTN_GROUP_LONG(q + h0, n_pos + h0, g, k, v, stride, hd, scale, out + h0, NULL);
+  }
+}
+
+void ATTN_PART_LONG(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
+                    size_t stride, int hd, float scale, float *const *out, float *ms) {
+  if (hd % VW || hd > MQ_MAX_HD) {
+    ATTN_NARROW_LONG_PART(q, n_pos, nq, k, v, stride, hd, scale, out, ms);
+    return;
+  }
+  for (int h0 = 0; h0 < nq; h0 += MQ) {
+    const int g = nq - h0 < MQ ? nq - h0 : MQ;
+    ATTN_GROUP_LONG(q + h0, n_pos + h0, g, k, v, stride, hd, scale, out + h0, ms + 2 * h0);
+  }
 }
 
 void ATTN_MULTI(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
