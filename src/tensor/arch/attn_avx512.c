@@ -127,11 +127,13 @@ static inline __m512 bcast_m(const float *p) {
 #define V_MAX(a, b) _mm512_max_ps(a, b)
 #define V_SUB(a, b) _mm512_sub_ps(a, b)
 #define V_ADD(a, b) _mm512_add_ps(a, b)
-/* the long kernel's tile: 6 queries x 4 vectors (24 accumulators, 4 V
- * vectors, the broadcasts folded into the FMAs: 32 registers) */
-#define LPV_NQ 6
+/* the long kernel's tile: 7 queries x 4 vectors (28 accumulators and 4 V
+ * vectors: gcc spills a few, still faster than 6 x 4 with a lone seventh
+ * query for a GQA group of 7: a 64-token chunk at 16K depth 34 -> 30 ms,
+ * bench_attn) */
+#define LPV_NQ 7
 #define LPV_W 4
-#define LPV_CASES LPV_CASE(1) LPV_CASE(2) LPV_CASE(3) LPV_CASE(4) LPV_CASE(5) LPV_CASE(6)
+#define LPV_CASES LPV_CASE(1) LPV_CASE(2) LPV_CASE(3) LPV_CASE(4) LPV_CASE(5) LPV_CASE(6) LPV_CASE(7)
 #define ATTN_GROUP_LONG attn_group512_long
 #define ATTN_MULTI_LONG attn_avx512_multi_long
 #define ATTN_PART_LONG attn_avx512_part_long
