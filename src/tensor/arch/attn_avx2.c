@@ -12,7 +12,10 @@
  *      with the running sums beside it.
  * It differs from the reference only by summation order in the q.k dot
  * products and by the vector exp (a few ulp from expf). Several queries
- * over the same K/V (a GQA group) go through together (attn_avx2_multi). */
+ * over the same K/V (a GQA group) go through together (attn_avx2_multi).
+ * The long prefixes' kernels (attn_avx2_multi_long, _part_long; attn.h)
+ * share steps 1 and 2's scores and exp, with one max per chunk and the
+ * f32 accumulators of a tile of queries in registers. */
 #include "tensor/attn.h"
 
 #include "tensor/arch/exp_avx2.h"
