@@ -247,9 +247,10 @@ AI void k_prefetch(const void *blk, const size_t bsz, const size_t dist) {
 
 /* Each type's step: super-block i of one weight row (w, already at
  * block i) against nx activation rows xs bytes apart, into acc[j] (and,
- * for Q4_K/Q5_K, accm[j]); VD_ROWS turns a step into vec_dot and vec_dot4
- * (out: hsum8(acc) + hsum4(accm), accm zero for the types without one). */
-#define VD_ROWS(name, BT, step)                                                                   \
+ * for Q4_K/Q5_K, accm[j]); VD_ROWS turns a step into vec_dot (VD_ROWS_NX)
+ * and vec_dot4 (VD_ROWS4) (out: hsum8(acc) + hsum4(accm), accm zero for
+ * the types without one). */
+#define VD_ROWS_NX(name, BT, step)                                                                   \
   AI void name##_k(int64_t n, const void *vw, const void *x, size_t xs, const int nx, float *out) {     \
     const BT *w = vw;                                                                                 \
     __m256 acc[8];                                                                                    \
@@ -259,12 +260,14 @@ AI void k_prefetch(const void *blk, const size_t bsz, const size_t dist) {
       accm[j] = _mm_setzero_ps();                                                                     \
     }                                                                                                 \
     for (int64_t i = 0; i < n / QK_K; i++) {                                                          \
-      k_prefetch(&w[i], sizeof *w, K_PF_BYTES);                                                                                                      \
+      k_prefetch(&w[i], sizeof *w, K_PF_BYTES);                                                       \
       step(&w[i], x, xs, i, nx, acc, accm);                                                           \
     }                                                                                                 \
     FOR_NX(j) out[j] = hsum8(acc[j]) + hsum4(accm[j]);                                                \
   }                                                                                                   \
-  NX_DISPATCH(name)                                                                                   \
+  NX_DISPATCH(name)
+
+#define VD_ROWS4(name, BT, step)                                                                          \
   static void name##4(int64_t n, const void *vw, size_t rs, const void *x, float *out) {              \
     __m256 acc[4];                                                                                    \
     __m128 accm[4];                                                                                   \
@@ -280,6 +283,7 @@ AI void k_prefetch(const void *blk, const size_t bsz, const size_t dist) {
       }                                                                                               \
     _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) out[r] = hsum8(acc[r]) + hsum4(accm[r]);     \
   }
+#define VD_ROWS(name, BT, step) VD_ROWS_NX(name, BT, step) VD_ROWS4(name, BT, step)
 
 /* IQ4_XS against q8_K: each group's int16 pair sums are scaled by its
  * 6-bit scale (ls - 32) in the madd, so a super-block is one int32 vector
@@ -458,25 +462,17 @@ AI void q45k_step(const uint8_t *blk, const __m128i su, const void *x, size_t xs
     acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y->d), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
   }
 }
-/* vec_dot (one row, nx tokens) and vec_dot4 (four rows, one token) of
- * Q4_K/Q5_K: VD_ROWS's loops, with the four rows' scales unpacked two
- * super-blocks to a vector */
-#define VD_ROWS_K45(name, BT, five)                                                                       \
-  AI void name##_k(int64_t n, const void *vw, const void *x, size_t xs, const int nx, float *out) {     \
-    const BT *w = vw;                                                                                 \
-    __m256 acc[8];                                                                                    \
-    __m128 accm[8];                                                                                   \
-    FOR_NX(j) {                                                                                       \
-      acc[j] = _mm256_setzero_ps();                                                                   \
-      accm[j] = _mm_setzero_ps();                                                                     \
-    }                                                                                                 \
-    for (int64_t i = 0; i < n / QK_K; i++) {                                                          \
-      k_prefetch(&w[i], sizeof *w, K_PF_BYTES);                                                       \
-      q45k_step((const uint8_t *)&w[i], k4_unpack_v(w[i].scales), x, xs, i, nx, acc, accm, five);     \
-    }                                                                                                 \
-    FOR_NX(j) out[j] = hsum8(acc[j]) + hsum4(accm[j]);                                                \
-  }                                                                                                   \
-  NX_DISPATCH(name)                                                                                   \
+/* Q4_K/Q5_K: vec_dot (one row, nx tokens) from VD_ROWS_NX with each
+ * super-block's scales unpacked on their own (k4_unpack_v) */
+AI void q4k_step(const block_q4_K *w, const void *x, size_t xs, int64_t i, const int nx, __m256 *acc, __m128 *accm) {
+  q45k_step((const uint8_t *)w, k4_unpack_v(w->scales), x, xs, i, nx, acc, accm, 0);
+}
+AI void q5k_step(const block_q5_K *w, const void *x, size_t xs, int64_t i, const int nx, __m256 *acc, __m128 *accm) {
+  q45k_step((const uint8_t *)w, k4_unpack_v(w->scales), x, xs, i, nx, acc, accm, 1);
+}
+/* vec_dot4 (four rows, one token) of Q4_K/Q5_K: VD_ROWS4's loop, with the
+ * four rows' scales unpacked two super-blocks to a vector */
+#define VD_ROWS4_K45(name, BT, five)                                                                      \
   static void name##4(int64_t n, const void *vw, size_t rs, const void *x, float *out) {              \
     __m256 acc[4];                                                                                    \
     __m128 accm[4];                                                                                   \
@@ -499,8 +495,10 @@ AI void q45k_step(const uint8_t *blk, const __m128i su, const void *x, size_t xs
     }                                                                                                 \
     _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) out[r] = hsum8(acc[r]) + hsum4(accm[r]);     \
   }
-VD_ROWS_K45(vd_q4_k, block_q4_K, 0)
-VD_ROWS_K45(vd_q5_k, block_q5_K, 1)
+VD_ROWS_NX(vd_q4_k, block_q4_K, q4k_step)
+VD_ROWS4_K45(vd_q4_k, block_q4_K, 0)
+VD_ROWS_NX(vd_q5_k, block_q5_K, q5k_step)
+VD_ROWS4_K45(vd_q5_k, block_q5_K, 1)
 
 AI void q6k_step(const block_q6_K *w, const void *x, size_t xs, int64_t i, const int nx, __m256 *acc, __m128 *accm) {
   (void)accm;
