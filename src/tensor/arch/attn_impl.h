@@ -87,25 +87,6 @@ static inline __attribute__((always_inline)) void rows_to_f32(const uint16_t *sr
     for (int i = 0; i < hd; i += 32) _mm_prefetch((const char *)(pf + p * stride + i), _MM_HINT_T0);
 }
 
-/* Step 1 of a chunk for one query: the scores of its first nh keys (kf:
- * the chunk's K rows as f32, hd apart) into s, 16 or 8 keys at a time with
- * their dot products reduced together */
-static inline __attribute__((always_inline)) void chunk_scores(const float *qh, const float *kf, int nh, int hd,
-                                                               float scale, float *s) {
-  int p = 0;
-#ifdef ATTN_SCORES16
-  for (; p + 16 <= nh; p += 16) ATTN_SCORES16(qh, kf + (size_t)p * hd, hd, scale, s + p);
-#endif
-  const __m256 vscale = _mm256_set1_ps(scale);
-  for (; p + 8 <= nh; p += 8) {
-    __m256 d[8];
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++) d[j] = dot_row(qh, kf + (size_t)(p + j) * hd, hd);
-    _mm256_store_ps(s + p, _mm256_mul_ps(hsum8x8(d), vscale));
-  }
-  for (; p < nh; p++) s[p] = hsum256(dot_row(qh, kf + (size_t)p * hd, hd)) * scale;
-}
-
 /* Step 2 of a chunk for one query (below, and the quantized caches'
  * kernel): s[0, nh) scores in, weights out; *m the running max before the
  * chunk, then after it; returns the keys where the max grew (bit p). The
@@ -265,6 +246,7 @@ static inline __attribute__((always_inline)) void group_body(const float *const 
     M[h] = -INFINITY;
     if (n_pos[h] > n_max) n_max = n_pos[h];
   }
+  const __m256 vscale = _mm256_set1_ps(scale);
   for (int p0 = 0; p0 < n_max; p0 += CHUNK) {
     const int np = n_max - p0 < CHUNK ? n_max - p0 : CHUNK;
     /* K of this chunk (V of it on the way) */
@@ -273,7 +255,17 @@ static inline __attribute__((always_inline)) void group_body(const float *const 
       const int nh = n_pos[h] - p0 < np ? n_pos[h] - p0 : np;
       lim[h] = nh > 0 ? nh : 0;
       /* 1. scores */
-      chunk_scores(qh[h], kf, nh, hd, scale, sc[h]);
+      int p = 0;
+#ifdef ATTN_SCORES16
+      for (; p + 16 <= nh; p += 16) ATTN_SCORES16(qh[h], kf + (size_t)p * hd, hd, scale, sc[h] + p);
+#endif
+      for (; p + 8 <= nh; p += 8) {
+        __m256 d[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) d[j] = dot_row(qh[h], kf + (size_t)(p + j) * hd, hd);
+        _mm256_store_ps(sc[h] + p, _mm256_mul_ps(hsum8x8(d), vscale));
+      }
+      for (; p < nh; p++) sc[h][p] = hsum256(dot_row(qh[h], kf + (size_t)p * hd, hd)) * scale;
       /* 2. the weights, VW keys at a time */
       grow[h] = chunk_weights(sc[h], nh, &M[h]);
     }
@@ -423,6 +415,7 @@ static inline __attribute__((always_inline)) void group_body_long(const float *c
     M[h] = -INFINITY;
     if (n_pos[h] > n_max) n_max = n_pos[h];
   }
+  const __m256 vscale = _mm256_set1_ps(scale);
   for (int p0 = 0; p0 < n_max; p0 += CHUNK) {
     const int np = n_max - p0 < CHUNK ? n_max - p0 : CHUNK;
     /* K of this chunk (V of it on the way) */
@@ -434,7 +427,17 @@ static inline __attribute__((always_inline)) void group_body_long(const float *c
       fac[h] = 1.0f;
       if (nh <= 0) continue;
       /* 1. scores */
-      chunk_scores(qh[h], kf, nh, hd, scale, sc[h]);
+      int p = 0;
+#ifdef ATTN_SCORES16
+      for (; p + 16 <= nh; p += 16) ATTN_SCORES16(qh[h], kf + (size_t)p * hd, hd, scale, sc[h] + p);
+#endif
+      for (; p + 8 <= nh; p += 8) {
+        __m256 d[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) d[j] = dot_row(qh[h], kf + (size_t)(p + j) * hd, hd);
+        _mm256_store_ps(sc[h] + p, _mm256_mul_ps(hsum8x8(d), vscale));
+      }
+      for (; p < nh; p++) sc[h][p] = hsum256(dot_row(qh[h], kf + (size_t)p * hd, hd)) * scale;
       /* 2. the chunk's max, weights and sum */
       fac[h] = chunk_softmax(sc[h], nh, &M[h], &S[h]);
     }
