@@ -333,17 +333,10 @@ int main(void) {
         for (int i = 0; i < hd; i++) CHECK_MSG(fabs(o4[i] - o1[i]) <= 2e-3, "hd %d n %d: avx2 %g vs ref %g", hd, n, o4[i], o1[i]);
       }
       /* exact reference in double */
-      double *s = malloc(sizeof(double) * n), mx = -1e300, sum = 0;
-      for (int p = 0; p < n; p++) {
-        double d = 0;
-        for (int i = 0; i < hd; i++) d += (double)q[i] * pw_fp16_to_fp32(k[(size_t)p * stride + i]);
-        s[p] = d * scale;
-        if (s[p] > mx) mx = s[p];
-      }
-      for (int p = 0; p < n; p++) sum += (s[p] = exp(s[p] - mx));
+      double *ex = malloc(sizeof(double) * (size_t)hd);
+      exact_attn(q, k, v, stride, n, hd, scale, ex);
       for (int i = 0; i < hd; i++) {
-        double e = 0;
-        for (int p = 0; p < n; p++) e += s[p] / sum * pw_fp16_to_fp32(v[(size_t)p * stride + i]);
+        const double e = ex[i];
         double df = fabs(o1[i] - o2[i]), de = fabs(o1[i] - e);
         if (df > worst_fast) worst_fast = df;
         if (de > worst_exact) worst_exact = de;
@@ -383,7 +376,7 @@ int main(void) {
       /* One position: the output is V itself (softmax weight 1). */
       if (n == 1)
         for (int i = 0; i < hd; i++) CHECK(o1[i] == pw_fp16_to_fp32(v[i]) && o2[i] == o1[i]);
-      free(s);
+      free(ex);
       free(k);
       free(v);
     }
