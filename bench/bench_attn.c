@@ -14,6 +14,7 @@
  *
  * TOKENS > 1: a prefill chunk of that many tokens at the depth instead of
  * a decode step; ROW: only the row of that name ("f16 split"). */
+#include "base/mem.h"
 #include "base/clock.h"
 #include "tensor/attn.h"
 #include "tensor/dtype.h"
@@ -126,8 +127,9 @@ static void make_cache(cache *c, uint32_t tk, uint32_t tv, int depth, int kv_hea
   c->rk = HD / a->blck * a->type_size;
   c->rv = HD / b->blck * b->type_size;
   const size_t rows = (size_t)depth * kv_heads;
-  c->k = malloc(rows * c->rk);
-  c->v = malloc(rows * c->rv);
+  /* in 2 MiB pages, as the model's cache (model.c) */
+  c->k = pw_alloc_huge(rows * c->rk);
+  c->v = pw_alloc_huge(rows * c->rv);
   float row[HD];
   for (size_t r = 0; r < rows; r++) {
     for (int i = 0; i < HD; i++) row[i] = frand() * 2;

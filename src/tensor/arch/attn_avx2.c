@@ -71,6 +71,13 @@ static inline unsigned v_exp_arg(__m256 s, __m256 m, __m256 *e) {
 }
 static inline float v_last(__m256 x) { return _mm256_cvtss_f32(_mm256_permutevar8x32_ps(x, _mm256_set1_epi32(7))); }
 #define v_exp exp8
+/* exp for the long kernel's weights (arguments <= 0, -inf out of range,
+ * NaN only from NaN scores): exp8 without its overflow handling, the same
+ * bits for those arguments (NaN stays NaN) */
+static inline __m256 v_exp_neg(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-86.5f);
+  return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), exp8_clamped(_mm256_max_ps(lo, x)));
+}
 
 /* memory-operand conversions and broadcast (arch/attn_impl.h) */
 static inline __m256 ph_load_m(const uint16_t *p) {

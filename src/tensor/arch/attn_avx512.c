@@ -57,6 +57,30 @@ static inline __m512 v_exp(__m512 x) {
   return _mm512_mask_mov_ps(out, nan_m, _mm512_set1_ps(NAN));
 }
 
+/* exp for the long kernel's weights, whose arguments are s - max <= 0
+ * (-inf for keys out of range, NaN only from NaN scores): exp8's
+ * reduction and polynomial, with 2^n applied by VSCALEFPS and no overflow
+ * handling (15 operations instead of 24). Below -86.5 (and at -inf)
+ * exactly 0; NaN stays NaN. Not exp8's bits where 2^n would be
+ * subnormal: the long kernels are not bit-matched across levels (each
+ * within the reference's tolerance). */
+static inline __m512 v_exp_neg(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-86.5f);
+  const __m512 c = _mm512_max_ps(lo, x); /* NaN passes */
+  const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(1.44269504088896341f)),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), c);
+  r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 y = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ), _mm512_scalef_ps(y, fx));
+}
+
 /* The scores of 16 keys (rows of kf, hd floats each) with the additions of
  * the 8-lane path (fold lane i + 8 onto lane i, then the pairs, fours and
  * eights of hsum8x8), done across the keys' vectors at once: at each level

@@ -18,7 +18,8 @@
  * and the functions v_load_ninf (VW scores, -inf from lane n on),
  * v_scan_max (prefix of V_MAX(right, left) over the lanes, -inf fill),
  * v_shift1 (lanes up by one, lane 0 given), v_exp_arg (s - m, negated
- * where s > m; returns those lanes as bits), v_exp (exp8 per lane) and
+ * where s > m; returns those lanes as bits), v_exp (exp8 per lane),
+ * v_exp_neg (the same for arguments <= 0: the long kernel's weights) and
  * v_last (the last lane).
  *   ATTN_GROUP, ATTN_MULTI, ATTN_PART, ATTN_SINGLE, and
  *   ATTN_GROUP_LONG, ATTN_MULTI_LONG, ATTN_PART_LONG   names of the
@@ -327,7 +328,7 @@ static inline __attribute__((always_inline)) float chunk_softmax(float *s, int n
   const VT vm = V_SET1(mn);
   VT tot = V_SET1(0.0f);
   for (int p = 0; p < nh; p += VW) {
-    const VT w = v_exp(V_SUB(v_load_ninf(s + p, nh - p), vm));
+    const VT w = v_exp_neg(V_SUB(v_load_ninf(s + p, nh - p), vm));
     V_STORE(s + p, w);
     tot = V_ADD(tot, w);
   }
@@ -438,9 +439,12 @@ static inline __attribute__((always_inline)) void group_body_long(const float *c
         _mm256_store_ps(sc[h] + p, _mm256_mul_ps(hsum8x8(d), vscale));
       }
       for (; p < nh; p++) sc[h][p] = hsum256(dot_row(qh[h], kf + (size_t)p * hd, hd)) * scale;
-      /* 2. the chunk's max, weights and sum */
-      fac[h] = chunk_softmax(sc[h], nh, &M[h], &S[h]);
     }
+    /* 2. the chunk's max, weights and sum: a loop of its own, so that the
+     * queries' chains (max, then exp, then sum) overlap (a 64-token chunk
+     * at 16K depth 5% faster than with each query's scores) */
+    for (int h = 0; h < nq; h++)
+      if (lim[h] > 0) fac[h] = chunk_softmax(sc[h], lim[h], &M[h], &S[h]);
     /* V of this chunk (K of the next one on the way) */
     const int np_next = n_max - p0 - np < CHUNK ? n_max - p0 - np : CHUNK;
     rows_to_f32(v + (size_t)p0 * stride, stride, np, hd, kf, k + (size_t)(p0 + np) * stride, np_next);
