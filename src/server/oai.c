@@ -207,7 +207,7 @@ static const foreign_field k_foreign[] = {
     {"dry_allowed_length", FF_GEN, 0, 0},    {"dry_penalty_last_n", FF_GEN, 0, 0},
     {"dry_sequence_breakers", FF_GEN, 0, 0}, {"repeat_last_n", FF_GEN, 0, 0},
     {"penalty_last_n", FF_GEN, 0, 0},        {"penalize_nl", FF_GEN, 2, 0},
-    {"ignore_eos", FF_GEN, 2, 0},            {"n_probs", FF_GEN, 1, 0},
+    {"n_probs", FF_GEN, 1, 0},
     {"n_keep", FF_GEN, 0, 0},                {"min_keep", FF_GEN, 0, 0},
     {"n_indent", FF_GEN, 0, 0},              {"id_slot", FF_GEN, 1, -1},
     {"slot_id", FF_GEN, 1, -1},              {"samplers", FF_GEN, 0, 0},
@@ -850,6 +850,9 @@ static int parse_generation(oai_kind kind, json_t *root, oai_request *r, oai_err
   }
   if (get_int(root, "seed", INT64_MIN, INT64_MAX, &x, &r->seed_given, e)) return PW_EINVAL;
   sp->seed = r->seed_given ? (uint64_t)x : random_u64();
+  /* llama.cpp's ignore_eos: end-of-generation tokens are generated as any
+   * other until max_tokens (or the context) ends the answer */
+  if (get_bool(root, "ignore_eos", &r->ignore_eos, e)) return PW_EINVAL;
 
   long long mt = 0, mct = 0;
   bool has_mt, has_mct;
@@ -1069,6 +1072,7 @@ void oai_engine_params(const oai_request *r, const int32_t *prompt, int n_prompt
   p->sampling = r->sampling;
   for (int i = 0; i < r->n_stop; i++) p->stop[i] = r->stop[i];
   p->n_stop = r->n_stop;
+  p->ignore_eos = r->ignore_eos;
   p->want_logprobs = r->logprobs;
   p->n_logprobs = r->logprobs ? r->top_logprobs : 0;
   p->embedding = r->kind == OAI_EMBEDDING;

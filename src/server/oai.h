@@ -97,6 +97,7 @@ typedef struct oai_request {
   int max_tokens;             /* generated tokens; 0 = up to the context */
   pw_sampler_params sampling; /* logit_bias points at the owned list below */
   bool seed_given;            /* false: sampling.seed is random */
+  bool ignore_eos;            /* llama.cpp's field: end-of-generation tokens do not end the answer */
   pw_logit_bias *logit_bias;  /* owned */
   const char *stop[ENGINE_MAX_STOP]; /* views */
   int n_stop;

@@ -7,6 +7,7 @@
 #include "server/sbuf.h"
 #include "server/server.h"
 #include "test.h"
+#include "tok/tok.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -622,9 +623,11 @@ static void test_overload(void) {
    * model makes 2000 tokens in about 1 s with plain sampling, which the
    * steps below came close to (one failure seen); top_p and logprobs make
    * each token cost more than the model (about 4 s in all, more under
-   * load), and the keep-alive wait is short. */
-  const char *longreq =
-      "{\"prompt\":\"once upon a time\",\"max_tokens\":2000,\"stream\":true,\"top_p\":0.9,\"logprobs\":5}";
+   * load), and the keep-alive wait is short. ignore_eos: a sampled
+   * end-of-text token must not end a stream early (it did once: both
+   * streams over within a second, so the queued one never waited). */
+  const char *longreq = "{\"prompt\":\"once upon a time\",\"max_tokens\":2000,\"stream\":true,\"top_p\":0.9,"
+                        "\"logprobs\":5,\"ignore_eos\":true}";
   reader a = {.fd = http_open(port, "POST", "/v1/completions", NULL, longreq, strlen(longreq))};
   pthread_t ta, tb;
   pthread_create(&ta, NULL, read_loop, &a);
@@ -696,6 +699,27 @@ static const char *content_of(json_t *j) {
   const char *t = json_string_value(json_object_get(json_object_get(c0, "message"), "content"));
   if (!t) t = json_string_value(json_object_get(c0, "text"));
   return t ? t : "(none)";
+}
+
+/* ignore_eos: with end-of-text biased to be every sampled token, the
+ * answer ends at once without the field and runs to max_tokens with it */
+static void test_ignore_eos(engine *e) {
+  const int32_t eos = tok_eos(engine_vocab(e));
+  CHECK(eos >= 0);
+  char body[256];
+  for (int ign = 0; ign < 2; ign++) {
+    snprintf(body, sizeof body, "{\"prompt\":\"once upon a time\",\"max_tokens\":6,\"seed\":3,"
+             "\"logit_bias\":{\"%d\":100}%s}", (int)eos, ign ? ",\"ignore_eos\":true" : "");
+    int st = 0;
+    json_t *j = post(g_port, "/v1/completions", NULL, body, &st);
+    CHECK_EQ_INT(st, 200);
+    json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+    const int ct = (int)json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens"));
+    const char *fr = json_string_value(json_object_get(c0, "finish_reason"));
+    CHECK_MSG(fr && !strcmp(fr, ign ? "length" : "stop"), "ignore_eos %d: finish_reason %s", ign, fr ? fr : "(none)");
+    CHECK_MSG(ign ? ct == 6 : ct <= 1, "ignore_eos %d: %d completion tokens", ign, ct);
+    json_decref(j);
+  }
 }
 
 static const char *k_keyed_chat =
@@ -971,6 +995,7 @@ int main(void) {
   test_auth(e);
   test_replica(e);
   test_prefix_cache(e);
+  test_ignore_eos(e);
   test_concurrent();
   resp r;
   http(g_port, "GET", "/metrics", NULL, NULL, &r, 5000);

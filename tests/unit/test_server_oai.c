@@ -746,7 +746,6 @@ static void test_foreign_fields(void) {
   static const char *refused[][2] = {{"reasoning_format", "\"deepseek\""},
                                      {"mirostat", "2"},
                                      {"typical_p", "0.9"},
-                                     {"ignore_eos", "true"},
                                      {"samplers", "[\"top_k\"]"},
                                      {"n_probs", "3"},
                                      {"dry_multiplier", "0.8"},
@@ -769,7 +768,20 @@ static void test_foreign_fields(void) {
            m);
   CHECK_MSG(parse(OAI_CHAT, body, &r, &e) == 0, "%s", e.message);
   CHECK_EQ_INT(r.max_tokens, 7);
+  CHECK(!r.ignore_eos);
   oai_request_free(&r);
+  /* ignore_eos is honoured: it reaches the engine's parameters */
+  engine_params ep;
+  for (int kind = 0; kind < 2; kind++) {
+    snprintf(body, sizeof body, kind ? "{\"prompt\":\"x\",\"ignore_eos\":true}" : "{%s,\"ignore_eos\":true}", m);
+    CHECK_MSG(parse(kind ? OAI_COMPLETION : OAI_CHAT, body, &r, &e) == 0, "%s", e.message);
+    CHECK(r.ignore_eos);
+    oai_engine_params(&r, NULL, 0, &ep);
+    CHECK(ep.ignore_eos);
+    oai_request_free(&r);
+  }
+  snprintf(body, sizeof body, "{%s,\"ignore_eos\":1}", m);
+  expect_err(OAI_CHAT, body, "invalid_type", "ignore_eos");
   snprintf(body, sizeof body, "{%s,\"n_predict\":-1,\"max_tokens\":3}", m);
   CHECK_MSG(parse(OAI_CHAT, body, &r, &e) == 0, "%s", e.message);
   CHECK_EQ_INT(r.max_tokens, 3);
