@@ -107,11 +107,26 @@ void pw_attn_ref_long(const float *q, const uint16_t *k, const uint16_t *v, size
   for (int i = 0; i < hd; i++) out[i] *= inv;
 }
 
+/* four lanes of the fold's arithmetic: the scalar loop's operations lane
+ * by lane (so its bits), which -O2 left one element at a time (at 16K
+ * depth a decode step folds 32 spans per head and layer: 3.3% of the
+ * step's profile) */
+typedef float fold_v4 __attribute__((vector_size(16)));
+
 void pw_attn_fold(float *racc, float *rms, const float *acc, const float *ms, int hd) {
   const float mc = ms[0], sc = ms[1];
   if (sc == 0.0f) return;
   const float M = rms[0], mn = mc > M ? mc : M, so = expf(M - mn), sn = expf(mc - mn);
-  for (int i = 0; i < hd; i++) racc[i] = racc[i] * so + acc[i] * sn;
+  const fold_v4 vo = {so, so, so, so}, vn = {sn, sn, sn, sn};
+  int i = 0;
+  for (; i + 4 <= hd; i += 4) {
+    fold_v4 a, b;
+    memcpy(&a, racc + i, sizeof a);
+    memcpy(&b, acc + i, sizeof b);
+    a = a * vo + b * vn;
+    memcpy(racc + i, &a, sizeof a);
+  }
+  for (; i < hd; i++) racc[i] = racc[i] * so + acc[i] * sn;
   rms[1] = rms[1] * so + sc * sn;
   rms[0] = mn;
 }
