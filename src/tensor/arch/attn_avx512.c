@@ -31,14 +31,9 @@ static inline unsigned v_exp_arg(__m512 s, __m512 m, __m512 *e) {
   *e = _mm512_mask_xor_ps(d, g, d, _mm512_set1_ps(-0.0f));
   return g;
 }
-/* exp8 (arch/exp_avx2.h) on 16 lanes: the same operations in the same
- * order, so the same bits, with the special cases as masks */
-static inline __m512 v_exp(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-86.5f), hi = _mm512_set1_ps(88.72283935546875f);
-  const __mmask16 zero_m = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ); /* also -inf */
-  const __mmask16 inf_m = _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ);
-  const __mmask16 nan_m = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-  const __m512 c = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+/* exp8_clamped's reduction and polynomial (arch/exp_avx2.h) on 16 lanes,
+ * the same operations in the same order: y with exp(c) = y * 2^fx */
+static inline __m512 exp16_core(__m512 c, __m512 *fxo) {
   const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(1.44269504088896341f)),
                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), c);
@@ -49,7 +44,19 @@ static inline __m512 v_exp(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  const __m512 y = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  *fxo = fx;
+  return _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+}
+
+/* exp8 (arch/exp_avx2.h) on 16 lanes: the same operations in the same
+ * order, so the same bits, with the special cases as masks */
+static inline __m512 v_exp(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-86.5f), hi = _mm512_set1_ps(88.72283935546875f);
+  const __mmask16 zero_m = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ); /* also -inf */
+  const __mmask16 inf_m = _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ);
+  const __mmask16 nan_m = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  __m512 fx;
+  const __m512 y = exp16_core(_mm512_min_ps(_mm512_max_ps(x, lo), hi), &fx);
   const __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(fx), _mm512_set1_epi32(126));
   const __m512 pow2 = _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
   __m512 out = _mm512_maskz_mov_ps((__mmask16)~zero_m, _mm512_mul_ps(_mm512_mul_ps(y, pow2), _mm512_set1_ps(2.0f)));
@@ -66,18 +73,8 @@ static inline __m512 v_exp(__m512 x) {
  * within the reference's tolerance). */
 static inline __m512 v_exp_neg(__m512 x) {
   const __m512 lo = _mm512_set1_ps(-86.5f);
-  const __m512 c = _mm512_max_ps(lo, x); /* NaN passes */
-  const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(1.44269504088896341f)),
-                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), c);
-  r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  const __m512 y = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  __m512 fx;
+  const __m512 y = exp16_core(_mm512_max_ps(lo, x), &fx); /* NaN passes the max */
   return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ), _mm512_scalef_ps(y, fx));
 }
 
