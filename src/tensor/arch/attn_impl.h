@@ -339,15 +339,16 @@ static inline __attribute__((always_inline)) float chunk_softmax(float *s, int n
 
 /* Step 3 for NQ <= LPV_NQ queries (a constant) and W <= LPV_W vectors of
  * the head from element j0: keys [p_lo, p_hi) of the chunk (vf: its V rows
- * as f32, hd apart) each add V times the query's weight w[h][p], one FMA
+ * as f32, hd apart; or, vh not NULL, the F16 rows themselves, pstride
+ * apart, converted here) each add V times the query's weight w[h][p], one FMA
  * per element, key by key: per element the reference's order, so a query's
  * result does not depend on the tile it shares. Meanwhile rows [0, npf)
  * of pk and pv (pstride apart: the next chunk's K and V) are prefetched,
  * one row of each per key. */
 static inline __attribute__((always_inline)) void pv_tile(float *const *acc, const float *const *w, const float *vf,
-                                                          int hd, int j0, int p_lo, int p_hi, const int W,
-                                                          const int NQ, const uint16_t *pk, const uint16_t *pv,
-                                                          size_t pstride, int npf) {
+                                                          const uint16_t *vh, int hd, int j0, int p_lo, int p_hi,
+                                                          const int W, const int NQ, const uint16_t *pk,
+                                                          const uint16_t *pv, size_t pstride, int npf) {
   VT a[LPV_NQ][LPV_W];
 #pragma GCC unroll 8
   for (int h = 0; h < NQ; h++)
@@ -359,10 +360,16 @@ static inline __attribute__((always_inline)) void pv_tile(float *const *acc, con
         _mm_prefetch((const char *)(pk + (size_t)p * pstride + i), _MM_HINT_T0);
         _mm_prefetch((const char *)(pv + (size_t)p * pstride + i), _MM_HINT_T0);
       }
-    const float *vr = vf + (size_t)p * hd + j0;
     VT vv[LPV_W];
+    if (vh) {
+      const uint16_t *vr = vh + (size_t)p * pstride + j0;
 #pragma GCC unroll 8
-    for (int u = 0; u < W; u++) vv[u] = V_LOAD(vr + u * VW);
+      for (int u = 0; u < W; u++) vv[u] = V_LOAD_PH(vr + u * VW);
+    } else {
+      const float *vr = vf + (size_t)p * hd + j0;
+#pragma GCC unroll 8
+      for (int u = 0; u < W; u++) vv[u] = V_LOAD(vr + u * VW);
+    }
 #pragma GCC unroll 8
     for (int h = 0; h < NQ; h++) {
       const VT ws = V_SET1(w[h][p]);
@@ -383,20 +390,21 @@ static inline __attribute__((always_inline)) void pv_tile(float *const *acc, con
     for (int j0 = 0; j0 < hd;) {                                                                               \
       const int left = (hd - j0) / VW;                                                                         \
       if (left >= LPV_W) {                                                                                     \
-        pv_tile(acc, w, vf, hd, j0, p_lo, p_hi, LPV_W, NQ, pk, pv, pstride, npf);                              \
+        pv_tile(acc, w, vf, vh, hd, j0, p_lo, p_hi, LPV_W, NQ, pk, pv, pstride, npf);                          \
         j0 += LPV_W * VW;                                                                                      \
       } else if (left >= 2) {                                                                                  \
-        pv_tile(acc, w, vf, hd, j0, p_lo, p_hi, 2, NQ, pk, pv, pstride, npf);                                  \
+        pv_tile(acc, w, vf, vh, hd, j0, p_lo, p_hi, 2, NQ, pk, pv, pstride, npf);                              \
         j0 += 2 * VW;                                                                                          \
       } else {                                                                                                 \
-        pv_tile(acc, w, vf, hd, j0, p_lo, p_hi, 1, NQ, pk, pv, pstride, npf);                                  \
+        pv_tile(acc, w, vf, vh, hd, j0, p_lo, p_hi, 1, NQ, pk, pv, pstride, npf);                              \
         j0 += VW;                                                                                              \
       }                                                                                                        \
       npf = 0; /* the next chunk's rows: in the first slice only */                                            \
     }                                                                                                          \
     break;
 static inline __attribute__((always_inline)) void pv_head(float *const *acc, const float *const *w, const float *vf,
-                                                          int hd, int p_lo, int p_hi, int nq, const uint16_t *pk,
+                                                          const uint16_t *vh, int hd, int p_lo, int p_hi, int nq,
+                                                          const uint16_t *pk,
                                                           const uint16_t *pv, size_t pstride, int npf) {
   switch (nq) {
     LPV_CASES
@@ -408,7 +416,7 @@ static inline __attribute__((always_inline)) void pv_head(float *const *acc, con
 static inline __attribute__((always_inline)) void group_body_long(const float *const *q, const int *n_pos, int nq,
                                                                   const uint16_t *k, const uint16_t *v, size_t stride,
                                                                   const int hd, float scale, float *const *out,
-                                                                  float *ms) {
+                                                                  float *ms, const int VH) {
   float qh[MQ][MQ_MAX_HD] __attribute__((aligned(64)));
   float acc[MQ][MQ_MAX_HD] __attribute__((aligned(64)));
   float kf[CHUNK * MQ_MAX_HD] __attribute__((aligned(64)));
@@ -462,7 +470,10 @@ static inline __attribute__((always_inline)) void group_body_long(const float *c
      * (decode at 16K depth, tg64 in four paired rounds: 45.2 45.5 47.8
      * 50.7 -> 52.5 55.7 51.5 52.2 t/s) */
     const int np_next = n_max - p0 - np < CHUNK ? n_max - p0 - np : CHUNK;
-    rows_to_f32(v + (size_t)p0 * stride, stride, np, hd, kf, k, 0);
+    /* one tile of queries (a decode step's GQA group) reads each V row
+     * once: step 3 converts it where it is, with no pass of its own */
+    const uint16_t *vh = VH ? v + (size_t)p0 * stride : NULL;
+    if (!vh) rows_to_f32(v + (size_t)p0 * stride, stride, np, hd, kf, k, 0);
     const uint16_t *pk = k + (size_t)(p0 + np) * stride, *pv = v + (size_t)(p0 + np) * stride;
     int npf = np_next;
     /* 3. the accumulators: rescaled where the max grew, then the keys all
@@ -483,11 +494,11 @@ static inline __attribute__((always_inline)) void group_body_long(const float *c
         if (lim[h0 + i] < minlim) minlim = lim[h0 + i];
       }
       if (minlim > 0) {
-        pv_head(ap, wp, kf, hd, 0, minlim, t, pk, pv, stride, npf);
+        pv_head(ap, wp, kf, vh, hd, 0, minlim, t, pk, pv, stride, npf);
         npf = 0;
       }
       for (int i = 0; i < t; i++)
-        if (lim[h0 + i] > minlim) pv_head(&ap[i], &wp[i], kf, hd, minlim, lim[h0 + i], 1, pk, pv, stride, 0);
+        if (lim[h0 + i] > minlim) pv_head(&ap[i], &wp[i], kf, vh, hd, minlim, lim[h0 + i], 1, pk, pv, stride, 0);
     }
   }
   if (ms) {
@@ -521,9 +532,14 @@ static void ATTN_GROUP(const float *const *q, const int *n_pos, int nq, const ui
 
 static void ATTN_GROUP_LONG(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
                             size_t stride, int hd, float scale, float *const *out, float *ms) {
-  if (hd == 64) group_body_long(q, n_pos, nq, k, v, stride, 64, scale, out, ms);
-  else if (hd == 128) group_body_long(q, n_pos, nq, k, v, stride, 128, scale, out, ms);
-  else group_body_long(q, n_pos, nq, k, v, stride, hd, scale, out, ms);
+  /* one tile of queries (VH: V converted in step 3) or more */
+  if (nq <= LPV_NQ) {
+    if (hd == 64) group_body_long(q, n_pos, nq, k, v, stride, 64, scale, out, ms, 1);
+    else if (hd == 128) group_body_long(q, n_pos, nq, k, v, stride, 128, scale, out, ms, 1);
+    else group_body_long(q, n_pos, nq, k, v, stride, hd, scale, out, ms, 1);
+  } else if (hd == 64) group_body_long(q, n_pos, nq, k, v, stride, 64, scale, out, ms, 0);
+  else if (hd == 128) group_body_long(q, n_pos, nq, k, v, stride, 128, scale, out, ms, 0);
+  else group_body_long(q, n_pos, nq, k, v, stride, hd, scale, out, ms, 0);
 }
 
 void ATTN_MULTI_LONG(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
