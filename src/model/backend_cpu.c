@@ -428,6 +428,10 @@ static void fold_worker(void *ctx, int ith, int nth) {
     }
     for (int si = j->s0; si < j->s0 + j->ns && si < n_spans; si++) {
       const size_t row = (size_t)w * j->ns + (size_t)(si - j->s0);
+      /* the span two ahead: its row was written by whichever thread ran
+       * it, so it may come from the other core's cache */
+      if (si + 2 < j->s0 + j->ns && si + 2 < n_spans)
+        for (int i = 0; i < hd; i += 16) __builtin_prefetch(c->att_part + (row + 2) * hd + i);
       pw_attn_fold(racc, rms, c->att_part + row * hd, c->att_part_ms + row * 2, hd);
     }
     if (f->last_wave) {

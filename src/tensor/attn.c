@@ -116,7 +116,10 @@ typedef float fold_v4 __attribute__((vector_size(16)));
 void pw_attn_fold(float *racc, float *rms, const float *acc, const float *ms, int hd) {
   const float mc = ms[0], sc = ms[1];
   if (sc == 0.0f) return;
-  const float M = rms[0], mn = mc > M ? mc : M, so = expf(M - mn), sn = expf(mc - mn);
+  /* one of the two differences is exactly 0 (whichever max is the new
+   * one), and expf(0) is exactly 1: one expf a fold, the same bits */
+  const float M = rms[0], mn = mc > M ? mc : M, d_o = M - mn, d_n = mc - mn;
+  const float so = d_o == 0.0f ? 1.0f : expf(d_o), sn = d_n == 0.0f ? 1.0f : expf(d_n);
   const fold_v4 vo = {so, so, so, so}, vn = {sn, sn, sn, sn};
   int i = 0;
   for (; i + 4 <= hd; i += 4) {
