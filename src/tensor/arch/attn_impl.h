@@ -404,8 +404,8 @@ static inline __attribute__((always_inline)) void pv_tile(float *const *acc, con
     break;
 static inline __attribute__((always_inline)) void pv_head(float *const *acc, const float *const *w, const float *vf,
                                                           const uint16_t *vh, int hd, int p_lo, int p_hi, int nq,
-                                                          const uint16_t *pk,
-                                                          const uint16_t *pv, size_t pstride, int npf) {
+                                                          const uint16_t *pk, const uint16_t *pv, size_t pstride,
+                                                          int npf) {
   switch (nq) {
     LPV_CASES
   default: break;
@@ -530,16 +530,20 @@ static void ATTN_GROUP(const float *const *q, const int *n_pos, int nq, const ui
   else group_body(q, n_pos, nq, k, v, stride, hd, scale, out, ms);
 }
 
+static inline __attribute__((always_inline)) void group_long_hd(const float *const *q, const int *n_pos, int nq,
+                                                                const uint16_t *k, const uint16_t *v, size_t stride,
+                                                                int hd, float scale, float *const *out, float *ms,
+                                                                const int VH) {
+  if (hd == 64) group_body_long(q, n_pos, nq, k, v, stride, 64, scale, out, ms, VH);
+  else if (hd == 128) group_body_long(q, n_pos, nq, k, v, stride, 128, scale, out, ms, VH);
+  else group_body_long(q, n_pos, nq, k, v, stride, hd, scale, out, ms, VH);
+}
+
 static void ATTN_GROUP_LONG(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,
                             size_t stride, int hd, float scale, float *const *out, float *ms) {
   /* one tile of queries (VH: V converted in step 3) or more */
-  if (nq <= LPV_NQ) {
-    if (hd == 64) group_body_long(q, n_pos, nq, k, v, stride, 64, scale, out, ms, 1);
-    else if (hd == 128) group_body_long(q, n_pos, nq, k, v, stride, 128, scale, out, ms, 1);
-    else group_body_long(q, n_pos, nq, k, v, stride, hd, scale, out, ms, 1);
-  } else if (hd == 64) group_body_long(q, n_pos, nq, k, v, stride, 64, scale, out, ms, 0);
-  else if (hd == 128) group_body_long(q, n_pos, nq, k, v, stride, 128, scale, out, ms, 0);
-  else group_body_long(q, n_pos, nq, k, v, stride, hd, scale, out, ms, 0);
+  if (nq <= LPV_NQ) group_long_hd(q, n_pos, nq, k, v, stride, hd, scale, out, ms, 1);
+  else group_long_hd(q, n_pos, nq, k, v, stride, hd, scale, out, ms, 0);
 }
 
 void ATTN_MULTI_LONG(const float *const *q, const int *n_pos, int nq, const uint16_t *k, const uint16_t *v,

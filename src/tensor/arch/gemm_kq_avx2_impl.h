@@ -71,6 +71,9 @@ static pw_from_float_fn kq_q8k_from;
 static pw_vec_dot_fn kq_vd[KS_COUNT];
 static pw_vec_dot4_fn kq_vd4[KS_COUNT];
 
+/* the types whose blocks carry mins (their dot adds a second, min term) */
+AI int ks_mins4(const int kind) { return kind == KS_Q4_K || kind == KS_Q5_K; }
+
 AI size_t ks_bsz(const int kind) {
   return kind == KS_Q2_K   ? sizeof(block_q2_K)
          : kind == KS_Q3_K ? sizeof(block_q3_K)
@@ -170,7 +173,7 @@ typedef struct {
 } ksb;
 
 AI void ks_unpack_parts(const int kind, const uint8_t *blk, ksb *u, __m256i *s) {
-  if (kind == KS_Q4_K || kind == KS_Q5_K) {
+  if (ks_mins4(kind)) {
     const __m256i m4 = _mm256_set1_epi8(0xF), m1 = _mm256_set1_epi8(1);
     const block_q4_K *w4 = (const block_q4_K *)blk;
     const block_q5_K *w5 = (const block_q5_K *)blk;
@@ -296,7 +299,7 @@ AI void ks_tile(const int kind, const int T, const int64_t nsb, const int64_t i0
    * (2.7% of an AVX2 prompt's profile on the 1B-shaped file) */
   const int first = i0 == 0;
   const size_t bsz = ks_bsz(kind), qb = KQ_QB;
-  const int mins4 = kind == KS_Q4_K || kind == KS_Q5_K;
+  const int mins4 = ks_mins4(kind);
   const size_t ystep = (size_t)k * qb, sstep = (size_t)k * 16;
   const uint8_t *yq = gb + KQ_QO + (size_t)j0 * qb + (size_t)i0 * ystep;
   const uint8_t *ps = gb + (size_t)nsb * (size_t)k * qb + (size_t)j0 * 16 + (size_t)i0 * sstep;
@@ -408,7 +411,7 @@ AI void gemm_kq(const int kind, int64_t n, const void *w, size_t w_row, int nr, 
         }
       }
       /* the types without mins add the hsum4 of zeros vec_dot adds, +0.0f */
-      const int mins4 = kind == KS_Q4_K || kind == KS_Q5_K;
+      const int mins4 = ks_mins4(kind);
       for (int v = 0; v < R; v++)
         for (int t = 0; t < T; t++) {
           const __m128 m = t & 1 ? _mm256_extractf128_ps(accm[v][t / 2], 1) : _mm256_castps256_ps128(accm[v][t / 2]);
