@@ -9,9 +9,13 @@
  * string or text blocks), system (a string or text blocks), max_tokens
  * (required), stop_sequences, temperature, top_p, top_k, stream, metadata
  * (accepted; nothing in it changes the answer), cache_control on blocks
- * (a hint; accepted). Refused with a 400 naming the field: tools,
- * tool_choice, thinking, non-text blocks (image, document, tool_use,
- * tool_result, ...).
+ * (a hint; accepted), and the top-level cache_control (the same hint),
+ * service_tier auto/standard_only, speed "standard". Refused with a 400
+ * naming the field: tools, tool_choice, thinking, container, diagnostics,
+ * inference_geo, output_config, speed "fast", non-text blocks (image,
+ * document, tool_use, tool_result, ...), and any top-level field not
+ * listed in k_message_fields / k_count_fields ("x: Extra inputs are not
+ * permitted", as Anthropic answers).
  * stop_reason is "stop_sequence" (with stop_sequence set) when one of the
  * stop sequences ended the text, "end_turn" at the model's end of turn,
  * "max_tokens" at the limit.
@@ -46,9 +50,56 @@ void anth_render_error(const oai_error *e, sbuf *out) {
 
 static const char *const k_text_blocks[] = {"text", NULL};
 
+/* The top-level members of a Messages request and of a count_tokens one:
+ * every name parse_request, parse_turns and check_options read (honoured,
+ * accepted as a hint, or refused by name). Anything else is refused as
+ * Anthropic refuses it, naming the field. */
+static const char *const k_message_fields[] = {
+    "model", "max_tokens", "messages", "system", "stop_sequences", "temperature", "top_p", "top_k", "stream",
+    "metadata", "service_tier", "thinking", "tools", "tool_choice", "cache_control", "container", "diagnostics",
+    "inference_geo", "output_config", "speed", NULL};
+static const char *const k_count_fields[] = {"model", "messages", "system", "thinking", "tools", "tool_choice",
+                                             "cache_control", "output_config", "speed", NULL};
+
 static bool present(json_t *root, const char *key) {
   json_t *v = json_object_get(root, key);
   return v && !json_is_null(v);
+}
+
+/* Present and asking for something: not null, {} or []. */
+static bool nonempty(json_t *root, const char *key) {
+  json_t *v = json_object_get(root, key);
+  return v && !json_is_null(v) &&
+         !((json_is_object(v) && !json_object_size(v)) || (json_is_array(v) && !json_array_size(v)));
+}
+
+static int check_known(json_t *root, const char *const *known, oai_error *e) {
+  const char *key = oai_unknown_member(root, known);
+  if (!key) return 0;
+  oai_unknown_field(e, key);
+  snprintf(e->message, sizeof e->message,
+           "%.64s: Extra inputs are not permitted (this server refuses the fields it does not know rather than ignore "
+           "them)",
+           key);
+  return PW_EINVAL;
+}
+
+/* Members both endpoints share beyond the turns: the top-level
+ * cache_control (a hint, as on blocks: reuse here is automatic), speed
+ * (one speed), and what this server does not do. */
+static int check_options(json_t *root, oai_error *e) {
+  json_t *cc = json_object_get(root, "cache_control");
+  if (cc && !json_is_null(cc) && !json_is_object(cc))
+    return oai_seterr(e, 400, "invalid_type", "cache_control", "cache_control: must be an object");
+  const char *speed;
+  if (api_str(root, "speed", "speed", &speed, e)) return PW_EINVAL;
+  if (speed && strcmp(speed, "standard"))
+    return oai_seterr(e, 400, "unsupported_speed", "speed", "speed: only 'standard' is supported by this server");
+  static const char *const refused[] = {"container", "diagnostics", "inference_geo", "output_config", NULL};
+  for (int i = 0; refused[i]; i++)
+    if (nonempty(root, refused[i]))
+      return oai_seterr(e, 400, "unsupported_field", refused[i], "%s: not supported by this server", refused[i]);
+  return 0;
 }
 
 /* system + messages into r->messages. */
@@ -108,6 +159,7 @@ static int parse_request(conn *k, struct MHD_Connection *c, oai_request *r, char
                          oai_error *e) {
   json_t *root = r->root;
   const char *m;
+  if (check_known(root, k_message_fields, e) || check_options(root, e)) return PW_EINVAL;
   if (api_str(root, "model", "model", &m, e) || srv_use_model(k, c, m, false, e)) return PW_EINVAL;
   snprintf(model, model_cap, "%s", m);
   long long mt;
@@ -279,8 +331,9 @@ enum MHD_Result anth_count_tokens(conn *k, struct MHD_Connection *c) {
   const char *body = srv_body(k, &len);
   const char *m;
   int n = 0;
-  if (api_parse_body(body, len, OAI_CHAT, &r, &e) || api_str(r.root, "model", "model", &m, &e) ||
-      srv_use_model(k, c, m, false, &e) || parse_turns(&r, false, &e) || srv_count_chat(k, r.messages, &n, &e)) {
+  if (api_parse_body(body, len, OAI_CHAT, &r, &e) || check_known(r.root, k_count_fields, &e) ||
+      check_options(r.root, &e) || api_str(r.root, "model", "model", &m, &e) || srv_use_model(k, c, m, false, &e) ||
+      parse_turns(&r, false, &e) || srv_count_chat(k, r.messages, &n, &e)) {
     oai_request_free(&r);
     return srv_reply_error(k, c, &e);
   }

@@ -156,6 +156,13 @@ static enum MHD_Result unknown_url(const char *what, conn *k, struct MHD_Connect
   return srv_reply_error(k, c, &e);
 }
 
+/* The members of Ollama's delete and pull requests ("name" is Ollama's
+ * older spelling of "model"; its clients still send it), and of
+ * POST /v1/models/pull. */
+static const char *const k_delete_fields[] = {"model", "name", NULL};
+static const char *const k_ollama_pull_fields[] = {"model", "name", "stream", "insecure", NULL};
+static const char *const k_pull_fields[] = {"model", "name", "stream", NULL};
+
 /* A model name from "model" (or Ollama's older "name"). */
 static int ollama_name(json_t *root, const char **out, oai_error *e) {
   if (api_str(root, "model", "model", out, e)) return PW_EINVAL;
@@ -174,7 +181,8 @@ enum MHD_Result ollama_delete(conn *k, struct MHD_Connection *c) {
   if (!sm) return unknown_url("DELETE /api/delete", k, c);
   if (srv_models_admin_check(sm, "Deleting models", &e)) return srv_reply_error(k, c, &e);
   if (api_parse_body(body, len, OAI_CHAT, &r, &e)) return srv_reply_error(k, c, &e);
-  int rc = ollama_name(r.root, &name, &e) || srv_models_delete(sm, name, &e);
+  int rc = oai_check_fields(r.root, k_delete_fields, &e) || ollama_name(r.root, &name, &e) ||
+           srv_models_delete(sm, name, &e);
   oai_request_free(&r);
   if (rc) return srv_reply_error(k, c, &e);
   sbuf out = {0};
@@ -255,8 +263,9 @@ static void pull_free(void *cls) {
 
 /* A pull request's body, parsed and started: model (the source), name,
  * stream, and in Ollama's API insecure (refused when true); any other field
- * is refused unless ollama (its clients send more). On success *out owns
- * the started pull and *stream is the request's choice. */
+ * is refused (unsupported_field here, unknown_field in Ollama's API, as
+ * for its other endpoints). On success *out owns the started pull and
+ * *stream is the request's choice. */
 static int pull_begin(conn *k, struct MHD_Connection *c, srv_models *sm, bool ollama, pull_stream **out, bool *stream,
                       oai_error *e) {
   oai_request r;
@@ -269,12 +278,10 @@ static int pull_begin(conn *k, struct MHD_Connection *c, srv_models *sm, bool ol
   const char *source = NULL, *name = NULL, *key;
   bool insecure = false;
   pull_stream *ps = NULL;
-  json_t *v;
-  json_object_foreach(r.root, key, v) {
-    if (!ollama && strcmp(key, "model") && strcmp(key, "name") && strcmp(key, "stream")) {
-      oai_seterr(e, 400, "unsupported_field", key, "'%.64s' is not a field of a pull (model, name, stream)", key);
-      goto fail;
-    }
+  if (ollama && oai_check_fields(r.root, k_ollama_pull_fields, e)) goto fail;
+  if (!ollama && (key = oai_unknown_member(r.root, k_pull_fields))) {
+    oai_seterr(e, 400, "unsupported_field", key, "'%.64s' is not a field of a pull (model, name, stream)", key);
+    goto fail;
   }
   if (api_str(r.root, "model", "model", &source, e) || api_str(r.root, "name", "name", &name, e) ||
       api_bool(r.root, "stream", "stream", stream, e) ||

@@ -16,7 +16,10 @@
  * honoured when the server serves a store; with one model it stays loaded
  * for the server's life. A generate or chat request with nothing to
  * generate only loads the model (done_reason "load"), or with keep_alive 0
- * unloads it ("unload"), as Ollama does.
+ * unloads it ("unload"), as Ollama does. Top-level fields: each endpoint
+ * lists those it reads (k_chat_fields, ...); think, logprobs,
+ * top_logprobs, truncate and shift only at the value that asks for what
+ * this server does (false, 0); any other field is a 400 naming it.
  * What it is not: the store's pull and delete (api_models.c), or a
  * multi-model router (models.c, registry.c). */
 #include "server/api.h"
@@ -159,16 +162,49 @@ static bool nonempty(json_t *v) {
          !((json_is_array(v) && json_array_size(v) == 0) || (json_is_string(v) && json_string_length(v) == 0));
 }
 
+/* The top-level members each endpoint reads (honoured, or refused by name
+ * unless neutral); any other is a 400 naming it. */
+static const char *const k_chat_fields[] = {
+    "model", "messages", "stream", "format", "keep_alive", "options", "think", "tools", "logprobs", "top_logprobs",
+    "truncate", "shift", NULL};
+static const char *const k_generate_fields[] = {
+    "model", "prompt", "system", "raw", "stream", "format", "keep_alive", "options", "think", "tools", "logprobs",
+    "top_logprobs", "truncate", "shift", "images", "suffix", "template", "context", NULL};
+static const char *const k_embed_fields[] = {"model", "input", "truncate", "dimensions", "keep_alive", "options", NULL};
+static const char *const k_embeddings_fields[] = {"model", "prompt", "truncate", "dimensions", "keep_alive", "options",
+                                                  NULL};
+static const char *const k_show_fields[] = {"model", "name", "verbose", "system", "template", "options", NULL};
+
+/* A member that asks for something this server does not do unless its
+ * value is false (or 0): think (no reasoning mode), logprobs and
+ * top_logprobs (not reported here), truncate and shift (a prompt over the
+ * context is a 400 and an answer ends at the context, as Ollama does with
+ * both false). */
+static int check_neutral(json_t *root, oai_error *e) {
+  static const char *const k_off[] = {"think", "logprobs", "top_logprobs", "truncate", "shift", NULL};
+  for (int i = 0; k_off[i]; i++) {
+    json_t *v = json_object_get(root, k_off[i]);
+    if (!v || json_is_null(v) || json_is_false(v) || (json_is_number(v) && json_number_value(v) == 0)) continue;
+    char code[48];
+    snprintf(code, sizeof code, "unsupported_%s", k_off[i]);
+    return oai_seterr(e, 400, code, k_off[i], "'%s' is not supported by this server (only false%s)", k_off[i],
+                      strcmp(k_off[i], "top_logprobs") ? "" : " or 0");
+  }
+  return 0;
+}
+
 /* What both generation endpoints share: model, stream, options, format,
- * keep_alive, think. nothing: the request has nothing to generate; then,
- * serving a store, keep_alive 0 sets *unload and the model is not loaded. */
-static int parse_common(conn *k, struct MHD_Connection *c, oai_request *r, char *model, bool nothing, bool *unload,
-                        oai_error *e) {
+ * keep_alive, think, tools. nothing: the request has nothing to generate;
+ * then, serving a store, keep_alive 0 sets *unload and the model is not
+ * loaded. */
+static int parse_common(conn *k, struct MHD_Connection *c, oai_request *r, const char *const *known, char *model,
+                        bool nothing, bool *unload, oai_error *e) {
   json_t *root = r->root;
   const char *m;
   bool has_keep;
   double keep = 0;
   *unload = false;
+  if (oai_check_fields(root, known, e) || check_neutral(root, e)) return PW_EINVAL;
   if (api_str(root, "model", "model", &m, e)) return PW_EINVAL;
   if (!m || !*m) return srv_use_model(k, c, m, false, e); /* 400: 'model' is required */
   snprintf(model, OL_MODEL_MAX, "%s", m);
@@ -180,9 +216,6 @@ static int parse_common(conn *k, struct MHD_Connection *c, oai_request *r, char 
     return srv_models_unload(srv_store(srv_server(k)), m, e);
   }
   if (srv_use_model(k, c, m, false, e)) return PW_EINVAL;
-  json_t *think = json_object_get(root, "think");
-  if (think && json_is_true(think))
-    return oai_seterr(e, 400, "unsupported_think", "think", "'think' is not supported by this server");
   if (nonempty(json_object_get(root, "tools")))
     return oai_seterr(e, 400, "unsupported_tools", "tools", "'tools' is not supported yet (no tool calling)");
   if (parse_options(k, json_object_get(root, "options"), r, e)) return PW_EINVAL;
@@ -310,7 +343,7 @@ enum MHD_Result ollama_chat(conn *k, struct MHD_Connection *c) {
     goto fail;
   }
   bool nothing = !msgs || json_is_null(msgs) || json_array_size(msgs) == 0;
-  if (parse_common(k, c, &r, x->model, nothing, &unload, &e)) goto fail;
+  if (parse_common(k, c, &r, k_chat_fields, x->model, nothing, &unload, &e)) goto fail;
   if (nothing) {
     enum MHD_Result res = load_only(k, c, x, unload);
     free(x);
@@ -370,7 +403,7 @@ enum MHD_Result ollama_generate(conn *k, struct MHD_Connection *c) {
   json_t *root = r.root;
   json_t *pj = json_object_get(root, "prompt");
   bool unload, nothing = !pj || json_is_null(pj) || (json_is_string(pj) && !json_string_length(pj));
-  if (parse_common(k, c, &r, x->model, nothing, &unload, &e)) goto fail;
+  if (parse_common(k, c, &r, k_generate_fields, x->model, nothing, &unload, &e)) goto fail;
   static const char *const refused[] = {"images", "suffix", "template", "context", NULL};
   for (int i = 0; refused[i]; i++)
     if (nonempty(json_object_get(root, refused[i]))) {
@@ -453,6 +486,10 @@ static enum MHD_Result embed(conn *k, struct MHD_Connection *c, bool legacy) {
   size_t len;
   const char *body = srv_body(k, &len);
   if (api_parse_body(body, len, OAI_EMBEDDING, &r, &e)) return srv_reply_error(k, c, &e);
+  if (oai_check_fields(r.root, legacy ? k_embeddings_fields : k_embed_fields, &e)) {
+    oai_request_free(&r);
+    return srv_reply_error(k, c, &e);
+  }
   const char *m;
   bool truncate = true;
   long long dims;
@@ -586,7 +623,16 @@ enum MHD_Result ollama_show(conn *k, struct MHD_Connection *c) {
   if (api_parse_body(body, len, OAI_CHAT, &r, &e)) return srv_reply_error(k, c, &e);
   const char *m = NULL, *name = NULL;
   bool verbose = false;
-  if (api_str(r.root, "model", "model", &m, &e) || api_str(r.root, "name", "name", &name, &e) ||
+  /* system, template and options would change what Ollama shows (its
+   * modelfile and parameters): refused unless empty. */
+  static const char *const refused[] = {"system", "template", "options", NULL};
+  int rc = oai_check_fields(r.root, k_show_fields, &e);
+  for (int i = 0; !rc && refused[i]; i++) {
+    json_t *v = json_object_get(r.root, refused[i]);
+    if (nonempty(v) && !(json_is_object(v) && !json_object_size(v)))
+      rc = oai_seterr(&e, 400, "unsupported_field", refused[i], "'%s' is not supported by /api/show here", refused[i]);
+  }
+  if (rc || api_str(r.root, "model", "model", &m, &e) || api_str(r.root, "name", "name", &name, &e) ||
       api_bool(r.root, "verbose", "verbose", &verbose, &e) || srv_use_model(k, c, m ? m : name, false, &e)) {
     oai_request_free(&r);
     return srv_reply_error(k, c, &e);

@@ -126,6 +126,10 @@ static void put_id(json_t *arr, int32_t id) {
   if (id >= 0) json_array_append_new(arr, json_integer(id));
 }
 
+/* The members of a rerank request; any other (Cohere's rank_fields, TEI's
+ * texts, ...) is a 400 naming it. */
+static const char *const k_fields[] = {"model", "query", "documents", "top_n", "return_documents", NULL};
+
 /* Reads and checks the body into x and r->inputs (one token array per
  * document). 0 or PW_EINVAL with e set. */
 static int rr_parse(conn *k, struct MHD_Connection *c, const char *body, size_t blen, oai_request *r, rerank_ctx *x,
@@ -135,14 +139,11 @@ static int rr_parse(conn *k, struct MHD_Connection *c, const char *body, size_t 
   if (!r->root || !json_is_object(r->root))
     return oai_seterr(e, 400, "invalid_json", NULL, "the body is not a JSON object%s%s", r->root ? "" : ": ",
                       r->root ? "" : je.text);
-  const char *key;
   json_t *val;
-  json_object_foreach(r->root, key, val) {
-    if (strcmp(key, "model") && strcmp(key, "query") && strcmp(key, "documents") && strcmp(key, "top_n") &&
-        strcmp(key, "return_documents"))
-      return oai_seterr(e, 400, "unsupported_parameter", key,
-                        "'%.64s' is not supported here (model, query, documents, top_n, return_documents)", key);
-  }
+  const char *key = oai_unknown_member(r->root, k_fields);
+  if (key)
+    return oai_seterr(e, 400, "unknown_field", key,
+                      "'%.64s' is not a field of this request (model, query, documents, top_n, return_documents)", key);
   json_t *m = json_object_get(r->root, "model");
   if (m && !json_is_string(m) && !json_is_null(m))
     return oai_seterr(e, 400, "invalid_type", "model", "'model' must be a string");

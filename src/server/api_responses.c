@@ -7,9 +7,14 @@
  * temperature, top_p, stream, store, previous_response_id, metadata
  * (echoed), text.format (text, json_object, json_schema through the
  * grammar engine), prompt_cache_key, user, parallel_tool_calls, truncation
- * "disabled". Refused with a 400 naming the field: tools, tool_choice other
- * than "auto"/"none", reasoning, include, background, truncation "auto",
- * top_logprobs, and input items that are not messages.
+ * "disabled"; accepted as they ask for nothing this server does not do:
+ * safety_identifier, service_tier auto/default, prompt_cache_retention
+ * "in_memory", stream_options without include_obfuscation. Refused with a
+ * 400 naming the field: tools, tool_choice other than "auto"/"none",
+ * reasoning, include, background, truncation "auto", top_logprobs,
+ * conversation, context_management, moderation, prompt,
+ * prompt_cache_options, input items that are not messages, and any
+ * top-level field not in k_fields.
  *
  * Conversations: a stored response keeps its conversation (input messages
  * and the answer, without instructions, which as in OpenAI's API do not
@@ -439,12 +444,52 @@ static int parse_format(json_t *root, oai_request *r, rs_ctx *x, oai_error *e) {
   return 0;
 }
 
+/* The top-level members of a request: every name parse_request reads
+ * (honoured, accepted as neutral, or refused by name); any other is a 400
+ * unknown_field naming it. */
+static const char *const k_fields[] = {
+    "model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "stream", "stream_options",
+    "store", "previous_response_id", "metadata", "text", "prompt_cache_key", "prompt_cache_retention", "user",
+    "safety_identifier", "service_tier", "parallel_tool_calls", "tool_choice", "truncation", "top_logprobs",
+    /* refused unless empty */
+    "tools", "reasoning", "include", "background", "conversation", "context_management", "moderation", "prompt",
+    "prompt_cache_options", NULL};
+
+/* Members that change nothing here at the values accepted. */
+static int check_neutral(json_t *root, oai_error *e) {
+  bool b = true;
+  if (api_bool(root, "parallel_tool_calls", "parallel_tool_calls", &b, e)) return PW_EINVAL; /* no tools: either */
+  const char *v;
+  if (api_str(root, "safety_identifier", "safety_identifier", &v, e)) return PW_EINVAL;
+  if (api_str(root, "service_tier", "service_tier", &v, e)) return PW_EINVAL;
+  if (v && strcmp(v, "auto") && strcmp(v, "default"))
+    return oai_seterr(e, 400, "unsupported_field", "service_tier",
+                      "'service_tier' must be \"auto\" or \"default\" (one tier here)");
+  if (api_str(root, "prompt_cache_retention", "prompt_cache_retention", &v, e)) return PW_EINVAL;
+  if (v && strcmp(v, "in_memory"))
+    return oai_seterr(e, 400, "unsupported_field", "prompt_cache_retention",
+                      "'prompt_cache_retention' must be \"in_memory\" (the prefix cache lives in memory)");
+  json_t *so = json_object_get(root, "stream_options");
+  if (so && !json_is_null(so)) {
+    if (!json_is_object(so))
+      return oai_seterr(e, 400, "invalid_type", "stream_options", "'stream_options' must be an object");
+    b = false;
+    if (api_bool(so, "include_obfuscation", "stream_options.include_obfuscation", &b, e)) return PW_EINVAL;
+    if (b)
+      return oai_seterr(e, 400, "unsupported_field", "stream_options.include_obfuscation",
+                        "'stream_options.include_obfuscation' is not supported: events carry no obfuscation");
+  }
+  return 0;
+}
+
 static int parse_request(conn *k, struct MHD_Connection *c, oai_request *r, rs_ctx *x, oai_error *e) {
   json_t *root = r->root;
   const char *m, *instr, *prev, *key;
+  if (oai_check_fields(root, k_fields, e) || check_neutral(root, e)) return PW_EINVAL;
   if (api_str(root, "model", "model", &m, e) || srv_use_model(k, c, m, true, e)) return PW_EINVAL;
   snprintf(x->model, sizeof x->model, "%s", m && *m ? m : engine_model_id(srv_engine(k)));
-  static const char *const refused[] = {"tools", "reasoning", "include", NULL};
+  static const char *const refused[] = {"tools",      "reasoning", "include", "conversation", "context_management",
+                                        "moderation", "prompt",    "prompt_cache_options", NULL};
   for (int i = 0; refused[i]; i++) {
     json_t *v = json_object_get(root, refused[i]);
     if (v && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))

@@ -100,6 +100,32 @@ void oai_render_error(const oai_error *e, sbuf *out) {
   sbuf_puts(out, "}}");
 }
 
+/* ---- unknown members ---------------------------------------------------- */
+
+const char *oai_unknown_member(json_t *obj, const char *const *known) {
+  const char *key;
+  json_t *v;
+  json_object_foreach(obj, key, v) {
+    if (json_is_null(v)) continue; /* null asks for nothing, as for the known fields */
+    bool found = false;
+    for (int i = 0; known[i] && !found; i++) found = !strcmp(key, known[i]);
+    if (!found) return key;
+  }
+  return NULL;
+}
+
+int oai_unknown_field(oai_error *e, const char *key) {
+  return oai_seterr(e, 400, "unknown_field", key,
+                    "'%.64s' is not a field of this request: this server refuses the fields it does not know "
+                    "rather than ignore them",
+                    key);
+}
+
+int oai_check_fields(json_t *obj, const char *const *known, oai_error *e) {
+  const char *key = oai_unknown_member(obj, known);
+  return key ? oai_unknown_field(e, key) : 0;
+}
+
 /* ---- field getters ----------------------------------------------------- */
 
 /* Absent and JSON null both mean "not given": clients send null for unset. */
@@ -237,9 +263,42 @@ static int check_foreign_fields(oai_kind kind, json_t *root, oai_error *e) {
   return 0;
 }
 
+/* OpenAI's chat fields for stored completions, service tiers, moderation,
+ * verbosity and the newer prompt-caching controls: accepted where the
+ * value asks for nothing this server does not do (metadata and
+ * safety_identifier, like user, never change the answer), else refused by
+ * name. */
+static int check_chat_service_fields(json_t *root, oai_error *e) {
+  bool store = false;
+  if (get_bool(root, "store", &store, e)) return PW_EINVAL;
+  if (store) return unsupported(e, "store", " (chat completions are not stored; /v1/responses keeps its responses)");
+  json_t *md = field(root, "metadata");
+  if (md && !json_is_object(md)) return oai_seterr(e, 400, "invalid_type", "metadata", "'metadata' must be an object");
+  json_t *si = field(root, "safety_identifier");
+  if (si && !json_is_string(si))
+    return oai_seterr(e, 400, "invalid_type", "safety_identifier", "'safety_identifier' must be a string");
+  json_t *tier = field(root, "service_tier");
+  if (tier && !json_is_string(tier))
+    return oai_seterr(e, 400, "invalid_type", "service_tier", "'service_tier' must be a string");
+  if (tier && strcmp(json_string_value(tier), "auto") && strcmp(json_string_value(tier), "default"))
+    return unsupported(e, "service_tier", " (one tier here: only \"auto\" and \"default\")");
+  json_t *ret = field(root, "prompt_cache_retention");
+  if (ret && !json_is_string(ret))
+    return oai_seterr(e, 400, "invalid_type", "prompt_cache_retention", "'prompt_cache_retention' must be a string");
+  if (ret && strcmp(json_string_value(ret), "in_memory"))
+    return unsupported(e, "prompt_cache_retention", " (only \"in_memory\": the prefix cache lives in memory)");
+  static const char *const refused[] = {"moderation", "verbosity", "prompt_cache_options", NULL};
+  for (int i = 0; refused[i]; i++) {
+    json_t *v = field(root, refused[i]);
+    if (v && !(json_is_object(v) && json_object_size(v) == 0)) return unsupported(e, refused[i], "");
+  }
+  return 0;
+}
+
 static int check_common_unsupported(oai_kind kind, json_t *root, oai_error *e) {
   if ((kind == OAI_CHAT || kind == OAI_COMPLETION) && check_foreign_fields(kind, root, e)) return PW_EINVAL;
   if (kind == OAI_CHAT) {
+    if (check_chat_service_fields(root, e)) return PW_EINVAL;
     if (check_nonempty_array_unsupported(root, "functions", e)) return PW_EINVAL;
     json_t *fc = field(root, "function_call");
     if (fc && !(json_is_string(fc) && (!strcmp(json_string_value(fc), "none") ||
@@ -1002,6 +1061,66 @@ static int parse_detokenize(json_t *root, oai_request *r, oai_error *e) {
 
 /* ---- parse ------------------------------------------------------------- */
 
+/* The top-level members of each request: every name the parsers above
+ * read, honoured or refused by name (server.c reads keep_alive through
+ * api_keep_alive, and model to choose the model). Chat and completions
+ * also take the llama.cpp fields of k_foreign for their kind. A member
+ * outside these is 400 unknown_field: keep each list in step with its
+ * parser. */
+static const char *const k_chat_fields[] = {
+    "model", "keep_alive", "messages",
+    /* parse_generation */
+    "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repeat_penalty", "seed",
+    "ignore_eos", "max_tokens", "max_completion_tokens", "n_predict", "n", "stream", "stream_options", "logprobs",
+    "top_logprobs", "user", "stop", "logit_bias", "prompt_cache_key", "response_format", "grammar",
+    /* parse_tools */
+    "tools", "tool_choice", "parallel_tool_calls", "reasoning_effort", "chat_template_kwargs",
+    /* check_foreign_fields, check_common_unsupported, check_chat_service_fields */
+    "cache_prompt", "functions", "function_call", "store", "metadata", "safety_identifier", "service_tier",
+    "prompt_cache_retention", "moderation", "verbosity", "prompt_cache_options", NULL};
+static const char *const k_completion_fields[] = {
+    "model", "keep_alive", "prompt",
+    /* parse_generation */
+    "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repeat_penalty", "seed",
+    "ignore_eos", "max_tokens", "max_completion_tokens", "n_predict", "n", "stream", "stream_options", "logprobs",
+    "user", "stop", "logit_bias", "prompt_cache_key", "response_format", "grammar",
+    /* check_foreign_fields, check_common_unsupported */
+    "cache_prompt", "suffix", "echo", "best_of", NULL};
+static const char *const k_embedding_fields[] = {"model", "keep_alive", "input", "encoding_format", "dimensions",
+                                                 "user", NULL};
+static const char *const k_tokenize_fields[] = {"model", "content", "add_special", "parse_special", "with_pieces",
+                                                NULL};
+static const char *const k_detokenize_fields[] = {"model", "tokens", NULL};
+
+const char *const *oai_fields(oai_kind kind) {
+  switch (kind) {
+  case OAI_CHAT: return k_chat_fields;
+  case OAI_COMPLETION: return k_completion_fields;
+  case OAI_EMBEDDING: return k_embedding_fields;
+  case OAI_TOKENIZE: return k_tokenize_fields;
+  case OAI_DETOKENIZE: return k_detokenize_fields;
+  }
+  return NULL;
+}
+
+static bool known_member(oai_kind kind, const char *key) {
+  const char *const *names = oai_fields(kind);
+  for (int i = 0; names && names[i]; i++)
+    if (!strcmp(key, names[i])) return true;
+  for (size_t i = 0; i < sizeof k_foreign / sizeof k_foreign[0]; i++)
+    if ((k_foreign[i].kinds & (1u << kind)) && !strcmp(key, k_foreign[i].name)) return true;
+  return false;
+}
+
+static int check_members(oai_kind kind, json_t *root, oai_error *e) {
+  const char *key;
+  json_t *v;
+  json_object_foreach(root, key, v) {
+    if (!json_is_null(v) && !known_member(kind, key)) return oai_unknown_field(e, key);
+  }
+  return 0;
+}
+
 int oai_parse(oai_kind kind, const char *body, size_t len, oai_request *r, oai_error *e) {
   memset(r, 0, sizeof *r);
   r->kind = kind;
@@ -1018,14 +1137,19 @@ int oai_parse(oai_kind kind, const char *body, size_t len, oai_request *r, oai_e
     oai_seterr(e, 400, "invalid_json", NULL, "the request body must be a JSON object");
     goto fail;
   }
-  if (kind == OAI_CHAT || kind == OAI_COMPLETION || kind == OAI_EMBEDDING) {
-    json_t *m = field(r->root, "model");
-    if (m && !json_is_string(m)) {
-      oai_seterr(e, 400, "invalid_type", "model", "'model' must be a string");
-      goto fail;
-    }
-    r->model = m ? json_string_value(m) : NULL;
+  if (!oai_fields(kind)) {
+    oai_seterr(e, 500, "internal_error", NULL, "unknown request kind");
+    goto fail;
   }
+  if (check_members(kind, r->root, e)) goto fail;
+  /* Every endpoint names its model the same way (serving the store, it
+   * chooses one; tokenize and detokenize too). */
+  json_t *m = field(r->root, "model");
+  if (m && !json_is_string(m)) {
+    oai_seterr(e, 400, "invalid_type", "model", "'model' must be a string");
+    goto fail;
+  }
+  r->model = m ? json_string_value(m) : NULL;
   int rc = 0;
   switch (kind) {
   case OAI_CHAT:

@@ -18,8 +18,11 @@
  * (chat_template_kwargs, reasoning_effort, mirostat, typical_p, samplers,
  * ...: the table in oai.c, listed in the README) unless their value is
  * the neutral one. n_predict is honoured as max_tokens; cache_prompt is
- * accepted (it never changes the output). Other fields the API does not
- * define are ignored, as OpenAI clients send extras. Integers given as
+ * accepted (it never changes the output). Each endpoint lists the
+ * top-level members it reads (oai.c, next to the parsers); any other
+ * member is 400 "unknown_field" naming it, as a field this server does not
+ * know would otherwise be ignored without the client knowing (a member
+ * whose value is JSON null asks for nothing and passes). Integers given as
  * reals are range-checked exactly before any conversion.
  * prompt_cache_key (chat and completions) must be 1..256 bytes of UTF-8
  * without control characters or leading/trailing white space; anything else
@@ -69,6 +72,20 @@ void oai_error_from_status(oai_error *e, int status, const char *message);
 void oai_error_from_prompt(oai_error *e, const prompt_error *pe);
 /* {"error":{"message":...,"type":...,"param":...,"code":...}} */
 void oai_render_error(const oai_error *e, sbuf *out);
+
+/* Unknown members. known: the names a request object may carry
+ * (NULL-terminated). Returns the first member of obj (in the body's order)
+ * that is not among them and whose value is not JSON null, or NULL. */
+const char *oai_unknown_member(json_t *obj, const char *const *known);
+/* 400 "unknown_field" naming key (param = key) and PW_EINVAL: for the
+ * adapters, which render it in their own error shape. */
+int oai_unknown_field(oai_error *e, const char *key);
+/* Both: 0 when every member of obj is known, else the error above. */
+int oai_check_fields(json_t *obj, const char *const *known, oai_error *e);
+/* The top-level members oai_parse reads for kind (NULL-terminated; chat and
+ * completions also take llama.cpp's fields of their kind, refused there by
+ * name unless neutral), or NULL for an unknown kind. */
+const char *const *oai_fields(oai_kind kind);
 
 #define OAI_MAX_INPUTS 2048 /* embeddings inputs per request, as OpenAI */
 #define OAI_MAX_TOKENS_IN PROMPT_MAX_TOKENS /* token ids accepted in one array */

@@ -1519,8 +1519,8 @@ static enum MHD_Result handle_tokenize(conn *k, struct MHD_Connection *c) {
   sbuf out = {0};
   enum MHD_Result res;
   if (oai_parse(OAI_TOKENIZE, k->body.data, k->body.len, &r, &e)) return queue_error(k, c, &e);
-  /* One model: tokenize never looked at "model"; the store: it picks one. */
-  if (k->s->models && check_model(k, c, r.model, &e)) {
+  /* "model": the store's model to use; with one model, its id (or none). */
+  if (check_model(k, c, r.model, &e)) {
     res = queue_error(k, c, &e);
     goto done;
   }
@@ -1547,7 +1547,7 @@ static enum MHD_Result handle_detokenize(conn *k, struct MHD_Connection *c) {
   char *text = NULL;
   enum MHD_Result res;
   if (oai_parse(OAI_DETOKENIZE, k->body.data, k->body.len, &r, &e)) return queue_error(k, c, &e);
-  if (k->s->models && check_model(k, c, r.model, &e)) goto fail;
+  if (check_model(k, c, r.model, &e)) goto fail;
   const prompt_builder *pb = &k->m->pb;
   if (prompt_check_ids(pb, r.tokens, r.n_tokens, "tokens", &pe)) goto prompt_fail;
   size_t need = 0, cap = (size_t)r.n_tokens * 16 + 16;

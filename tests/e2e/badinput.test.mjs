@@ -105,13 +105,40 @@ describe('bad input', () => {
     await stillServing();
   });
 
-  it('unknown fields are ignored', T, async () => {
-    const r = await post(srv, C, { prompt: 'import', max_tokens: 2, frobnicate: { deep: [1, 2, { x: null }] }, another_one: true });
-    assert.equal(r.status, 200, r.text);
-    const c = await post(srv, H, { messages: [{ role: 'user', content: 'x', name: 'bob', whatever: 1 }], max_tokens: 2, metadata: { a: 'b' } });
+  it('unknown top-level fields are refused with a 400 naming them, in each API\'s error shape', T, async () => {
+    // OpenAI: the error object, code unknown_field, param the field.
+    await expectError(C, { prompt: 'import', max_tokens: 2, frobnicate: { deep: [1, 2, { x: null }] } }, 400, 'unknown_field', 'frobnicate');
+    await expectError(H, { messages: [{ role: 'user', content: 'x' }], max_tokens: 2, bogus_field: 1 }, 400, 'unknown_field', 'bogus_field');
+    await expectError('/v1/embeddings', { input: 'x', bogus_field: 1 }, 400, 'unknown_field', 'bogus_field');
+    await expectError('/tokenize', { content: 'x', bogus_field: 1 }, 400, 'unknown_field', 'bogus_field');
+    await expectError('/detokenize', { tokens: [1], bogus_field: 1 }, 400, 'unknown_field', 'bogus_field');
+    await expectError('/v1/responses', { input: 'x', max_output_tokens: 2, bogus_field: 1 }, 400, 'unknown_field', 'bogus_field');
+    const oa = await post(srv, C, { prompt: 'import', max_tokens: 2, bogus_field: true });
+    assert.match(oa.json.error.message, /'bogus_field' is not a field of this request/);
+    assert.equal(oa.json.error.type, 'invalid_request_error');
+    // Anthropic: {"type":"error","error":{"type":"invalid_request_error","message":"bogus_field: ..."}}
+    const an = await post(srv, '/v1/messages', { model: srv.modelId, max_tokens: 2, messages: [{ role: 'user', content: 'x' }], bogus_field: 1 });
+    assert.equal(an.status, 400, an.text);
+    assert.equal(an.json.type, 'error');
+    assert.equal(an.json.error.type, 'invalid_request_error');
+    assert.match(an.json.error.message, /^bogus_field: Extra inputs are not permitted/);
+    // Ollama: {"error": "..."} and nothing else.
+    for (const [route, body] of [['/api/generate', { model: srv.modelId, prompt: 'x', stream: false, bogus_field: 1 }],
+      ['/api/chat', { model: srv.modelId, messages: [{ role: 'user', content: 'x' }], stream: false, bogus_field: 1 }]]) {
+      const ol = await post(srv, route, body);
+      assert.equal(ol.status, 400, `${route}: ${ol.text}`);
+      assert.deepEqual(Object.keys(ol.json), ['error']);
+      assert.match(ol.json.error, /'bogus_field' is not a field of this request/);
+    }
+    await stillServing();
+  });
+
+  it('known fields, null values and nested extras are accepted', T, async () => {
+    // metadata and user change nothing; members of messages are the message parser's
+    const c = await post(srv, H, { messages: [{ role: 'user', content: 'x', name: 'bob', whatever: 1 }], max_tokens: 2, metadata: { a: 'b' }, user: 'u' });
     assert.equal(c.status, 200, c.text);
-    // JSON null means "not given".
-    const n = await post(srv, C, { prompt: 'import', max_tokens: 2, temperature: null, stop: null, seed: null });
+    // JSON null means "not given", for a field this server does not know too.
+    const n = await post(srv, C, { prompt: 'import', max_tokens: 2, temperature: null, stop: null, seed: null, frobnicate: null });
     assert.equal(n.status, 200, n.text);
   });
 

@@ -135,4 +135,31 @@ describe('store serving under load', () => {
       await srv.stop();
     }
   });
+
+  it('tokenize and detokenize choose their model; an unknown field is refused before any load', T, async () => {
+    const srv = await startServer({ model: null, args: ['--no-request-log'], env: { POWER_HOME: home, POWER_MODEL: null } });
+    try {
+      for (const [route, body] of [['/v1/completions', { model: 'codelm:q8', prompt: 'x', bogus_field: 1 }],
+        ['/tokenize', { model: 'codelm:q8', content: 'x', bogus_field: 1 }]]) {
+        const r = await post(srv, route, body);
+        assert.equal(r.status, 400, r.text);
+        assert.equal(r.json.error.code, 'unknown_field');
+        assert.equal(r.json.error.param, 'bogus_field');
+      }
+      const ol = await post(srv, '/api/chat', { model: 'codelm:q8', messages: [{ role: 'user', content: 'x' }], bogus_field: 1 });
+      assert.equal(ol.status, 400, ol.text);
+      assert.equal((await get(srv, '/v1/ps')).json.data.length, 0, 'nothing loaded for a refused request');
+      const t = await post(srv, '/tokenize', { model: 'codelm:q8', content: 'def main(' });
+      assert.equal(t.status, 200, t.text);
+      assert.ok(t.json.tokens.length > 0);
+      const d = await post(srv, '/detokenize', { model: 'codelm:q8', tokens: t.json.tokens });
+      assert.equal(d.status, 200, d.text);
+      assert.match(d.json.content, /def main\(/);
+      const none = await post(srv, '/tokenize', { content: 'x' });
+      assert.equal(none.status, 400, none.text);
+      assert.equal(none.json.error.param, 'model');
+    } finally {
+      await srv.stop();
+    }
+  });
 });

@@ -293,6 +293,183 @@ static void test_errors(void) {
   free(r.body);
 }
 
+/* Top-level fields: every JSON endpoint refuses one it does not know with
+ * a 400 in its API's error shape, naming it; a request carrying every
+ * field an endpoint knows, at values it accepts, is answered. */
+enum { SHAPE_OPENAI, SHAPE_ANTHROPIC, SHAPE_OLLAMA };
+
+static void expect_unknown(const char *path, const char *body, int shape, const char *field) {
+  resp r;
+  http(g_port, "POST", path, NULL, body, &r, 10000);
+  CHECK_MSG(r.status == 400, "%s %s: %d %.300s", path, body, r.status, r.body);
+  json_t *j = body_json(&r);
+  json_t *err = json_object_get(j, "error");
+  if (shape == SHAPE_OPENAI) {
+    CHECK_MSG(json_is_string(json_object_get(err, "code")) &&
+                  !strcmp(json_string_value(json_object_get(err, "code")), "unknown_field"),
+              "%s: %.300s", path, r.body);
+    CHECK_MSG(json_is_string(json_object_get(err, "param")) &&
+                  !strcmp(json_string_value(json_object_get(err, "param")), field),
+              "%s: %.300s", path, r.body);
+    CHECK_MSG(json_is_string(json_object_get(err, "type")) &&
+                  !strcmp(json_string_value(json_object_get(err, "type")), "invalid_request_error"),
+              "%s: %.300s", path, r.body);
+  } else if (shape == SHAPE_ANTHROPIC) {
+    CHECK_MSG(json_is_string(json_object_get(j, "type")) &&
+                  !strcmp(json_string_value(json_object_get(j, "type")), "error"),
+              "%s: %.300s", path, r.body);
+    CHECK_MSG(json_is_string(json_object_get(err, "type")) &&
+                  !strcmp(json_string_value(json_object_get(err, "type")), "invalid_request_error"),
+              "%s: %.300s", path, r.body);
+    const char *m = json_string_value(json_object_get(err, "message"));
+    CHECK_MSG(m && !strncmp(m, field, strlen(field)) && strstr(m, "Extra inputs are not permitted"), "%s: %.300s", path,
+              r.body);
+  } else {
+    CHECK_MSG(json_is_object(j) && json_object_size(j) == 1 && json_is_string(err), "%s: %.300s", path, r.body);
+  }
+  /* the message names the field in every shape */
+  const char *m = json_is_string(err) ? json_string_value(err) : json_string_value(json_object_get(err, "message"));
+  CHECK_MSG(m && strstr(m, field), "%s: %.300s", path, r.body);
+  json_decref(j);
+  free(r.body);
+}
+
+static void expect_status(const char *path, const char *body, int status, const char *needle) {
+  resp r;
+  http(g_port, "POST", path, NULL, body, &r, 30000);
+  CHECK_MSG(r.status == status, "%s %s: %d %.300s", path, body, r.status, r.body);
+  if (needle) CHECK_MSG(r.body && strstr(r.body, needle), "%s %s: '%s' not in %.300s", path, body, needle, r.body);
+  free(r.body);
+}
+
+static void test_fields(engine *e) {
+  const char *m = g_model;
+  char b[4096];
+#define MSG "[{\"role\":\"user\",\"content\":\"x\"}]"
+  /* one unknown field, on every endpoint */
+  expect_unknown("/v1/chat/completions", "{\"messages\":" MSG ",\"max_tokens\":1,\"bogus_field\":1}", SHAPE_OPENAI,
+                 "bogus_field");
+  expect_unknown("/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":1,\"bogus_field\":[]}", SHAPE_OPENAI,
+                 "bogus_field");
+  expect_unknown("/v1/embeddings", "{\"input\":\"x\",\"bogus_field\":\"y\"}", SHAPE_OPENAI, "bogus_field");
+  expect_unknown("/v1/rerank", "{\"query\":\"q\",\"documents\":[\"a\"],\"bogus_field\":1}", SHAPE_OPENAI,
+                 "bogus_field");
+  expect_unknown("/tokenize", "{\"content\":\"x\",\"bogus_field\":1}", SHAPE_OPENAI, "bogus_field");
+  expect_unknown("/detokenize", "{\"tokens\":[1],\"bogus_field\":1}", SHAPE_OPENAI, "bogus_field");
+  expect_unknown("/v1/responses", "{\"input\":\"x\",\"max_output_tokens\":1,\"bogus_field\":true}", SHAPE_OPENAI,
+                 "bogus_field");
+  snprintf(b, sizeof b, "{\"model\":\"%s\",\"max_tokens\":1,\"messages\":" MSG ",\"bogus_field\":1}", m);
+  expect_unknown("/v1/messages", b, SHAPE_ANTHROPIC, "bogus_field");
+  snprintf(b, sizeof b, "{\"model\":\"%s\",\"messages\":" MSG ",\"max_tokens\":1}", m);
+  expect_unknown("/v1/messages/count_tokens", b, SHAPE_ANTHROPIC, "max_tokens"); /* not a field of a count */
+  snprintf(b, sizeof b, "{\"model\":\"%s\",\"messages\":" MSG ",\"stream\":false,\"bogus_field\":1}", m);
+  expect_unknown("/api/chat", b, SHAPE_OLLAMA, "bogus_field");
+  snprintf(b, sizeof b, "{\"model\":\"%s\",\"prompt\":\"x\",\"stream\":false,\"bogus_field\":1}", m);
+  expect_unknown("/api/generate", b, SHAPE_OLLAMA, "bogus_field");
+  snprintf(b, sizeof b, "{\"model\":\"%s\",\"messages\":[],\"images\":[\"aGk=\"]}", m);
+  expect_unknown("/api/chat", b, SHAPE_OLLAMA, "images"); /* images go on messages in a chat */
+  snprintf(b, sizeof b, "{\"model\":\"%s\",\"input\":\"x\",\"bogus_field\":1}", m);
+  expect_unknown("/api/embed", b, SHAPE_OLLAMA, "bogus_field");
+  snprintf(b, sizeof b, "{\"model\":\"%s\",\"prompt\":\"x\",\"input\":\"x\"}", m);
+  expect_unknown("/api/embeddings", b, SHAPE_OLLAMA, "input");
+  snprintf(b, sizeof b, "{\"model\":\"%s\",\"bogus_field\":1}", m);
+  expect_unknown("/api/show", b, SHAPE_OLLAMA, "bogus_field");
+
+  /* every known field at once, at values that ask for nothing refused */
+  snprintf(b, sizeof b,
+           "{\"model\":\"%s\",\"keep_alive\":\"5m\",\"messages\":" MSG ",\"max_tokens\":1,\"metadata\":{\"a\":\"b\"},"
+           "\"store\":false,\"safety_identifier\":\"s\",\"service_tier\":\"default\",\"prompt_cache_retention\":"
+           "\"in_memory\",\"user\":\"u\",\"cache_prompt\":true,\"n_predict\":1,\"bogus_but_null\":null}",
+           m);
+  expect_status("/v1/chat/completions", b, 200, "chat.completion");
+  snprintf(b, sizeof b, "{\"model\":\"%s\",\"keep_alive\":-1,\"prompt\":\"x\",\"max_tokens\":1,\"echo\":false,"
+           "\"best_of\":1,\"suffix\":\"\"}", m);
+  expect_status("/v1/completions", b, 200, "text_completion");
+  snprintf(b, sizeof b,
+           "{\"model\":\"%s\",\"keep_alive\":\"1h\",\"input\":\"x\",\"encoding_format\":\"float\","
+           "\"dimensions\":%d,\"user\":\"u\"}",
+           m, engine_n_embd(e));
+  expect_status("/v1/embeddings", b, 200, "\"embedding\"");
+  snprintf(b, sizeof b, "{\"model\":\"%s\",\"content\":\"x\",\"add_special\":false,\"parse_special\":true,"
+           "\"with_pieces\":true}", m);
+  expect_status("/tokenize", b, 200, "\"piece\"");
+  snprintf(b, sizeof b, "{\"model\":\"%s\",\"tokens\":[100]}", m);
+  expect_status("/detokenize", b, 200, "\"content\"");
+  /* tokenize's model is checked as the other endpoints check theirs */
+  expect_status("/tokenize", "{\"model\":\"gpt-4\",\"content\":\"x\"}", 404, "model_not_found");
+  snprintf(b, sizeof b,
+           "{\"model\":\"%s\",\"max_tokens\":1,\"messages\":" MSG ",\"system\":\"s\",\"stop_sequences\":[\"zz\"],"
+           "\"temperature\":0,\"top_p\":1,\"top_k\":1,\"stream\":false,\"metadata\":{\"user_id\":\"u\"},"
+           "\"service_tier\":\"auto\",\"thinking\":{\"type\":\"disabled\"},\"tools\":[],\"tool_choice\":null,"
+           "\"cache_control\":{\"type\":\"ephemeral\"},\"container\":null,\"diagnostics\":null,\"inference_geo\":null,"
+           "\"output_config\":{},\"speed\":\"standard\"}",
+           m);
+  expect_status("/v1/messages", b, 200, "\"message\"");
+  snprintf(b, sizeof b,
+           "{\"model\":\"%s\",\"messages\":" MSG ",\"system\":[{\"type\":\"text\",\"text\":\"s\"}],"
+           "\"thinking\":{\"type\":\"disabled\"},\"tools\":[],\"tool_choice\":null,\"cache_control\":"
+           "{\"type\":\"ephemeral\"},\"output_config\":null,\"speed\":null}",
+           m);
+  expect_status("/v1/messages/count_tokens", b, 200, "input_tokens");
+  snprintf(b, sizeof b, "{\"model\":\"%s\",\"max_tokens\":1,\"messages\":" MSG ",\"speed\":\"fast\"}", m);
+  expect_status("/v1/messages", b, 400, "speed:");
+  snprintf(b, sizeof b, "{\"model\":\"%s\",\"max_tokens\":1,\"messages\":" MSG ",\"container\":\"c\"}", m);
+  expect_status("/v1/messages", b, 400, "container:");
+  snprintf(b, sizeof b,
+           "{\"model\":\"%s\",\"messages\":" MSG ",\"stream\":false,\"format\":\"\",\"keep_alive\":\"5m\","
+           "\"options\":{\"num_predict\":1},\"think\":false,\"tools\":[],\"logprobs\":false,\"top_logprobs\":0,"
+           "\"truncate\":false,\"shift\":false}",
+           m);
+  expect_status("/api/chat", b, 200, "\"done\":true");
+  snprintf(b, sizeof b,
+           "{\"model\":\"%s\",\"prompt\":\"x\",\"system\":\"\",\"raw\":false,\"stream\":false,\"format\":\"\","
+           "\"keep_alive\":300,\"options\":{\"num_predict\":1},\"think\":false,\"tools\":[],\"logprobs\":false,"
+           "\"top_logprobs\":0,\"truncate\":false,\"shift\":false,\"images\":[],\"suffix\":\"\",\"template\":\"\","
+           "\"context\":[]}",
+           m);
+  expect_status("/api/generate", b, 200, "\"done\":true");
+  static const char *const ol_refused[] = {"\"think\":\"high\"", "\"think\":true", "\"logprobs\":true",
+                                           "\"top_logprobs\":2", "\"truncate\":true", "\"shift\":true"};
+  for (size_t i = 0; i < sizeof ol_refused / sizeof ol_refused[0]; i++) {
+    snprintf(b, sizeof b, "{\"model\":\"%s\",\"messages\":" MSG ",\"stream\":false,%s}", m, ol_refused[i]);
+    char name[32];
+    snprintf(name, sizeof name, "'%.*s'", (int)(strchr(ol_refused[i] + 1, '"') - ol_refused[i] - 1), ol_refused[i] + 1);
+    expect_status("/api/chat", b, 400, name);
+  }
+  snprintf(b, sizeof b, "{\"model\":\"%s\",\"input\":[\"x\"],\"truncate\":true,\"dimensions\":%d,\"keep_alive\":\"5m\","
+           "\"options\":{}}", m, engine_n_embd(e));
+  expect_status("/api/embed", b, 200, "\"embeddings\"");
+  snprintf(b, sizeof b, "{\"model\":\"%s\",\"prompt\":\"x\",\"truncate\":true,\"dimensions\":%d,\"keep_alive\":\"5m\","
+           "\"options\":{}}", m, engine_n_embd(e));
+  expect_status("/api/embeddings", b, 200, "\"embedding\"");
+  snprintf(b, sizeof b, "{\"model\":\"%s\",\"name\":\"%s\",\"verbose\":false,\"system\":\"\",\"template\":\"\","
+           "\"options\":{}}", m, m);
+  expect_status("/api/show", b, 200, "\"model_info\"");
+  snprintf(b, sizeof b, "{\"model\":\"%s\",\"system\":\"be brief\"}", m);
+  expect_status("/api/show", b, 400, "'system'");
+  snprintf(b, sizeof b,
+           "{\"model\":\"%s\",\"input\":\"x\",\"instructions\":\"i\",\"max_output_tokens\":1,\"temperature\":0,"
+           "\"top_p\":1,\"stream\":false,\"stream_options\":{\"include_obfuscation\":false},\"store\":false,"
+           "\"previous_response_id\":null,\"metadata\":{\"a\":\"b\"},\"text\":{\"format\":{\"type\":\"text\"}},"
+           "\"prompt_cache_key\":\"k\",\"prompt_cache_retention\":\"in_memory\",\"user\":\"u\","
+           "\"safety_identifier\":\"s\",\"service_tier\":\"auto\",\"parallel_tool_calls\":true,\"tool_choice\":"
+           "\"none\",\"truncation\":\"disabled\",\"top_logprobs\":0,\"tools\":[],\"reasoning\":null,\"include\":[],"
+           "\"background\":false,\"conversation\":null,\"context_management\":[],\"moderation\":null,\"prompt\":null,"
+           "\"prompt_cache_options\":null}",
+           m);
+  expect_status("/v1/responses", b, 200, "\"response\"");
+  static const char *const rs_refused[][2] = {{"conversation", "\"conv_1\""}, {"prompt", "{\"id\":\"p\"}"},
+                                              {"moderation", "{\"model\":\"m\"}"}, {"service_tier", "\"flex\""},
+                                              {"prompt_cache_retention", "\"24h\""}, {"context_management", "[{}]"}};
+  for (size_t i = 0; i < sizeof rs_refused / sizeof rs_refused[0]; i++) {
+    snprintf(b, sizeof b, "{\"input\":\"x\",\"max_output_tokens\":1,\"%s\":%s}", rs_refused[i][0], rs_refused[i][1]);
+    char p[64];
+    snprintf(p, sizeof p, "\"param\":\"%s\"", rs_refused[i][0]);
+    expect_status("/v1/responses", b, 400, p);
+  }
+#undef MSG
+}
+
 static char g_greedy[4096];
 
 static void test_chat(void) {
@@ -990,6 +1167,7 @@ int main(void) {
   double t0 = pw_now_s();
   test_basic();
   test_errors();
+  test_fields(e);
   test_chat();
   test_completions_tok_emb();
   test_auth(e);

@@ -39,8 +39,7 @@ static void test_chat_ok(void) {
       "\"presence_penalty\":0.5,\"frequency_penalty\":-0.5,\"repeat_penalty\":1.1,\"seed\":42,"
       "\"stop\":[\"\\n\\n\",\"END\"],\"stream\":true,\"stream_options\":{\"include_usage\":true},"
       "\"logprobs\":true,\"top_logprobs\":3,\"logit_bias\":{\"10\":-100,\"20\":5.5},\"user\":\"u\","
-      "\"tools\":[],\"tool_choice\":\"none\",\"response_format\":{\"type\":\"text\"},\"n\":1,"
-      "\"some_future_field\":{\"x\":1}}";
+      "\"tools\":[],\"tool_choice\":\"none\",\"response_format\":{\"type\":\"text\"},\"n\":1}";
   int rc = parse(OAI_CHAT, body, &r, &e);
   CHECK_MSG(rc == 0, "%s", e.message);
   if (rc) return;
@@ -539,11 +538,8 @@ static void test_cache_key(void) {
       else CHECK_MSG(strstr(e.message, "kkkkkkkk") == NULL && strstr(e.message, "[0m") == NULL, "%s", e.message);
     }
   }
-  /* Not a field of the other endpoints: ignored there as an unknown extra. */
-  oai_request r;
-  oai_error e;
-  CHECK(parse(OAI_EMBEDDING, "{\"input\":\"x\",\"prompt_cache_key\":5}", &r, &e) == 0);
-  oai_request_free(&r);
+  /* Not a field of the other endpoints: refused there as unknown. */
+  expect_err(OAI_EMBEDDING, "{\"input\":\"x\",\"prompt_cache_key\":\"k\"}", "unknown_field", "prompt_cache_key");
 }
 
 /* The scope digest: exactly SHA-256 over (u64 LE length, bytes) of tenant,
@@ -790,7 +786,210 @@ static void test_foreign_fields(void) {
   expect_err(OAI_CHAT, body, "invalid_type", "cache_prompt");
 }
 
+/* ---- top-level members: known, or refused naming the field ------------- */
+
+typedef struct member_case {
+  const char *name;
+  const char *value; /* JSON */
+  const char *code;  /* NULL: accepted; else the 400's code */
+} member_case;
+
+#define MSGS "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]"
+
+/* Every member each endpoint knows, with a value, and the outcome. The
+ * accepted values also parse all together (one request carrying every one
+ * of them). */
+static const member_case k_chat_cases[] = {
+    {"model", "\"m\"", NULL}, {"keep_alive", "\"5m\"", NULL},
+    {"messages", "[{\"role\":\"user\",\"content\":\"y\"}]", NULL}, {"temperature", "0.5", NULL},
+    {"top_p", "0.9", NULL}, {"top_k", "40", NULL}, {"min_p", "0.05", NULL}, {"presence_penalty", "0.1", NULL},
+    {"frequency_penalty", "0.1", NULL}, {"repeat_penalty", "1.1", NULL}, {"seed", "7", NULL},
+    {"ignore_eos", "false", NULL}, {"max_tokens", "5", NULL}, {"max_completion_tokens", "5", NULL},
+    {"n_predict", "5", NULL}, {"n", "2", NULL}, {"stream", "true", NULL},
+    {"stream_options", "{\"include_usage\":true}", NULL}, {"logprobs", "true", NULL}, {"top_logprobs", "0", NULL},
+    {"user", "\"u\"", NULL}, {"stop", "\"s\"", NULL}, {"logit_bias", "{\"1\":1}", NULL},
+    {"prompt_cache_key", "\"k\"", NULL}, {"response_format", "{\"type\":\"text\"}", NULL},
+    {"grammar", "\"\"", NULL}, {"tools", "[]", NULL}, {"tool_choice", "\"auto\"", NULL},
+    {"parallel_tool_calls", "false", NULL}, {"reasoning_effort", "\"low\"", NULL},
+    {"chat_template_kwargs", "{\"enable_thinking\":false}", NULL}, {"cache_prompt", "true", NULL},
+    {"functions", "[]", NULL}, {"function_call", "\"none\"", NULL}, {"store", "false", NULL},
+    {"metadata", "{\"a\":\"b\"}", NULL}, {"safety_identifier", "\"s\"", NULL}, {"service_tier", "\"auto\"", NULL},
+    {"prompt_cache_retention", "\"in_memory\"", NULL}, {"moderation", "{}", NULL},
+    {"prompt_cache_options", "{}", NULL}, {"verbosity", "\"low\"", "unsupported_verbosity"},
+    /* llama.cpp's (the README's list): neutral values pass, others are refused by name */
+    {"chat_template", "\"x\"", "unsupported_chat_template"},
+    {"reasoning_format", "\"none\"", "unsupported_reasoning_format"},
+    {"enable_thinking", "false", "unsupported_enable_thinking"}, {"continue_final_message", "false", NULL},
+    {"add_generation_prompt", "true", NULL}, {"parse_tool_calls", "false", NULL},
+    {"modalities", "[\"text\"]", "unsupported_modalities"}, {"audio", "{}", "unsupported_audio"},
+    {"prediction", "{}", "unsupported_prediction"}, {"web_search_options", "{}", "unsupported_web_search_options"},
+    {"mirostat", "0", NULL}, {"mirostat_tau", "5", "unsupported_mirostat_tau"},
+    {"mirostat_eta", "0.1", "unsupported_mirostat_eta"}, {"typical_p", "1", NULL}, {"tfs_z", "1", NULL},
+    {"top_n_sigma", "-1", NULL}, {"dynatemp_range", "0", NULL},
+    {"dynatemp_exponent", "1", "unsupported_dynatemp_exponent"}, {"xtc_probability", "0", NULL},
+    {"xtc_threshold", "0.1", "unsupported_xtc_threshold"}, {"dry_multiplier", "0", NULL},
+    {"dry_base", "1.75", "unsupported_dry_base"}, {"dry_allowed_length", "2", "unsupported_dry_allowed_length"},
+    {"dry_penalty_last_n", "-1", "unsupported_dry_penalty_last_n"},
+    {"dry_sequence_breakers", "[]", "unsupported_dry_sequence_breakers"},
+    {"repeat_last_n", "64", "unsupported_repeat_last_n"}, {"penalty_last_n", "64", "unsupported_penalty_last_n"},
+    {"penalize_nl", "false", NULL}, {"n_probs", "0", NULL}, {"n_keep", "0", "unsupported_n_keep"},
+    {"min_keep", "0", "unsupported_min_keep"}, {"n_indent", "0", "unsupported_n_indent"}, {"id_slot", "-1", NULL},
+    {"slot_id", "-1", NULL}, {"samplers", "[]", "unsupported_samplers"},
+    {"t_max_predict_ms", "0", "unsupported_t_max_predict_ms"}, {"image_data", "[]", "unsupported_image_data"},
+    {"lora", "[]", "unsupported_lora"}, {"return_tokens", "false", NULL}, {"post_sampling_probs", "false", NULL},
+    {"timings_per_token", "false", NULL}, {"response_fields", "[]", "unsupported_response_fields"},
+    {"json_schema", "{}", "unsupported_json_schema"},
+    /* known but refused at these values */
+    {"store", "true", "unsupported_store"}, {"service_tier", "\"flex\"", "unsupported_service_tier"},
+    {"prompt_cache_retention", "\"24h\"", "unsupported_prompt_cache_retention"},
+    {"moderation", "{\"model\":\"m\"}", "unsupported_moderation"},
+    {"prompt_cache_options", "{\"mode\":\"explicit\"}", "unsupported_prompt_cache_options"},
+    {"metadata", "[]", "invalid_type"}, {"safety_identifier", "5", "invalid_type"},
+    {"functions", "[{\"name\":\"f\"}]", "unsupported_functions"},
+    {"function_call", "{\"name\":\"f\"}", "unsupported_function_call"},
+    /* not fields of a chat request */
+    {"prompt", "\"x\"", "unknown_field"}, {"suffix", "\"\"", "unknown_field"}, {"input", "\"x\"", "unknown_field"},
+    {"bogus_field", "1", "unknown_field"}, {"Temperature", "0.5", "unknown_field"},
+};
+
+static const member_case k_completion_cases[] = {
+    {"model", "\"m\"", NULL}, {"keep_alive", "-1", NULL}, {"prompt", "\"y\"", NULL}, {"temperature", "0.5", NULL},
+    {"top_p", "0.9", NULL}, {"top_k", "40", NULL}, {"min_p", "0.05", NULL}, {"presence_penalty", "0.1", NULL},
+    {"frequency_penalty", "0.1", NULL}, {"repeat_penalty", "1.1", NULL}, {"seed", "7", NULL},
+    {"ignore_eos", "false", NULL}, {"max_tokens", "5", NULL}, {"max_completion_tokens", "5", NULL},
+    {"n_predict", "5", NULL}, {"n", "2", NULL}, {"stream", "true", NULL},
+    {"stream_options", "{\"include_usage\":true}", NULL}, {"logprobs", "2", NULL}, {"user", "\"u\"", NULL},
+    {"stop", "[\"s\"]", NULL}, {"logit_bias", "{\"1\":1}", NULL}, {"prompt_cache_key", "\"k\"", NULL},
+    {"response_format", "{\"type\":\"text\"}", NULL}, {"grammar", "\"\"", NULL}, {"cache_prompt", "false", NULL},
+    {"suffix", "\"\"", NULL}, {"echo", "false", NULL}, {"best_of", "1", NULL},
+    {"suffix", "\"z\"", "unsupported_suffix"}, {"echo", "true", "unsupported_echo"},
+    {"best_of", "2", "unsupported_best_of"},
+    /* llama.cpp's sampling fields are refused here too; its chat fields are not fields here */
+    {"mirostat", "0", NULL}, {"mirostat", "2", "unsupported_mirostat"}, {"samplers", "[]", "unsupported_samplers"},
+    {"chat_template", "\"x\"", "unknown_field"}, {"add_generation_prompt", "true", "unknown_field"},
+    /* chat-only OpenAI fields */
+    {"messages", "[]", "unknown_field"}, {"top_logprobs", "2", "unknown_field"}, {"tools", "[]", "unknown_field"},
+    {"tool_choice", "\"none\"", "unknown_field"}, {"metadata", "{}", "unknown_field"},
+    {"store", "false", "unknown_field"}, {"bogus_field", "1", "unknown_field"},
+};
+
+static const member_case k_embedding_cases[] = {
+    {"model", "\"m\"", NULL}, {"keep_alive", "\"1h\"", NULL}, {"input", "\"y\"", NULL},
+    {"encoding_format", "\"float\"", NULL}, {"dimensions", "8", NULL}, {"user", "\"u\"", NULL},
+    {"prompt", "\"x\"", "unknown_field"}, {"content", "\"x\"", "unknown_field"}, {"truncate", "true", "unknown_field"},
+    {"prompt_cache_key", "\"k\"", "unknown_field"}, {"bogus_field", "1", "unknown_field"},
+};
+
+static const member_case k_tokenize_cases[] = {
+    {"model", "\"m\"", NULL}, {"content", "\"y\"", NULL}, {"add_special", "true", NULL},
+    {"parse_special", "false", NULL}, {"with_pieces", "true", NULL}, {"model", "5", "invalid_type"},
+    {"tokens", "[1]", "unknown_field"}, {"prompt", "\"x\"", "unknown_field"}, {"bogus_field", "1", "unknown_field"},
+};
+
+static const member_case k_detokenize_cases[] = {
+    {"model", "\"m\"", NULL}, {"tokens", "[3]", NULL}, {"content", "\"x\"", "unknown_field"},
+    {"with_pieces", "true", "unknown_field"}, {"bogus_field", "1", "unknown_field"},
+};
+
+static void check_member_cases(oai_kind kind, const char *base, const member_case *cases, size_t n) {
+  char body[1024];
+  oai_request r;
+  oai_error e;
+  /* each case on its own */
+  for (size_t i = 0; i < n; i++) {
+    snprintf(body, sizeof body, "{%s,\"%s\":%s}", base, cases[i].name, cases[i].value);
+    if (!cases[i].code) {
+      memset(&e, 0, sizeof e);
+      int rc = parse(kind, body, &r, &e);
+      CHECK_MSG(rc == 0, "%s: %s", body, e.message);
+      if (!rc) oai_request_free(&r);
+    } else {
+      expect_err(kind, body, cases[i].code, cases[i].name);
+      if (!strcmp(cases[i].code, "unknown_field")) {
+        memset(&e, 0, sizeof e);
+        if (parse(kind, body, &r, &e) == 0) oai_request_free(&r);
+        else CHECK_MSG(strstr(e.message, cases[i].name) != NULL, "%s: message '%s' does not name it", body, e.message);
+      }
+    }
+  }
+  /* all the accepted ones in one request */
+  sbuf b = {0};
+  sbuf_printf(&b, "{%s", base);
+  for (size_t i = 0; i < n; i++)
+    if (!cases[i].code) sbuf_printf(&b, ",\"%s\":%s", cases[i].name, cases[i].value);
+  sbuf_puts(&b, "}");
+  memset(&e, 0, sizeof e);
+  int rc = oai_parse(kind, b.data, b.len, &r, &e);
+  CHECK_MSG(rc == 0, "every accepted member at once: %s (%s)", e.message, b.data);
+  if (!rc) oai_request_free(&r);
+  sbuf_free(&b);
+  /* the endpoint's list holds no name the cases above do not try */
+  const char *const *names = oai_fields(kind);
+  CHECK(names != NULL);
+  for (int i = 0; names && names[i]; i++) {
+    bool tried = false;
+    for (size_t j = 0; j < n && !tried; j++) tried = !strcmp(cases[j].name, names[i]);
+    CHECK_MSG(tried, "kind %d: '%s' is known but not tested", (int)kind, names[i]);
+  }
+}
+
+static void test_members(void) {
+  check_member_cases(OAI_CHAT, MSGS, k_chat_cases, sizeof k_chat_cases / sizeof k_chat_cases[0]);
+  check_member_cases(OAI_COMPLETION, "\"prompt\":\"x\"", k_completion_cases,
+                     sizeof k_completion_cases / sizeof k_completion_cases[0]);
+  check_member_cases(OAI_EMBEDDING, "\"input\":\"x\"", k_embedding_cases,
+                     sizeof k_embedding_cases / sizeof k_embedding_cases[0]);
+  check_member_cases(OAI_TOKENIZE, "\"content\":\"x\"", k_tokenize_cases,
+                     sizeof k_tokenize_cases / sizeof k_tokenize_cases[0]);
+  check_member_cases(OAI_DETOKENIZE, "\"tokens\":[1]", k_detokenize_cases,
+                     sizeof k_detokenize_cases / sizeof k_detokenize_cases[0]);
+
+  /* The error object: 400 invalid_request_error, param and message name the field. */
+  oai_request r;
+  oai_error e;
+  CHECK(parse(OAI_CHAT, "{" MSGS ",\"bogus_field\":{\"deep\":[1]}}", &r, &e) != 0);
+  sbuf out = {0};
+  oai_render_error(&e, &out);
+  json_t *j = json_loadb(out.data, out.len, 0, NULL);
+  json_t *eo = json_object_get(j, "error");
+  CHECK_STR(json_string_value(json_object_get(eo, "type")), "invalid_request_error");
+  CHECK_STR(json_string_value(json_object_get(eo, "code")), "unknown_field");
+  CHECK_STR(json_string_value(json_object_get(eo, "param")), "bogus_field");
+  CHECK(strstr(json_string_value(json_object_get(eo, "message")), "'bogus_field' is not a field") != NULL);
+  json_decref(j);
+  sbuf_free(&out);
+  /* The first unknown member in the body's order is named; the check runs
+   * before any other (a bad type elsewhere comes second). */
+  expect_err(OAI_COMPLETION, "{\"prompt\":5,\"zz\":1,\"aa\":2}", "unknown_field", "zz");
+  /* null asks for nothing: an unknown member set to null passes, as a known one does */
+  CHECK_MSG(parse(OAI_CHAT, "{" MSGS ",\"bogus_field\":null}", &r, &e) == 0, "%s", e.message);
+  oai_request_free(&r);
+  /* members of nested objects are the parsers' own business (not checked here) */
+  CHECK_MSG(parse(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":\"bob\"}]}", &r, &e) == 0,
+            "%s", e.message);
+  oai_request_free(&r);
+  /* tokenize now reads its model */
+  CHECK(parse(OAI_TOKENIZE, "{\"content\":\"x\",\"model\":\"m\"}", &r, &e) == 0);
+  CHECK_STR(r.model, "m");
+  oai_request_free(&r);
+
+  /* The adapters' helpers. */
+  static const char *const known[] = {"a", "b", NULL};
+  json_t *o = json_loads("{\"a\":1,\"n\":null,\"b\":2,\"c\":3,\"d\":4}", 0, NULL);
+  CHECK_STR(oai_unknown_member(o, known), "c");
+  memset(&e, 0, sizeof e);
+  CHECK(oai_check_fields(o, known, &e) == PW_EINVAL && e.status == 400);
+  CHECK_STR(e.code, "unknown_field");
+  CHECK_STR(e.param, "c");
+  json_object_del(o, "c");
+  json_object_del(o, "d");
+  CHECK(oai_unknown_member(o, known) == NULL);
+  CHECK(oai_check_fields(o, known, &e) == 0);
+  json_decref(o);
+}
+
 int main(void) {
+  test_members();
   test_numeric_ranges();
   test_foreign_fields();
   test_chat_ok();
