@@ -261,8 +261,9 @@ static void pull_free(void *cls) {
   free(ps);
 }
 
-/* A pull request's body, parsed and started: model (the source), name,
- * stream, and in Ollama's API insecure (refused when true); any other field
+/* A pull request's body, parsed and started: model (the source), name
+ * (the store's name for it; in Ollama's API, alone, the source), stream,
+ * and in Ollama's API insecure (refused when true); any other field
  * is refused (unsupported_field here, unknown_field in Ollama's API, as
  * for its other endpoints). On success *out owns the started pull and
  * *stream is the request's choice. */
@@ -290,6 +291,13 @@ static int pull_begin(conn *k, struct MHD_Connection *c, srv_models *sm, bool ol
   if (insecure) {
     oai_seterr(e, 400, "unsupported_field", "insecure", "'insecure' is not supported: every pull is verified");
     goto fail;
+  }
+  /* Ollama's API takes the model to pull as "model" or, its older
+   * spelling, "name" (which its official clients still send alone): there
+   * a lone name is the source, named in the store as any source is. */
+  if (ollama && !source && name) {
+    source = name;
+    name = NULL;
   }
   if (!(ps = calloc(1, sizeof *ps))) {
     oai_seterr(e, 500, "internal_error", NULL, "out of memory");

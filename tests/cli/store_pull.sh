@@ -293,6 +293,11 @@ check "the pulled model is in /v1/models" grep -q '"id":"web-tiny"' "$tmp/models
 curl -s --max-time 30 "$surl/v1/completions" -H 'content-type: application/json' \
   -d '{"model":"web-tiny","prompt":"hi","max_tokens":2}' >"$tmp/c.json"
 check "the pulled model answers" grep -q '"text"' "$tmp/c.json"
+# Ollama's /api/pull: its clients send the source as a lone "name" (the
+# older spelling of "model")
+curl -s -o "$tmp/op.body" --max-time 60 -H 'content-type: application/json' "$surl/api/pull" \
+  -d "{\"name\":\"$base/files/tiny.gguf\",\"stream\":false}"
+check "Ollama pull: a lone name is the source" grep -q "\"status\":\"success\".*\"digest\":\"sha256:$d_tiny\"" "$tmp/op.body"
 # NDJSON when asked for; a Hugging Face source with its LFS digest in the progress
 vpull '{"model":"hf.co/org/Tiny-GGUF:Q8_0"}' -H 'Accept: application/x-ndjson'
 check "NDJSON pull: application/x-ndjson" grep -qi "^content-type: application/x-ndjson" "$tmp/p.hdr"
