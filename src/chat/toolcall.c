@@ -142,17 +142,23 @@ int tc_grammar(const tc_syntax *sx, const json_t *tools, const char *only, bool 
    * the Qwen3-Coder form, where values are written one by one. */
   const char **docs = calloc(GRAMMAR_MAX_SCHEMAS, sizeof *docs);
   size_t *lens = calloc(GRAMMAR_MAX_SCHEMAS, sizeof *lens);
+  bool *lenient = calloc(GRAMMAR_MAX_SCHEMAS, sizeof *lenient);
   int *first = calloc(nt, sizeof *first); /* first schema index of tool i */
   char *gb = NULL;
   gtext g = {0};
   int nd = 0, rc = 0, n_sel = 0;
-  if (!docs || !lens || !first) {
+  if (!docs || !lens || !lenient || !first) {
     rc = pw_seterr(err, PW_ENOMEM, "out of memory");
     goto out;
   }
   for (size_t i = 0; i < nt && !rc; i++) {
     const json_t *t = json_array_get(tools, i);
     const json_t *params = json_object_get(tool_fn(t), "parameters");
+    /* A strict tool (OpenAI's "strict": true) asks for its schema to hold:
+     * what the grammar cannot enforce is an error. Otherwise its calls
+     * follow the schema as far as the grammar can (see tc_grammar). */
+    const bool strict = json_is_true(json_object_get(tool_fn(t), "strict"));
+    const int d0 = nd;
     first[i] = nd;
     if (only && strcmp(tool_name(t), only)) continue;
     n_sel++;
@@ -173,6 +179,7 @@ int tc_grammar(const tc_syntax *sx, const json_t *tools, const char *only, bool 
       else lens[nd] = strlen(docs[nd]);
       nd++;
     }
+    for (int d = d0; d < nd; d++) lenient[d] = !strict;
   }
   if (rc) goto out;
   if (n_sel == 0) {
@@ -183,7 +190,35 @@ int tc_grammar(const tc_syntax *sx, const json_t *tools, const char *only, bool 
     rc = pw_seterr(err, PW_ELIMIT, "the tools have more than %d parameter schemas", GRAMMAR_MAX_SCHEMAS);
     goto out;
   }
-  if ((rc = grammar_schemas_to_gbnf(docs, lens, nd, &gb, bad_keyword, err)) < 0) goto out;
+  rc = grammar_schemas_to_gbnf(docs, lens, lenient, nd, &gb, bad_keyword, err);
+  if (rc == PW_EUNSUPPORTED) {
+    /* A lenient document whose structure the compiler cannot produce
+     * either (an allOf of non-objects, a $ref beside other keywords, ...)
+     * takes any JSON value of its kind instead: the call stays well formed
+     * and its arguments are the model's. Strict documents keep the error. */
+    bool swapped = false;
+    for (int d = 0; d < nd && rc == PW_EUNSUPPORTED; d++) {
+      if (!lenient[d]) continue;
+      char *one = NULL, e1[PW_ERRMAX];
+      int r1 = grammar_schemas_to_gbnf(&docs[d], &lens[d], &lenient[d], 1, &one, NULL, e1);
+      free(one);
+      if (r1 != PW_EUNSUPPORTED) continue;
+      char *any = strdup(f == TC_QWEN3_CODER ? "{}" : "{\"type\":\"object\"}");
+      if (!any) {
+        rc = pw_seterr(err, PW_ENOMEM, "out of memory");
+        break;
+      }
+      free((void *)docs[d]);
+      docs[d] = any;
+      lens[d] = strlen(any);
+      swapped = true;
+    }
+    if (swapped && rc == PW_EUNSUPPORTED) {
+      if (bad_keyword) bad_keyword[0] = 0;
+      rc = grammar_schemas_to_gbnf(docs, lens, lenient, nd, &gb, bad_keyword, err);
+    }
+  }
+  if (rc < 0) goto out;
 
   /* tcallN: call N without the opener; tcalls: any of them. */
   const char *op = opener_of(f);
@@ -322,6 +357,7 @@ out:
     for (int i = 0; i < nd; i++) free((void *)docs[i]);
   free(docs);
   free(lens);
+  free(lenient);
   free(first);
   free(gb);
   free(g.s);

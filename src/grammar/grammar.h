@@ -139,9 +139,17 @@ int grammar_from_schema(const char *schema, size_t len, grammar **out, char *bad
  * is no `root` rule: the caller adds it. The other rule names the text uses
  * are `s<digits>`, `schema<digits>`, `f<lowercase>` and `j<lowercase>` and
  * `ws`; the caller's own rules must avoid them. Keywords and errors as
- * grammar_schema_to_gbnf. *gbnf_out is owned (free()). */
-int grammar_schemas_to_gbnf(const char *const *schemas, const size_t *lens, int n, char **gbnf_out, char *bad_keyword,
-                            char *err);
+ * grammar_schema_to_gbnf, except for the documents with lenient[I] true
+ * (lenient may be NULL: none), whose constraints this compiler cannot
+ * produce are left unenforced instead of PW_EUNSUPPORTED: other keywords
+ * (exclusiveMinimum, multipleOf, uniqueItems, ...), a format it does not
+ * know (the value is then any string), format or pattern beside each other
+ * (the pattern is kept) or beside minLength/maxLength (the lengths are
+ * kept), bounds and counts beyond the limits above, and items as an array.
+ * Their documents are then valid JSON of the schema's structure, not
+ * always valid instances. *gbnf_out is owned (free()). */
+int grammar_schemas_to_gbnf(const char *const *schemas, const size_t *lens, const bool *lenient, int n,
+                            char **gbnf_out, char *bad_keyword, char *err);
 /* GBNF of any JSON object (the "json_object" response format). Static
  * string. */
 const char *grammar_json_object_gbnf(void);

@@ -115,6 +115,7 @@ typedef struct sc {
   size_t n_refs, cap_refs;
   int n_rules;
   int depth;
+  bool lenient; /* the current document: keywords that cannot be enforced are left unenforced */
 } sc;
 
 __attribute__((format(printf, 3, 4))) static int fail(sc *c, int rc, const char *fmt, ...) {
@@ -354,7 +355,7 @@ static int get_bound(sc *c, json_t *s, const char *k, bool *has, double *v) {
   if (!x) return 0;
   if (!json_is_number(x)) return fail(c, PW_EINVAL, "'%s' must be a number", k);
   *v = json_number_value(x);
-  if (!(fabs(*v) <= SCHEMA_MAX_BOUND)) return unsupported(c, k, " beyond +-1e15");
+  if (!(fabs(*v) <= SCHEMA_MAX_BOUND)) return c->lenient ? 0 : unsupported(c, k, " beyond +-1e15");
   *has = true;
   return 0;
 }
@@ -846,10 +847,17 @@ static int get_count(sc *c, json_t *s, const char *k, long long *v, bool *has) {
     return fail(c, PW_EINVAL, "'%s' must be a non-negative integer", k);
   double d = json_number_value(x);
   if (d < 0) return fail(c, PW_EINVAL, "'%s' must be a non-negative integer", k);
-  if (d > GRAMMAR_MAX_REPEAT) return unsupported(c, k, " above 10000");
+  if (d > GRAMMAR_MAX_REPEAT) return c->lenient ? 0 : unsupported(c, k, " above 10000");
   *v = (long long)d;
   *has = true;
   return 0;
+}
+
+/* the rule of a format this compiler produces, or NULL */
+static const char *format_rule(const char *f) {
+  return strcmp(f, "date") == 0 ? "fdate" : strcmp(f, "time") == 0 ? "ftime"
+         : strcmp(f, "date-time") == 0 ? "fdatetime" : strcmp(f, "uuid") == 0 ? "fuuid"
+         : strcmp(f, "email") == 0 ? "femail" : NULL;
 }
 
 static int gen_string(sc *c, json_t *s, gbuf *e) {
@@ -857,14 +865,16 @@ static int gen_string(sc *c, json_t *s, gbuf *e) {
   long long mn = 0, mx = 0;
   bool hmn, hmx;
   if (get_count(c, s, "minLength", &mn, &hmn) < 0 || get_count(c, s, "maxLength", &mx, &hmx) < 0) return c->rc;
+  if (c->lenient && fmt && json_is_string(fmt) && !format_rule(json_string_value(fmt)))
+    fmt = NULL; /* a format it does not know: any string */
+  if (c->lenient && (fmt || pat) && (hmn || hmx)) fmt = pat = NULL; /* the lengths, not the format or pattern */
+  if (c->lenient && fmt && pat) fmt = NULL;
   if ((fmt && pat) || ((fmt || pat) && (hmn || hmx)))
     return unsupported(c, fmt ? "format" : "pattern", " combined with pattern, minLength or maxLength");
   if (fmt) {
     if (!json_is_string(fmt)) return fail(c, PW_EINVAL, "'format' must be a string");
     const char *f = json_string_value(fmt);
-    const char *r = strcmp(f, "date") == 0 ? "fdate" : strcmp(f, "time") == 0 ? "ftime"
-                    : strcmp(f, "date-time") == 0 ? "fdatetime" : strcmp(f, "uuid") == 0 ? "fuuid"
-                    : strcmp(f, "email") == 0 ? "femail" : NULL;
+    const char *r = format_rule(f);
     if (!r) {
       if (c->badkw) snprintf(c->badkw, 64, "format");
       return fail(c, PW_EUNSUPPORTED, "unsupported keyword 'format' value '%.40s' (date, time, date-time, uuid, email)", f);
@@ -1002,8 +1012,10 @@ out:
 static int gen_array(sc *c, json_t *s, gbuf *e) {
   json_t *items = json_object_get(s, "items"), *pre = json_object_get(s, "prefixItems");
   if (pre && !json_is_array(pre)) return fail(c, PW_EINVAL, "'prefixItems' must be an array of schemas");
-  if (items && !json_is_object(items) && !json_is_boolean(items))
-    return unsupported(c, "items", " as an array (use prefixItems)");
+  if (items && !json_is_object(items) && !json_is_boolean(items)) {
+    if (!c->lenient) return unsupported(c, "items", " as an array (use prefixItems)");
+    items = NULL; /* draft 4's tuples: any items */
+  }
   long long mn = 0, mx = -1, v;
   bool has;
   if (get_count(c, s, "minItems", &v, &has) < 0) return c->rc;
@@ -1238,7 +1250,10 @@ static int gen(sc *c, json_t *s, char *name) {
   bool constraints = false; /* keywords other than annotations and combinators */
   json_object_foreach(s, k, v) {
     if (in_list(k, k_annotations)) continue;
-    if (!in_list(k, k_supported)) return unsupported(c, k, NULL);
+    if (!in_list(k, k_supported)) {
+      if (c->lenient) continue; /* not enforced */
+      return unsupported(c, k, NULL);
+    }
     if (strcmp(k, "anyOf") && strcmp(k, "oneOf") && strcmp(k, "allOf") && strcmp(k, "$ref")) constraints = true;
   }
   int rc = 0;
@@ -1371,8 +1386,8 @@ int grammar_schema_to_gbnf(const char *schema, size_t len, char **gbnf_out, char
   return c.rc;
 }
 
-int grammar_schemas_to_gbnf(const char *const *schemas, const size_t *lens, int n, char **gbnf_out, char *bad_keyword,
-                            char *err) {
+int grammar_schemas_to_gbnf(const char *const *schemas, const size_t *lens, const bool *lenient, int n,
+                            char **gbnf_out, char *bad_keyword, char *err) {
   *gbnf_out = NULL;
   if (bad_keyword) bad_keyword[0] = 0;
   if (n < 0 || n > GRAMMAR_MAX_SCHEMAS)
@@ -1396,6 +1411,7 @@ int grammar_schemas_to_gbnf(const char *const *schemas, const size_t *lens, int 
     }
     c.root = root;
     c.n_refs = 0;
+    c.lenient = lenient && lenient[i];
     char top[24];
     gen(&c, root, top);
     gb_fmt(&tops, "schema%d ::= %s\n", i, top);

@@ -228,9 +228,17 @@ describe('tool calls with the openai client', () => {
       (e) => e instanceof OpenAI.BadRequestError && e.param === 'tool_choice');
     await assert.rejects(oc.chat.completions.create({ messages: msgs, reasoning_effort: 'low', max_tokens: 2 }),
       (e) => e instanceof OpenAI.BadRequestError && e.code === 'unsupported_reasoning_effort');
-    const bad = { type: 'function', function: { name: 'f', parameters: { type: 'object', patternProperties: { x: {} } } } };
-    await assert.rejects(oc.chat.completions.create({ messages: msgs, tools: [bad], tool_choice: 'required', max_tokens: 2 }),
-      (e) => e instanceof OpenAI.BadRequestError && e.code === 'unsupported_schema_keyword' && /patternProperties/.test(e.message));
+    // A keyword the grammar cannot enforce: an error for a strict tool,
+    // left to the client otherwise (the call is still a valid object).
+    const lax = { name: 'f', parameters: { type: 'object', properties: { n: { type: 'integer', minimum: 1, maximum: 99, exclusiveMinimum: 0 } }, required: ['n'], patternProperties: { x: {} } } };
+    await assert.rejects(oc.chat.completions.create({ messages: msgs, tools: [{ type: 'function', function: { ...lax, strict: true } }], tool_choice: 'required', max_tokens: 2 }),
+      (e) => e instanceof OpenAI.BadRequestError && e.code === 'unsupported_schema_keyword' && /patternProperties|exclusiveMinimum/.test(e.message));
+    const free = await oc.chat.completions.create({ messages: msgs, tools: [{ type: 'function', function: lax }], tool_choice: 'required', parallel_tool_calls: false, max_tokens: 200, temperature: 0 });
+    const fc = free.choices[0].message.tool_calls;
+    assert.equal(free.choices[0].finish_reason, 'tool_calls');
+    assert.equal(fc.length, 1);
+    assert.equal(fc[0].function.name, 'f');
+    assert.equal(typeof JSON.parse(fc[0].function.arguments).n, 'number');
   });
 
   it('reasoning: <think> becomes reasoning_content; chat_template_kwargs reach the template', T, async () => {

@@ -420,6 +420,69 @@ static void test_grammars(void) {
   grammar_vocab_destroy(gv);
 }
 
+/* Agents' tool schemas carry keywords the grammar cannot enforce
+ * (exclusiveMinimum, format "uri", uniqueItems, ...): the calls still
+ * follow the schema's structure and the rest is left to the client, unless
+ * the tool is strict; a schema whose structure cannot be produced takes
+ * any object, unless strict. */
+static void test_lenient_schemas(void) {
+  grammar_vocab *gv = byte_vocab();
+  char err[PW_ERRMAX], bad[64];
+  static const char *const lax =
+      "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"exclusiveMinimum\":0},"
+      "\"url\":{\"type\":\"string\",\"format\":\"uri\"},\"tags\":{\"type\":\"array\",\"uniqueItems\":true,"
+      "\"items\":{\"type\":\"string\"}}},\"required\":[\"n\",\"url\"],\"additionalProperties\":false}";
+  static const char *const odd = "{\"allOf\":[{\"type\":\"string\"}]}"; /* no object grammar for it */
+  tc_syntax hs = {.format = TC_HERMES, .open_token = -1, .open_is_text = true};
+  for (int strict = 0; strict < 2; strict++) {
+    char buf[1024];
+    snprintf(buf, sizeof buf, "[{\"type\":\"function\",\"function\":{\"name\":\"fetch\",\"strict\":%s,\"parameters\":%s}}]",
+             strict ? "true" : "false", lax);
+    json_t *tools = json_loads(buf, 0, NULL);
+    grammar *g = NULL;
+    int rc = tc_grammar(&hs, tools, NULL, true, false, &g, bad, err);
+    if (strict) {
+      CHECK_MSG(rc == PW_EUNSUPPORTED && !g, "strict: rc %d", rc);
+      CHECK_MSG(!strcmp(bad, "exclusiveMinimum") || !strcmp(bad, "format") || !strcmp(bad, "uniqueItems"),
+                "strict: bad keyword '%s'", bad);
+    } else {
+      CHECK_MSG(rc == 0 && g, "lenient: %s", err);
+      if (g) {
+        CHECK(accepts(g, gv, "<tool_call>\n{\"name\": \"fetch\", \"arguments\": {\"n\": 3, \"url\": \"x\"}}\n</tool_call>"));
+        /* the structure holds: types, required and no other keys */
+        CHECK(!accepts(g, gv, "<tool_call>\n{\"name\": \"fetch\", \"arguments\": {\"n\": \"3\", \"url\": \"x\"}}\n</tool_call>"));
+        CHECK(!accepts(g, gv, "<tool_call>\n{\"name\": \"fetch\", \"arguments\": {\"url\": \"x\"}}\n</tool_call>"));
+        CHECK(!accepts(g, gv,
+                       "<tool_call>\n{\"name\": \"fetch\", \"arguments\": {\"n\": 3, \"url\": \"x\", \"z\": 1}}\n</tool_call>"));
+      }
+    }
+    grammar_destroy(g);
+    json_decref(tools);
+    /* a schema the compiler cannot produce beside one it can */
+    snprintf(buf, sizeof buf,
+             "[{\"type\":\"function\",\"function\":{\"name\":\"odd\",\"strict\":%s,\"parameters\":%s}},"
+             "{\"type\":\"function\",\"function\":{\"name\":\"fetch\",\"parameters\":%s}}]",
+             strict ? "true" : "false", odd, lax);
+    tools = json_loads(buf, 0, NULL);
+    g = NULL;
+    rc = tc_grammar(&hs, tools, NULL, true, false, &g, bad, err);
+    if (strict) {
+      CHECK_MSG(rc == PW_EUNSUPPORTED && !g && !strcmp(bad, "allOf"), "strict odd: rc %d bad '%s'", rc, bad);
+    } else {
+      CHECK_MSG(rc == 0 && g, "lenient odd: %s", err);
+      if (g) {
+        CHECK(accepts(g, gv, "<tool_call>\n{\"name\": \"odd\", \"arguments\": {\"anything\": [1]}}\n</tool_call>"));
+        CHECK(!accepts(g, gv, "<tool_call>\n{\"name\": \"odd\", \"arguments\": 5}\n</tool_call>"));
+        /* the other tool keeps its structure */
+        CHECK(!accepts(g, gv, "<tool_call>\n{\"name\": \"fetch\", \"arguments\": {\"url\": \"x\"}}\n</tool_call>"));
+      }
+    }
+    grammar_destroy(g);
+    json_decref(tools);
+  }
+  grammar_vocab_destroy(gv);
+}
+
 static void test_lazy(void) {
   grammar_vocab *gv = byte_vocab();
   json_t *tools = tools_json();
@@ -484,6 +547,7 @@ static void test_lazy(void) {
 }
 
 int main(void) {
+  test_lenient_schemas();
   test_detect();
   test_parse_formats();
   test_malformed();
