@@ -121,6 +121,13 @@ enum MHD_Result srv_generate(conn *k, struct MHD_Connection *c, oai_request *r, 
 /* The prompt tokens of a chat (messages as prompt_chat takes them), for
  * token counting. 0 or PW_EINVAL with e set. */
 int srv_count_chat(conn *k, json_t *messages, int *n_tokens, oai_error *e);
+/* The tool-call syntax of the request's model (bound), for an adapter that
+ * renders tool calls itself (chatout_init, tc_parser_create). */
+const tc_syntax *srv_tool_syntax(conn *k);
+/* srv_count_chat for a chat request r (messages, tools, tool_choice set by
+ * its adapter) prepared as srv_generate prepares it (oai_chat_prepare, with
+ * its errors), so what the template writes for the tools is counted. */
+int srv_count_chat_request(conn *k, oai_request *r, int *n_tokens, oai_error *e);
 
 /* Embeddings through the engine, one input at a time. r: kind
  * OAI_EMBEDDING with inputs (validated); truncate cuts inputs longer than
@@ -151,6 +158,13 @@ enum MHD_Result ollama_tags(conn *k, struct MHD_Connection *c);
 enum MHD_Result ollama_show(conn *k, struct MHD_Connection *c);
 enum MHD_Result ollama_ps(conn *k, struct MHD_Connection *c);
 enum MHD_Result ollama_version(conn *k, struct MHD_Connection *c);
+/* For tests: what /api/chat's renderers write for a model's answer text
+ * under template syntax sx and the prepared request r (oai_chat_prepare;
+ * in_reasoning as the prompt left it): the whole body (piece 0), or the
+ * NDJSON chunks of a stream fed piece bytes at a time, then its done
+ * chunk. Times and ids as in a real answer. 0 or PW_ENOMEM. */
+int ollama_chat_render_text(const tc_syntax *sx, const oai_request *r, const char *text, size_t n, size_t piece,
+                            engine_finish finish, sbuf *out);
 
 /* Anthropic Messages (api_anthropic.c) */
 void anth_render_error(const oai_error *e, sbuf *out);
@@ -178,6 +192,14 @@ int resp_store_get(resp_store *st, const char *id, const srv_caller *who, char *
 void resp_store_usage(resp_store *st, int *entries, size_t *bytes);
 enum MHD_Result resp_create(conn *k, struct MHD_Connection *c);
 enum MHD_Result resp_get(conn *k, struct MHD_Connection *c);
+/* For tests: what POST /v1/responses writes for a model's answer text
+ * under template syntax sx and the prepared request r (oai_chat_prepare;
+ * in_reasoning as the prompt left it): the whole response object (piece
+ * 0), or the events of a stream fed piece bytes at a time, its
+ * response.completed (or .incomplete) last. Ids and times as in a real
+ * answer; nothing is stored. 0 or PW_ENOMEM. */
+int resp_render_text(const tc_syntax *sx, const oai_request *r, const char *text, size_t n, size_t piece,
+                     engine_finish finish, sbuf *out);
 
 /* Model management (api_models.c): GET /v1/ps, POST /v1/models/{id}/load
  * and /unload, DELETE /v1/models/{id}, Ollama's POST /api/pull and

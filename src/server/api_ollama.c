@@ -20,6 +20,28 @@
  * lists those it reads (k_chat_fields, ...); think, logprobs,
  * top_logprobs, truncate and shift only at the value that asks for what
  * this server does (false, 0); any other field is a 400 naming it.
+ *
+ * Tools (/api/chat only; /api/generate refuses them, as Ollama's generate
+ * has none): `tools` in Ollama's (= OpenAI's) shape go through the same
+ * path as OpenAI's tool_choice "auto" (oai_chat_prepare: the template gets
+ * them, a lazy grammar keeps a call well formed once the model opens one;
+ * a template without a known tool-call format is a 400). Ollama has no
+ * tool_choice: the model decides. History: assistant `tool_calls`
+ * ({function: {name, arguments: an object}}, optional id / index) and
+ * role "tool" messages ({content, tool_name?, tool_call_id?}) become the
+ * template's messages; a call without an id gets one from its place in
+ * the conversation (the same every turn, so the prompt's prefix is reused;
+ * 9 characters for Mistral's templates), and a tool message is matched to
+ * the earliest unanswered call of the last assistant turn (by tool_name
+ * when given) for its id and name. The answer is split by the template's
+ * format (chat/toolcall.h, as for OpenAI): message.tool_calls items are
+ * {id, function: {index, name, arguments: an object}} as Ollama writes
+ * them; streamed, each call is one chunk once it is complete (never
+ * argument fragments). A call cut off by num_predict, whose arguments are
+ * not a whole object, is left out (done_reason "length" says so).
+ * Reasoning (<think> templates, gpt-oss channels) is kept out of the
+ * content and not returned: Ollama returns it in message.thinking only
+ * when think is true, which this server refuses.
  * What it is not: the store's pull and delete (api_models.c), or a
  * multi-model router (models.c, registry.c). */
 #include "server/api.h"
@@ -194,7 +216,7 @@ static int check_neutral(json_t *root, oai_error *e) {
 }
 
 /* What both generation endpoints share: model, stream, options, format,
- * keep_alive, think, tools. nothing: the request has nothing to generate;
+ * keep_alive, think. nothing: the request has nothing to generate;
  * then, serving a store, keep_alive 0 sets *unload and the model is not
  * loaded. */
 static int parse_common(conn *k, struct MHD_Connection *c, oai_request *r, const char *const *known, char *model,
@@ -216,10 +238,220 @@ static int parse_common(conn *k, struct MHD_Connection *c, oai_request *r, const
     return srv_models_unload(srv_store(srv_server(k)), m, e);
   }
   if (srv_use_model(k, c, m, false, e)) return PW_EINVAL;
-  if (nonempty(json_object_get(root, "tools")))
-    return oai_seterr(e, 400, "unsupported_tools", "tools", "'tools' is not supported yet (no tool calling)");
   if (parse_options(k, json_object_get(root, "options"), r, e)) return PW_EINVAL;
   return parse_format(root, r, e);
+}
+
+/* ---- tools and the conversation ------------------------------------------ */
+
+#define OL_CALL_ID_MAX 256 /* bytes of a call id a client sends */
+
+/* The characters the grammar and the parser take in a tool's name. */
+static bool tool_name_ok(const char *s, size_t n) {
+  if (n == 0 || n > TC_MAX_NAME) return false;
+  for (size_t i = 0; i < n; i++)
+    if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+          s[i] == '_' || s[i] == '-' || s[i] == '.'))
+      return false;
+  return true;
+}
+
+/* One tool of tools[i], checked against the earlier ones (out) and
+ * appended to out in the shape oai_chat_prepare, the grammar and the
+ * templates take (type written out when a client left it off). */
+static int add_tool(json_t *tool, size_t i, json_t *out, oai_error *e) {
+  char param[48];
+  snprintf(param, sizeof param, "tools[%zu]", i);
+  json_t *type = json_object_get(tool, "type"), *fn = json_object_get(tool, "function");
+  if (!json_is_object(tool) || !json_is_object(fn) ||
+      (type && !json_is_null(type) && !(json_is_string(type) && !strcmp(json_string_value(type), "function"))))
+    return oai_seterr(e, 400, "invalid_value", param, "'%s' must be {\"type\": \"function\", \"function\": {...}}",
+                      param);
+  const char *key;
+  json_t *v;
+  json_object_foreach(tool, key, v) {
+    if (!json_is_null(v) && strcmp(key, "type") && strcmp(key, "function"))
+      return oai_seterr(e, 400, "unsupported_field", param, "'%s.%.40s' is not supported by this server", param, key);
+  }
+  json_t *name = json_object_get(fn, "name"), *desc = json_object_get(fn, "description");
+  json_t *params = json_object_get(fn, "parameters");
+  if (!json_is_string(name) || !tool_name_ok(json_string_value(name), json_string_length(name)))
+    return oai_seterr(e, 400, "invalid_value", param,
+                      "'%s.function.name' must be 1..%d characters of a-z, A-Z, 0-9, '_', '-' and '.'", param,
+                      TC_MAX_NAME);
+  if (desc && !json_is_null(desc) && !json_is_string(desc))
+    return oai_seterr(e, 400, "invalid_type", param, "'%s.function.description' must be a string", param);
+  if (params && !json_is_null(params) && !json_is_object(params))
+    return oai_seterr(e, 400, "invalid_type", param, "'%s.function.parameters' must be a JSON Schema object", param);
+  size_t j;
+  json_t *prev;
+  json_array_foreach(out, j, prev) {
+    if (!strcmp(json_string_value(json_object_get(json_object_get(prev, "function"), "name")), json_string_value(name)))
+      return oai_seterr(e, 400, "invalid_value", param, "tool name '%s' is given twice", json_string_value(name));
+  }
+  if (json_array_append_new(out, json_pack("{s:s,s:O}", "type", "function", "function", fn)))
+    return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
+  return 0;
+}
+
+/* tools: [{type: "function", function: {name, description, parameters}}]
+ * into r->tools. Ollama has no tool_choice: auto. */
+static int parse_tools(json_t *t, oai_request *r, oai_error *e) {
+  r->tool_choice = OAI_TOOLS_AUTO;
+  r->parallel_tool_calls = true;
+  if (!nonempty(t)) return 0;
+  if (!json_is_array(t)) return oai_seterr(e, 400, "invalid_type", "tools", "'tools' must be an array");
+  if (json_array_size(t) > TC_MAX_TOOLS)
+    return oai_seterr(e, 400, "invalid_value", "tools", "'tools' holds at most %d tools", TC_MAX_TOOLS);
+  json_t *out = json_array();
+  if (!out) return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
+  size_t i;
+  json_t *tool;
+  json_array_foreach(t, i, tool) {
+    if (add_tool(tool, i, out, e)) {
+      json_decref(out);
+      return PW_EINVAL;
+    }
+  }
+  r->tools = out;
+  return 0;
+}
+
+/* A call id given by the conversation's place of the call (message i,
+ * call j): the same text every turn, so the rendered prompt's prefix stays
+ * the same and is reused. Mistral's templates take ids of exactly 9
+ * alphanumerics. */
+static void history_call_id(size_t i, size_t j, bool short_ids, char *out, size_t cap) {
+  size_t n = i * TC_MAX_CALLS + j;
+  if (short_ids) snprintf(out, cap, "%09zu", n % 1000000000u);
+  else snprintf(out, cap, "call_%zu", n);
+}
+
+/* The calls of the last assistant turn, for the tool messages after it. */
+typedef struct ol_pending {
+  const char *id, *name; /* views into r->messages */
+  bool answered;
+} ol_pending;
+
+/* An assistant message's tool_calls (Ollama: arguments an object) as the
+ * templates take them (OpenAI's form with arguments an object), into
+ * msg.tool_calls; the calls become the pending ones. */
+static int history_calls(json_t *calls, const char *param, size_t mi, bool short_ids, json_t *msg, ol_pending *pend,
+                         int *n_pend, oai_error *e) {
+  if (!json_is_array(calls)) return oai_seterr(e, 400, "invalid_type", param, "'%s' must be an array", param);
+  if (json_array_size(calls) > TC_MAX_CALLS)
+    return oai_seterr(e, 400, "invalid_value", param, "'%s' holds at most %d calls", param, TC_MAX_CALLS);
+  json_t *arr = json_array();
+  if (!arr || json_object_set_new(msg, "tool_calls", arr))
+    return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
+  *n_pend = 0;
+  size_t j;
+  json_t *c;
+  json_array_foreach(calls, j, c) {
+    json_t *fn = json_object_get(c, "function");
+    json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
+    json_t *id = json_object_get(c, "id"), *type = json_object_get(c, "type");
+    json_t *index = json_object_get(fn, "index");
+    if (!json_is_object(c) || !json_is_object(fn))
+      return oai_seterr(e, 400, "invalid_value", param, "'%s[%zu]' must be {\"function\": {\"name\", \"arguments\"}}",
+                        param, j);
+    if (!json_is_string(name) || !json_string_length(name) || json_string_length(name) > TC_MAX_NAME)
+      return oai_seterr(e, 400, "invalid_value", param, "'%s[%zu].function.name' must be a string of 1..%d bytes",
+                        param, j, TC_MAX_NAME);
+    if (args && !json_is_null(args) && !json_is_object(args))
+      return oai_seterr(e, 400, "invalid_type", param, "'%s[%zu].function.arguments' must be an object", param, j);
+    if (id && !json_is_null(id) &&
+        (!json_is_string(id) || !json_string_length(id) || json_string_length(id) > OL_CALL_ID_MAX))
+      return oai_seterr(e, 400, "invalid_value", param, "'%s[%zu].id' must be a string of 1..%d bytes", param, j,
+                        OL_CALL_ID_MAX);
+    if (type && !json_is_null(type) && !(json_is_string(type) && !strcmp(json_string_value(type), "function")))
+      return oai_seterr(e, 400, "invalid_value", param, "'%s[%zu].type' must be \"function\"", param, j);
+    if (index && !json_is_null(index) && !(json_is_integer(index) && json_integer_value(index) >= 0))
+      return oai_seterr(e, 400, "invalid_value", param, "'%s[%zu].function.index' must be a non-negative integer",
+                        param, j);
+    char gen[32];
+    if (!json_is_string(id)) history_call_id(mi, j, short_ids, gen, sizeof gen);
+    json_t *one = json_pack("{s:s,s:s,s:{s:O,s:o}}", "id", json_is_string(id) ? json_string_value(id) : gen, "type",
+                            "function", "function", "name", name, "arguments",
+                            json_is_object(args) ? json_incref(args) : json_object());
+    if (!one || json_array_append_new(arr, one)) return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
+    pend[*n_pend].id = json_string_value(json_object_get(one, "id"));
+    pend[*n_pend].name = json_string_value(name);
+    pend[*n_pend].answered = false;
+    (*n_pend)++;
+  }
+  return 0;
+}
+
+/* A tool message's id and name: its tool_call_id when given, else the
+ * earliest unanswered call of the last assistant turn (of its tool_name
+ * when given); a result that answers no call still gets an id of its own
+ * (a template may require one). */
+static int tool_result(json_t *msg, const char *call_id, const char *tool_name, size_t mi, bool short_ids,
+                       ol_pending *pend, int n_pend, oai_error *e) {
+  int hit = -1;
+  for (int k = 0; k < n_pend && hit < 0; k++) {
+    if (call_id ? !strcmp(pend[k].id, call_id)
+                : !pend[k].answered && (!tool_name || !strcmp(pend[k].name, tool_name)))
+      hit = k;
+  }
+  char gen[32];
+  if (hit >= 0) {
+    pend[hit].answered = true;
+    if (!call_id) call_id = pend[hit].id;
+    if (!tool_name) tool_name = pend[hit].name;
+  }
+  if (!call_id) {
+    history_call_id(mi, 0, short_ids, gen, sizeof gen);
+    call_id = gen;
+  }
+  if (json_object_set_new(msg, "tool_call_id", json_string(call_id)) ||
+      (tool_name && json_object_set_new(msg, "name", json_string(tool_name))))
+    return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
+  return 0;
+}
+
+/* messages: [{role, content, images?, tool_calls?, tool_name?,
+ * tool_call_id?}] into r->messages as the templates take them. */
+static int parse_messages(json_t *msgs, bool short_ids, oai_request *r, oai_error *e) {
+  ol_pending pend[TC_MAX_CALLS];
+  int n_pend = 0;
+  size_t i;
+  json_t *m;
+  json_array_foreach(msgs, i, m) {
+    char param[64], p2[96];
+    snprintf(param, sizeof param, "messages[%zu]", i);
+    if (!json_is_object(m)) return oai_seterr(e, 400, "invalid_type", param, "'%s' must be an object", param);
+    const char *role, *content, *tool_name, *call_id;
+    snprintf(p2, sizeof p2, "%s.role", param);
+    if (api_str(m, "role", p2, &role, e)) return PW_EINVAL;
+    if (!role || (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "tool")))
+      return oai_seterr(e, 400, "invalid_value", p2, "'%s' must be system, user, assistant or tool", p2);
+    bool tool = !strcmp(role, "tool");
+    snprintf(p2, sizeof p2, "%s.images", param);
+    if (nonempty(json_object_get(m, "images")))
+      return oai_seterr(e, 400, "unsupported_images", p2,
+                        "images are not supported: this server runs text-only models");
+    snprintf(p2, sizeof p2, "%s.content", param);
+    if (api_str(m, "content", p2, &content, e)) return PW_EINVAL;
+    snprintf(p2, sizeof p2, "%s.tool_name", param);
+    if (api_str(m, "tool_name", p2, &tool_name, e)) return PW_EINVAL;
+    if (tool_name && (!*tool_name || strlen(tool_name) > TC_MAX_NAME))
+      return oai_seterr(e, 400, "invalid_value", p2, "'%s' must be a string of 1..%d bytes", p2, TC_MAX_NAME);
+    snprintf(p2, sizeof p2, "%s.tool_call_id", param);
+    if (api_str(m, "tool_call_id", p2, &call_id, e)) return PW_EINVAL;
+    if (call_id && (!*call_id || strlen(call_id) > OL_CALL_ID_MAX))
+      return oai_seterr(e, 400, "invalid_value", p2, "'%s' must be a string of 1..%d bytes", p2, OL_CALL_ID_MAX);
+    json_t *calls = json_object_get(m, "tool_calls");
+    snprintf(p2, sizeof p2, "%s.tool_calls", param);
+    if (nonempty(calls) && strcmp(role, "assistant"))
+      return oai_seterr(e, 400, "invalid_value", p2, "'%s' is only allowed on assistant messages", p2);
+    if (api_add_message(r, role, json_string(content ? content : ""), e)) return PW_EINVAL;
+    json_t *out = json_array_get(r->messages, json_array_size(r->messages) - 1);
+    if (nonempty(calls) && history_calls(calls, p2, i, short_ids, out, pend, &n_pend, e)) return PW_EINVAL;
+    if (tool && tool_result(out, call_id, tool_name, i, short_ids, pend, n_pend, e)) return PW_EINVAL;
+  }
+  return 0;
 }
 
 /* ---- rendering ---------------------------------------------------------- */
@@ -228,7 +460,34 @@ typedef struct ol_ctx {
   char model[OL_MODEL_MAX]; /* the name the client asked for, echoed */
   bool chat;                /* /api/chat (message) or /api/generate (response) */
   uint64_t load_ns;         /* time this request waited for its model to load (store serving) */
+  /* chat: the answer split by the template's format (chat/toolcall.h) */
+  tc_syntax sx;             /* the model's template */
+  tc_parser *p;             /* NULL: the text is the content (or not created yet) */
+  bool made;                /* the parser was decided on (at the first text) */
+  sbuf *out;                /* during a feed: where chunks go (streamed) */
+  bool stream;
+  sbuf content;             /* whole answers: the content */
+  sbuf calls;               /* whole answers: the rendered tool_calls items */
+  int n_calls;              /* calls rendered */
+  int open;                 /* the parser's index of the call being received; -1 = none */
+  char name[TC_MAX_NAME + 1];
+  sbuf args;                /* its arguments so far */
+  sbuf tmp;
 } ol_ctx;
+
+static void ol_ctx_clear(ol_ctx *x) {
+  tc_parser_destroy(x->p);
+  x->p = NULL;
+  sbuf_free(&x->content);
+  sbuf_free(&x->calls);
+  sbuf_free(&x->args);
+  sbuf_free(&x->tmp);
+}
+static void ol_ctx_free(void *ctx) {
+  if (!ctx) return;
+  ol_ctx_clear(ctx);
+  free(ctx);
+}
 
 static void put_head(const ol_ctx *x, sbuf *out) {
   char t[48];
@@ -238,16 +497,23 @@ static void put_head(const ol_ctx *x, sbuf *out) {
   sbuf_printf(out, ",\"created_at\":\"%s\"", t);
 }
 
-static void put_text(const ol_ctx *x, const char *text, size_t n, sbuf *out) {
+/* message (chat) or response (generate); calls: rendered tool_calls items. */
+static void put_message(const ol_ctx *x, const char *text, size_t n, const sbuf *calls, sbuf *out) {
   if (x->chat) {
     sbuf_puts(out, ",\"message\":{\"role\":\"assistant\",\"content\":");
     sbuf_json_str(out, text, n);
+    if (calls && calls->len) {
+      sbuf_puts(out, ",\"tool_calls\":[");
+      sbuf_put(out, calls->data, calls->len);
+      sbuf_puts(out, "]");
+    }
     sbuf_puts(out, "}");
   } else {
     sbuf_puts(out, ",\"response\":");
     sbuf_json_str(out, text, n);
   }
 }
+static void put_text(const ol_ctx *x, const char *text, size_t n, sbuf *out) { put_message(x, text, n, NULL, out); }
 
 /* done, done_reason and the counters; durations in nanoseconds. The
  * prompt's evaluation is timed from arrival to the first token (queueing
@@ -266,20 +532,135 @@ static void put_done(const gen_view *v, sbuf *out) {
   oai_put_receipt(v->o, out);
 }
 
+/* JSON text s[0..n) without the white space between its tokens (a
+ * model's call may span lines; an NDJSON chunk may not). */
+static void compact_json(const char *s, size_t n, sbuf *out) {
+  bool in_str = false, esc = false;
+  for (size_t i = 0; i < n; i++) {
+    char ch = s[i];
+    if (in_str) {
+      if (esc) esc = false;
+      else if (ch == '\\') esc = true;
+      else if (ch == '"') in_str = false;
+    } else if (ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t') {
+      continue;
+    } else if (ch == '"') {
+      in_str = true;
+    }
+    sbuf_put(out, &ch, 1);
+  }
+}
+
+/* The open call is complete: one tool_calls item as Ollama writes it,
+ * {"id", "function": {"index", "name", "arguments": {...}}}, sent as its
+ * own chunk when streaming. Its arguments are the model's own object,
+ * compacted (not re-encoded: numbers keep their digits); arguments that
+ * are not a whole object (a call cut off by num_predict) leave it out. */
+static void close_call(ol_ctx *x) {
+  if (x->open < 0) return;
+  x->open = -1;
+  sbuf_clear(&x->tmp);
+  compact_json(x->args.data ? x->args.data : "", x->args.len, &x->tmp);
+  json_t *v = x->tmp.len ? json_loadb(x->tmp.data, x->tmp.len, JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, NULL) : NULL;
+  bool whole = json_is_object(v);
+  json_decref(v);
+  sbuf_clear(&x->args);
+  if (!whole) return;
+  sbuf item = {0};
+  char id[40];
+  /* Mistral's templates take back only ids of 9 alphanumerics. */
+  if (x->sx.format == TC_MISTRAL) oai_new_id("", id, 10);
+  else oai_new_id("call_", id, 14); /* as Ollama's: call_ and 8 characters */
+  sbuf_puts(&item, "{\"id\":");
+  sbuf_json_str(&item, id, strlen(id));
+  sbuf_printf(&item, ",\"function\":{\"index\":%d,\"name\":", x->n_calls++);
+  sbuf_json_str(&item, x->name, strlen(x->name));
+  sbuf_puts(&item, ",\"arguments\":");
+  sbuf_put(&item, x->tmp.data, x->tmp.len);
+  sbuf_puts(&item, "}}");
+  if (item.oom) x->tmp.oom = true;
+  if (x->stream) {
+    put_head(x, x->out);
+    put_message(x, "", 0, &item, x->out);
+    sbuf_puts(x->out, ",\"done\":false}\n");
+    if (item.oom) x->out->oom = true;
+  } else {
+    if (x->calls.len) sbuf_puts(&x->calls, ",");
+    sbuf_put(&x->calls, item.data ? item.data : "", item.len);
+    if (item.oom) x->calls.oom = true;
+  }
+  sbuf_free(&item);
+}
+
+static void on_event(void *ctx, const tc_event *ev) {
+  ol_ctx *x = ctx;
+  if (ev->type == TC_EV_CALL_ARGS && ev->index == x->open) {
+    sbuf_put(&x->args, ev->text, ev->len);
+    return;
+  }
+  close_call(x); /* anything else comes after the open call's end */
+  if (ev->type == TC_EV_CALL_START) {
+    x->open = ev->index;
+    snprintf(x->name, sizeof x->name, "%s", ev->name);
+    sbuf_clear(&x->args);
+  } else if (ev->type == TC_EV_CONTENT) {
+    if (!x->stream) {
+      sbuf_put(&x->content, ev->text, ev->len);
+    } else {
+      put_head(x, x->out);
+      put_text(x, ev->text, ev->len, x->out);
+      sbuf_puts(x->out, ",\"done\":false}\n");
+    }
+  }
+  /* TC_EV_REASONING: not returned (think is false) */
+}
+
+/* Decides, at the answer's first text, whether it is split: as chatout
+ * decides for OpenAI (tools in use, a <think> template, gpt-oss channels). */
+static int ensure_parser(ol_ctx *x, const oai_request *r) {
+  if (x->made) return 0;
+  x->made = true;
+  x->open = -1;
+  if (!x->chat || (!r->tools_active && !x->sx.think && x->sx.format != TC_HARMONY)) return 0;
+  char err[PW_ERRMAX];
+  return tc_parser_create(&x->sx, r->tools_active ? r->tools : NULL, r->in_reasoning, r->bare_call,
+                          r->tools_active && r->grammar, &x->p, err);
+}
+
+/* Feeds text to the parser (final: the answer is over); a call is sent
+ * once the parser has it whole. */
+static void feed(ol_ctx *x, const char *text, size_t n, bool final, bool stream, sbuf *out) {
+  x->stream = stream;
+  x->out = out;
+  if (tc_parser_feed(x->p, text, n, final, on_event, x) < 0) out->oom = true;
+  if (x->open >= 0 && (final || tc_parser_calls(x->p) > x->open)) close_call(x);
+  x->out = NULL;
+}
+
 static void ol_begin(const gen_view *v, sbuf *out) {
-  (void)v;
-  (void)out;
+  if (ensure_parser(v->ctx, v->r)) out->oom = true;
 }
 static void ol_delta(const gen_view *v, const char *text, size_t n, const oai_logprobs *lp, sbuf *out) {
   (void)lp;
+  ol_ctx *x = v->ctx;
   if (!n) return;
-  put_head(v->ctx, out);
-  put_text(v->ctx, text, n, out);
+  if (ensure_parser(x, v->r)) {
+    out->oom = true;
+    return;
+  }
+  if (x->p) {
+    feed(x, text, n, false, true, out);
+    return;
+  }
+  put_head(x, out);
+  put_text(x, text, n, out);
   sbuf_puts(out, ",\"done\":false}\n");
 }
 static void ol_end(const gen_view *v, sbuf *out) {
-  put_head(v->ctx, out);
-  put_text(v->ctx, "", 0, out);
+  ol_ctx *x = v->ctx;
+  if (x->p) feed(x, "", 0, true, true, out); /* text held back for a marker that never came */
+  put_head(x, out);
+  put_text(x, "", 0, out);
   put_done(v, out);
   sbuf_puts(out, "}\n");
 }
@@ -289,8 +670,19 @@ static void ol_error(const gen_view *v, const oai_error *e, sbuf *out) {
   sbuf_puts(out, "\n");
 }
 static void ol_complete(const gen_view *v, sbuf *out) {
-  put_head(v->ctx, out);
-  put_text(v->ctx, v->text, v->text_len, out);
+  ol_ctx *x = v->ctx;
+  if (ensure_parser(x, v->r)) {
+    out->oom = true;
+    return;
+  }
+  put_head(x, out);
+  if (x->p) {
+    feed(x, v->text, v->text_len, true, false, out);
+    if (x->content.oom || x->calls.oom || x->tmp.oom) out->oom = true;
+    put_message(x, x->content.data ? x->content.data : "", x->content.len, &x->calls, out);
+  } else {
+    put_text(x, v->text, v->text_len, out);
+  }
   put_done(v, out);
   sbuf_puts(out, "}");
 }
@@ -303,9 +695,38 @@ static const gen_api ol_api = {
     .error = ol_error,
     .keepalive = NULL, /* NDJSON has no comment line: silence until the next token */
     .complete = ol_complete,
-    .ctx_free = free,
+    .ctx_free = ol_ctx_free,
     .receipt_endpoint = "ollama",
 };
+
+int ollama_chat_render_text(const tc_syntax *sx, const oai_request *r, const char *text, size_t n, size_t piece,
+                            engine_finish finish, sbuf *out) {
+  ol_ctx x;
+  memset(&x, 0, sizeof x);
+  snprintf(x.model, sizeof x.model, "%s", "test");
+  x.chat = true;
+  x.sx = *sx;
+  oai_resp o;
+  oai_resp_init(&o, OAI_CHAT, "test", NULL);
+  gen_view v;
+  memset(&v, 0, sizeof v);
+  v.r = r;
+  v.o = &o;
+  v.finish = finish;
+  v.stop_index = -1;
+  v.ctx = &x;
+  if (!piece) {
+    v.text = text;
+    v.text_len = n;
+    ol_complete(&v, out);
+  } else {
+    ol_begin(&v, out);
+    for (size_t off = 0; off < n; off += piece) ol_delta(&v, text + off, n - off < piece ? n - off : piece, NULL, out);
+    ol_end(&v, out);
+  }
+  ol_ctx_clear(&x);
+  return out->oom ? PW_ENOMEM : 0;
+}
 
 /* The answer Ollama gives to a request with nothing to generate: it only
  * loads the model (done_reason "load"), or unloads it (keep_alive 0). */
@@ -344,47 +765,25 @@ enum MHD_Result ollama_chat(conn *k, struct MHD_Connection *c) {
   }
   bool nothing = !msgs || json_is_null(msgs) || json_array_size(msgs) == 0;
   if (parse_common(k, c, &r, k_chat_fields, x->model, nothing, &unload, &e)) goto fail;
+  if (parse_tools(json_object_get(r.root, "tools"), &r, &e)) goto fail;
+  if (r.tools && r.grammar) {
+    /* one grammar per answer: the calls' (lazy) or the format's */
+    oai_seterr(&e, 400, "unsupported_format", "format", "'format' cannot be combined with 'tools' by this server");
+    goto fail;
+  }
   if (nothing) {
     enum MHD_Result res = load_only(k, c, x, unload);
-    free(x);
+    ol_ctx_free(x);
     oai_request_free(&r);
     return res;
   }
-  size_t i;
-  json_t *m;
-  json_array_foreach(msgs, i, m) {
-    char param[64];
-    snprintf(param, sizeof param, "messages[%zu]", i);
-    if (!json_is_object(m)) {
-      oai_seterr(&e, 400, "invalid_type", param, "'%s' must be an object", param);
-      goto fail;
-    }
-    const char *role, *content;
-    char p2[80];
-    snprintf(p2, sizeof p2, "%s.role", param);
-    if (api_str(m, "role", p2, &role, &e)) goto fail;
-    if (!role || (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant"))) {
-      oai_seterr(&e, 400, role && !strcmp(role, "tool") ? "unsupported_tools" : "invalid_value", p2,
-                 "'%s' must be system, user or assistant", p2);
-      goto fail;
-    }
-    snprintf(p2, sizeof p2, "%s.images", param);
-    if (nonempty(json_object_get(m, "images"))) {
-      oai_seterr(&e, 400, "unsupported_images", p2, "images are not supported: this server runs text-only models");
-      goto fail;
-    }
-    snprintf(p2, sizeof p2, "%s.tool_calls", param);
-    if (nonempty(json_object_get(m, "tool_calls"))) {
-      oai_seterr(&e, 400, "unsupported_tools", p2, "'%s' is not supported yet (no tool calling)", p2);
-      goto fail;
-    }
-    snprintf(p2, sizeof p2, "%s.content", param);
-    if (api_str(m, "content", p2, &content, &e)) goto fail;
-    if (api_add_message(&r, role, json_string(content ? content : ""), &e)) goto fail;
-  }
+  /* The model's tool-call format (detected when it was loaded): call ids
+   * in the conversation and the answer's parser follow it. */
+  x->sx = *srv_tool_syntax(k);
+  if (parse_messages(msgs, x->sx.format == TC_MISTRAL, &r, &e)) goto fail;
   return run(k, c, &r, x);
 fail:
-  free(x);
+  ol_ctx_free(x);
   oai_request_free(&r);
   return srv_reply_error(k, c, &e);
 }
@@ -404,6 +803,11 @@ enum MHD_Result ollama_generate(conn *k, struct MHD_Connection *c) {
   json_t *pj = json_object_get(root, "prompt");
   bool unload, nothing = !pj || json_is_null(pj) || (json_is_string(pj) && !json_string_length(pj));
   if (parse_common(k, c, &r, k_generate_fields, x->model, nothing, &unload, &e)) goto fail;
+  if (nonempty(json_object_get(root, "tools"))) {
+    /* Ollama's generate has no tools (its chat has) */
+    oai_seterr(&e, 400, "unsupported_tools", "tools", "'tools' is not supported by /api/generate; use /api/chat");
+    goto fail;
+  }
   static const char *const refused[] = {"images", "suffix", "template", "context", NULL};
   for (int i = 0; refused[i]; i++)
     if (nonempty(json_object_get(root, refused[i]))) {
@@ -420,7 +824,7 @@ enum MHD_Result ollama_generate(conn *k, struct MHD_Connection *c) {
     goto fail;
   if (!prompt || !*prompt) {
     enum MHD_Result res = load_only(k, c, x, unload);
-    free(x);
+    ol_ctx_free(x);
     oai_request_free(&r);
     return res;
   }
@@ -439,7 +843,7 @@ enum MHD_Result ollama_generate(conn *k, struct MHD_Connection *c) {
   }
   return run(k, c, &r, x);
 fail:
-  free(x);
+  ol_ctx_free(x);
   oai_request_free(&r);
   return srv_reply_error(k, c, &e);
 }
@@ -655,9 +1059,13 @@ enum MHD_Result ollama_show(conn *k, struct MHD_Connection *c) {
   sbuf_printf(&out, ",\"general.file_sha256\":\"%s\",\"power.context_length\":%d,\"power.embedding_length\":%d}",
               engine_model_sha256(en), engine_n_ctx(en), engine_n_embd(en));
   /* an encoder embeds (or, a reranker, scores) but does not generate */
-  sbuf_puts(&out, !engine_is_encoder(en)                         ? ",\"capabilities\":[\"completion\",\"embedding\"]"
-                  : engine_get_pooling(en) == ENGINE_POOL_RANK ? ",\"capabilities\":[]"
-                                                               : ",\"capabilities\":[\"embedding\"]");
+  sbuf_puts(&out, !engine_is_encoder(en)                         ? ",\"capabilities\":[\"completion\",\"embedding\""
+                  : engine_get_pooling(en) == ENGINE_POOL_RANK ? ",\"capabilities\":["
+                                                               : ",\"capabilities\":[\"embedding\"");
+  /* "tools" as Ollama says it: the template has a tool-call format this
+   * server parses (clients look for it before they send tools) */
+  if (!engine_is_encoder(en) && srv_tool_syntax(k)->format != TC_NONE) sbuf_puts(&out, ",\"tools\"");
+  sbuf_puts(&out, "]");
   put_time(srv_started(s), "modified_at", &out);
   sbuf_puts(&out, "}");
   return srv_reply_json(k, c, 200, &out);

@@ -1710,6 +1710,24 @@ int srv_count_chat(conn *k, json_t *messages, int *n_tokens, oai_error *e) {
   return 0;
 }
 
+const tc_syntax *srv_tool_syntax(conn *k) { return &k->m->tc; }
+
+int srv_count_chat_request(conn *k, oai_request *r, int *n_tokens, oai_error *e) {
+  prompt_error pe;
+  int32_t *ids = NULL;
+  *n_tokens = 0;
+  if (oai_chat_prepare(r, &k->m->tc, e)) return PW_EINVAL;
+  if (prompt_fits(k->m, messages_bytes(r->messages), "messages", e)) return PW_EINVAL;
+  prompt_chat_opts po = {0};
+  po.extra_vars = r->tpl_vars;
+  if (prompt_chat(&k->m->pb, r->messages, &po, &ids, n_tokens, &pe)) {
+    oai_error_from_prompt(e, &pe);
+    return PW_EINVAL;
+  }
+  free(ids);
+  return 0;
+}
+
 void api_iso_time(char *out, size_t cap) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);

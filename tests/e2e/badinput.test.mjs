@@ -122,6 +122,18 @@ describe('bad input', () => {
     assert.equal(an.json.type, 'error');
     assert.equal(an.json.error.type, 'invalid_request_error');
     assert.match(an.json.error.message, /^bogus_field: Extra inputs are not permitted/);
+    // Anthropic tool use: malformed tools, tool_choice and tool blocks are 400s naming the field.
+    const turn = (content) => [{ role: 'user', content: 'x' }, { role: 'assistant', content }, { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'a' }] }];
+    for (const [extra, re] of [[{ tools: {} }, /^tools: must be an array/], [{ tools: [null] }, /^tools\.0: must be an object/],
+      [{ tools: [{ name: 'a b', input_schema: { type: 'object' } }] }, /^tools\.0\.name/], [{ tool_choice: 'any' }, /^tool_choice: must be/],
+      [{ tool_choice: { type: 'some' } }, /^tool_choice\.type/], [{ messages: turn([{ type: 'tool_use', id: 'a', name: 'f', input: [] }]) }, /input: must be an object/],
+      [{ messages: turn([{ type: 'tool_use', id: 5, name: 'f', input: {} }]) }, /\.id: must be a string/],
+      [{ messages: turn([{ type: 'tool_use', id: 'a', name: 'f', input: {} }, { type: 'tool_use', id: 'a', name: 'f', input: {} }]) }, /used twice/]]) {
+      const r = await post(srv, '/v1/messages', { model: srv.modelId, max_tokens: 2, messages: [{ role: 'user', content: 'x' }], ...extra });
+      assert.equal(r.status, 400, r.text);
+      assert.equal(r.json.error.type, 'invalid_request_error');
+      assert.match(r.json.error.message, re);
+    }
     // Ollama: {"error": "..."} and nothing else.
     for (const [route, body] of [['/api/generate', { model: srv.modelId, prompt: 'x', stream: false, bogus_field: 1 }],
       ['/api/chat', { model: srv.modelId, messages: [{ role: 'user', content: 'x' }], stream: false, bogus_field: 1 }]]) {
@@ -129,6 +141,17 @@ describe('bad input', () => {
       assert.equal(ol.status, 400, `${route}: ${ol.text}`);
       assert.deepEqual(Object.keys(ol.json), ['error']);
       assert.match(ol.json.error, /'bogus_field' is not a field of this request/);
+    }
+    // Ollama tool calls: malformed tools and conversations are 400s naming the field, in the same shape.
+    const call = (fn) => [{ role: 'user', content: 'x' }, { role: 'assistant', content: '', tool_calls: [{ function: fn }] }];
+    for (const [extra, re] of [[{ tools: {} }, /'tools' must be an array/], [{ tools: [null] }, /'tools\[0\]' must be/],
+      [{ messages: call({ name: 'f', arguments: '{}' }) }, /'messages\[1\]\.tool_calls\[0\]\.function\.arguments' must be an object/],
+      [{ messages: call({ arguments: {} }) }, /'messages\[1\]\.tool_calls\[0\]\.function\.name'/],
+      [{ messages: [{ role: 'tool', content: 'x', tool_name: '' }] }, /'messages\[0\]\.tool_name' must be/]]) {
+      const ol = await post(srv, '/api/chat', { model: srv.modelId, messages: [{ role: 'user', content: 'x' }], stream: false, ...extra });
+      assert.equal(ol.status, 400, ol.text);
+      assert.deepEqual(Object.keys(ol.json), ['error']);
+      assert.match(ol.json.error, re);
     }
     await stillServing();
   });

@@ -4,6 +4,7 @@
  * sockets. Every wait is bounded in time. */
 #include "base/clock.h"
 #include "engine/engine.h"
+#include "server/api.h" /* ollama_chat_render_text */
 #include "server/sbuf.h"
 #include "server/server.h"
 #include "test.h"
@@ -415,6 +416,68 @@ static void test_fields(engine *e) {
   expect_status("/v1/messages", b, 400, "speed:");
   snprintf(b, sizeof b, "{\"model\":\"%s\",\"max_tokens\":1,\"messages\":" MSG ",\"container\":\"c\"}", m);
   expect_status("/v1/messages", b, 400, "container:");
+  /* Anthropic tool use: the turns and tools are checked before the
+   * template; this model's own template has no tool-call format. */
+#define TU "{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"ok\"},{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"f\",\"input\":{\"a\":1}}]}"
+#define TOOL "{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}"
+  snprintf(b, sizeof b,
+           "{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}," TU ",{\"role\":\"user\",\"content\":"
+           "[{\"type\":\"tool_result\",\"tool_use_id\":\"toolu_1\",\"content\":[{\"type\":\"text\",\"text\":\"r\"}],"
+           "\"is_error\":true},{\"type\":\"text\",\"text\":\"more\"}]}]}",
+           m);
+  expect_status("/v1/messages/count_tokens", b, 200, "input_tokens");
+  snprintf(b, sizeof b,
+           "{\"model\":\"%s\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}," TU
+           ",{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"toolu_2\"}]}]}",
+           m);
+  expect_status("/v1/messages", b, 400, "unknown tool_use id 'toolu_2'");
+  snprintf(b, sizeof b,
+           "{\"model\":\"%s\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\","
+           "\"tool_use_id\":\"toolu_1\"}]}]}",
+           m);
+  expect_status("/v1/messages", b, 400, "must follow an assistant turn with tool_use");
+  snprintf(b, sizeof b,
+           "{\"model\":\"%s\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}," TU
+           ",{\"role\":\"user\",\"content\":\"y\"}]}",
+           m);
+  expect_status("/v1/messages", b, 400, "without tool_result blocks immediately after: toolu_1");
+  snprintf(b, sizeof b,
+           "{\"model\":\"%s\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}," TU
+           ",{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"y\"},{\"type\":\"tool_result\","
+           "\"tool_use_id\":\"toolu_1\"}]}]}",
+           m);
+  expect_status("/v1/messages", b, 400, "tool_result blocks must come before any text");
+  snprintf(b, sizeof b, "{\"model\":\"%s\",\"max_tokens\":1,\"messages\":" MSG ",\"tools\":[" TOOL "]}", m);
+  expect_status("/v1/messages", b, 400, "not supported for this model");
+  snprintf(b, sizeof b, "{\"model\":\"%s\",\"messages\":" MSG ",\"tools\":[" TOOL "]}", m);
+  expect_status("/v1/messages/count_tokens", b, 400, "not supported for this model");
+  snprintf(b, sizeof b,
+           "{\"model\":\"%s\",\"max_tokens\":1,\"messages\":" MSG ",\"tools\":[" TOOL ",{\"type\":\"web_search_20250305\","
+           "\"name\":\"web_search\"}]}",
+           m);
+  expect_status("/v1/messages", b, 400, "tools.1: 'web_search_20250305' tools (Anthropic's server tools)");
+  snprintf(b, sizeof b,
+           "{\"model\":\"%s\",\"max_tokens\":1,\"messages\":" MSG ",\"tools\":[{\"name\":\"f\",\"input_schema\":"
+           "{\"type\":\"array\"}}]}",
+           m);
+  expect_status("/v1/messages", b, 400, "tools.0.input_schema");
+  snprintf(b, sizeof b,
+           "{\"model\":\"%s\",\"max_tokens\":1,\"messages\":" MSG ",\"tools\":[" TOOL "],\"tool_choice\":{\"type\":"
+           "\"tool\",\"name\":\"g\"}}",
+           m);
+  expect_status("/v1/messages", b, 400, "tool_choice.name: 'g'");
+  {
+    /* one tool more than TC_MAX_TOOLS */
+    sbuf many = {0};
+    sbuf_printf(&many, "{\"model\":\"%s\",\"max_tokens\":1,\"messages\":" MSG ",\"tools\":[", m);
+    for (int i = 0; i <= TC_MAX_TOOLS; i++)
+      sbuf_printf(&many, "%s{\"name\":\"t%d\",\"input_schema\":{\"type\":\"object\"}}", i ? "," : "", i);
+    sbuf_puts(&many, "]}");
+    expect_status("/v1/messages", many.data, 400, "tools: at most");
+    sbuf_free(&many);
+  }
+#undef TU
+#undef TOOL
   snprintf(b, sizeof b,
            "{\"model\":\"%s\",\"messages\":" MSG ",\"stream\":false,\"format\":\"\",\"keep_alive\":\"5m\","
            "\"options\":{\"num_predict\":1},\"think\":false,\"tools\":[],\"logprobs\":false,\"top_logprobs\":0,"
@@ -471,6 +534,280 @@ static void test_fields(engine *e) {
 }
 
 static char g_greedy[4096];
+
+/* Ollama's tool calls. Requests: tools and the conversation (assistant
+ * tool_calls, tool results) are checked with 400s in Ollama's shape; this
+ * model's own template has no tool-call format, so tools are a 400 there
+ * while a conversation with calls and results is answered. Answers: a
+ * random model writes no call when it is free not to, so the rendering of
+ * calls (whole and streamed, in pieces of every size) runs on fixed texts
+ * under the shared templates' formats, through /api/chat's own renderers. */
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *buf = NULL;
+  long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+  if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
+    if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
+      free(buf);
+      buf = NULL;
+    } else {
+      buf[n] = 0;
+    }
+  }
+  fclose(f);
+  return buf;
+}
+
+/* A string member's value, "" when it is not one. */
+static const char *ol_str(json_t *v) { return json_string_value(v) ? json_string_value(v) : ""; }
+
+static void ol_syntax(engine *e, const char *file, tc_syntax *sx) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/chat-templates/%s", POWER_SHARED_DIR, file);
+  char *t = slurp(path);
+  CHECK_MSG(t != NULL, "cannot read %s", path);
+  tc_detect(t ? t : "", engine_vocab(e), sx);
+  free(t);
+}
+
+#define OL_TOOLS                                                                                                \
+  "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","           \
+  "\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"}},\"required\":[\"city\"]}}},"  \
+  "{\"type\":\"function\",\"function\":{\"name\":\"search\",\"parameters\":{\"type\":\"object\",\"properties\":" \
+  "{\"q\":{\"type\":\"string\"}}}}}]"
+
+/* A chat request prepared under sx as srv_generate prepares it (tools:
+ * auto, the lazy grammar). */
+static void ol_request(const tc_syntax *sx, bool tools, oai_request *r) {
+  const char *body = tools ? "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":" OL_TOOLS "}"
+                           : "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+  oai_error e;
+  CHECK_MSG(oai_parse(OAI_CHAT, body, strlen(body), r, &e) == 0, "%s", e.message);
+  CHECK_MSG(oai_chat_prepare(r, sx, &e) == 0, "%s", e.message);
+  CHECK(r->tools_active == tools);
+}
+
+/* The answer rendered whole, and streamed in pieces of several sizes:
+ * every chunk one JSON line, the streamed content and calls those of the
+ * whole answer, each call one chunk of its own. Returns the whole body. */
+static json_t *ol_render(const tc_syntax *sx, const oai_request *r, const char *text, engine_finish fin) {
+  sbuf out = {0};
+  CHECK(ollama_chat_render_text(sx, r, text, strlen(text), 0, fin, &out) == 0);
+  CHECK_MSG(out.data && !memchr(out.data, '\n', out.len), "%.*s", (int)out.len, out.data ? out.data : "");
+  json_t *whole = json_loadb(out.data ? out.data : "", out.len, 0, NULL);
+  CHECK_MSG(whole != NULL, "%.*s", (int)out.len, out.data ? out.data : "");
+  sbuf_free(&out);
+  json_t *msg = json_object_get(whole, "message");
+  const char *content = json_string_value(json_object_get(msg, "content"));
+  json_t *calls = json_object_get(msg, "tool_calls");
+  CHECK(content != NULL && json_object_get(msg, "thinking") == NULL);
+  CHECK_STR(ol_str(json_object_get(whole, "done_reason")),
+            fin == ENGINE_FINISH_LENGTH ? "length" : "stop");
+  static const size_t pieces[] = {1, 2, 3, 7, 64, 100000};
+  for (size_t k = 0; k < sizeof pieces / sizeof pieces[0]; k++) {
+    CHECK(ollama_chat_render_text(sx, r, text, strlen(text), pieces[k], fin, &out) == 0);
+    sbuf sc = {0};
+    json_t *scalls = json_array();
+    int lines = 0, done = 0;
+    const char *p = out.data ? out.data : "", *end = p + out.len;
+    while (p < end) {
+      const char *nl = memchr(p, '\n', (size_t)(end - p));
+      CHECK(nl != NULL);
+      if (!nl) break;
+      json_t *j = json_loadb(p, (size_t)(nl - p), 0, NULL);
+      CHECK_MSG(j != NULL, "chunk %.*s", (int)(nl - p), p);
+      json_t *m = json_object_get(j, "message");
+      CHECK_STR(ol_str(json_object_get(m, "role")),
+                "assistant");
+      const char *t = json_string_value(json_object_get(m, "content"));
+      CHECK(t != NULL && json_object_get(m, "thinking") == NULL);
+      if (t) sbuf_puts(&sc, t);
+      json_t *tc = json_object_get(m, "tool_calls");
+      if (tc) {
+        CHECK_EQ_INT(json_array_size(tc), 1); /* a call is sent whole, alone */
+        CHECK(!t || !*t);
+        json_array_extend(scalls, tc);
+      }
+      done += json_is_true(json_object_get(j, "done"));
+      lines++;
+      json_decref(j);
+      p = nl + 1;
+    }
+    CHECK(lines >= 1 && done == 1 && p == end);
+    const char *want = content ? content : "", *got = sc.data ? sc.data : "";
+    CHECK_MSG(sc.len == strlen(want) && !memcmp(got, want, sc.len), "piece %zu: '%.*s' vs '%s'", pieces[k], (int)sc.len,
+              got, want);
+    CHECK_EQ_INT(json_array_size(scalls), json_array_size(calls));
+    for (size_t i = 0; i < json_array_size(scalls) && i < json_array_size(calls); i++) {
+      json_t *a = json_object_get(json_array_get(scalls, i), "function");
+      json_t *b = json_object_get(json_array_get(calls, i), "function");
+      CHECK_EQ_INT(json_integer_value(json_object_get(a, "index")), (long long)i);
+      CHECK(json_equal(json_object_get(a, "name"), json_object_get(b, "name")));
+      CHECK(json_equal(json_object_get(a, "arguments"), json_object_get(b, "arguments")));
+    }
+    json_decref(scalls);
+    sbuf_free(&sc);
+    sbuf_free(&out);
+  }
+  return whole;
+}
+
+static void test_ollama_tools(engine *e) {
+  /* ---- requests ---- */
+  const char *m = g_model;
+  char b[8192];
+  static const char *const bad[][2] = {
+      /* the model's own template has no tool-call format */
+      {"\"tools\":" OL_TOOLS, "not supported for this model"},
+      {"\"tools\":\"get_weather\"", "'tools' must be an array"},
+      {"\"tools\":[{\"type\":\"function\"}]", "'tools[0]' must be"},
+      {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]", "'tools[0].function.name' must be"},
+      {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"},\"items\":{}}]", "'tools[0].items' is not"},
+      {"\"tools\":[{\"function\":{\"name\":\"f\"}},{\"function\":{\"name\":\"f\"}}]", "tool name 'f' is given twice"},
+      {"\"tools\":[{\"function\":{\"name\":\"f\",\"parameters\":\"x\"}}]", "'tools[0].function.parameters' must be"},
+      {"\"format\":\"json\",\"tools\":[{\"function\":{\"name\":\"f\"}}]", "'format' cannot be combined with 'tools'"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    snprintf(b, sizeof b,
+             "{\"model\":\"%s\",\"stream\":false,\"options\":{\"num_predict\":1},\"messages\":[{\"role\":\"user\","
+             "\"content\":\"x\"}],%s}",
+             m, bad[i][0]);
+    expect_status("/api/chat", b, 400, bad[i][1]);
+  }
+  static const char *const bad_msgs[][2] = {
+      {"{\"role\":\"function\",\"content\":\"x\"}", "'messages[1].role' must be system, user, assistant or tool"},
+      {"{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[{\"function\":{\"name\":\"f\"}}]}",
+       "'messages[1].tool_calls' is only allowed on assistant messages"},
+      {"{\"role\":\"assistant\",\"tool_calls\":{\"function\":{\"name\":\"f\"}}}", "'messages[1].tool_calls' must be an array"},
+      {"{\"role\":\"assistant\",\"tool_calls\":[{\"name\":\"f\"}]}", "'messages[1].tool_calls[0]' must be"},
+      {"{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"\"}}]}", "'messages[1].tool_calls[0].function.name'"},
+      {"{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}",
+       "'messages[1].tool_calls[0].function.arguments' must be an object"},
+      {"{\"role\":\"assistant\",\"tool_calls\":[{\"id\":7,\"function\":{\"name\":\"f\"}}]}", "'messages[1].tool_calls[0].id'"},
+      {"{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"index\":-1,\"name\":\"f\"}}]}",
+       "'messages[1].tool_calls[0].function.index'"},
+      {"{\"role\":\"tool\",\"content\":\"x\",\"tool_name\":5}", "messages[1].tool_name"},
+      {"{\"role\":\"tool\",\"content\":\"x\",\"tool_call_id\":\"\"}", "'messages[1].tool_call_id' must be"},
+  };
+  for (size_t i = 0; i < sizeof bad_msgs / sizeof bad_msgs[0]; i++) {
+    snprintf(b, sizeof b,
+             "{\"model\":\"%s\",\"stream\":false,\"options\":{\"num_predict\":1},\"messages\":[{\"role\":\"user\","
+             "\"content\":\"x\"},%s]}",
+             m, bad_msgs[i][0]);
+    expect_status("/api/chat", b, 400, bad_msgs[i][1]);
+  }
+  /* more calls in one message than an answer may hold */
+  {
+    int n = snprintf(b, sizeof b, "{\"model\":\"%s\",\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[", m);
+    for (int i = 0; i <= TC_MAX_CALLS; i++)
+      n += snprintf(b + n, sizeof b - (size_t)n, "%s{\"function\":{\"name\":\"f\"}}", i ? "," : "");
+    snprintf(b + n, sizeof b - (size_t)n, "]}]}");
+    expect_status("/api/chat", b, 400, "at most 64 calls");
+  }
+  snprintf(b, sizeof b, "{\"model\":\"%s\",\"prompt\":\"x\",\"stream\":false,\"tools\":" OL_TOOLS "}", m);
+  expect_status("/api/generate", b, 400, "not supported by /api/generate");
+  /* A conversation with a call (no id: one is given) and its result goes
+   * through the template; tools are not needed to replay one. */
+  snprintf(b, sizeof b,
+           "{\"model\":\"%s\",\"stream\":false,\"options\":{\"num_predict\":1},\"messages\":[{\"role\":\"user\","
+           "\"content\":\"weather?\"},{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"function\":{\"index\":0,"
+           "\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}}]},{\"role\":\"tool\",\"tool_name\":"
+           "\"get_weather\",\"content\":\"21 C\"}]}",
+           m);
+  expect_status("/api/chat", b, 200, "\"done\":true");
+
+  /* ---- answers ---- */
+  tc_syntax hermes, coder, qwen3, mistral;
+  ol_syntax(e, "Qwen-Qwen2.5-7B-Instruct.jinja", &hermes);
+  ol_syntax(e, "Qwen3-Coder.jinja", &coder);
+  ol_syntax(e, "Qwen-Qwen3-0.6B.jinja", &qwen3);
+  ol_syntax(e, "mistralai-Mistral-Nemo-Instruct-2407.jinja", &mistral);
+  CHECK(hermes.format == TC_HERMES && coder.format == TC_QWEN3_CODER && qwen3.think && mistral.format == TC_MISTRAL);
+  oai_request r;
+
+  /* Hermes under its lazy grammar: text, then two calls; the arguments are
+   * the model's object (digits kept) on one line, the content is the text
+   * before the calls. */
+  ol_request(&hermes, true, &r);
+  CHECK(r.grammar != NULL);
+  json_t *w = ol_render(&hermes, &r,
+                        "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\",\n"
+                        "  \"days\": 3, \"w\": 1.50e3}}\n</tool_call>\n<tool_call>\n{\"name\": \"search\", \"arguments\": "
+                        "{\"q\": \"a </tool_call> b\"}}\n</tool_call>",
+                        ENGINE_FINISH_STOP);
+  json_t *msg = json_object_get(w, "message");
+  CHECK_STR(ol_str(json_object_get(msg, "content")),
+            "Let me check.\n");
+  json_t *calls = json_object_get(msg, "tool_calls");
+  CHECK_EQ_INT(json_array_size(calls), 2);
+  for (size_t i = 0; i < json_array_size(calls); i++) {
+    json_t *c = json_array_get(calls, i);
+    const char *id = json_string_value(json_object_get(c, "id"));
+    CHECK_MSG(id && strlen(id) == 13 && !strncmp(id, "call_", 5), "id %s", id ? id : "(none)");
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(c, "function"), "index")), (long long)i);
+  }
+  json_t *f0 = json_object_get(json_array_get(calls, 0), "function");
+  CHECK_STR(ol_str(json_object_get(f0, "name")), "get_weather");
+  json_t *want = json_loads("{\"city\":\"Paris\",\"days\":3,\"w\":1500.0}", 0, NULL);
+  CHECK(json_equal(json_object_get(f0, "arguments"), want));
+  json_decref(want);
+  json_decref(w);
+  sbuf out = {0};
+  const char *t1 = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\",\n\"w\": 1.50e3}}\n</tool_call>";
+  CHECK(ollama_chat_render_text(&hermes, &r, t1, strlen(t1), 0, ENGINE_FINISH_STOP, &out) == 0);
+  CHECK_MSG(out.data && strstr(out.data, "\"arguments\":{\"city\":\"Paris\",\"w\":1.50e3}"), "%.*s", (int)out.len,
+            out.data ? out.data : "");
+  sbuf_free(&out);
+  /* A call cut off by num_predict has no whole arguments: left out. */
+  w = ol_render(&hermes, &r, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par", ENGINE_FINISH_LENGTH);
+  CHECK(json_object_get(json_object_get(w, "message"), "tool_calls") == NULL);
+  json_decref(w);
+  /* Text that is not a call stays content. */
+  w = ol_render(&hermes, &r, "I would say <tool_call> is a tag.", ENGINE_FINISH_STOP);
+  CHECK_STR(ol_str(json_object_get(json_object_get(w, "message"), "content")),
+            "I would say <tool_call> is a tag.");
+  json_decref(w);
+  oai_request_free(&r);
+  /* Without tools the text is the content as the model wrote it. */
+  ol_request(&hermes, false, &r);
+  w = ol_render(&hermes, &r, "a <tool_call>\n{\"name\": \"search\", \"arguments\": {}}\n</tool_call>", ENGINE_FINISH_STOP);
+  CHECK_STR(ol_str(json_object_get(json_object_get(w, "message"), "content")),
+            "a <tool_call>\n{\"name\": \"search\", \"arguments\": {}}\n</tool_call>");
+  json_decref(w);
+  oai_request_free(&r);
+
+  /* Qwen3-Coder: the parameters become one object, typed by the schema. */
+  ol_request(&coder, true, &r);
+  w = ol_render(&coder, &r,
+                "<tool_call>\n<function=get_weather>\n<parameter=city>\nSão Paulo\n</parameter>\n<parameter=days>\n3\n"
+                "</parameter>\n</function>\n</tool_call>",
+                ENGINE_FINISH_STOP);
+  want = json_loads("{\"city\":\"S\\u00e3o Paulo\",\"days\":3}", 0, NULL);
+  json_t *cf = json_object_get(json_array_get(json_object_get(json_object_get(w, "message"), "tool_calls"), 0), "function");
+  CHECK(json_equal(json_object_get(cf, "arguments"), want));
+  json_decref(want);
+  json_decref(w);
+  oai_request_free(&r);
+
+  /* Reasoning is kept out of the content and not returned (think false). */
+  ol_request(&qwen3, false, &r);
+  w = ol_render(&qwen3, &r, "<think>\nweigh it\n</think>\n\nThe answer.", ENGINE_FINISH_STOP);
+  CHECK_STR(ol_str(json_object_get(json_object_get(w, "message"), "content")),
+            "The answer.");
+  json_decref(w);
+  oai_request_free(&r);
+
+  /* Mistral: ids of 9 alphanumerics, as its templates take them back. */
+  ol_request(&mistral, true, &r);
+  w = ol_render(&mistral, &r, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}]",
+                ENGINE_FINISH_STOP);
+  json_t *c0 = json_array_get(json_object_get(json_object_get(w, "message"), "tool_calls"), 0);
+  const char *id = json_string_value(json_object_get(c0, "id"));
+  CHECK_MSG(id && strlen(id) == 9, "id %s", id ? id : "(none)");
+  json_decref(w);
+  oai_request_free(&r);
+}
 
 static void test_chat(void) {
   const char *body = "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":"
@@ -1168,6 +1505,7 @@ int main(void) {
   test_basic();
   test_errors();
   test_fields(e);
+  test_ollama_tools(e);
   test_chat();
   test_completions_tok_emb();
   test_auth(e);
