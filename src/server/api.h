@@ -254,4 +254,17 @@ int api_set_cache_key(oai_request *r, const char *key, oai_error *e);
 /* Parses body into a JSON object (r->root; r->kind set). 0 or 400. */
 int api_parse_body(const char *body, size_t len, oai_kind kind, oai_request *r, oai_error *e);
 
+/* ---- answer-side helpers (api_tools.c) --------------------------------- */
+/* True when s[0..n) is JSON white space only (or empty): text the
+ * block-shaped answers (Anthropic's, Responses') hold until more text
+ * follows, as it only separates a call from what is around it. */
+bool api_all_ws(const char *s, size_t n);
+/* For the adapters' test hooks (ollama_chat_render_text, ...): runs api's
+ * renderers over a model's answer text as srv_generate would, with ctx
+ * and the request r, identity o: the whole answer (piece 0, complete), or
+ * a stream fed piece bytes at a time (begin, deltas, end). finish is the
+ * answer's end; no stop string ended it. */
+void api_render_text(const gen_api *api, void *ctx, const oai_request *r, const oai_resp *o, const char *text,
+                     size_t n, size_t piece, engine_finish finish, sbuf *out);
+
 #endif

@@ -128,16 +128,6 @@ static bool custom_tool_type(json_t *type) {
   return !type || json_is_null(type) || (json_is_string(type) && !strcmp(json_string_value(type), "custom"));
 }
 
-/* The names the model's tool-call parser accepts (chat/toolcall.h). */
-static bool valid_tool_name(const char *s, size_t n) {
-  if (n == 0 || n > TC_MAX_NAME) return false;
-  for (size_t i = 0; i < n; i++)
-    if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
-          s[i] == '_' || s[i] == '-' || s[i] == '.'))
-      return false;
-  return true;
-}
-
 static const char *const k_tool_fields[] = {"name",   "description", "input_schema",   "type",
                                             "strict", "cache_control", "eager_input_streaming",
                                             "allowed_callers", "defer_loading", "input_examples", NULL};
@@ -156,7 +146,7 @@ static int tool_to_oai(json_t *tool, size_t i, json_t *out_arr, oai_error *e) {
                       p, json_is_string(type) ? json_string_value(type) : "?");
   const char *bad = oai_unknown_member(tool, k_tool_fields);
   if (bad) return oai_seterr(e, 400, "unknown_field", "tools", "%s.%.64s: Extra inputs are not permitted", p, bad);
-  if (!json_is_string(name) || !valid_tool_name(json_string_value(name), json_string_length(name)))
+  if (!json_is_string(name) || !oai_valid_tool_name(json_string_value(name), json_string_length(name)))
     return oai_seterr(e, 400, "invalid_value", "tools",
                       "%s.name: must be 1..%d characters of a-z, A-Z, 0-9, '_', '-' and '.'", p, TC_MAX_NAME);
   json_t *desc = json_object_get(tool, "description"), *schema = json_object_get(tool, "input_schema");
@@ -194,13 +184,9 @@ static int tool_to_oai(json_t *tool, size_t i, json_t *out_arr, oai_error *e) {
   json_t *ex = json_object_get(tool, "input_examples");
   if (ex && !json_is_null(ex) && !(json_is_array(ex) && !json_array_size(ex)))
     return oai_seterr(e, 400, "unsupported_field", "tools", "%s.input_examples: not supported by this server", p);
-  size_t j;
-  json_t *prev;
-  json_array_foreach(out_arr, j, prev) {
-    if (!strcmp(json_string_value(json_object_get(json_object_get(prev, "function"), "name")), json_string_value(name)))
-      return oai_seterr(e, 400, "invalid_value", "tools", "%s.name: tool name '%s' is given twice", p,
-                        json_string_value(name));
-  }
+  if (oai_find_tool(out_arr, SIZE_MAX, json_string_value(name)))
+    return oai_seterr(e, 400, "invalid_value", "tools", "%s.name: tool name '%s' is given twice", p,
+                      json_string_value(name));
   json_t *fn = json_pack("{s:O,s:O}", "name", name, "parameters", schema);
   if (fn && json_is_string(desc)) json_object_set(fn, "description", desc);
   /* strict: the schema must hold where the grammar cannot enforce it
@@ -226,18 +212,7 @@ static int parse_tools(oai_request *r, oai_error *e) {
     if (!json_is_array(t)) return oai_seterr(e, 400, "invalid_type", "tools", "tools: must be an array");
     if (json_array_size(t) > TC_MAX_TOOLS)
       return oai_seterr(e, 400, "invalid_value", "tools", "tools: at most %d tools", TC_MAX_TOOLS);
-    json_t *arr = json_array();
-    if (!arr) return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
-    size_t i;
-    json_t *tool;
-    json_array_foreach(t, i, tool) {
-      if (tool_to_oai(tool, i, arr, e)) {
-        json_decref(arr);
-        return PW_EINVAL;
-      }
-    }
-    if (json_array_size(arr)) r->tools = arr;
-    else json_decref(arr);
+    if (oai_convert_tools(t, tool_to_oai, &r->tools, e)) return PW_EINVAL;
   }
   json_t *tc = json_object_get(root, "tool_choice");
   if (!tc || json_is_null(tc)) return 0;
@@ -263,12 +238,7 @@ static int parse_tools(oai_request *r, oai_error *e) {
     if (!json_is_string(name))
       return oai_seterr(e, 400, "missing_field", "tool_choice", "tool_choice.name: Field required (a string) for type 'tool'");
     r->tool_name = json_string_value(name);
-    bool found = false;
-    size_t i;
-    json_t *tool;
-    json_array_foreach(r->tools, i, tool) found |=
-        !strcmp(json_string_value(json_object_get(json_object_get(tool, "function"), "name")), r->tool_name);
-    if (!found)
+    if (!oai_find_tool(r->tools, SIZE_MAX, r->tool_name))
       return oai_seterr(e, 400, "invalid_value", "tool_choice", "tool_choice.name: '%.64s' is not among the tools",
                         r->tool_name);
   } else if (name && !json_is_null(name)) {
@@ -298,6 +268,20 @@ static int add_msg(oai_request *r, json_t *m, oai_error *e) {
   return 0;
 }
 
+/* The head of a block of a turn's content (p names it), as both turns
+ * read it: its type into *type, and a text block's text appended to text.
+ * 0 or the 400. */
+static int block_head(json_t *b, const char *p, const char **type, sbuf *text, oai_error *e) {
+  json_t *t = json_is_object(b) ? json_object_get(b, "type") : NULL;
+  *type = json_is_string(t) ? json_string_value(t) : NULL;
+  if (!*type) return oai_seterr(e, 400, "invalid_type", "messages", "%s: must be an object with a string 'type'", p);
+  if (strcmp(*type, "text")) return 0;
+  json_t *tx = json_object_get(b, "text");
+  if (!json_is_string(tx)) return oai_seterr(e, 400, "invalid_type", "messages", "%s.text: must be a string", p);
+  sbuf_put(text, json_string_value(tx), json_string_length(tx));
+  return 0;
+}
+
 /* An assistant turn of blocks: text blocks are its content (joined),
  * tool_use blocks its calls, as templates take them: {"id", "type":
  * "function", "function": {"name", "arguments": the input object}} (the
@@ -313,21 +297,9 @@ static int assistant_blocks(oai_request *r, json_t *content, const char *param, 
   json_array_foreach(content, j, b) {
     char p[112];
     snprintf(p, sizeof p, "%s.%zu", param, j);
-    json_t *type = json_is_object(b) ? json_object_get(b, "type") : NULL;
-    const char *ty = json_is_string(type) ? json_string_value(type) : NULL;
-    if (!ty) {
-      rc = oai_seterr(e, 400, "invalid_type", "messages", "%s: must be an object with a string 'type'", p);
-      break;
-    }
-    if (!strcmp(ty, "text")) {
-      json_t *tx = json_object_get(b, "text");
-      if (!json_is_string(tx)) {
-        rc = oai_seterr(e, 400, "invalid_type", "messages", "%s.text: must be a string", p);
-        break;
-      }
-      sbuf_put(&text, json_string_value(tx), json_string_length(tx));
-      continue;
-    }
+    const char *ty;
+    if ((rc = block_head(b, p, &ty, &text, e))) break;
+    if (!strcmp(ty, "text")) continue;
     if (strcmp(ty, "tool_use")) {
       rc = oai_seterr(e, 400, "unsupported_content", "messages",
                       "%s: '%.40s' blocks are not supported by this server (assistant turns take text and tool_use)", p,
@@ -339,7 +311,7 @@ static int assistant_blocks(oai_request *r, json_t *content, const char *param, 
       rc = oai_seterr(e, 400, "invalid_value", "messages", "%s.id: must be a string of 1..256 bytes", p);
       break;
     }
-    if (!json_is_string(name) || !valid_tool_name(json_string_value(name), json_string_length(name))) {
+    if (!json_is_string(name) || !oai_valid_tool_name(json_string_value(name), json_string_length(name))) {
       rc = oai_seterr(e, 400, "invalid_value", "messages",
                       "%s.name: must be 1..%d characters of a-z, A-Z, 0-9, '_', '-' and '.'", p, TC_MAX_NAME);
       break;
@@ -388,19 +360,9 @@ static int user_blocks(oai_request *r, json_t *content, const char *param, turn_
   json_array_foreach(content, j, b) {
     char p[112];
     snprintf(p, sizeof p, "%s.%zu", param, j);
-    json_t *type = json_is_object(b) ? json_object_get(b, "type") : NULL;
-    const char *ty = json_is_string(type) ? json_string_value(type) : NULL;
-    if (!ty) {
-      rc = oai_seterr(e, 400, "invalid_type", "messages", "%s: must be an object with a string 'type'", p);
-      break;
-    }
+    const char *ty;
+    if ((rc = block_head(b, p, &ty, &text, e))) break;
     if (!strcmp(ty, "text")) {
-      json_t *tx = json_object_get(b, "text");
-      if (!json_is_string(tx)) {
-        rc = oai_seterr(e, 400, "invalid_type", "messages", "%s.text: must be a string", p);
-        break;
-      }
-      sbuf_put(&text, json_string_value(tx), json_string_length(tx));
       any_text = true;
       continue;
     }
@@ -689,14 +651,8 @@ static void open_text(an_ctx *x) {
   }
 }
 
-static bool all_ws(const char *s, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (s[i] != ' ' && s[i] != '\n' && s[i] != '\r' && s[i] != '\t') return false;
-  return true;
-}
-
 static void put_content(an_ctx *x, const char *s, size_t n) {
-  if (x->open != BLK_TEXT && all_ws(s, n)) {
+  if (x->open != BLK_TEXT && api_all_ws(s, n)) {
     sbuf_put(&x->ws, s, n);
     return;
   }

@@ -246,16 +246,6 @@ static int parse_common(conn *k, struct MHD_Connection *c, oai_request *r, const
 
 #define OL_CALL_ID_MAX 256 /* bytes of a call id a client sends */
 
-/* The characters the grammar and the parser take in a tool's name. */
-static bool tool_name_ok(const char *s, size_t n) {
-  if (n == 0 || n > TC_MAX_NAME) return false;
-  for (size_t i = 0; i < n; i++)
-    if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
-          s[i] == '_' || s[i] == '-' || s[i] == '.'))
-      return false;
-  return true;
-}
-
 /* One tool of tools[i], checked against the earlier ones (out) and
  * appended to out in the shape oai_chat_prepare, the grammar and the
  * templates take (type written out when a client left it off). */
@@ -275,7 +265,7 @@ static int add_tool(json_t *tool, size_t i, json_t *out, oai_error *e) {
   }
   json_t *name = json_object_get(fn, "name"), *desc = json_object_get(fn, "description");
   json_t *params = json_object_get(fn, "parameters");
-  if (!json_is_string(name) || !tool_name_ok(json_string_value(name), json_string_length(name)))
+  if (!json_is_string(name) || !oai_valid_tool_name(json_string_value(name), json_string_length(name)))
     return oai_seterr(e, 400, "invalid_value", param,
                       "'%s.function.name' must be 1..%d characters of a-z, A-Z, 0-9, '_', '-' and '.'", param,
                       TC_MAX_NAME);
@@ -283,12 +273,8 @@ static int add_tool(json_t *tool, size_t i, json_t *out, oai_error *e) {
     return oai_seterr(e, 400, "invalid_type", param, "'%s.function.description' must be a string", param);
   if (params && !json_is_null(params) && !json_is_object(params))
     return oai_seterr(e, 400, "invalid_type", param, "'%s.function.parameters' must be a JSON Schema object", param);
-  size_t j;
-  json_t *prev;
-  json_array_foreach(out, j, prev) {
-    if (!strcmp(json_string_value(json_object_get(json_object_get(prev, "function"), "name")), json_string_value(name)))
-      return oai_seterr(e, 400, "invalid_value", param, "tool name '%s' is given twice", json_string_value(name));
-  }
+  if (oai_find_tool(out, SIZE_MAX, json_string_value(name)))
+    return oai_seterr(e, 400, "invalid_value", param, "tool name '%s' is given twice", json_string_value(name));
   if (json_array_append_new(out, json_pack("{s:s,s:O}", "type", "function", "function", fn)))
     return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
   return 0;
@@ -303,18 +289,7 @@ static int parse_tools(json_t *t, oai_request *r, oai_error *e) {
   if (!json_is_array(t)) return oai_seterr(e, 400, "invalid_type", "tools", "'tools' must be an array");
   if (json_array_size(t) > TC_MAX_TOOLS)
     return oai_seterr(e, 400, "invalid_value", "tools", "'tools' holds at most %d tools", TC_MAX_TOOLS);
-  json_t *out = json_array();
-  if (!out) return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
-  size_t i;
-  json_t *tool;
-  json_array_foreach(t, i, tool) {
-    if (add_tool(tool, i, out, e)) {
-      json_decref(out);
-      return PW_EINVAL;
-    }
-  }
-  r->tools = out;
-  return 0;
+  return oai_convert_tools(t, add_tool, &r->tools, e);
 }
 
 /* A call id given by the conversation's place of the call (message i,
@@ -708,22 +683,7 @@ int ollama_chat_render_text(const tc_syntax *sx, const oai_request *r, const cha
   x.sx = *sx;
   oai_resp o;
   oai_resp_init(&o, OAI_CHAT, "test", NULL);
-  gen_view v;
-  memset(&v, 0, sizeof v);
-  v.r = r;
-  v.o = &o;
-  v.finish = finish;
-  v.stop_index = -1;
-  v.ctx = &x;
-  if (!piece) {
-    v.text = text;
-    v.text_len = n;
-    ol_complete(&v, out);
-  } else {
-    ol_begin(&v, out);
-    for (size_t off = 0; off < n; off += piece) ol_delta(&v, text + off, n - off < piece ? n - off : piece, NULL, out);
-    ol_end(&v, out);
-  }
+  api_render_text(&ol_api, &x, r, &o, text, n, piece, finish, out);
   ol_ctx_clear(&x);
   return out->oom ? PW_ENOMEM : 0;
 }

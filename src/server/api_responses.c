@@ -377,14 +377,8 @@ static void put_text(rs_ctx *x, const char *s, size_t n) {
   sbuf_puts(x->out, ",\"logprobs\":[]}\n\n");
 }
 
-static bool all_ws(const char *s, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (s[i] != ' ' && s[i] != '\n' && s[i] != '\r' && s[i] != '\t') return false;
-  return true;
-}
-
 static void put_content(rs_ctx *x, const char *s, size_t n) {
-  if (x->open != RS_OPEN_MSG && all_ws(s, n)) {
+  if (x->open != RS_OPEN_MSG && api_all_ws(s, n)) {
     sbuf_put(&x->ws, s, n);
     return;
   }
@@ -611,15 +605,6 @@ static const char *const k_parts[] = {"input_text", "output_text", "text", NULL}
 
 static int oom(oai_error *e) { return oai_seterr(e, 500, "internal_error", NULL, "out of memory"); }
 
-static bool valid_tool_name(const char *s, size_t n) {
-  if (n == 0 || n > TC_MAX_NAME) return false;
-  for (size_t i = 0; i < n; i++)
-    if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
-          s[i] == '_' || s[i] == '-' || s[i] == '.'))
-      return false;
-  return true;
-}
-
 /* The conversation's function calls as its items come: every call_id so
  * far (call_id -> name), and the calls of the last assistant turn still
  * without an output. As in OpenAI's API, every call needs its output
@@ -697,7 +682,7 @@ static int input_call(json_t *it, const char *param, json_t *history, conv_calls
   if (item_str(it, "call_id", param, RS_MAX_CALL_ID, true, &cid, e) ||
       item_str(it, "name", param, TC_MAX_NAME, true, &name, e) || item_str(it, "id", param, RS_MAX_CALL_ID, false, &id, e))
     return PW_EINVAL;
-  if (!valid_tool_name(name, strlen(name))) {
+  if (!oai_valid_tool_name(name, strlen(name))) {
     snprintf(p, sizeof p, "%s.name", param);
     return oai_seterr(e, 400, "invalid_value", p, "'%s' must be 1..%d characters of a-z, A-Z, 0-9, '_', '-' and '.'", p,
                       TC_MAX_NAME);
@@ -831,13 +816,57 @@ done:
   return rc;
 }
 
+/* tools[i], a function tool {type, name, description, parameters,
+ * strict}, checked against the ones before it (arr) and appended to arr in
+ * the chat form, {type, function: {name, description, parameters}}. */
+static int function_tool(json_t *tool, size_t i, json_t *arr, oai_error *e) {
+  static const char *const known[] = {"type", "name", "description", "parameters", "strict", NULL};
+  char p[112];
+  snprintf(p, sizeof p, "tools[%zu]", i);
+  json_t *type = json_is_object(tool) ? json_object_get(tool, "type") : NULL;
+  if (!json_is_string(type)) return oai_seterr(e, 400, "invalid_type", p, "'%s' must be an object with a string 'type'", p);
+  if (strcmp(json_string_value(type), "function")) {
+    snprintf(p, sizeof p, "tools[%zu].type", i);
+    return oai_seterr(e, 400, "unsupported_tool", p,
+                      "'%s' is '%.40s': this server runs function tools only (hosted tools such as web_search, "
+                      "file_search, code_interpreter, mcp and custom tools are not supported)",
+                      p, json_string_value(type));
+  }
+  const char *bad = oai_unknown_member(tool, known);
+  if (bad) {
+    snprintf(p, sizeof p, "tools[%zu].%.40s", i, bad);
+    return oai_seterr(e, 400, "unknown_field", p, "'%s' is not a member of a function tool", p);
+  }
+  json_t *name = json_object_get(tool, "name"), *params = json_object_get(tool, "parameters");
+  json_t *desc = json_object_get(tool, "description"), *strict = json_object_get(tool, "strict");
+  if (!json_is_string(name) || !oai_valid_tool_name(json_string_value(name), json_string_length(name)))
+    return oai_seterr(e, 400, "invalid_value", p,
+                      "'%s.name' must be 1..%d characters of a-z, A-Z, 0-9, '_', '-' and '.'", p, TC_MAX_NAME);
+  if (desc && !json_is_string(desc) && !json_is_null(desc))
+    return oai_seterr(e, 400, "invalid_type", p, "'%s.description' must be a string", p);
+  if (params && !json_is_object(params) && !json_is_null(params))
+    return oai_seterr(e, 400, "invalid_type", p, "'%s.parameters' must be a JSON Schema object", p);
+  /* strict: as on chat completions, what the grammar cannot enforce
+   * of its schema is then a 400 (tc_grammar); else the calls follow
+   * the schema as far as the grammar can. */
+  if (strict && !json_is_boolean(strict) && !json_is_null(strict))
+    return oai_seterr(e, 400, "invalid_type", p, "'%s.strict' must be a boolean", p);
+  if (oai_find_tool(arr, SIZE_MAX, json_string_value(name)))
+    return oai_seterr(e, 400, "invalid_value", p, "tool name '%s' is given twice", json_string_value(name));
+  json_t *fn = json_pack("{s:O}", "name", name);
+  if (fn && json_is_string(desc)) json_object_set(fn, "description", desc);
+  if (fn && json_is_object(params)) json_object_set(fn, "parameters", params);
+  if (fn && json_is_true(strict)) json_object_set(fn, "strict", strict);
+  if (!fn || json_array_append_new(arr, json_pack("{s:s,s:o}", "type", "function", "function", fn))) return oom(e);
+  return 0;
+}
+
 /* tools, tool_choice and parallel_tool_calls into r->tools (the chat
  * form, {type, function: {name, description, parameters}}),
  * r->tool_choice, r->tool_name and r->parallel_tool_calls; echoed as
  * given. What the template makes of them is oai_chat_prepare's, in
  * srv_generate, as for chat completions. */
 static int parse_tools(json_t *root, oai_request *r, rs_ctx *x, oai_error *e) {
-  static const char *const known[] = {"type", "name", "description", "parameters", "strict", NULL};
   r->tool_choice = OAI_TOOLS_AUTO;
   r->parallel_tool_calls = true;
   if (api_bool(root, "parallel_tool_calls", "parallel_tool_calls", &r->parallel_tool_calls, e)) return PW_EINVAL;
@@ -847,57 +876,8 @@ static int parse_tools(json_t *root, oai_request *r, rs_ctx *x, oai_error *e) {
     if (!json_is_array(t)) return oai_seterr(e, 400, "invalid_type", "tools", "'tools' must be an array");
     if (json_array_size(t) > TC_MAX_TOOLS)
       return oai_seterr(e, 400, "invalid_value", "tools", "'tools' holds at most %d tools", TC_MAX_TOOLS);
-    json_t *arr = json_array();
-    if (!arr) return oom(e);
-    r->tools = arr; /* owned by r from here */
-    size_t i;
-    json_t *tool;
-    json_array_foreach(t, i, tool) {
-      char p[112];
-      snprintf(p, sizeof p, "tools[%zu]", i);
-      json_t *type = json_is_object(tool) ? json_object_get(tool, "type") : NULL;
-      if (!json_is_string(type)) return oai_seterr(e, 400, "invalid_type", p, "'%s' must be an object with a string 'type'", p);
-      if (strcmp(json_string_value(type), "function")) {
-        snprintf(p, sizeof p, "tools[%zu].type", i);
-        return oai_seterr(e, 400, "unsupported_tool", p,
-                          "'%s' is '%.40s': this server runs function tools only (hosted tools such as web_search, "
-                          "file_search, code_interpreter, mcp and custom tools are not supported)",
-                          p, json_string_value(type));
-      }
-      const char *bad = oai_unknown_member(tool, known);
-      if (bad) {
-        snprintf(p, sizeof p, "tools[%zu].%.40s", i, bad);
-        return oai_seterr(e, 400, "unknown_field", p, "'%s' is not a member of a function tool", p);
-      }
-      json_t *name = json_object_get(tool, "name"), *params = json_object_get(tool, "parameters");
-      json_t *desc = json_object_get(tool, "description"), *strict = json_object_get(tool, "strict");
-      if (!json_is_string(name) || !valid_tool_name(json_string_value(name), json_string_length(name)))
-        return oai_seterr(e, 400, "invalid_value", p,
-                          "'%s.name' must be 1..%d characters of a-z, A-Z, 0-9, '_', '-' and '.'", p, TC_MAX_NAME);
-      if (desc && !json_is_string(desc) && !json_is_null(desc))
-        return oai_seterr(e, 400, "invalid_type", p, "'%s.description' must be a string", p);
-      if (params && !json_is_object(params) && !json_is_null(params))
-        return oai_seterr(e, 400, "invalid_type", p, "'%s.parameters' must be a JSON Schema object", p);
-      /* strict: as on chat completions, what the grammar cannot enforce
-       * of its schema is then a 400 (tc_grammar); else the calls follow
-       * the schema as far as the grammar can. */
-      if (strict && !json_is_boolean(strict) && !json_is_null(strict))
-        return oai_seterr(e, 400, "invalid_type", p, "'%s.strict' must be a boolean", p);
-      for (size_t j = 0; j < i; j++)
-        if (!strcmp(json_string_value(json_object_get(json_array_get(t, j), "name")), json_string_value(name)))
-          return oai_seterr(e, 400, "invalid_value", p, "tool name '%s' is given twice", json_string_value(name));
-      json_t *fn = json_pack("{s:O}", "name", name);
-      if (fn && json_is_string(desc)) json_object_set(fn, "description", desc);
-      if (fn && json_is_object(params)) json_object_set(fn, "parameters", params);
-      if (fn && json_is_true(strict)) json_object_set(fn, "strict", strict);
-      if (!fn || json_array_append_new(arr, json_pack("{s:s,s:o}", "type", "function", "function", fn))) return oom(e);
-    }
-    if (!json_array_size(arr)) {
-      json_decref(arr);
-      r->tools = NULL;
-    } else if (!(x->tools = json_dumps(t, JSON_COMPACT))) {
-      return oom(e);
-    }
+    if (oai_convert_tools(t, function_tool, &r->tools, e)) return PW_EINVAL;
+    if (r->tools && !(x->tools = json_dumps(t, JSON_COMPACT))) return oom(e);
   }
   json_t *tc = json_object_get(root, "tool_choice");
   if (!tc || json_is_null(tc)) return 0;
@@ -923,12 +903,8 @@ static int parse_tools(json_t *root, oai_request *r, rs_ctx *x, oai_error *e) {
     json_t *name = json_object_get(tc, "name");
     if (!json_is_string(name)) return oai_seterr(e, 400, "missing_field", "tool_choice", "'tool_choice.name' must be a string");
     r->tool_choice = OAI_TOOLS_NAMED;
-    size_t i;
-    json_t *tool;
-    json_array_foreach(r->tools, i, tool) {
-      json_t *n = json_object_get(json_object_get(tool, "function"), "name");
-      if (!strcmp(json_string_value(n), json_string_value(name))) r->tool_name = json_string_value(n); /* r owns it */
-    }
+    json_t *n = oai_find_tool(r->tools, SIZE_MAX, json_string_value(name));
+    if (n) r->tool_name = json_string_value(n); /* r owns it */
     if (!r->tool_name)
       return oai_seterr(e, 400, "invalid_value", "tool_choice", "'tool_choice' names '%.64s', which is not in 'tools'",
                         json_string_value(name));
@@ -1133,22 +1109,7 @@ int resp_render_text(const tc_syntax *sx, const oai_request *r, const char *text
   oai_resp_init(&o, OAI_CHAT, "test", NULL);
   oai_new_id("resp_", o.id, sizeof o.id);
   x->created = o.created;
-  gen_view v;
-  memset(&v, 0, sizeof v);
-  v.r = r;
-  v.o = &o;
-  v.finish = finish;
-  v.stop_index = -1;
-  v.ctx = x;
-  if (!piece) {
-    v.text = text;
-    v.text_len = n;
-    rs_complete(&v, out);
-  } else {
-    rs_begin(&v, out);
-    for (size_t off = 0; off < n; off += piece) rs_delta(&v, text + off, n - off < piece ? n - off : piece, NULL, out);
-    rs_end(&v, out);
-  }
+  api_render_text(&rs_api, x, r, &o, text, n, piece, finish, out);
   int rc = out->oom || x->oom ? PW_ENOMEM : 0;
   rs_free(x);
   return rc;

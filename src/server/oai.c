@@ -746,13 +746,41 @@ static int parse_constraint(json_t *root, oai_request *r, oai_error *e) {
   return 0;
 }
 
-static bool valid_tool_name(const char *s, size_t n) {
+bool oai_valid_tool_name(const char *s, size_t n) {
   if (n == 0 || n > TC_MAX_NAME) return false;
   for (size_t i = 0; i < n; i++)
     if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
           s[i] == '_' || s[i] == '-' || s[i] == '.'))
       return false;
   return true;
+}
+
+json_t *oai_find_tool(json_t *tools, size_t n, const char *name) {
+  size_t i;
+  json_t *tool;
+  json_array_foreach(tools, i, tool) {
+    if (i >= n) break;
+    json_t *tn = json_object_get(json_object_get(tool, "function"), "name");
+    if (!strcmp(json_string_value(tn), name)) return tn;
+  }
+  return NULL;
+}
+
+int oai_convert_tools(json_t *tools, oai_tool_fn one, json_t **out, oai_error *e) {
+  *out = NULL;
+  json_t *arr = json_array();
+  if (!arr) return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
+  size_t i;
+  json_t *tool;
+  json_array_foreach(tools, i, tool) {
+    if (one(tool, i, arr, e)) {
+      json_decref(arr);
+      return PW_EINVAL;
+    }
+  }
+  if (json_array_size(arr)) *out = arr;
+  else json_decref(arr);
+  return 0;
 }
 
 /* tools, tool_choice, parallel_tool_calls, reasoning_effort and
@@ -778,17 +806,15 @@ static int parse_tools(json_t *root, oai_request *r, oai_error *e) {
         return oai_seterr(e, 400, "invalid_value", param, "'%s' must be {\"type\": \"function\", \"function\": {...}}", param);
       json_t *name = json_object_get(fn, "name"), *params = json_object_get(fn, "parameters");
       json_t *desc = json_object_get(fn, "description");
-      if (!json_is_string(name) || !valid_tool_name(json_string_value(name), json_string_length(name)))
+      if (!json_is_string(name) || !oai_valid_tool_name(json_string_value(name), json_string_length(name)))
         return oai_seterr(e, 400, "invalid_value", param,
                           "'%s.function.name' must be 1..%d characters of a-z, A-Z, 0-9, '_', '-' and '.'", param, TC_MAX_NAME);
       if (desc && !json_is_string(desc) && !json_is_null(desc))
         return oai_seterr(e, 400, "invalid_type", param, "'%s.function.description' must be a string", param);
       if (params && !json_is_object(params) && !json_is_null(params))
         return oai_seterr(e, 400, "invalid_type", param, "'%s.function.parameters' must be a JSON Schema object", param);
-      for (size_t j = 0; j < i; j++)
-        if (!strcmp(json_string_value(json_object_get(json_object_get(json_array_get(t, j), "function"), "name")),
-                    json_string_value(name)))
-          return oai_seterr(e, 400, "invalid_value", param, "tool name '%s' is given twice", json_string_value(name));
+      if (oai_find_tool(t, i, json_string_value(name)))
+        return oai_seterr(e, 400, "invalid_value", param, "tool name '%s' is given twice", json_string_value(name));
     }
     if (json_array_size(t)) r->tools = json_incref(t);
   }
@@ -809,12 +835,7 @@ static int parse_tools(json_t *root, oai_request *r, oai_error *e) {
                           "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}");
       r->tool_choice = OAI_TOOLS_NAMED;
       r->tool_name = json_string_value(name);
-      bool found = false;
-      size_t i;
-      json_t *tool;
-      json_array_foreach(r->tools, i, tool) found |= !strcmp(
-          json_string_value(json_object_get(json_object_get(tool, "function"), "name")), r->tool_name);
-      if (!found)
+      if (!oai_find_tool(r->tools, SIZE_MAX, r->tool_name))
         return oai_seterr(e, 400, "invalid_value", "tool_choice", "'tool_choice' names '%.64s', which is not in 'tools'",
                           r->tool_name);
     }

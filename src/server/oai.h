@@ -82,6 +82,20 @@ const char *oai_unknown_member(json_t *obj, const char *const *known);
 int oai_unknown_field(oai_error *e, const char *key);
 /* Both: 0 when every member of obj is known, else the error above. */
 int oai_check_fields(json_t *obj, const char *const *known, oai_error *e);
+/* Tools, for every API's tools (OpenAI's here, and the adapters', which
+ * convert theirs to this chat form): a name the tool-call grammar and
+ * parser accept (chat/toolcall.h: 1..TC_MAX_NAME bytes of [A-Za-z0-9_.-]). */
+bool oai_valid_tool_name(const char *s, size_t n);
+/* The tool named name among the first n of tools (chat form: {"type",
+ * "function": {"name", ...}}; n past the end = all): its name as a JSON
+ * string (owned by tools), or NULL. tools may be NULL. */
+json_t *oai_find_tool(json_t *tools, size_t n, const char *name);
+/* An adapter's tools[i] checked (against the ones before it, in out) and
+ * appended to out in chat form; 0 or the error in e. */
+typedef int (*oai_tool_fn)(json_t *tool, size_t i, json_t *out, oai_error *e);
+/* Every tool of the array tools through one into a new array: *out (NULL
+ * when tools is empty). 0, or the first tool's error (*out NULL). */
+int oai_convert_tools(json_t *tools, oai_tool_fn one, json_t **out, oai_error *e);
 /* The top-level members oai_parse reads for kind (NULL-terminated; chat and
  * completions also take llama.cpp's fields of their kind, refused there by
  * name unless neutral), or NULL for an unknown kind. */

@@ -6,61 +6,17 @@
 // is a 400. Templates come from the shared chat-templates folder through
 // --chat-template-file (the Qwen2.5 <tool_call> format and Qwen3-Coder's).
 import assert from 'node:assert/strict';
-import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
 import OpenAI from 'openai';
 
-import { client, env, startServer } from './lib.mjs';
+import { client } from './lib.mjs';
+import { chatTools, checkToolArgs, msgs, startToolServers, stopToolServers } from './tools_lib.mjs';
 
 const T = { timeout: 60000 };
-const weather = {
-  type: 'function',
-  function: {
-    name: 'get_weather',
-    description: 'Get the weather for a city',
-    // Bounded values, so that a random model's call must finish.
-    parameters: {
-      type: 'object',
-      properties: {
-        city: { type: 'string', enum: ['Paris', 'Oslo', 'Lima'] },
-        days: { type: 'integer', minimum: 1, maximum: 7 },
-      },
-      required: ['city', 'days'],
-      additionalProperties: false,
-    },
-  },
-};
-const search = {
-  type: 'function',
-  function: {
-    name: 'search',
-    description: 'Search the web',
-    parameters: {
-      type: 'object',
-      properties: { q: { type: 'string', maxLength: 12 }, safe: { type: 'boolean' } },
-      required: ['q', 'safe'],
-      additionalProperties: false,
-    },
-  },
-};
-const msgs = [{ role: 'user', content: 'What is the weather in Paris for 3 days?' }];
+const { weather, search } = chatTools;
 
-function checkArgs(name, args) {
-  const v = JSON.parse(args);
-  if (name === 'get_weather') {
-    assert.deepEqual(Object.keys(v).sort(), ['city', 'days'], args);
-    assert.ok(['Paris', 'Oslo', 'Lima'].includes(v.city), args);
-    assert.ok(Number.isInteger(v.days) && v.days >= 1 && v.days <= 7, args);
-  } else {
-    assert.equal(name, 'search');
-    assert.deepEqual(Object.keys(v).sort(), ['q', 'safe'], args);
-    assert.equal(typeof v.q, 'string');
-    assert.ok([...v.q].length <= 12, args);
-    assert.equal(typeof v.safe, 'boolean');
-  }
-  return v;
-}
+const checkArgs = (name, args) => checkToolArgs(name, JSON.parse(args), args);
 
 /** Streams a request and rebuilds the message as the SDK's users do. */
 async function streamed(oc, req) {
@@ -94,21 +50,12 @@ describe('tool calls with the openai client', () => {
   let coder;  // syn-qwen2 with the Qwen3-Coder template: <function=...><parameter=...>
   let plain;  // syn-qwen2 with its own template: no tool-call format
   let qwen3;  // syn-qwen2 with the Qwen3 template: <think> reasoning, enable_thinking
-  const tdir = () => path.join(env().shared, 'chat-templates');
 
   before(async () => {
-    [hermes, coder, plain, qwen3] = await Promise.all([
-      startServer({ model: 'syn-qwen2-Q4_K_M.gguf', args: ['--chat-template-file', path.join(tdir(), 'Qwen-Qwen2.5-7B-Instruct.jinja')] }),
-      startServer({ model: 'syn-qwen2-Q4_K_M.gguf', args: ['--chat-template-file', path.join(tdir(), 'Qwen3-Coder.jinja')] }),
-      startServer({ model: 'syn-qwen2-Q4_K_M.gguf' }),
-      startServer({ model: 'syn-qwen2-Q4_K_M.gguf', args: ['--chat-template-file', path.join(tdir(), 'Qwen-Qwen3-0.6B.jinja')] }),
-    ]);
+    ({ hermes, coder, plain, qwen3 } = await startToolServers(['hermes', 'coder', 'plain', 'qwen3']));
   });
 
-  after(async () => {
-    const r = await Promise.all([hermes?.stop(), coder?.stop(), plain?.stop(), qwen3?.stop()]);
-    for (const x of r) if (x) assert.equal(x.code, 0, `power serve exit ${JSON.stringify(x)}`);
-  });
+  after(() => stopToolServers([hermes, coder, plain, qwen3]));
 
   for (const which of ['hermes', 'coder']) {
     it(`${which}: tool_choice required and a named function give valid tool_calls, streamed and not`, T, async () => {

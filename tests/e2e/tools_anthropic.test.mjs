@@ -9,55 +9,19 @@
 // Qwen2.5's <tool_call> JSON, whose arguments stream token by token, and
 // Qwen3-Coder's <function=...>, whose input arrives whole.
 import assert from 'node:assert/strict';
-import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
 import Anthropic from '@anthropic-ai/sdk';
 
-import { env, post, startServer } from './lib.mjs';
+import { post } from './lib.mjs';
+import { anthropicTools, checkToolArgs, question, startToolServers, stopToolServers } from './tools_lib.mjs';
 
 const T = { timeout: 90000 };
-const weather = {
-  name: 'get_weather',
-  description: 'Get the weather for a city',
-  // Bounded values, so that a random model's call must finish.
-  input_schema: {
-    type: 'object',
-    properties: {
-      city: { type: 'string', enum: ['Paris', 'Oslo', 'Lima'] },
-      days: { type: 'integer', minimum: 1, maximum: 7 },
-    },
-    required: ['city', 'days'],
-    additionalProperties: false,
-  },
-};
-const search = {
-  name: 'search',
-  description: 'Search the web',
-  input_schema: {
-    type: 'object',
-    properties: { q: { type: 'string', maxLength: 12 }, safe: { type: 'boolean' } },
-    required: ['q', 'safe'],
-    additionalProperties: false,
-  },
-};
+const { weather, search } = anthropicTools;
 const ask = (text) => [{ role: 'user', content: text }];
-const prompts = ['What is the weather in Paris for 3 days?', 'Look up the news, safely.', 'Oslo, two days?'];
+const prompts = [question, 'Look up the news, safely.', 'Oslo, two days?'];
 
-function checkInput(name, v) {
-  assert.equal(typeof v, 'object', JSON.stringify(v));
-  if (name === 'get_weather') {
-    assert.deepEqual(Object.keys(v).sort(), ['city', 'days'], JSON.stringify(v));
-    assert.ok(['Paris', 'Oslo', 'Lima'].includes(v.city), JSON.stringify(v));
-    assert.ok(Number.isInteger(v.days) && v.days >= 1 && v.days <= 7, JSON.stringify(v));
-  } else {
-    assert.equal(name, 'search');
-    assert.deepEqual(Object.keys(v).sort(), ['q', 'safe'], JSON.stringify(v));
-    assert.equal(typeof v.q, 'string');
-    assert.ok([...v.q].length <= 12, JSON.stringify(v));
-    assert.equal(typeof v.safe, 'boolean');
-  }
-}
+const checkInput = (name, v) => checkToolArgs(name, v);
 
 /** Streams a request (raw events) and rebuilds its blocks, checking
  * Anthropic's event order on the way. */
@@ -110,21 +74,13 @@ describe('tool use with the anthropic client', () => {
   let hermes; // syn-qwen2 with the Qwen2.5 template: <tool_call> JSON
   let coder;  // syn-qwen2 with the Qwen3-Coder template: <function=...><parameter=...>
   let plain;  // syn-qwen2 with its own template: no tool-call format
-  const tdir = () => path.join(env().shared, 'chat-templates');
   const client = (srv) => new Anthropic({ baseURL: srv.url, apiKey: 'x', maxRetries: 0, timeout: 60000 });
 
   before(async () => {
-    [hermes, coder, plain] = await Promise.all([
-      startServer({ model: 'syn-qwen2-Q4_K_M.gguf', args: ['--chat-template-file', path.join(tdir(), 'Qwen-Qwen2.5-7B-Instruct.jinja')] }),
-      startServer({ model: 'syn-qwen2-Q4_K_M.gguf', args: ['--chat-template-file', path.join(tdir(), 'Qwen3-Coder.jinja')] }),
-      startServer({ model: 'syn-qwen2-Q4_K_M.gguf' }),
-    ]);
+    ({ hermes, coder, plain } = await startToolServers(['hermes', 'coder', 'plain']));
   });
 
-  after(async () => {
-    const r = await Promise.all([hermes?.stop(), coder?.stop(), plain?.stop()]);
-    for (const x of r) if (x) assert.equal(x.code, 0, `power serve exit ${JSON.stringify(x)}`);
-  });
+  after(() => stopToolServers([hermes, coder, plain]));
 
   for (const which of ['hermes', 'coder']) {
     it(`${which}: tool_choice any and a named tool give a valid tool_use, streamed and not`, T, async () => {

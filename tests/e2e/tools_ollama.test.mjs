@@ -14,62 +14,20 @@
 // tests/unit/test_server_e2e.c (test_ollama_tools), through the same
 // renderers.
 import assert from 'node:assert/strict';
-import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
 import { Ollama } from 'ollama';
 
-import { env, startServer } from './lib.mjs';
+import { chatTools, checkToolArgs, msgs, startToolServers, stopToolServers } from './tools_lib.mjs';
 
 const T = { timeout: 60000 };
-const weather = {
-  type: 'function',
-  function: {
-    name: 'get_weather',
-    description: 'Get the weather for a city',
-    // Bounded values, so that a call the model opens must finish.
-    parameters: {
-      type: 'object',
-      properties: {
-        city: { type: 'string', enum: ['Paris', 'Oslo', 'Lima'] },
-        days: { type: 'integer', minimum: 1, maximum: 7 },
-      },
-      required: ['city', 'days'],
-      additionalProperties: false,
-    },
-  },
-};
-const search = {
-  type: 'function',
-  function: {
-    name: 'search',
-    description: 'Search the web',
-    parameters: {
-      type: 'object',
-      properties: { q: { type: 'string', maxLength: 12 }, safe: { type: 'boolean' } },
-      required: ['q', 'safe'],
-      additionalProperties: false,
-    },
-  },
-};
-const msgs = [{ role: 'user', content: 'What is the weather in Paris for 3 days?' }];
+const { weather, search } = chatTools;
 
 /** A call as Ollama returns it; its arguments valid for its tool. */
 function checkCall(tc, index) {
   assert.match(tc.id, /^call_[A-Za-z0-9]{8}$/, JSON.stringify(tc));
   assert.equal(tc.function.index, index, JSON.stringify(tc));
-  const v = tc.function.arguments;
-  assert.equal(typeof v, 'object', JSON.stringify(tc));
-  if (tc.function.name === 'get_weather') {
-    assert.deepEqual(Object.keys(v).sort(), ['city', 'days'], JSON.stringify(v));
-    assert.ok(['Paris', 'Oslo', 'Lima'].includes(v.city));
-    assert.ok(Number.isInteger(v.days) && v.days >= 1 && v.days <= 7);
-  } else {
-    assert.equal(tc.function.name, 'search');
-    assert.deepEqual(Object.keys(v).sort(), ['q', 'safe'], JSON.stringify(v));
-    assert.ok(typeof v.q === 'string' && [...v.q].length <= 12);
-    assert.equal(typeof v.safe, 'boolean');
-  }
+  checkToolArgs(tc.function.name, tc.function.arguments);
 }
 
 /** A streamed chat rebuilt as a client does: content, calls, the last chunk. */
@@ -93,21 +51,13 @@ describe('tool calls with the ollama client', () => {
   let hermes; // syn-qwen2 with the Qwen2.5 template: <tool_call> JSON
   let mistral; // syn-qwen2 with Mistral Nemo's template: ids of 9 alphanumerics
   let plain; // syn-qwen2 with its own template: no tool-call format
-  const tdir = () => path.join(env().shared, 'chat-templates');
   const ol = (s) => new Ollama({ host: s.url });
 
   before(async () => {
-    [hermes, mistral, plain] = await Promise.all([
-      startServer({ model: 'syn-qwen2-Q4_K_M.gguf', args: ['--chat-template-file', path.join(tdir(), 'Qwen-Qwen2.5-7B-Instruct.jinja')] }),
-      startServer({ model: 'syn-qwen2-Q4_K_M.gguf', args: ['--chat-template-file', path.join(tdir(), 'mistralai-Mistral-Nemo-Instruct-2407.jinja')] }),
-      startServer({ model: 'syn-qwen2-Q4_K_M.gguf' }),
-    ]);
+    ({ hermes, mistral, plain } = await startToolServers(['hermes', 'mistral', 'plain']));
   });
 
-  after(async () => {
-    const r = await Promise.all([hermes?.stop(), mistral?.stop(), plain?.stop()]);
-    for (const x of r) if (x) assert.equal(x.code, 0, `power serve exit ${JSON.stringify(x)}`);
-  });
+  after(() => stopToolServers([hermes, mistral, plain]));
 
   it('the tools reach the template; show lists the tools capability', T, async () => {
     const o = ol(hermes);

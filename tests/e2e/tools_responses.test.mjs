@@ -10,60 +10,18 @@
 // without a tool-call format and non-function tools are 400s. Templates
 // come from the shared chat-templates folder through --chat-template-file.
 import assert from 'node:assert/strict';
-import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
 import OpenAI from 'openai';
 
-import { client, env, post, startServer } from './lib.mjs';
+import { client, post } from './lib.mjs';
+import { checkToolArgs, question, responsesTools, startToolServers, stopToolServers } from './tools_lib.mjs';
 
 const T = { timeout: 90000 };
-// Responses' flat function tools. Bounded values, so that a random model's
-// call must finish.
-const weather = {
-  type: 'function',
-  name: 'get_weather',
-  description: 'Get the weather for a city',
-  parameters: {
-    type: 'object',
-    properties: {
-      city: { type: 'string', enum: ['Paris', 'Oslo', 'Lima'] },
-      days: { type: 'integer', minimum: 1, maximum: 7 },
-    },
-    required: ['city', 'days'],
-    additionalProperties: false,
-  },
-  strict: true,
-};
-const search = {
-  type: 'function',
-  name: 'search',
-  description: 'Search the web',
-  parameters: {
-    type: 'object',
-    properties: { q: { type: 'string', maxLength: 12 }, safe: { type: 'boolean' } },
-    required: ['q', 'safe'],
-    additionalProperties: false,
-  },
-  strict: false,
-};
-const inputs = ['What is the weather in Paris for 3 days?', 'Search the web for cats.', 'Oslo or Lima, this week?'];
+const { weather, search } = responsesTools;
+const inputs = [question, 'Search the web for cats.', 'Oslo or Lima, this week?'];
 
-function checkArgs(name, args) {
-  const v = JSON.parse(args);
-  if (name === 'get_weather') {
-    assert.deepEqual(Object.keys(v).sort(), ['city', 'days'], args);
-    assert.ok(['Paris', 'Oslo', 'Lima'].includes(v.city), args);
-    assert.ok(Number.isInteger(v.days) && v.days >= 1 && v.days <= 7, args);
-  } else {
-    assert.equal(name, 'search');
-    assert.deepEqual(Object.keys(v).sort(), ['q', 'safe'], args);
-    assert.equal(typeof v.q, 'string');
-    assert.ok([...v.q].length <= 12, args);
-    assert.equal(typeof v.safe, 'boolean');
-  }
-  return v;
-}
+const checkArgs = (name, args) => checkToolArgs(name, JSON.parse(args), args);
 
 function checkCall(item) {
   assert.equal(item.type, 'function_call', JSON.stringify(item));
@@ -119,20 +77,12 @@ describe('function tools on the responses API with the openai client', () => {
   let hermes; // syn-qwen2 with the Qwen2.5 template: <tool_call> JSON
   let coder;  // syn-qwen2 with the Qwen3-Coder template: <function=...><parameter=...>
   let plain;  // syn-qwen2 with its own template: no tool-call format
-  const tdir = () => path.join(env().shared, 'chat-templates');
 
   before(async () => {
-    [hermes, coder, plain] = await Promise.all([
-      startServer({ model: 'syn-qwen2-Q4_K_M.gguf', args: ['--chat-template-file', path.join(tdir(), 'Qwen-Qwen2.5-7B-Instruct.jinja')] }),
-      startServer({ model: 'syn-qwen2-Q4_K_M.gguf', args: ['--chat-template-file', path.join(tdir(), 'Qwen3-Coder.jinja')] }),
-      startServer({ model: 'syn-qwen2-Q4_K_M.gguf' }),
-    ]);
+    ({ hermes, coder, plain } = await startToolServers(['hermes', 'coder', 'plain']));
   });
 
-  after(async () => {
-    const r = await Promise.all([hermes?.stop(), coder?.stop(), plain?.stop()]);
-    for (const x of r) if (x) assert.equal(x.code, 0, `power serve exit ${JSON.stringify(x)}`);
-  });
+  after(() => stopToolServers([hermes, coder, plain]));
 
   for (const which of ['hermes', 'coder']) {
     it(`${which}: tool_choice required and a named function give valid function_call items, streamed and not`, T, async () => {
@@ -200,7 +150,7 @@ describe('function tools on the responses API with the openai client', () => {
   it('continuation: previous_response_id with only the function_call_output, and the same conversation sent whole', T, async () => {
     const oc = client(hermes);
     const tools = [weather];
-    const q = 'What is the weather in Paris for 3 days?';
+    const q = question;
     const first = await oc.responses.create({ input: q, tools, tool_choice: 'required', parallel_tool_calls: false, temperature: 0, max_output_tokens: 120 });
     assert.equal(first.output.length, 1);
     const call = first.output[0];

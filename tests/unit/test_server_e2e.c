@@ -653,6 +653,13 @@ static json_t *ol_render(const tc_syntax *sx, const oai_request *r, const char *
   return whole;
 }
 
+/* The whole answer's message.content for text (ended at a stop) is want. */
+static void ol_check_content(const tc_syntax *sx, const oai_request *r, const char *text, const char *want) {
+  json_t *w = ol_render(sx, r, text, ENGINE_FINISH_STOP);
+  CHECK_STR(ol_str(json_object_get(json_object_get(w, "message"), "content")), want);
+  json_decref(w);
+}
+
 static void test_ollama_tools(engine *e) {
   /* ---- requests ---- */
   const char *m = g_model;
@@ -764,17 +771,12 @@ static void test_ollama_tools(engine *e) {
   CHECK(json_object_get(json_object_get(w, "message"), "tool_calls") == NULL);
   json_decref(w);
   /* Text that is not a call stays content. */
-  w = ol_render(&hermes, &r, "I would say <tool_call> is a tag.", ENGINE_FINISH_STOP);
-  CHECK_STR(ol_str(json_object_get(json_object_get(w, "message"), "content")),
-            "I would say <tool_call> is a tag.");
-  json_decref(w);
+  ol_check_content(&hermes, &r, "I would say <tool_call> is a tag.", "I would say <tool_call> is a tag.");
   oai_request_free(&r);
   /* Without tools the text is the content as the model wrote it. */
   ol_request(&hermes, false, &r);
-  w = ol_render(&hermes, &r, "a <tool_call>\n{\"name\": \"search\", \"arguments\": {}}\n</tool_call>", ENGINE_FINISH_STOP);
-  CHECK_STR(ol_str(json_object_get(json_object_get(w, "message"), "content")),
-            "a <tool_call>\n{\"name\": \"search\", \"arguments\": {}}\n</tool_call>");
-  json_decref(w);
+  const char *plain = "a <tool_call>\n{\"name\": \"search\", \"arguments\": {}}\n</tool_call>";
+  ol_check_content(&hermes, &r, plain, plain);
   oai_request_free(&r);
 
   /* Qwen3-Coder: the parameters become one object, typed by the schema. */
@@ -792,10 +794,7 @@ static void test_ollama_tools(engine *e) {
 
   /* Reasoning is kept out of the content and not returned (think false). */
   ol_request(&qwen3, false, &r);
-  w = ol_render(&qwen3, &r, "<think>\nweigh it\n</think>\n\nThe answer.", ENGINE_FINISH_STOP);
-  CHECK_STR(ol_str(json_object_get(json_object_get(w, "message"), "content")),
-            "The answer.");
-  json_decref(w);
+  ol_check_content(&qwen3, &r, "<think>\nweigh it\n</think>\n\nThe answer.", "The answer.");
   oai_request_free(&r);
 
   /* Mistral: ids of 9 alphanumerics, as its templates take them back. */
