@@ -165,6 +165,11 @@ enum MHD_Result ollama_version(conn *k, struct MHD_Connection *c);
  * chunk. Times and ids as in a real answer. 0 or PW_ENOMEM. */
 int ollama_chat_render_text(const tc_syntax *sx, const oai_request *r, const char *text, size_t n, size_t piece,
                             engine_finish finish, sbuf *out);
+/* ollama_chat_render_text for /api/chat (chat) or a templated
+ * /api/generate, with the reasoning returned (think: message.thinking or
+ * thinking, streamed as pieces of their own) or dropped. */
+int ollama_render_text_think(const tc_syntax *sx, const oai_request *r, bool chat, bool think, const char *text,
+                             size_t n, size_t piece, engine_finish finish, sbuf *out);
 
 /* Anthropic Messages (api_anthropic.c) */
 void anth_render_error(const oai_error *e, sbuf *out);

@@ -17,9 +17,26 @@
  * for the server's life. A generate or chat request with nothing to
  * generate only loads the model (done_reason "load"), or with keep_alive 0
  * unloads it ("unload"), as Ollama does. Top-level fields: each endpoint
- * lists those it reads (k_chat_fields, ...); think, logprobs,
- * top_logprobs, truncate and shift only at the value that asks for what
- * this server does (false, 0); any other field is a 400 naming it.
+ * lists those it reads (k_chat_fields, ...); logprobs, top_logprobs,
+ * truncate and shift only at the value that asks for what this server
+ * does (false, 0); any other field is a 400 naming it.
+ *
+ * think (/api/chat, and /api/generate unless raw): true: the template
+ * gets enable_thinking true and the answer's reasoning is returned in
+ * message.thinking (generate: thinking), streamed as thinking pieces
+ * before the content; a template without reasoning (no <think>, not
+ * gpt-oss) is a 400 "... does not support thinking", as Ollama answers.
+ * false: enable_thinking false (Qwen3's template then writes an empty
+ * think block) and no reasoning is returned; a template that cannot turn
+ * thinking off (reasoning it does not gate on enable_thinking, gpt-oss)
+ * is a 400 rather than thinking anyway. "low" | "medium" | "high" (and
+ * Ollama's "max" = "high"): reasoning_effort for templates that read it
+ * (gpt-oss), else a 400. Absent: as Ollama documents ("thinking is
+ * enabled by default ... for supported models"), a template with
+ * reasoning returns it in message.thinking; the template gets no
+ * variable, so the prompt is the template's default (for Qwen3 the same
+ * as true). Assistant messages' `thinking` (clients send it back) reaches
+ * the template as reasoning_content, as OpenAI's does.
  *
  * Tools (/api/chat only; /api/generate refuses them, as Ollama's generate
  * has none): `tools` in Ollama's (= OpenAI's) shape go through the same
@@ -39,9 +56,8 @@
  * them; streamed, each call is one chunk once it is complete (never
  * argument fragments). A call cut off by num_predict, whose arguments are
  * not a whole object, is left out (done_reason "length" says so).
- * Reasoning (<think> templates, gpt-oss channels) is kept out of the
- * content and not returned: Ollama returns it in message.thinking only
- * when think is true, which this server refuses.
+ * Reasoning (<think> templates, gpt-oss channels) is always kept out of
+ * the content; whether it is returned is think's (above).
  * What it is not: the store's pull and delete (api_models.c), or a
  * multi-model router (models.c, registry.c). */
 #include "server/api.h"
@@ -198,12 +214,12 @@ static const char *const k_embeddings_fields[] = {"model", "prompt", "truncate",
 static const char *const k_show_fields[] = {"model", "name", "verbose", "system", "template", "options", NULL};
 
 /* A member that asks for something this server does not do unless its
- * value is false (or 0): think (no reasoning mode), logprobs and
- * top_logprobs (not reported here), truncate and shift (a prompt over the
- * context is a 400 and an answer ends at the context, as Ollama does with
- * both false). */
+ * value is false (or 0): logprobs and top_logprobs (not reported here),
+ * truncate and shift (a prompt over the context is a 400 and an answer
+ * ends at the context, as Ollama does with both false). think is
+ * parse_think's. */
 static int check_neutral(json_t *root, oai_error *e) {
-  static const char *const k_off[] = {"think", "logprobs", "top_logprobs", "truncate", "shift", NULL};
+  static const char *const k_off[] = {"logprobs", "top_logprobs", "truncate", "shift", NULL};
   for (int i = 0; k_off[i]; i++) {
     json_t *v = json_object_get(root, k_off[i]);
     if (!v || json_is_null(v) || json_is_false(v) || (json_is_number(v) && json_number_value(v) == 0)) continue;
@@ -216,7 +232,7 @@ static int check_neutral(json_t *root, oai_error *e) {
 }
 
 /* What both generation endpoints share: model, stream, options, format,
- * keep_alive, think. nothing: the request has nothing to generate;
+ * keep_alive. nothing: the request has nothing to generate;
  * then, serving a store, keep_alive 0 sets *unload and the model is not
  * loaded. */
 static int parse_common(conn *k, struct MHD_Connection *c, oai_request *r, const char *const *known, char *model,
@@ -421,8 +437,20 @@ static int parse_messages(json_t *msgs, bool short_ids, oai_request *r, oai_erro
     snprintf(p2, sizeof p2, "%s.tool_calls", param);
     if (nonempty(calls) && strcmp(role, "assistant"))
       return oai_seterr(e, 400, "invalid_value", p2, "'%s' is only allowed on assistant messages", p2);
+    /* An earlier answer's reasoning, as Ollama's clients send it back:
+     * the template's reasoning_content (Qwen3's prints it for the turns
+     * after the last user message), as for OpenAI's. */
+    json_t *thinking = json_object_get(m, "thinking");
+    char p3[96];
+    snprintf(p3, sizeof p3, "%s.thinking", param);
+    if (thinking && !json_is_null(thinking) && !json_is_string(thinking))
+      return oai_seterr(e, 400, "invalid_type", p3, "'%s' must be a string", p3);
+    if (nonempty(thinking) && strcmp(role, "assistant"))
+      return oai_seterr(e, 400, "invalid_value", p3, "'%s' is only allowed on assistant messages", p3);
     if (api_add_message(r, role, json_string(content ? content : ""), e)) return PW_EINVAL;
     json_t *out = json_array_get(r->messages, json_array_size(r->messages) - 1);
+    if (nonempty(thinking) && json_object_set(out, "reasoning_content", thinking))
+      return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
     if (nonempty(calls) && history_calls(calls, p2, i, short_ids, out, pend, &n_pend, e)) return PW_EINVAL;
     if (tool && tool_result(out, call_id, tool_name, i, short_ids, pend, n_pend, e)) return PW_EINVAL;
   }
@@ -437,11 +465,15 @@ typedef struct ol_ctx {
   uint64_t load_ns;         /* time this request waited for its model to load (store serving) */
   /* chat: the answer split by the template's format (chat/toolcall.h) */
   tc_syntax sx;             /* the model's template */
+  bool templated;           /* the prompt went through the template (not generate's raw) */
+  bool think_out;           /* the reasoning is returned (think true, a level, or absent) */
+  json_t *kwargs;           /* owned: the template variables think sets (r->template_kwargs) */
   tc_parser *p;             /* NULL: the text is the content (or not created yet) */
   bool made;                /* the parser was decided on (at the first text) */
   sbuf *out;                /* during a feed: where chunks go (streamed) */
   bool stream;
   sbuf content;             /* whole answers: the content */
+  sbuf thinking;            /* whole answers: the reasoning (think_out) */
   sbuf calls;               /* whole answers: the rendered tool_calls items */
   int n_calls;              /* calls rendered */
   int open;                 /* the parser's index of the call being received; -1 = none */
@@ -454,6 +486,9 @@ static void ol_ctx_clear(ol_ctx *x) {
   tc_parser_destroy(x->p);
   x->p = NULL;
   sbuf_free(&x->content);
+  sbuf_free(&x->thinking);
+  json_decref(x->kwargs);
+  x->kwargs = NULL;
   sbuf_free(&x->calls);
   sbuf_free(&x->args);
   sbuf_free(&x->tmp);
@@ -472,11 +507,18 @@ static void put_head(const ol_ctx *x, sbuf *out) {
   sbuf_printf(out, ",\"created_at\":\"%s\"", t);
 }
 
-/* message (chat) or response (generate); calls: rendered tool_calls items. */
-static void put_message(const ol_ctx *x, const char *text, size_t n, const sbuf *calls, sbuf *out) {
+/* message (chat) or response (generate); think: reasoning, written (as
+ * Ollama, only when there is some) in message.thinking or thinking;
+ * calls: rendered tool_calls items. */
+static void put_message(const ol_ctx *x, const char *text, size_t n, const char *think, size_t tn, const sbuf *calls,
+                        sbuf *out) {
   if (x->chat) {
     sbuf_puts(out, ",\"message\":{\"role\":\"assistant\",\"content\":");
     sbuf_json_str(out, text, n);
+    if (tn) {
+      sbuf_puts(out, ",\"thinking\":");
+      sbuf_json_str(out, think, tn);
+    }
     if (calls && calls->len) {
       sbuf_puts(out, ",\"tool_calls\":[");
       sbuf_put(out, calls->data, calls->len);
@@ -486,9 +528,15 @@ static void put_message(const ol_ctx *x, const char *text, size_t n, const sbuf 
   } else {
     sbuf_puts(out, ",\"response\":");
     sbuf_json_str(out, text, n);
+    if (tn) {
+      sbuf_puts(out, ",\"thinking\":");
+      sbuf_json_str(out, think, tn);
+    }
   }
 }
-static void put_text(const ol_ctx *x, const char *text, size_t n, sbuf *out) { put_message(x, text, n, NULL, out); }
+static void put_text(const ol_ctx *x, const char *text, size_t n, sbuf *out) {
+  put_message(x, text, n, NULL, 0, NULL, out);
+}
 
 /* done, done_reason and the counters; durations in nanoseconds. The
  * prompt's evaluation is timed from arrival to the first token (queueing
@@ -556,7 +604,7 @@ static void close_call(ol_ctx *x) {
   if (item.oom) x->tmp.oom = true;
   if (x->stream) {
     put_head(x, x->out);
-    put_message(x, "", 0, &item, x->out);
+    put_message(x, "", 0, NULL, 0, &item, x->out);
     sbuf_puts(x->out, ",\"done\":false}\n");
     if (item.oom) x->out->oom = true;
   } else {
@@ -586,17 +634,26 @@ static void on_event(void *ctx, const tc_event *ev) {
       put_text(x, ev->text, ev->len, x->out);
       sbuf_puts(x->out, ",\"done\":false}\n");
     }
+  } else if (ev->type == TC_EV_REASONING && x->think_out) {
+    if (!x->stream) {
+      sbuf_put(&x->thinking, ev->text, ev->len);
+    } else {
+      put_head(x, x->out);
+      put_message(x, "", 0, ev->text, ev->len, NULL, x->out);
+      sbuf_puts(x->out, ",\"done\":false}\n");
+    }
   }
-  /* TC_EV_REASONING: not returned (think is false) */
+  /* other reasoning: not returned (think false: the model was told not to think) */
 }
 
 /* Decides, at the answer's first text, whether it is split: as chatout
- * decides for OpenAI (tools in use, a <think> template, gpt-oss channels). */
+ * decides for OpenAI (tools in use, a <think> template, gpt-oss channels);
+ * generate's templated answers too (reasoning), its raw ones never. */
 static int ensure_parser(ol_ctx *x, const oai_request *r) {
   if (x->made) return 0;
   x->made = true;
   x->open = -1;
-  if (!x->chat || (!r->tools_active && !x->sx.think && x->sx.format != TC_HARMONY)) return 0;
+  if (!x->templated || (!r->tools_active && !x->sx.think && x->sx.format != TC_HARMONY)) return 0;
   char err[PW_ERRMAX];
   return tc_parser_create(&x->sx, r->tools_active ? r->tools : NULL, r->in_reasoning, r->bare_call,
                           r->tools_active && r->grammar, &x->p, err);
@@ -653,8 +710,9 @@ static void ol_complete(const gen_view *v, sbuf *out) {
   put_head(x, out);
   if (x->p) {
     feed(x, v->text, v->text_len, true, false, out);
-    if (x->content.oom || x->calls.oom || x->tmp.oom) out->oom = true;
-    put_message(x, x->content.data ? x->content.data : "", x->content.len, &x->calls, out);
+    if (x->content.oom || x->thinking.oom || x->calls.oom || x->tmp.oom) out->oom = true;
+    put_message(x, x->content.data ? x->content.data : "", x->content.len, x->thinking.data, x->thinking.len,
+                &x->calls, out);
   } else {
     put_text(x, v->text, v->text_len, out);
   }
@@ -676,10 +734,17 @@ static const gen_api ol_api = {
 
 int ollama_chat_render_text(const tc_syntax *sx, const oai_request *r, const char *text, size_t n, size_t piece,
                             engine_finish finish, sbuf *out) {
+  return ollama_render_text_think(sx, r, true, false, text, n, piece, finish, out);
+}
+
+int ollama_render_text_think(const tc_syntax *sx, const oai_request *r, bool chat, bool think, const char *text,
+                             size_t n, size_t piece, engine_finish finish, sbuf *out) {
   ol_ctx x;
   memset(&x, 0, sizeof x);
   snprintf(x.model, sizeof x.model, "%s", "test");
-  x.chat = true;
+  x.chat = chat;
+  x.templated = true;
+  x.think_out = think;
   x.sx = *sx;
   oai_resp o;
   oai_resp_init(&o, OAI_CHAT, "test", NULL);
@@ -696,6 +761,65 @@ static enum MHD_Result load_only(conn *k, struct MHD_Connection *c, const ol_ctx
   put_text(x, "", 0, &out);
   sbuf_printf(&out, ",\"done_reason\":\"%s\",\"done\":true}", unload ? "unload" : "load");
   return srv_reply_json(k, c, 200, &out);
+}
+
+/* think, once the model is bound (its template decides; see the header):
+ * what the template gets (x->kwargs as r->template_kwargs,
+ * r->reasoning_effort) and whether the reasoning is returned
+ * (x->think_out). x->sx and x->templated are set. */
+static int parse_think(conn *k, json_t *root, ol_ctx *x, oai_request *r, oai_error *e) {
+  json_t *t = json_object_get(root, "think");
+  bool harmony = x->sx.format == TC_HARMONY;
+  bool reasons = x->sx.think || harmony; /* the answer may hold reasoning the parser splits off */
+  if (!t || json_is_null(t)) {
+    /* Ollama: "thinking is enabled by default ... for supported models";
+     * the prompt stays the template's default. */
+    x->think_out = reasons && x->templated;
+    return 0;
+  }
+  const char *level = NULL;
+  if (json_is_string(t)) {
+    level = json_string_value(t);
+    if (!strcmp(level, "max")) level = "high"; /* Ollama's highest level; gpt-oss's is high */
+    else if (strcmp(level, "low") && strcmp(level, "medium") && strcmp(level, "high"))
+      return oai_seterr(e, 400, "invalid_value", "think",
+                        "invalid think value: \"%.40s\" (must be \"high\", \"medium\", \"low\", \"max\", true, or false)",
+                        level);
+  } else if (!json_is_boolean(t)) {
+    return oai_seterr(e, 400, "invalid_type", "think",
+                      "think must be a boolean or string (\"high\", \"medium\", \"low\", \"max\", true, or false)");
+  }
+  bool on = level || json_is_true(t);
+  if (!x->templated) {
+    /* raw: no template to tell, and the text is returned as written */
+    if (on) return oai_seterr(e, 400, "invalid_value", "think", "'think' cannot be used with 'raw' (no template is applied)");
+    return 0;
+  }
+  if (on && !reasons) return oai_seterr(e, 400, "unsupported_think", "think", "\"%s\" does not support thinking", x->model);
+  if (level) {
+    if (!x->sx.reasoning_effort)
+      return oai_seterr(e, 400, "unsupported_think", "think",
+                        "think value \"%.40s\" is not supported for this model: its chat template takes no "
+                        "reasoning effort (use true or false)",
+                        json_string_value(t));
+    r->reasoning_effort = level;
+  }
+  /* false is honoured only where the template can turn thinking off:
+   * otherwise the model would think anyway and its reasoning be dropped */
+  const char *src = srv_prompt(k)->template_src;
+  bool gated = src && strstr(src, "enable_thinking");
+  if (!on && reasons && !gated)
+    return oai_seterr(e, 400, "unsupported_think", "think",
+                      "'think' false is not supported for this model: its chat template cannot turn thinking off%s",
+                      harmony ? " (gpt-oss takes \"low\", \"medium\" or \"high\")" : " (omit think)");
+  x->think_out = on;
+  if (reasons) {
+    /* as chat_template_kwargs reach it for OpenAI (oai_chat_prepare) */
+    if (!(x->kwargs = json_pack("{s:b}", "enable_thinking", on)))
+      return oai_seterr(e, 500, "internal_error", NULL, "out of memory");
+    r->template_kwargs = x->kwargs;
+  }
+  return 0;
 }
 
 static enum MHD_Result run(conn *k, struct MHD_Connection *c, oai_request *r, ol_ctx *x) {
@@ -740,6 +864,8 @@ enum MHD_Result ollama_chat(conn *k, struct MHD_Connection *c) {
   /* The model's tool-call format (detected when it was loaded): call ids
    * in the conversation and the answer's parser follow it. */
   x->sx = *srv_tool_syntax(k);
+  x->templated = true;
+  if (parse_think(k, r.root, x, &r, &e)) goto fail;
   if (parse_messages(msgs, x->sx.format == TC_MISTRAL, &r, &e)) goto fail;
   return run(k, c, &r, x);
 fail:
@@ -801,6 +927,11 @@ enum MHD_Result ollama_generate(conn *k, struct MHD_Connection *c) {
     if (system && *system && api_add_message(&r, "system", json_string(system), &e)) goto fail;
     if (api_add_message(&r, "user", json_incref(json_object_get(root, "prompt")), &e)) goto fail;
   }
+  /* Through the template, the answer is split as a chat's: its reasoning
+   * goes to thinking (or nowhere, think false), never into response. */
+  x->sx = *srv_tool_syntax(k);
+  x->templated = !raw;
+  if (parse_think(k, root, x, &r, &e)) goto fail;
   return run(k, c, &r, x);
 fail:
   ol_ctx_free(x);
@@ -1025,6 +1156,10 @@ enum MHD_Result ollama_show(conn *k, struct MHD_Connection *c) {
   /* "tools" as Ollama says it: the template has a tool-call format this
    * server parses (clients look for it before they send tools) */
   if (!engine_is_encoder(en) && srv_tool_syntax(k)->format != TC_NONE) sbuf_puts(&out, ",\"tools\"");
+  /* "thinking": the template has reasoning the answer's parser splits off
+   * (what think true needs) */
+  if (!engine_is_encoder(en) && (srv_tool_syntax(k)->think || srv_tool_syntax(k)->format == TC_HARMONY))
+    sbuf_puts(&out, ",\"thinking\"");
   sbuf_puts(&out, "]");
   put_time(srv_started(s), "modified_at", &out);
   sbuf_puts(&out, "}");

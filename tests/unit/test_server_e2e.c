@@ -491,8 +491,9 @@ static void test_fields(engine *e) {
            "\"context\":[]}",
            m);
   expect_status("/api/generate", b, 200, "\"done\":true");
-  static const char *const ol_refused[] = {"\"think\":\"high\"", "\"think\":true", "\"logprobs\":true",
-                                           "\"top_logprobs\":2", "\"truncate\":true", "\"shift\":true"};
+  /* think true / a level on this template (no reasoning): test_ollama_think */
+  static const char *const ol_refused[] = {"\"logprobs\":true", "\"top_logprobs\":2", "\"truncate\":true",
+                                           "\"shift\":true"};
   for (size_t i = 0; i < sizeof ol_refused / sizeof ol_refused[0]; i++) {
     snprintf(b, sizeof b, "{\"model\":\"%s\",\"messages\":" MSG ",\"stream\":false,%s}", m, ol_refused[i]);
     char name[32];
@@ -792,7 +793,7 @@ static void test_ollama_tools(engine *e) {
   json_decref(w);
   oai_request_free(&r);
 
-  /* Reasoning is kept out of the content and not returned (think false). */
+  /* Reasoning is kept out of the content (returned only with think: test_ollama_think). */
   ol_request(&qwen3, false, &r);
   ol_check_content(&qwen3, &r, "<think>\nweigh it\n</think>\n\nThe answer.", "The answer.");
   oai_request_free(&r);
@@ -1474,6 +1475,158 @@ static void test_speculation(void) {
   engine_destroy(eoff);
 }
 
+/* Ollama's think. Answers: reasoning and content rendered with think on
+ * give message.thinking and the content, whole and streamed in pieces
+ * (thinking chunks before the content), the same either way; think off
+ * drops the reasoning. Requests: under Qwen3's template think false writes
+ * the empty think block (more prompt tokens than true, which leaves
+ * enable_thinking to the model), a level needs a template that takes
+ * reasoning_effort, and a template without reasoning refuses think true. */
+static void ol_think_render(const tc_syntax *sx, const oai_request *r, bool chat, const char *text, const char *think,
+                            const char *content) {
+  sbuf out = {0};
+  CHECK(ollama_render_text_think(sx, r, chat, true, text, strlen(text), 0, ENGINE_FINISH_STOP, &out) == 0);
+  json_t *w = json_loadb(out.data ? out.data : "", out.len, 0, NULL);
+  CHECK_MSG(w != NULL, "%.*s", (int)out.len, out.data ? out.data : "");
+  sbuf_free(&out);
+  json_t *m = chat ? json_object_get(w, "message") : w;
+  CHECK_STR(ol_str(json_object_get(m, "thinking")), think);
+  CHECK_STR(ol_str(json_object_get(m, chat ? "content" : "response")), content);
+  json_decref(w);
+  static const size_t pieces[] = {1, 2, 5, 64};
+  for (size_t k = 0; k < sizeof pieces / sizeof pieces[0]; k++) {
+    CHECK(ollama_render_text_think(sx, r, chat, true, text, strlen(text), pieces[k], ENGINE_FINISH_STOP, &out) == 0);
+    sbuf st = {0}, sc = {0};
+    bool content_seen = false, late_thinking = false;
+    const char *p = out.data ? out.data : "", *end = p + out.len;
+    while (p < end) {
+      const char *nl = memchr(p, '\n', (size_t)(end - p));
+      if (!nl) break;
+      json_t *j = json_loadb(p, (size_t)(nl - p), 0, NULL);
+      CHECK_MSG(j != NULL, "chunk %.*s", (int)(nl - p), p);
+      json_t *cm = chat ? json_object_get(j, "message") : j;
+      const char *t = ol_str(json_object_get(cm, "thinking")), *c = ol_str(json_object_get(cm, chat ? "content" : "response"));
+      CHECK(!*t || !*c); /* a chunk carries one or the other */
+      if (*t && content_seen) late_thinking = true;
+      if (*c) content_seen = true;
+      sbuf_puts(&st, t);
+      sbuf_puts(&sc, c);
+      json_decref(j);
+      p = nl + 1;
+    }
+    CHECK(!late_thinking);
+    CHECK_MSG(st.len == strlen(think) && (!st.len || !memcmp(st.data, think, st.len)), "piece %zu: thinking '%.*s'",
+              pieces[k], (int)st.len, st.data ? st.data : "");
+    CHECK_MSG(sc.len == strlen(content) && (!sc.len || !memcmp(sc.data, content, sc.len)), "piece %zu: content '%.*s'",
+              pieces[k], (int)sc.len, sc.data ? sc.data : "");
+    sbuf_free(&st);
+    sbuf_free(&sc);
+    sbuf_free(&out);
+  }
+}
+
+static int ol_prompt_count(int port, const char *model, const char *think, int want_status) {
+  char b[1024];
+  snprintf(b, sizeof b,
+           "{\"model\":\"%s\",\"stream\":false,\"options\":{\"num_predict\":1},%s\"messages\":[{\"role\":\"user\","
+           "\"content\":\"Why is the sky blue?\"}]}",
+           model, think);
+  int st = 0;
+  json_t *j = post(port, "/api/chat", NULL, b, &st);
+  CHECK_MSG(st == want_status, "%s: %d", think, st);
+  int n = (int)json_integer_value(json_object_get(j, "prompt_eval_count"));
+  if (want_status != 200) CHECK_MSG(json_string_value(json_object_get(j, "error")) != NULL, "%s", think);
+  json_decref(j);
+  return n;
+}
+
+static void test_ollama_think(engine *e) {
+  tc_syntax qwen3;
+  ol_syntax(e, "Qwen-Qwen3-0.6B.jinja", &qwen3);
+  oai_request r;
+  ol_request(&qwen3, false, &r);
+  const char *text = "<think>\nweigh it\n</think>\n\nThe answer.";
+  ol_think_render(&qwen3, &r, true, text, "weigh it\n", "The answer.");
+  ol_think_render(&qwen3, &r, false, text, "weigh it\n", "The answer."); /* /api/generate: thinking, response */
+  /* think false: the reasoning is not returned */
+  sbuf out = {0};
+  CHECK(ollama_render_text_think(&qwen3, &r, true, false, text, strlen(text), 0, ENGINE_FINISH_STOP, &out) == 0);
+  CHECK_MSG(out.data && !strstr(out.data, "thinking") && strstr(out.data, "\"content\":\"The answer.\""), "%.*s",
+            (int)out.len, out.data ? out.data : "");
+  sbuf_free(&out);
+  oai_request_free(&r);
+
+  /* The model's own template (no reasoning): think true and levels are 400s. */
+  CHECK(ol_prompt_count(g_port, g_model, "\"think\":false,", 200) > 0);
+  ol_prompt_count(g_port, g_model, "\"think\":true,", 400);
+  ol_prompt_count(g_port, g_model, "\"think\":\"high\",", 400);
+  ol_prompt_count(g_port, g_model, "\"think\":\"very\",", 400);
+  ol_prompt_count(g_port, g_model, "\"think\":1,", 400);
+  {
+    char b[512];
+    snprintf(b, sizeof b, "{\"model\":\"%s\",\"think\":true,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+             g_model);
+    expect_status("/api/chat", b, 400, "does not support thinking");
+    snprintf(b, sizeof b, "{\"model\":\"%s\",\"think\":true,\"prompt\":\"x\"}", g_model);
+    expect_status("/api/generate", b, 400, "does not support thinking");
+  }
+
+  /* Qwen3's template: think reaches it as enable_thinking. */
+  char path[512];
+  snprintf(path, sizeof path, "%s/chat-templates/Qwen-Qwen3-0.6B.jinja", POWER_SHARED_DIR);
+  char *tpl = slurp(path);
+  CHECK(tpl != NULL);
+  if (!tpl) return;
+  server_opts so = {0};
+  so.chat_template = tpl;
+  server *s = NULL;
+  char err[PW_ERRMAX];
+  CHECK_MSG(server_start(&so, e, &s, err) == 0, "%s", err);
+  if (s) {
+    int port = server_port(s);
+    int off = ol_prompt_count(port, g_model, "\"think\":false,", 200);
+    int on = ol_prompt_count(port, g_model, "\"think\":true,", 200);
+    int absent = ol_prompt_count(port, g_model, "", 200);
+    /* false adds "<think>\n\n</think>\n\n" after the generation prompt */
+    CHECK_MSG(off > on && on == absent, "off %d on %d absent %d", off, on, absent);
+    ol_prompt_count(port, g_model, "\"think\":\"high\",", 400); /* no reasoning_effort in this template */
+    /* an earlier answer's thinking reaches the template (after the last user turn) */
+    char b[1024];
+    snprintf(b, sizeof b,
+             "{\"model\":\"%s\",\"stream\":false,\"options\":{\"num_predict\":1},\"messages\":[{\"role\":\"user\","
+             "\"content\":\"x\"},{\"role\":\"assistant\",\"content\":\"\",\"thinking\":%s,\"tool_calls\":[{\"function\":"
+             "{\"name\":\"f\",\"arguments\":{}}}]},{\"role\":\"tool\",\"content\":\"1\"}]}",
+             g_model, "%s");
+    char b1[1200], b2[1200];
+    snprintf(b1, sizeof b1, b, "\"\"");
+    snprintf(b2, sizeof b2, b, "\"a long chain of careful reasoning about the question\"");
+    int st1 = 0, st2 = 0;
+    json_t *j1 = post(port, "/api/chat", NULL, b1, &st1), *j2 = post(port, "/api/chat", NULL, b2, &st2);
+    CHECK_EQ_INT(st1, 200);
+    CHECK_EQ_INT(st2, 200);
+    CHECK_MSG(json_integer_value(json_object_get(j2, "prompt_eval_count")) >
+                  json_integer_value(json_object_get(j1, "prompt_eval_count")) + 5,
+              "thinking in history not in the prompt");
+    json_decref(j1);
+    json_decref(j2);
+    snprintf(b, sizeof b,
+             "{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"thinking\":\"y\"}]}", g_model);
+    int st = 0;
+    json_t *j = post(port, "/api/chat", NULL, b, &st);
+    CHECK_EQ_INT(st, 400);
+    json_decref(j);
+    snprintf(b, sizeof b, "{\"model\":\"%s\"}", g_model);
+    j = post(port, "/api/show", NULL, b, &st);
+    json_t *caps = json_object_get(j, "capabilities");
+    bool thinking = false;
+    for (size_t i = 0; i < json_array_size(caps); i++) thinking |= !strcmp(ol_str(json_array_get(caps, i)), "thinking");
+    CHECK(thinking);
+    json_decref(j);
+    server_stop(s);
+  }
+  free(tpl);
+}
+
 int main(void) {
   if (access(MODEL, R_OK)) {
     fprintf(stderr, "missing test model %s\n", MODEL);
@@ -1505,6 +1658,7 @@ int main(void) {
   test_errors();
   test_fields(e);
   test_ollama_tools(e);
+  test_ollama_think(e);
   test_chat();
   test_completions_tok_emb();
   test_auth(e);
