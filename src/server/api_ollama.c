@@ -279,16 +279,10 @@ static int add_tool(json_t *tool, size_t i, json_t *out, oai_error *e) {
     if (!json_is_null(v) && strcmp(key, "type") && strcmp(key, "function"))
       return oai_seterr(e, 400, "unsupported_field", param, "'%s.%.40s' is not supported by this server", param, key);
   }
-  json_t *name = json_object_get(fn, "name"), *desc = json_object_get(fn, "description");
-  json_t *params = json_object_get(fn, "parameters");
-  if (!json_is_string(name) || !oai_valid_tool_name(json_string_value(name), json_string_length(name)))
-    return oai_seterr(e, 400, "invalid_value", param,
-                      "'%s.function.name' must be 1..%d characters of a-z, A-Z, 0-9, '_', '-' and '.'", param,
-                      TC_MAX_NAME);
-  if (desc && !json_is_null(desc) && !json_is_string(desc))
-    return oai_seterr(e, 400, "invalid_type", param, "'%s.function.description' must be a string", param);
-  if (params && !json_is_null(params) && !json_is_object(params))
-    return oai_seterr(e, 400, "invalid_type", param, "'%s.function.parameters' must be a JSON Schema object", param);
+  char where[80];
+  snprintf(where, sizeof where, "%s.function", param);
+  if (oai_check_function(fn, param, where, e)) return PW_EINVAL;
+  json_t *name = json_object_get(fn, "name");
   if (oai_find_tool(out, SIZE_MAX, json_string_value(name)))
     return oai_seterr(e, 400, "invalid_value", param, "tool name '%s' is given twice", json_string_value(name));
   if (json_array_append_new(out, json_pack("{s:s,s:O}", "type", "function", "function", fn)))

@@ -837,15 +837,9 @@ static int function_tool(json_t *tool, size_t i, json_t *arr, oai_error *e) {
     snprintf(p, sizeof p, "tools[%zu].%.40s", i, bad);
     return oai_seterr(e, 400, "unknown_field", p, "'%s' is not a member of a function tool", p);
   }
+  if (oai_check_function(tool, p, p, e)) return PW_EINVAL;
   json_t *name = json_object_get(tool, "name"), *params = json_object_get(tool, "parameters");
   json_t *desc = json_object_get(tool, "description"), *strict = json_object_get(tool, "strict");
-  if (!json_is_string(name) || !oai_valid_tool_name(json_string_value(name), json_string_length(name)))
-    return oai_seterr(e, 400, "invalid_value", p,
-                      "'%s.name' must be 1..%d characters of a-z, A-Z, 0-9, '_', '-' and '.'", p, TC_MAX_NAME);
-  if (desc && !json_is_string(desc) && !json_is_null(desc))
-    return oai_seterr(e, 400, "invalid_type", p, "'%s.description' must be a string", p);
-  if (params && !json_is_object(params) && !json_is_null(params))
-    return oai_seterr(e, 400, "invalid_type", p, "'%s.parameters' must be a JSON Schema object", p);
   /* strict: as on chat completions, what the grammar cannot enforce
    * of its schema is then a 400 (tc_grammar); else the calls follow
    * the schema as far as the grammar can. */

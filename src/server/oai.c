@@ -755,6 +755,19 @@ bool oai_valid_tool_name(const char *s, size_t n) {
   return true;
 }
 
+int oai_check_function(json_t *fn, const char *param, const char *where, oai_error *e) {
+  json_t *name = json_object_get(fn, "name"), *params = json_object_get(fn, "parameters");
+  json_t *desc = json_object_get(fn, "description");
+  if (!json_is_string(name) || !oai_valid_tool_name(json_string_value(name), json_string_length(name)))
+    return oai_seterr(e, 400, "invalid_value", param,
+                      "'%s.name' must be 1..%d characters of a-z, A-Z, 0-9, '_', '-' and '.'", where, TC_MAX_NAME);
+  if (desc && !json_is_string(desc) && !json_is_null(desc))
+    return oai_seterr(e, 400, "invalid_type", param, "'%s.description' must be a string", where);
+  if (params && !json_is_object(params) && !json_is_null(params))
+    return oai_seterr(e, 400, "invalid_type", param, "'%s.parameters' must be a JSON Schema object", where);
+  return 0;
+}
+
 json_t *oai_find_tool(json_t *tools, size_t n, const char *name) {
   size_t i;
   json_t *tool;
@@ -804,15 +817,10 @@ static int parse_tools(json_t *root, oai_request *r, oai_error *e) {
       json_t *fn = json_is_object(tool) ? json_object_get(tool, "function") : NULL;
       if (!json_is_string(type) || strcmp(json_string_value(type), "function") || !json_is_object(fn))
         return oai_seterr(e, 400, "invalid_value", param, "'%s' must be {\"type\": \"function\", \"function\": {...}}", param);
-      json_t *name = json_object_get(fn, "name"), *params = json_object_get(fn, "parameters");
-      json_t *desc = json_object_get(fn, "description");
-      if (!json_is_string(name) || !oai_valid_tool_name(json_string_value(name), json_string_length(name)))
-        return oai_seterr(e, 400, "invalid_value", param,
-                          "'%s.function.name' must be 1..%d characters of a-z, A-Z, 0-9, '_', '-' and '.'", param, TC_MAX_NAME);
-      if (desc && !json_is_string(desc) && !json_is_null(desc))
-        return oai_seterr(e, 400, "invalid_type", param, "'%s.function.description' must be a string", param);
-      if (params && !json_is_object(params) && !json_is_null(params))
-        return oai_seterr(e, 400, "invalid_type", param, "'%s.function.parameters' must be a JSON Schema object", param);
+      char where[80];
+      snprintf(where, sizeof where, "%s.function", param);
+      if (oai_check_function(fn, param, where, e)) return PW_EINVAL;
+      json_t *name = json_object_get(fn, "name");
       if (oai_find_tool(t, i, json_string_value(name)))
         return oai_seterr(e, 400, "invalid_value", param, "tool name '%s' is given twice", json_string_value(name));
     }

@@ -86,6 +86,11 @@ int oai_check_fields(json_t *obj, const char *const *known, oai_error *e);
  * convert theirs to this chat form): a name the tool-call grammar and
  * parser accept (chat/toolcall.h: 1..TC_MAX_NAME bytes of [A-Za-z0-9_.-]). */
 bool oai_valid_tool_name(const char *s, size_t n);
+/* A function tool's name, description and parameters checked (OpenAI's
+ * shape: fn is tools[i].function; Responses' flat tools pass the tool
+ * itself): 400s with param as e->param and the member named where.name,
+ * where.description, where.parameters. 0 or PW_EINVAL. */
+int oai_check_function(json_t *fn, const char *param, const char *where, oai_error *e);
 /* The tool named name among the first n of tools (chat form: {"type",
  * "function": {"name", ...}}; n past the end = all): its name as a JSON
  * string (owned by tools), or NULL. tools may be NULL. */

@@ -543,22 +543,6 @@ static char g_greedy[4096];
  * random model writes no call when it is free not to, so the rendering of
  * calls (whole and streamed, in pieces of every size) runs on fixed texts
  * under the shared templates' formats, through /api/chat's own renderers. */
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  char *buf = NULL;
-  long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-  if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-      free(buf);
-      buf = NULL;
-    } else {
-      buf[n] = 0;
-    }
-  }
-  fclose(f);
-  return buf;
-}
 
 /* A string member's value, "" when it is not one. */
 static const char *ol_str(json_t *v) { return json_string_value(v) ? json_string_value(v) : ""; }
@@ -566,7 +550,7 @@ static const char *ol_str(json_t *v) { return json_string_value(v) ? json_string
 static void ol_syntax(engine *e, const char *file, tc_syntax *sx) {
   char path[512];
   snprintf(path, sizeof path, "%s/chat-templates/%s", POWER_SHARED_DIR, file);
-  char *t = slurp(path);
+  char *t = t_read_file(path);
   CHECK_MSG(t != NULL, "cannot read %s", path);
   tc_detect(t ? t : "", engine_vocab(e), sx);
   free(t);
@@ -1574,7 +1558,7 @@ static void test_ollama_think(engine *e) {
   /* Qwen3's template: think reaches it as enable_thinking. */
   char path[512];
   snprintf(path, sizeof path, "%s/chat-templates/Qwen-Qwen3-0.6B.jinja", POWER_SHARED_DIR);
-  char *tpl = slurp(path);
+  char *tpl = t_read_file(path);
   CHECK(tpl != NULL);
   if (!tpl) return;
   server_opts so = {0};

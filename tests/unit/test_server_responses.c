@@ -16,15 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  char *b = malloc(1 << 20);
-  size_t n = b ? fread(b, 1, (1 << 20) - 1, f) : 0;
-  fclose(f);
-  if (b) b[n] = 0;
-  return b;
-}
 
 /* One line per output item: type, status, name, and text or arguments
  * (ids are random, so left out). */
@@ -125,7 +116,7 @@ static const char *item_field(json_t *output, size_t i, const char *key) {
 }
 
 static void check_render(void) {
-  char *tpl = slurp(POWER_SHARED_DIR "/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja");
+  char *tpl = t_read_file(POWER_SHARED_DIR "/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja");
   CHECK(tpl != NULL);
   if (!tpl) return;
   tc_syntax sx;
